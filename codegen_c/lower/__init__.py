@@ -1,0 +1,106 @@
+"""Lowering of graph nodes to loop-IR kernels: one function per op, registered by `lowers`.
+
+A lowering gets an `OpContext` (the node, its tensors, the kernel name) and returns a
+`loop_ir.Kernel` whose parameter buffers are named `x`, `x1`, ... for activation inputs and
+`y`, `y1`, ... for outputs, in the node's order. Alias ops (reshape) have no kernel.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from mcuforge.graph import ALIAS_OPS, Graph, Node, Tensor
+
+from .. import loop_ir as ir
+
+LOWERINGS = {}
+
+
+def lowers(*ops):
+    def register(fn):
+        for op in ops:
+            LOWERINGS[op] = fn
+        return fn
+    return register
+
+
+@dataclass
+class OpContext:
+    node: Node
+    graph: Graph
+    name: str  # C name of the kernel
+
+    def input(self, i: int) -> Tensor | None:
+        names = self.node.inputs
+        return self.graph.tensors[names[i]] if i < len(names) and names[i] else None
+
+    def output(self, i: int = 0) -> Tensor:
+        return self.graph.tensors[self.node.outputs[i]]
+
+    @property
+    def attrs(self) -> dict:
+        return self.node.attrs
+
+    def io_buffers(self) -> list:
+        """Parameter buffers for the node's non-constant inputs and its outputs."""
+        bufs, k = [], 0
+        for n in self.node.inputs:
+            t = self.graph.tensors[n] if n else None
+            if t is not None and not t.is_const:
+                bufs.append(ir.Buffer("x" if k == 0 else f"x{k}", t.dtype, t.size, "in",
+                                      comment=t.name))
+                k += 1
+        for i, n in enumerate(self.node.outputs):
+            t = self.graph.tensors[n]
+            bufs.append(ir.Buffer("y" if i == 0 else f"y{i}", t.dtype, t.size, "out",
+                                  comment=t.name))
+        return bufs
+
+
+def const(name: str, data, dtype: str, comment: str = "") -> ir.Buffer:
+    arr = np.ascontiguousarray(np.asarray(data).astype(dtype)).reshape(-1)
+    return ir.Buffer(name, dtype, arr.size, "const", arr, comment)
+
+
+def per_channel(values, name: str, index: ir.Expr, dtype: str = "int32"):
+    """A Const when all channels share the value, else a load from a const table.
+    Returns (expr, buffers-to-add)."""
+    values = np.asarray(values).reshape(-1)
+    if np.all(values == values[0]):
+        return ir.Const(int(values[0]), dtype), []
+    return ir.Load(name, index, dtype), [const(name, values, dtype)]
+
+
+def qinfo(t: Tensor) -> str:
+    if t.quant is None:
+        return f"{t.dtype}{list(t.shape)}"
+    q = t.quant
+    if q.per_axis:
+        return f"{t.dtype}{list(t.shape)} per-channel scales (axis {q.axis})"
+    return f"{t.dtype}{list(t.shape)} scale {q.scale[0]:.9g} zero point {q.zero_point[0]}"
+
+
+def describe(ctx: OpContext, extra: str = "") -> str:
+    lines = [f"{ctx.node.op} '{ctx.node.name or ctx.node.outputs[0]}'"]
+    for i, n in enumerate(ctx.node.inputs):
+        if n:
+            lines.append(f"in{i}: {qinfo(ctx.graph.tensors[n])}")
+    for n in ctx.node.outputs:
+        lines.append(f"out: {qinfo(ctx.graph.tensors[n])}")
+    if extra:
+        lines.append(extra)
+    return "\n".join(lines)
+
+
+def lower_node(node: Node, graph: Graph, name: str) -> ir.Kernel | None:
+    if node.op in ALIAS_OPS:
+        return None
+    _load_all()
+    if node.op not in LOWERINGS:
+        raise NotImplementedError(f"no lowering for op {node.op}")
+    return LOWERINGS[node.op](OpContext(node, graph, name))
+
+
+def _load_all():
+    from . import conv, pool, elementwise, softmax  # noqa: F401  (registers lowerings)

@@ -1,0 +1,189 @@
+"""conv2d, depthwise_conv2d and fully_connected, int8 as TFLM's reference integer kernels:
+acc = bias + sum((x - x_zp) * w), then per-channel MultiplyByQuantizedMultiplier, + y_zp, clamp.
+Float tensors take the same loops with float arithmetic."""
+from __future__ import annotations
+
+import numpy as np
+
+from .. import loop_ir as ir
+from .. import qparams as qp
+from . import OpContext, const, describe, lowers, per_channel
+
+
+def window_check(out_size, stride, pad, k, dil, in_size, o: ir.Expr, kk: ir.Expr):
+    """(index expr, condition or None): the input coordinate o*stride - pad + kk*dil and whether
+    it can fall outside [0, in_size) for some (o, kk) -- padding."""
+    idx = o * stride - pad + kk * dil
+    lo = -pad
+    hi = (out_size - 1) * stride - pad + (k - 1) * dil
+    if lo >= 0 and hi < in_size:
+        return idx, None
+    return idx, ir.binop("&&", idx.ge(0), idx.lt(in_size))
+
+
+def requant_and_store(ctx: OpContext, acc: ir.Expr, channel: ir.Expr, out_index: ir.Expr,
+                      bufs: list, w_scales) -> list:
+    """The output stage shared by all three ops."""
+    x, y = ctx.input(0), ctx.output()
+    act = ctx.attrs.get("activation", "none")
+    if y.dtype == "float32":
+        lo, hi = qp.activation_range_float(act)
+        v = acc
+        if lo is not None:
+            v = ir.vmax(v, ir.Const(lo, "float32"))
+        if hi is not None:
+            v = ir.vmin(v, ir.Const(hi, "float32"))
+        return [ir.Store("y", out_index, v)]
+    mults, shifts = qp.conv_output_multipliers(x.quant.scale[0], np.asarray(w_scales),
+                                               y.quant.scale[0])
+    n_out = len(w_scales)
+    mults, shifts = np.broadcast_to(mults, n_out), np.broadcast_to(shifts, n_out)
+    m, b1 = per_channel(mults, "mult", channel)
+    s, b2 = per_channel(shifts, "shift", channel)
+    bufs += b1 + b2
+    qmin, qmax = qp.activation_range_int8(act, y.quant.scale[0], y.quant.zero_point[0])
+    v = ir.call("mf_mbqm", acc, m, s) + int(y.quant.zero_point[0])
+    return [ir.Store("y", out_index, ir.cast(ir.clamp(v, qmin, qmax), y.dtype))]
+
+
+def _acc_init(ctx: OpContext, bias, channel: ir.Expr, bufs: list):
+    float_path = ctx.output().dtype == "float32"
+    acc_dtype = "float32" if float_path else "int32"
+    if bias is None:
+        return ir.Const(0.0 if float_path else 0, acc_dtype), acc_dtype
+    bufs.append(const("bias", bias.data, bias.dtype, bias.name))
+    return ir.cast(ir.Load("bias", channel, bias.dtype), acc_dtype), acc_dtype
+
+
+def _x_term(ctx: OpContext, idx: ir.Expr) -> ir.Expr:
+    x = ctx.input(0)
+    v = ir.Load("x", idx, x.dtype)
+    if x.dtype == "float32":
+        return v
+    return ir.cast(v, "int32") - int(x.quant.zero_point[0])
+
+
+def _w_term(w, idx: ir.Expr) -> ir.Expr:
+    v = ir.Load("w", idx, w.dtype)
+    if w.dtype == "float32":
+        return v
+    zp = int(w.quant.zero_point[0]) if w.quant else 0
+    return ir.cast(v, "int32") - zp
+
+
+def _w_scales(w, n_out: int):
+    if w.quant is None:
+        return np.ones(n_out)
+    return np.broadcast_to(np.asarray(w.quant.scale, dtype=np.float32), n_out)
+
+
+@lowers("conv2d")
+def conv2d(ctx: OpContext) -> ir.Kernel:
+    x, w, bias, y = ctx.input(0), ctx.input(1), ctx.input(2), ctx.output()
+    N, H, W, C = x.shape
+    O, KH, KW, CI = w.shape
+    _, OH, OW, _ = y.shape
+    (sh, sw), (dh, dw) = ctx.attrs["stride"], ctx.attrs["dilation"]
+    pt, _, pl, _ = ctx.attrs["padding"]
+    groups = C // CI
+    bufs = ctx.io_buffers() + [const("w", w.data, w.dtype, w.name)]
+    oc_per_group = O // groups
+
+    def body(n, oy, ox, oc):
+        acc0, acc_dtype = _acc_init(ctx, bias, oc, bufs)
+        iy, cy = window_check(OH, sh, pt, KH, dh, H, oy, ir.Var("ky"))
+        ix, cx = window_check(OW, sw, pl, KW, dw, W, ox, ir.Var("kx"))
+        ic0 = oc.div(oc_per_group) * CI if groups > 1 else 0
+
+        def inner(ic):
+            xi = ir.flat_index([n, iy, ix, ic0 + ic], [N, H, W, C])
+            wi = ir.flat_index([oc, ir.Var("ky"), ir.Var("kx"), ic], [O, KH, KW, CI])
+            return [ir.Assign("acc", ir.Var("acc", acc_dtype) + _x_term(ctx, xi) * _w_term(w, wi))]
+
+        chan = ir.loops([("ic", CI)], inner)
+        kx_body = (ir.If(cx, chan),) if cx is not None else chan
+        kx_loop = ir.loops([("kx", KW)], lambda kx: kx_body)
+        ky_body = (ir.If(cy, kx_loop),) if cy is not None else kx_loop
+        stmts = [ir.Decl("acc", acc_dtype, acc0)] + list(ir.loops([("ky", KH)], lambda ky: ky_body))
+        out = ir.flat_index([n, oy, ox, oc], [N, OH, OW, O])
+        return stmts + requant_and_store(ctx, ir.Var("acc", acc_dtype), oc, out, bufs,
+                                         _w_scales(w, O))
+
+    loop = ir.loops([("n", N), ("oy", OH), ("ox", OW), ("oc", O)], body)
+    # a loop of extent 1 has no variable: substitute the constant where the IR names it
+    loop = _bind_unit_loops(loop, {"ky": KH, "kx": KW, "ic": CI})
+    macs = N * OH * OW * O * KH * KW * CI
+    extra = f"stride {sh}x{sw}, dilation {dh}x{dw}, padding {ctx.attrs['padding']}, " \
+            f"activation {ctx.attrs['activation']}, {macs} MACs"
+    return ir.Kernel(ctx.name, tuple(_dedup(bufs)), loop, describe(ctx, extra), macs)
+
+
+@lowers("depthwise_conv2d")
+def depthwise_conv2d(ctx: OpContext) -> ir.Kernel:
+    x, w, bias, y = ctx.input(0), ctx.input(1), ctx.input(2), ctx.output()
+    N, H, W, C = x.shape
+    _, KH, KW, O = w.shape
+    _, OH, OW, _ = y.shape
+    M = ctx.attrs["depth_multiplier"] or O // C
+    (sh, sw), (dh, dw) = ctx.attrs["stride"], ctx.attrs["dilation"]
+    pt, _, pl, _ = ctx.attrs["padding"]
+    bufs = ctx.io_buffers() + [const("w", w.data, w.dtype, w.name)]
+
+    def body(n, oy, ox, ic, m):
+        oc = ic * M + m
+        acc0, acc_dtype = _acc_init(ctx, bias, oc, bufs)
+        iy, cy = window_check(OH, sh, pt, KH, dh, H, oy, ir.Var("ky"))
+        ix, cx = window_check(OW, sw, pl, KW, dw, W, ox, ir.Var("kx"))
+        xi = ir.flat_index([n, iy, ix, ic], [N, H, W, C])
+        wi = ir.flat_index([ir.Var("ky"), ir.Var("kx"), oc], [KH, KW, O])
+        mac = (ir.Assign("acc", ir.Var("acc", acc_dtype) + _x_term(ctx, xi) * _w_term(w, wi)),)
+        kx_body = (ir.If(cx, mac),) if cx is not None else mac
+        kx_loop = ir.loops([("kx", KW)], lambda kx: kx_body)
+        ky_body = (ir.If(cy, kx_loop),) if cy is not None else kx_loop
+        stmts = [ir.Decl("acc", acc_dtype, acc0)] + list(ir.loops([("ky", KH)], lambda ky: ky_body))
+        out = ir.flat_index([n, oy, ox, oc], [N, OH, OW, O])
+        return stmts + requant_and_store(ctx, ir.Var("acc", acc_dtype), oc, out, bufs,
+                                         _w_scales(w, O))
+
+    loop = ir.loops([("n", N), ("oy", OH), ("ox", OW), ("ic", C), ("m", M)], body)
+    loop = _bind_unit_loops(loop, {"ky": KH, "kx": KW})
+    macs = N * OH * OW * O * KH * KW
+    extra = f"stride {sh}x{sw}, dilation {dh}x{dw}, padding {ctx.attrs['padding']}, " \
+            f"depth multiplier {M}, activation {ctx.attrs['activation']}, {macs} MACs"
+    return ir.Kernel(ctx.name, tuple(_dedup(bufs)), loop, describe(ctx, extra), macs)
+
+
+@lowers("fully_connected")
+def fully_connected(ctx: OpContext) -> ir.Kernel:
+    x, w, bias, y = ctx.input(0), ctx.input(1), ctx.input(2), ctx.output()
+    O, I = w.shape
+    B = x.size // I
+    bufs = ctx.io_buffers() + [const("w", w.data, w.dtype, w.name)]
+
+    def body(b, o):
+        acc0, acc_dtype = _acc_init(ctx, bias, o, bufs)
+        mac = lambda i: [ir.Assign("acc", ir.Var("acc", acc_dtype)
+                                   + _x_term(ctx, b * I + i) * _w_term(w, o * I + i))]
+        stmts = [ir.Decl("acc", acc_dtype, acc0)] + list(ir.loops([("i", I)], mac))
+        return stmts + requant_and_store(ctx, ir.Var("acc", acc_dtype), o, b * O + o, bufs,
+                                         _w_scales(w, O))
+
+    loop = ir.loops([("b", B), ("o", O)], body)
+    macs = B * O * I
+    extra = f"activation {ctx.attrs['activation']}, {macs} MACs"
+    return ir.Kernel(ctx.name, tuple(_dedup(bufs)), loop, describe(ctx, extra), macs)
+
+
+def _dedup(bufs: list) -> list:
+    seen, out = set(), []
+    for b in bufs:
+        if b.name not in seen:
+            seen.add(b.name)
+            out.append(b)
+    return out
+
+
+def _bind_unit_loops(body, extents: dict):
+    """Variables of loops that `ir.loops` elided (extent 1) are 0: substitute them."""
+    unit = {v for v, n in extents.items() if n == 1}
+    return ir.substitute(body, {v: ir.Const(0) for v in unit}) if unit else body

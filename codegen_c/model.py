@@ -1,0 +1,105 @@
+"""Graph + memory plan -> the C sources of a model (model.c, model.h) through the templates."""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import numpy as np
+
+from mcuforge.graph import Graph, Tensor
+from mcuforge.resources import render
+from optimizer.memory_plan import MemoryPlan
+
+from . import printer
+from .lower import lower_node
+
+
+@dataclass
+class Port:
+    """A model input or output as the generated API exposes it."""
+    index: int
+    name: str  # the model's tensor name
+    ctype: str
+    dtype: str
+    shape: tuple
+    size: int  # elements
+    nbytes: int
+    offset: int
+    scale: float | None
+    zero_point: int | None
+
+    @property
+    def scale_c(self) -> str:
+        return printer.c_float(self.scale)
+
+
+@dataclass
+class LayerCall:
+    kernel_name: str
+    comment: str
+    args: list  # C expressions, one per kernel parameter
+
+
+@dataclass
+class GeneratedModel:
+    name: str
+    files: dict  # file name -> text
+    kernels: list
+    macs: int
+    weight_bytes: int
+
+
+def c_identifier(text: str, limit: int = 40) -> str:
+    s = re.sub(r"[^0-9A-Za-z]+", "_", text).strip("_")
+    return (s[:limit].rstrip("_") or "t")
+
+
+def short_name(tensor_name: str) -> str:
+    """A readable C fragment of a framework tensor name ('a/b/Relu;a/b/BiasAdd' -> 'b_Relu')."""
+    first = tensor_name.split(";")[0]
+    parts = [p for p in first.split("/") if p]
+    return c_identifier("_".join(parts[-2:]) if parts else first, 32)
+
+
+def _port(g: Graph, name: str, index: int, offset: int) -> Port:
+    t: Tensor = g.tensors[name]
+    q = t.quant
+    return Port(index, name, printer.C_TYPES[t.dtype], t.dtype, tuple(t.shape), t.size, t.nbytes,
+                offset, float(q.scale[0]) if q else None, int(q.zero_point[0]) if q else None)
+
+
+def generate(g: Graph, plan: MemoryPlan, name: str) -> GeneratedModel:
+    kernels, calls, consts = [], [], []
+    for i, node in enumerate(g.nodes):
+        kname = f"l{i:02d}_{node.op}_{short_name(node.outputs[0])}"
+        k = lower_node(node, g, kname)
+        if k is None:
+            continue
+        kernels.append(k)
+        names = {b.name: f"{k.name}_{b.name}" for b in k.consts}
+        consts += [printer.print_array(names[b.name], b.dtype, b.data) for b in k.consts]
+        args = []
+        tensors = [t for t in node.inputs if t and not g.tensors[t].is_const] + list(node.outputs)
+        for b, tname in zip(k.params, tensors):
+            const = "const " if b.kind == "in" else ""
+            args.append(f"({const}{printer.C_TYPES[b.dtype]} *)&arena.bytes[{plan.offsets[tname]}]")
+        comment = f"{node.op} -> {node.outputs[0]}"
+        calls.append(LayerCall(k.name, comment.replace("*/", "* /"), args))
+        consts.append(printer.print_kernel(k, names))
+    inputs = [_port(g, n, i, plan.offsets[n]) for i, n in enumerate(g.inputs)]
+    outputs = [_port(g, n, i, plan.offsets[n]) for i, n in enumerate(g.outputs)]
+    macs = sum(k.macs for k in kernels)
+    weight_bytes = sum(b.data.nbytes for k in kernels for b in k.consts)
+    ctx = dict(name=name, NAME=name.upper(), graph=g, plan=plan, inputs=inputs, outputs=outputs,
+               calls=calls, definitions=consts, macs=macs, weight_bytes=weight_bytes,
+               ops=sorted({n.op for n in g.nodes}))
+    files = {
+        f"{name}.h": render("model.h.j2", ctx),
+        f"{name}.c": render("model.c.j2", ctx),
+    }
+    return GeneratedModel(name, files, kernels, macs, weight_bytes)
+
+
+def io_dtypes(g: Graph) -> tuple:
+    return ([np.dtype(g.tensors[n].dtype) for n in g.inputs],
+            [np.dtype(g.tensors[n].dtype) for n in g.outputs])

@@ -1,0 +1,159 @@
+"""The graph IR every part of mcuforge shares.
+
+A model is a `Graph`: named `Tensor`s (shape in NHWC, dtype, optional constant data and
+quantization) and a topologically ordered list of `Node`s that read and write tensors by name.
+Frontends produce it, optimizer passes map Graph -> Graph, codegen_c lowers it.
+
+Op names are mcuforge's own (see `OPS`), not a framework's; attributes are plain Python values
+documented per op in `OPS` so that every frontend produces the same thing.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Optional
+
+import numpy as np
+
+DTYPES = ("int8", "uint8", "int16", "int32", "int64", "float32", "bool")
+ACTIVATIONS = ("none", "relu", "relu6", "relu_n1_to_1")
+
+# op -> attributes it must carry. Conventions, shared by every frontend and lowering:
+#   padding  = (top, bottom, left, right), explicit, already resolved from SAME/VALID
+#   stride / dilation / filter = (h, w)
+#   conv2d weights are OHWI; depthwise weights are 1HW(C*M); fully_connected weights are [out, in]
+#   activation is one of ACTIVATIONS, fused into the op's output clamp
+OPS = {
+    "conv2d": ("stride", "dilation", "padding", "activation"),
+    "depthwise_conv2d": ("stride", "dilation", "padding", "depth_multiplier", "activation"),
+    "fully_connected": ("activation",),
+    "add": ("activation",),
+    "mul": ("activation",),
+    "avg_pool2d": ("filter", "stride", "padding", "activation"),
+    "max_pool2d": ("filter", "stride", "padding", "activation"),
+    "reshape": (),  # zero-copy: the output shares the input's memory
+    "softmax": ("beta",),
+    "concat": ("axis", "activation"),
+    "pad": ("pads",),  # pads = ((before, after), ...) per dim; the value is input 2 or zero point
+    "mean": ("axes", "keep_dims"),
+    "logistic": (),
+    "tanh": (),
+    "relu": (),
+    "relu6": (),
+    "leaky_relu": ("alpha",),
+    "hard_swish": (),
+    "quantize": (),  # float->int or int->int requantize
+    "dequantize": (),
+}
+ALIAS_OPS = frozenset({"reshape"})
+
+
+@dataclass(frozen=True)
+class Quant:
+    """Affine quantization: real = scale * (q - zero_point). Per-axis when len(scale) > 1."""
+
+    scale: tuple
+    zero_point: tuple
+    axis: int = 0
+
+    @property
+    def per_axis(self) -> bool:
+        return len(self.scale) > 1
+
+
+@dataclass(frozen=True, eq=False)
+class Tensor:
+    name: str
+    shape: tuple
+    dtype: str
+    data: Optional[np.ndarray] = None  # set for constants (weights, biases)
+    quant: Optional[Quant] = None
+
+    @property
+    def is_const(self) -> bool:
+        return self.data is not None
+
+    @property
+    def size(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64)) if self.shape else 1
+
+    @property
+    def nbytes(self) -> int:
+        return self.size * np.dtype(self.dtype).itemsize
+
+
+@dataclass(frozen=True, eq=False)
+class Node:
+    op: str
+    inputs: tuple  # tensor names; "" for an absent optional input
+    outputs: tuple
+    attrs: dict = field(default_factory=dict)
+    name: str = ""
+
+
+@dataclass(eq=False)
+class Graph:
+    tensors: dict  # name -> Tensor
+    nodes: list  # topological order
+    inputs: list  # names of graph inputs
+    outputs: list  # names of graph outputs
+    name: str = "model"
+
+    def producer(self, tensor: str) -> Optional[Node]:
+        for n in self.nodes:
+            if tensor in n.outputs:
+                return n
+        return None
+
+    def consumers(self, tensor: str) -> list:
+        return [n for n in self.nodes if tensor in n.inputs]
+
+    def replace(self, **kw) -> "Graph":
+        return replace(self, **kw)
+
+
+class GraphError(ValueError):
+    """The graph breaks an IR invariant; the message names the node or tensor."""
+
+
+def verify(g: Graph) -> Graph:
+    """Check the IR invariants; return the graph unchanged or raise GraphError.
+
+    Guarantees on success: every referenced tensor exists; every node's inputs are graph
+    inputs, constants or outputs of an earlier node; each tensor has one producer; ops and
+    their attributes are known; dtypes are known; shapes are static positive integers.
+    """
+    known = set(g.inputs) | {n for n, t in g.tensors.items() if t.is_const}
+    for name in list(g.inputs) + list(g.outputs):
+        if name not in g.tensors:
+            raise GraphError(f"graph input/output '{name}' has no tensor")
+    for t in g.tensors.values():
+        if t.dtype not in DTYPES:
+            raise GraphError(f"tensor '{t.name}': unknown dtype {t.dtype}")
+        if any((not isinstance(d, (int, np.integer))) or d <= 0 for d in t.shape):
+            raise GraphError(f"tensor '{t.name}': shape {t.shape} is not static and positive")
+        if t.quant is not None and len(t.quant.scale) != len(t.quant.zero_point):
+            raise GraphError(f"tensor '{t.name}': scale and zero point lengths differ")
+    for i, n in enumerate(g.nodes):
+        where = f"node {i} ({n.op} '{n.name or n.outputs[0]}')"
+        if n.op not in OPS:
+            raise GraphError(f"{where}: unknown op")
+        missing = [a for a in OPS[n.op] if a not in n.attrs]
+        if missing:
+            raise GraphError(f"{where}: missing attributes {missing}")
+        if n.attrs.get("activation", "none") not in ACTIVATIONS:
+            raise GraphError(f"{where}: unknown activation {n.attrs['activation']}")
+        for t in n.inputs:
+            if t and t not in g.tensors:
+                raise GraphError(f"{where}: input '{t}' has no tensor")
+            if t and t not in known:
+                raise GraphError(f"{where}: input '{t}' is used before it is produced")
+        for t in n.outputs:
+            if t not in g.tensors:
+                raise GraphError(f"{where}: output '{t}' has no tensor")
+            if t in known:
+                raise GraphError(f"{where}: output '{t}' is produced twice")
+            known.add(t)
+    for name in g.outputs:
+        if name not in known:
+            raise GraphError(f"graph output '{name}' is never produced")
+    return g

@@ -1,0 +1,35 @@
+"""`mcuforge info`: what a model is made of and what it will cost."""
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+
+
+def model_info(model) -> dict:
+    from codegen_c.model import generate
+    from optimizer.memory_plan import plan_graph
+    from optimizer.pipeline import optimize
+
+    from .api import load
+    g = optimize(load(model))
+    plan = plan_graph(g)
+    gen = generate(g, plan, "model")
+
+    def port(name):
+        t = g.tensors[name]
+        q = t.quant
+        return {"name": name, "dtype": t.dtype, "shape": list(t.shape),
+                "scale": float(q.scale[0]) if q else None,
+                "zero_point": int(q.zero_point[0]) if q else None}
+
+    return {
+        "model": Path(str(model)).name,
+        "ops": dict(Counter(n.op for n in g.nodes)),
+        "macs": gen.macs,
+        "weight_bytes": gen.weight_bytes,
+        "arena_bytes": plan.arena_size,
+        "lower_bound_bytes": plan.lower_bound,
+        "inputs": [port(n) for n in g.inputs],
+        "outputs": [port(n) for n in g.outputs],
+        "tensors": len(g.tensors),
+    }

@@ -1,0 +1,26 @@
+"""Where the non-Python parts live (templates/, runtime_c/, boards/), from a checkout or an
+installed wheel alike: they are packages, so importlib finds them either way."""
+from __future__ import annotations
+
+import functools
+from importlib import resources
+from pathlib import Path
+
+import jinja2
+
+
+def data_dir(package: str) -> Path:
+    """templates, runtime_c or boards as a filesystem path."""
+    return Path(str(resources.files(package)))
+
+
+@functools.lru_cache(maxsize=1)
+def _env() -> jinja2.Environment:
+    return jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(data_dir("templates"))),
+        undefined=jinja2.StrictUndefined, keep_trailing_newline=True,
+        trim_blocks=True, lstrip_blocks=True, autoescape=False)
+
+
+def render(template: str, context: dict) -> str:
+    return _env().get_template(template).render(**context)

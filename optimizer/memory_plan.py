@@ -1,0 +1,128 @@
+"""Static memory planning: every activation tensor gets an offset in one arena.
+
+`plan` is a pure function of (name, size, first use, last use) requests; `plan_graph` derives
+the requests from a graph (aliases such as reshape share their source's buffer) and reports
+the layer-wise lower bound beside the arena size.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from mcuforge.graph import ALIAS_OPS, Graph
+
+ALIGN = 4
+
+
+@dataclass(frozen=True)
+class Request:
+    name: str
+    size: int  # bytes
+    first: int  # step that writes it (graph inputs: 0)
+    last: int  # last step that reads it (graph outputs: len(nodes))
+
+
+@dataclass(frozen=True)
+class MemoryPlan:
+    offsets: dict  # tensor name -> byte offset (aliases included)
+    arena_size: int
+    lower_bound: int  # max over steps of the bytes that must be live at once
+    requests: tuple
+
+
+def _align(n: int) -> int:
+    return (n + ALIGN - 1) // ALIGN * ALIGN
+
+
+def _live_together(a: Request, b: Request) -> bool:
+    return a.first <= b.last and b.first <= a.last
+
+
+def _first_fit(order: list) -> dict:
+    placed = []  # (offset, request)
+    offsets = {}
+    for r in order:
+        busy = sorted((o, o + _align(p.size)) for o, p in placed if _live_together(p, r))
+        offset = 0
+        for start, end in busy:
+            if offset + _align(r.size) <= start:
+                break
+            offset = max(offset, end)
+        offsets[r.name] = offset
+        placed.append((offset, r))
+    return offsets
+
+
+def arena_size(requests, offsets: dict) -> int:
+    return max((offsets[r.name] + r.size for r in requests), default=0)
+
+
+def plan(requests) -> dict:
+    """Offsets for the requests: greedy first fit under several orders (largest first, then by
+    lifetime start, then longest-lived first), keeping the smallest arena. Ties are broken by
+    name, so the plan is deterministic."""
+    requests = sorted(requests, key=lambda r: r.name)
+    orders = [
+        sorted(requests, key=lambda r: (-r.size, r.name)),
+        sorted(requests, key=lambda r: (r.first, -r.size, r.name)),
+        sorted(requests, key=lambda r: (-(r.last - r.first), -r.size, r.name)),
+        sorted(requests, key=lambda r: (-r.size * (r.last - r.first + 1), r.name)),
+    ]
+    best = None
+    for order in orders:
+        offsets = _first_fit(order)
+        if best is None or arena_size(requests, offsets) < arena_size(requests, best):
+            best = offsets
+    return best or {}
+
+
+def overlaps(requests, offsets: dict) -> list:
+    """Pairs of requests live at the same time whose byte ranges intersect (must be empty)."""
+    bad = []
+    rs = list(requests)
+    for i, a in enumerate(rs):
+        for b in rs[i + 1:]:
+            if _live_together(a, b):
+                oa, ob = offsets[a.name], offsets[b.name]
+                if oa < ob + b.size and ob < oa + a.size:
+                    bad.append((a.name, b.name))
+    return bad
+
+
+def lower_bound(requests) -> int:
+    steps = {s for r in requests for s in (r.first, r.last)}
+    return max((sum(r.size for r in requests if r.first <= s <= r.last) for s in steps), default=0)
+
+
+def requests_of(g: Graph) -> tuple:
+    """(requests, alias map): one request per buffer; alias outputs map to their root."""
+    root = {}
+    for n in g.nodes:
+        if n.op in ALIAS_OPS:
+            src = n.inputs[0]
+            root[n.outputs[0]] = root.get(src, src)
+    first, last = {}, {}
+    for name in g.inputs:
+        first[name] = last[name] = 0
+    end = len(g.nodes)
+    for i, n in enumerate(g.nodes):
+        for t in n.inputs:
+            if t and not g.tensors[t].is_const:
+                r = root.get(t, t)
+                last[r] = max(last.get(r, i), i)
+        for t in n.outputs:
+            r = root.get(t, t)
+            first.setdefault(r, i)
+            last[r] = max(last.get(r, i), i)
+    for name in g.outputs:
+        last[root.get(name, name)] = end
+    reqs = tuple(Request(name, g.tensors[name].nbytes, first[name], last[name])
+                 for name in sorted(first))
+    return reqs, root
+
+
+def plan_graph(g: Graph) -> MemoryPlan:
+    reqs, root = requests_of(g)
+    offsets = plan(reqs)
+    for alias, src in root.items():
+        offsets[alias] = offsets[src]
+    return MemoryPlan(dict(sorted(offsets.items())), arena_size(reqs, offsets), lower_bound(reqs), reqs)
