@@ -14,6 +14,8 @@ from typing import Optional
 
 import numpy as np
 
+from .errors import McuforgeError
+
 DTYPES = ("int8", "uint8", "int16", "int32", "int64", "float32", "bool")
 ACTIVATIONS = ("none", "relu", "relu6", "relu_n1_to_1")
 
@@ -22,6 +24,8 @@ ACTIVATIONS = ("none", "relu", "relu6", "relu_n1_to_1")
 #   stride / dilation / filter = (h, w)
 #   conv2d weights are OHWI; depthwise weights are 1HW(C*M); fully_connected weights are [out, in]
 #   activation is one of ACTIVATIONS, fused into the op's output clamp
+#   constant operands (reshape's shape, pad's paddings, mean's axes) stay in Node.inputs at the
+#   framework's positions; the attribute is the source of truth
 OPS = {
     "conv2d": ("stride", "dilation", "padding", "activation"),
     "depthwise_conv2d": ("stride", "dilation", "padding", "depth_multiplier", "activation"),
@@ -33,7 +37,7 @@ OPS = {
     "reshape": (),  # zero-copy: the output shares the input's memory
     "softmax": ("beta",),
     "concat": ("axis", "activation"),
-    "pad": ("pads",),  # pads = ((before, after), ...) per dim; the value is input 2 or zero point
+    "pad": ("pads",),  # pads = ((before, after), ...) per dim; value: inputs[2] or the zero point
     "mean": ("axes", "keep_dims"),
     "logistic": (),
     "tanh": (),
@@ -111,7 +115,7 @@ class Graph:
         return replace(self, **kw)
 
 
-class GraphError(ValueError):
+class GraphError(McuforgeError, ValueError):
     """The graph breaks an IR invariant; the message names the node or tensor."""
 
 
@@ -134,7 +138,9 @@ def verify(g: Graph) -> Graph:
         if t.quant is not None and len(t.quant.scale) != len(t.quant.zero_point):
             raise GraphError(f"tensor '{t.name}': scale and zero point lengths differ")
     for i, n in enumerate(g.nodes):
-        where = f"node {i} ({n.op} '{n.name or n.outputs[0]}')"
+        where = f"node {i} ({n.op} '{n.name or (n.outputs[0] if n.outputs else '')}')"
+        if not n.outputs:
+            raise GraphError(f"{where}: has no outputs")
         if n.op not in OPS:
             raise GraphError(f"{where}: unknown op")
         missing = [a for a in OPS[n.op] if a not in n.attrs]

@@ -1,0 +1,242 @@
+"""Read a TFLite flatbuffer into a mcuforge Graph.
+
+Only subgraph 0 is read. Operators are converted by the functions in `tflite_ops`; every
+failure to read the file is a `ModelError` (flatbuffer readers fail lazily, deep inside
+accessors, so the whole parse is guarded and low-level errors are re-raised as ModelError).
+"""
+from __future__ import annotations
+
+import struct
+from pathlib import Path
+
+import numpy as np
+import tflite
+
+from mcuforge.errors import ModelError, UnsupportedOpError
+from mcuforge.graph import Graph, GraphError, Quant, Tensor, verify
+
+from .tflite_ops import CONVERTERS, OpContext, Unsupported
+
+IDENTIFIER = b"TFL3"
+_OP_NAMES = {v: k for k, v in vars(tflite.BuiltinOperator).items() if not k.startswith("_")}
+_TYPES = {"FLOAT32": "float32", "INT32": "int32", "UINT8": "uint8", "INT64": "int64",
+          "BOOL": "bool", "INT16": "int16", "INT8": "int8"}
+_TYPE_NAMES = {v: k for k, v in vars(tflite.TensorType).items() if not k.startswith("_")}
+
+
+def load_tflite(path_or_bytes, name=None) -> Graph:
+    """Load a .tflite model (a path or its bytes) as a verified Graph.
+
+    Raises ModelError for an unreadable, truncated or non-TFLite file, and one
+    UnsupportedOpError listing every operator mcuforge cannot compile.
+    """
+    buf, source, stem = _read(path_or_bytes)
+    if not buf:
+        raise ModelError(f"not a TFLite model: {source} is empty")
+    if len(buf) < 8 or buf[4:8] != IDENTIFIER:
+        raise ModelError(f"not a TFLite model: {source} (no 'TFL3' identifier at bytes 4-8, "
+                         f"found {bytes(buf[4:8])!r})")
+    try:
+        graph = _Reader(buf, source).graph(name or stem)
+    except UnsupportedOpError:
+        raise
+    except ModelError as e:  # a tensor or operator the reader rejected
+        raise ModelError(f"cannot load {source}: {e}") from None
+    except _Corrupt as e:
+        raise ModelError(f"corrupt TFLite model: {source}: {e}") from None
+    except (_Truncated, struct.error, IndexError) as e:
+        raise _truncated(buf, source) from e
+    except ValueError as e:  # numpy.frombuffer past the end, bad counts
+        if "buffer" in str(e) or "offset" in str(e):
+            raise _truncated(buf, source) from e
+        raise ModelError(f"corrupt TFLite model: {source}: {e}") from e
+    except Exception as e:  # anything else a malformed flatbuffer provokes in the reader
+        raise ModelError(f"corrupt TFLite model: {source}: the flatbuffer is malformed "
+                         f"({type(e).__name__}: {e})") from e
+    try:
+        return verify(graph)
+    except GraphError as e:
+        raise ModelError(f"invalid TFLite model {source}: {e}") from e
+
+
+def _read(path_or_bytes):
+    """-> (bytes, description for messages, default graph name)."""
+    if isinstance(path_or_bytes, (bytes, bytearray, memoryview)):
+        return bytes(path_or_bytes), "<bytes>", "model"
+    path = Path(path_or_bytes)
+    try:
+        return path.read_bytes(), str(path), path.stem
+    except FileNotFoundError:
+        raise ModelError(f"model file not found: {path}") from None
+    except OSError as e:
+        raise ModelError(f"cannot read model file {path}: {e.strerror or e}") from None
+
+
+class _Truncated(Exception):
+    """The model refers to bytes past the end of the buffer."""
+
+
+class _Corrupt(Exception):
+    """The flatbuffer is structurally wrong (indices out of range, missing tables)."""
+
+
+def _truncated(buf, source):
+    return ModelError(f"truncated: {source} refers to data past its end ({len(buf)} bytes); "
+                      "the file is incomplete or corrupt")
+
+
+def unique_names(raw):
+    """Model names made unique by suffixing repeats; empty names become tensor_<index>."""
+    reserved = set(raw)
+    taken, out = set(), []
+    for i, n in enumerate(raw):
+        base = name = n or f"tensor_{i}"
+        k = 1
+        while name in taken or (name != n and name in reserved):
+            name = f"{base}_{k}"
+            k += 1
+        taken.add(name)
+        out.append(name)
+    return out
+
+
+class _Reader:
+    """One parse of a model buffer; builds tensors lazily as operators refer to them."""
+
+    def __init__(self, buf, source):
+        self.buf, self.source = buf, source
+        root = struct.unpack_from("<I", buf, 0)[0]
+        if root + 4 > len(buf):
+            raise _Truncated()
+        self.model = tflite.Model.GetRootAs(buf, 0)
+        if self._count(self.model.SubgraphsLength()) == 0:
+            raise _Corrupt("the model has no subgraphs")
+        self.sg = self.model.Subgraphs(0)
+        n = self._count(self.sg.TensorsLength())
+        self.raw = [self.sg.Tensors(i) for i in range(n)]
+        self.names = unique_names([_decode(t.Name()) for t in self.raw])
+        self.index = {name: i for i, name in enumerate(self.names)}
+        self.tensors = {}  # tensor index -> Tensor, built on first use
+
+    def _count(self, n, size=4):
+        """A vector length, checked against the buffer so garbage cannot loop for long."""
+        if n * size > len(self.buf):
+            raise _Truncated()
+        return n
+
+    def _name(self, i, optional=False):
+        if i == -1 and optional:
+            return ""
+        if not 0 <= i < len(self.raw):
+            raise _Corrupt(f"tensor index {i} out of range ({len(self.raw)} tensors)")
+        return self.names[i]
+
+    def tensor(self, name) -> Tensor:
+        i = self.index[name]
+        if i not in self.tensors:
+            self.tensors[i] = self._tensor(self.raw[i], name)
+        return self.tensors[i]
+
+    def _tensor(self, t, name):
+        where = f"tensor '{name}'"
+        kind = _TYPE_NAMES.get(t.Type(), t.Type())
+        if kind not in _TYPES:
+            raise ModelError(f"{where} has type {kind}, which mcuforge does not support")
+        if t.IsVariable():
+            raise ModelError(f"{where} is a variable; variables are not supported")
+        if t.Sparsity() is not None:
+            raise ModelError(f"{where} is sparse; sparse tensors are not supported")
+        shape = tuple(int(d) for d in t.ShapeAsNumpy()) if t.ShapeLength() else ()
+        sig = [int(d) for d in t.ShapeSignatureAsNumpy()] if t.ShapeSignatureLength() else []
+        if any(d == -1 and not (i == 0 and shape[:1] == (1,)) for i, d in enumerate(sig)):
+            raise ModelError(f"{where} has a dynamic shape {sig}; only static shapes "
+                             "(a batch of 1) are supported")
+        dtype = _TYPES[kind]
+        return Tensor(name, shape, dtype, self._data(t, name, shape, dtype), _quant(t))
+
+    def _data(self, t, name, shape, dtype):
+        """The constant data of t as a fresh native array, or None for an activation."""
+        b = t.Buffer()
+        if b == 0:
+            return None
+        if not 0 <= b < self._count(self.model.BuffersLength()):
+            raise _Corrupt(f"tensor '{name}': buffer {b} out of range")
+        buffer = self.model.Buffers(b)
+        if buffer.Offset() > 1:  # large models keep data after the flatbuffer
+            start, size = buffer.Offset(), buffer.Size()
+            if start + size > len(self.buf):
+                raise _Truncated()
+            raw = self.buf[start:start + size]
+        elif buffer.DataLength() == 0:
+            return None
+        else:
+            raw = buffer.DataAsNumpy().tobytes()
+        item = np.dtype(dtype)
+        count = int(np.prod(shape, dtype=np.int64)) if shape else 1
+        if len(raw) != count * item.itemsize:
+            raise ModelError(f"tensor '{name}': {len(raw)} data bytes for shape {shape} {dtype}")
+        return np.frombuffer(raw, item.newbyteorder("<")).reshape(shape).astype(item)  # a copy
+
+    def graph(self, name) -> Graph:
+        codes = []
+        for i in range(self._count(self.model.OperatorCodesLength())):
+            c = self.model.OperatorCodes(i)
+            code = max(c.BuiltinCode(), c.DeprecatedBuiltinCode())
+            label = _OP_NAMES.get(code, f"BUILTIN_{code}")
+            codes.append(f"CUSTOM({_decode(c.CustomCode())})" if label == "CUSTOM" else label)
+        nodes, bad = [], []
+        for i in range(self._count(self.sg.OperatorsLength())):
+            raw = self.sg.Operators(i)
+            if not 0 <= raw.OpcodeIndex() < len(codes):
+                raise _Corrupt(f"node {i} has opcode index {raw.OpcodeIndex()} "
+                               f"({len(codes)} opcodes)")
+            code = codes[raw.OpcodeIndex()]
+            ins = [self._name(int(j), True)
+                   for j in (raw.InputsAsNumpy() if self._count(raw.InputsLength()) else [])]
+            outs = [self._name(int(j))
+                    for j in (raw.OutputsAsNumpy() if self._count(raw.OutputsLength()) else [])]
+            label = f"node {i}: {code} (output '{outs[0] if outs else '?'}')"
+            if code not in CONVERTERS:
+                bad.append(label)
+                continue
+            if not outs:
+                raise _Corrupt(f"node {i} has no outputs")
+            try:
+                nodes.append(CONVERTERS[code](OpContext(code, i, ins, outs, self.tensor, raw)))
+            except Unsupported as e:
+                bad.append(f"{label}: {e}")
+        if bad:
+            raise UnsupportedOpError(
+                f"{self.source} uses {len(bad)} unsupported operator(s):\n  "
+                + "\n  ".join(bad)
+                + "\nsupported TFLite operators: " + ", ".join(sorted(CONVERTERS)))
+        if self.model.SubgraphsLength() > 1:
+            raise ModelError(f"the model has {self.model.SubgraphsLength()} subgraphs; "
+                             "only single-subgraph models are supported")
+        inputs = [self._name(int(j)) for j in _vector(self.sg.InputsAsNumpy())]
+        outputs = [self._name(int(j)) for j in _vector(self.sg.OutputsAsNumpy())]
+        used = set(inputs) | set(outputs)
+        for n in nodes:
+            used.update(t for t in n.inputs + n.outputs if t)
+        tensors = {}
+        for nm in sorted(used, key=self.index.get):  # model order
+            tensors[nm] = self.tensor(nm)
+        return Graph(tensors=tensors, nodes=nodes, inputs=inputs, outputs=outputs, name=name)
+
+
+def _vector(v):
+    return [] if isinstance(v, int) else v  # the reader returns 0 for an absent vector
+
+
+def _decode(b):
+    return b.decode("utf-8", "replace") if b else ""
+
+
+def _quant(t):
+    q = t.Quantization()
+    if q is None or q.ScaleLength() == 0:
+        return None
+    scale = tuple(float(s) for s in q.ScaleAsNumpy())
+    zp = (tuple(int(z) for z in q.ZeroPointAsNumpy()) if q.ZeroPointLength()
+          else (0,) * len(scale))
+    return Quant(scale=scale, zero_point=zp, axis=int(q.QuantizedDimension()))

@@ -1,0 +1,270 @@
+"""TFLite operators -> mcuforge nodes, one converter function per TFLite op.
+
+A converter takes an `OpContext` and returns a `Node`; `@op("NAME")` registers it in
+`CONVERTERS`, so supporting a new operator is writing one function. A converter raises
+`Unsupported(reason)` for an option mcuforge cannot compile (it is reported with the
+unsupported ops) and `ModelError` for a malformed operator.
+
+Constant operands that attributes are read from (RESHAPE's shape, MEAN's axes, PAD's
+paddings) stay in `Node.inputs` at their TFLite positions; the attribute is authoritative.
+"""
+from __future__ import annotations
+
+import flatbuffers
+import numpy as np
+import tflite
+
+from mcuforge.errors import ModelError
+from mcuforge.graph import Node
+
+CONVERTERS = {}  # TFLite builtin op name -> converter
+
+
+def op(*names):
+    """Register the decorated function as the converter of the TFLite ops `names`."""
+
+    def register(fn):
+        for n in names:
+            CONVERTERS[n] = fn
+        return fn
+
+    return register
+
+
+class Unsupported(Exception):
+    """The operator is known but uses an option mcuforge cannot compile."""
+
+
+class OpContext:
+    """One TFLite operator as the converters see it.
+
+    code: TFLite op name; index: node index; inputs/outputs: mcuforge tensor names ("" for an
+    absent optional input); tensor(name) -> graph Tensor; raw: the tflite.Operator.
+    """
+
+    def __init__(self, code, index, inputs, outputs, tensor, raw):
+        self.code, self.index, self.raw = code, index, raw
+        self.inputs, self.outputs = tuple(inputs), tuple(outputs)
+        self._tensor = tensor
+
+    def error(self, msg):
+        out = self.outputs[0] if self.outputs else "?"
+        return ModelError(f"node {self.index} ({self.code}, output '{out}'): {msg}")
+
+    def input(self, i):
+        """The Tensor of input i; ModelError when absent."""
+        if i >= len(self.inputs) or not self.inputs[i]:
+            raise self.error(f"input {i} is missing")
+        return self._tensor(self.inputs[i])
+
+    def output(self, i=0):
+        if i >= len(self.outputs):
+            raise self.error(f"output {i} is missing")
+        return self._tensor(self.outputs[i])
+
+    def const(self, i):
+        """The constant data of input i; ModelError when it is not a constant."""
+        t = self.input(i)
+        if not t.is_const:
+            raise self.error(f"input {i} ('{t.name}') must be a constant")
+        return t.data
+
+    def options(self, cls):
+        """The builtin options as `cls`; schema defaults when the model omits them."""
+        kind = self.raw.BuiltinOptionsType()
+        table = self.raw.BuiltinOptions()
+        if kind == 0 or table is None:
+            return _defaults(cls)
+        if kind != getattr(tflite.BuiltinOptions, cls.__name__):
+            raise self.error(f"options have type {kind}, expected {cls.__name__}")
+        opts = cls()
+        opts.Init(table.Bytes, table.Pos)
+        return opts
+
+    def node(self, kind, attrs, inputs=None):
+        return Node(kind, tuple(self.inputs if inputs is None else inputs), self.outputs, attrs)
+
+
+def _defaults(cls):
+    """An options object over an empty table: every field reads as its schema default."""
+    b = flatbuffers.Builder(16)
+    getattr(tflite, cls.__name__ + "Start")(b)
+    b.Finish(getattr(tflite, cls.__name__ + "End")(b))
+    return cls.GetRootAs(b.Output(), 0)
+
+
+_AF = tflite.ActivationFunctionType
+ACTIVATIONS = {_AF.NONE: "none", _AF.RELU: "relu", _AF.RELU6: "relu6",
+               _AF.RELU_N1_TO_1: "relu_n1_to_1"}
+_AF_NAMES = {v: k for k, v in vars(_AF).items() if not k.startswith("_")}
+
+
+def activation(code):
+    if code not in ACTIVATIONS:
+        raise Unsupported(f"fused activation {_AF_NAMES.get(code, code)}")
+    return ACTIVATIONS[code]
+
+
+def resolve_padding(padding, in_hw, filter_hw, stride, dilation):
+    """SAME/VALID -> ((top, bottom, left, right), (out_h, out_w)), as TFLite computes it."""
+    pads, outs = [], []
+    for size, f, s, d in zip(in_hw, filter_hw, stride, dilation):
+        eff = (f - 1) * d + 1
+        if padding == tflite.Padding.SAME:
+            out = (size + s - 1) // s
+        elif padding == tflite.Padding.VALID:
+            out = (size - eff + s) // s
+        else:
+            raise ModelError(f"unknown padding type {padding}")
+        total = max((out - 1) * s + eff - size, 0)
+        pads += [total // 2, total - total // 2]
+        outs.append(out)
+    return tuple(pads), tuple(outs)
+
+
+def _window(ctx, opts, filter_hw, dilation):
+    """Stride, dilation and explicit padding of a conv/pool op; checks the output size."""
+    x, y = ctx.input(0), ctx.output()
+    if len(x.shape) != 4 or len(y.shape) != 4:
+        raise ctx.error(f"expects 4-D NHWC input and output, got {x.shape} -> {y.shape}")
+    stride = (opts.StrideH(), opts.StrideW())
+    if min(stride) < 1 or min(dilation) < 1 or min(filter_hw) < 1:
+        raise ctx.error(f"invalid stride {stride}, dilation {dilation} or filter {filter_hw}")
+    pads, out = resolve_padding(opts.Padding(), x.shape[1:3], filter_hw, stride, dilation)
+    if tuple(y.shape[1:3]) != out:
+        raise ctx.error(f"output size {tuple(y.shape[1:3])} disagrees with the computed {out}")
+    return {"stride": stride, "dilation": tuple(dilation), "padding": pads}
+
+
+@op("CONV_2D")
+def conv_2d(ctx):
+    o = ctx.options(tflite.Conv2DOptions)
+    w = ctx.input(1)
+    if len(w.shape) != 4:
+        raise ctx.error(f"weights must be 4-D OHWI, got {w.shape}")
+    if w.shape[3] != ctx.input(0).shape[-1]:
+        raise Unsupported("grouped convolution")
+    attrs = _window(ctx, o, w.shape[1:3], (o.DilationHFactor(), o.DilationWFactor()))
+    attrs["activation"] = activation(o.FusedActivationFunction())
+    return ctx.node("conv2d", attrs)
+
+
+@op("DEPTHWISE_CONV_2D")
+def depthwise_conv_2d(ctx):
+    o = ctx.options(tflite.DepthwiseConv2DOptions)
+    w, channels = ctx.input(1), ctx.input(0).shape[-1]
+    if len(w.shape) != 4 or w.shape[0] != 1 or w.shape[3] % channels:
+        raise ctx.error(f"weights {w.shape} are not 1HW(C*M) for {channels} input channels")
+    multiplier = w.shape[3] // channels
+    if o.DepthMultiplier() not in (0, multiplier):
+        raise ctx.error(f"depth_multiplier {o.DepthMultiplier()} disagrees with the shapes")
+    attrs = _window(ctx, o, w.shape[1:3], (o.DilationHFactor(), o.DilationWFactor()))
+    attrs["depth_multiplier"] = multiplier
+    attrs["activation"] = activation(o.FusedActivationFunction())
+    return ctx.node("depthwise_conv2d", attrs)
+
+
+@op("FULLY_CONNECTED")
+def fully_connected(ctx):
+    o = ctx.options(tflite.FullyConnectedOptions)
+    if o.WeightsFormat() != tflite.FullyConnectedOptionsWeightsFormat.DEFAULT:
+        raise Unsupported("shuffled weights format")
+    w = ctx.input(1)
+    if len(w.shape) != 2:
+        raise ctx.error(f"weights must be 2-D [out, in], got {w.shape}")
+    return ctx.node("fully_connected", {"activation": activation(o.FusedActivationFunction())})
+
+
+@op("ADD")
+def add(ctx):
+    o = ctx.options(tflite.AddOptions)
+    return ctx.node("add", {"activation": activation(o.FusedActivationFunction())})
+
+
+@op("MUL")
+def mul(ctx):
+    o = ctx.options(tflite.MulOptions)
+    return ctx.node("mul", {"activation": activation(o.FusedActivationFunction())})
+
+
+@op("AVERAGE_POOL_2D", "MAX_POOL_2D")
+def pool_2d(ctx):
+    o = ctx.options(tflite.Pool2DOptions)
+    size = (o.FilterHeight(), o.FilterWidth())
+    attrs = _window(ctx, o, size, (1, 1))
+    del attrs["dilation"]
+    attrs["filter"] = size
+    attrs["activation"] = activation(o.FusedActivationFunction())
+    kind = "avg_pool2d" if ctx.code == "AVERAGE_POOL_2D" else "max_pool2d"
+    return ctx.node(kind, attrs)
+
+
+@op("RESHAPE")
+def reshape(ctx):
+    _same_size(ctx)
+    return ctx.node("reshape", {})
+
+
+@op("SQUEEZE")
+def squeeze(ctx):
+    _same_size(ctx)
+    return ctx.node("reshape", {}, inputs=ctx.inputs[:1])
+
+
+def _same_size(ctx):
+    x, y = ctx.input(0), ctx.output()
+    if x.size != y.size or x.dtype != y.dtype:
+        raise ctx.error(f"reshape changes size or type: {x.shape} -> {y.shape}")
+
+
+@op("SOFTMAX")
+def softmax(ctx):
+    return ctx.node("softmax", {"beta": float(ctx.options(tflite.SoftmaxOptions).Beta())})
+
+
+@op("CONCATENATION")
+def concatenation(ctx):
+    o = ctx.options(tflite.ConcatenationOptions)
+    rank = len(ctx.output().shape)
+    axis = o.Axis() + rank if o.Axis() < 0 else o.Axis()
+    if not 0 <= axis < rank:
+        raise ctx.error(f"axis {o.Axis()} out of range for rank {rank}")
+    return ctx.node("concat", {"axis": axis,
+                               "activation": activation(o.FusedActivationFunction())})
+
+
+@op("PAD", "PADV2")
+def pad(ctx):
+    rank = len(ctx.input(0).shape)
+    pads = np.asarray(ctx.const(1))
+    if pads.shape != (rank, 2) or (pads < 0).any():
+        raise ctx.error(f"paddings {pads.tolist()} are not non-negative [{rank}, 2]")
+    if ctx.code == "PADV2" and ctx.input(2).size != 1:
+        raise ctx.error("constant_values must have one element")
+    return ctx.node("pad", {"pads": tuple((int(a), int(b)) for a, b in pads)})
+
+
+@op("MEAN")
+def mean(ctx):
+    rank = len(ctx.input(0).shape)
+    axes = [int(a) for a in np.asarray(ctx.const(1)).reshape(-1)]
+    if any(not -rank <= a < rank for a in axes):
+        raise ctx.error(f"axes {axes} out of range for rank {rank}")
+    axes = tuple(sorted({a % rank for a in axes}))
+    keep = bool(ctx.options(tflite.ReducerOptions).KeepDims())
+    return ctx.node("mean", {"axes": axes, "keep_dims": keep})
+
+
+@op("LEAKY_RELU")
+def leaky_relu(ctx):
+    return ctx.node("leaky_relu", {"alpha": float(ctx.options(tflite.LeakyReluOptions).Alpha())})
+
+
+SIMPLE = {"LOGISTIC": "logistic", "TANH": "tanh", "RELU": "relu", "RELU6": "relu6",
+          "HARD_SWISH": "hard_swish", "QUANTIZE": "quantize", "DEQUANTIZE": "dequantize"}
+
+
+@op(*SIMPLE)
+def simple(ctx):
+    """Ops without attributes: only the name changes."""
+    return ctx.node(SIMPLE[ctx.code], {})
