@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from mcuforge.errors import UnsupportedOpError
 from mcuforge.graph import Graph, Tensor
 from mcuforge.resources import render
 from optimizer.memory_plan import MemoryPlan
@@ -72,7 +73,13 @@ def generate(g: Graph, plan: MemoryPlan, name: str) -> GeneratedModel:
     kernels, calls, consts = [], [], []
     for i, node in enumerate(g.nodes):
         kname = f"l{i:02d}_{node.op}_{short_name(node.outputs[0])}"
-        k = lower_node(node, g, kname)
+        try:
+            k = lower_node(node, g, kname)
+        except (NotImplementedError, ValueError) as e:
+            raise UnsupportedOpError(
+                f"node {i} ({node.op}, output '{node.outputs[0]}') cannot be compiled: {e}. "
+                f"Change the model so this layer avoids it, or report it as a missing "
+                f"feature.") from e
         if k is None:
             continue
         kernels.append(k)

@@ -18,7 +18,12 @@ def detect_format(head: bytes):
 
 
 def load_model(path, name=None):
-    """Load the model at `path` as a Graph, choosing the frontend from the file's content."""
+    """Load the model at `path` (or its bytes) as a Graph, choosing the frontend from the
+    content."""
+    if isinstance(path, (bytes, bytearray)):
+        if detect_format(bytes(path[:8])) == "tflite":
+            return load_tflite(bytes(path), name=name)
+        raise ModelError("unrecognised model format: the bytes are not a TFLite flatbuffer")
     path = Path(path)
     try:
         with open(path, "rb") as f:

@@ -93,6 +93,12 @@ def describe(ctx: OpContext, extra: str = "") -> str:
     return "\n".join(lines)
 
 
+def float_range(activation: str) -> tuple:
+    """(low, high) of a fused activation on float outputs; None where unbounded."""
+    return {"none": (None, None), "relu": (0.0, None), "relu6": (0.0, 6.0),
+            "relu_n1_to_1": (-1.0, 1.0)}[activation]
+
+
 def lower_node(node: Node, graph: Graph, name: str) -> ir.Kernel | None:
     if node.op in ALIAS_OPS:
         return None
@@ -103,4 +109,4 @@ def lower_node(node: Node, graph: Graph, name: str) -> ir.Kernel | None:
 
 
 def _load_all():
-    from . import conv, pool, elementwise, softmax  # noqa: F401  (registers lowerings)
+    from . import conv, datamove, elementwise, pool, softmax  # noqa: F401  (registers lowerings)

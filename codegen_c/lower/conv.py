@@ -7,7 +7,7 @@ import numpy as np
 
 from .. import loop_ir as ir
 from .. import qparams as qp
-from . import OpContext, const, describe, lowers, per_channel
+from . import OpContext, float_range, const, describe, lowers, per_channel
 
 
 def window_check(out_size, stride, pad, k, dil, in_size, o: ir.Expr, kk: ir.Expr):
@@ -22,21 +22,22 @@ def window_check(out_size, stride, pad, k, dil, in_size, o: ir.Expr, kk: ir.Expr
 
 
 def requant_and_store(ctx: OpContext, acc: ir.Expr, channel: ir.Expr, out_index: ir.Expr,
-                      bufs: list, w_scales) -> list:
-    """The output stage shared by all three ops."""
-    x, y = ctx.input(0), ctx.output()
+                      bufs: list, n_out: int) -> list:
+    """The output stage shared by all three ops: rescale, add the zero point, clamp, store."""
+    x, w, bias, y = ctx.input(0), ctx.input(1), ctx.input(2), ctx.output()
     act = ctx.attrs.get("activation", "none")
     if y.dtype == "float32":
-        lo, hi = qp.activation_range_float(act)
-        v = acc
-        if lo is not None:
-            v = ir.vmax(v, ir.Const(lo, "float32"))
-        if hi is not None:
-            v = ir.vmin(v, ir.Const(hi, "float32"))
+        lo, hi = float_range(act)
+        v = acc if lo is None else ir.vmax(acc, ir.Const(lo, "float32"))
+        v = v if hi is None else ir.vmin(v, ir.Const(hi, "float32"))
         return [ir.Store("y", out_index, v)]
-    mults, shifts = qp.conv_output_multipliers(x.quant.scale[0], np.asarray(w_scales),
-                                               y.quant.scale[0])
-    n_out = len(w_scales)
+    w_scales = np.asarray(w.quant.scale, dtype=np.float32)
+    if ctx.node.op == "fully_connected":
+        bias_scale = bias.quant.scale[0] if bias is not None and bias.quant else None
+        mults, shifts = qp.fc_output_multipliers(x.quant.scale[0], w_scales, y.quant.scale[0],
+                                                 bias_scale)
+    else:
+        mults, shifts = qp.conv_output_multipliers(x.quant.scale[0], w_scales, y.quant.scale[0])
     mults, shifts = np.broadcast_to(mults, n_out), np.broadcast_to(shifts, n_out)
     m, b1 = per_channel(mults, "mult", channel)
     s, b2 = per_channel(shifts, "shift", channel)
@@ -71,12 +72,6 @@ def _w_term(w, idx: ir.Expr) -> ir.Expr:
     return ir.cast(v, "int32") - zp
 
 
-def _w_scales(w, n_out: int):
-    if w.quant is None:
-        return np.ones(n_out)
-    return np.broadcast_to(np.asarray(w.quant.scale, dtype=np.float32), n_out)
-
-
 @lowers("conv2d")
 def conv2d(ctx: OpContext) -> ir.Kernel:
     x, w, bias, y = ctx.input(0), ctx.input(1), ctx.input(2), ctx.output()
@@ -106,8 +101,7 @@ def conv2d(ctx: OpContext) -> ir.Kernel:
         ky_body = (ir.If(cy, kx_loop),) if cy is not None else kx_loop
         stmts = [ir.Decl("acc", acc_dtype, acc0)] + list(ir.loops([("ky", KH)], lambda ky: ky_body))
         out = ir.flat_index([n, oy, ox, oc], [N, OH, OW, O])
-        return stmts + requant_and_store(ctx, ir.Var("acc", acc_dtype), oc, out, bufs,
-                                         _w_scales(w, O))
+        return stmts + requant_and_store(ctx, ir.Var("acc", acc_dtype), oc, out, bufs, O)
 
     loop = ir.loops([("n", N), ("oy", OH), ("ox", OW), ("oc", O)], body)
     # a loop of extent 1 has no variable: substitute the constant where the IR names it
@@ -142,8 +136,7 @@ def depthwise_conv2d(ctx: OpContext) -> ir.Kernel:
         ky_body = (ir.If(cy, kx_loop),) if cy is not None else kx_loop
         stmts = [ir.Decl("acc", acc_dtype, acc0)] + list(ir.loops([("ky", KH)], lambda ky: ky_body))
         out = ir.flat_index([n, oy, ox, oc], [N, OH, OW, O])
-        return stmts + requant_and_store(ctx, ir.Var("acc", acc_dtype), oc, out, bufs,
-                                         _w_scales(w, O))
+        return stmts + requant_and_store(ctx, ir.Var("acc", acc_dtype), oc, out, bufs, O)
 
     loop = ir.loops([("n", N), ("oy", OH), ("ox", OW), ("ic", C), ("m", M)], body)
     loop = _bind_unit_loops(loop, {"ky": KH, "kx": KW})
@@ -165,8 +158,7 @@ def fully_connected(ctx: OpContext) -> ir.Kernel:
         mac = lambda i: [ir.Assign("acc", ir.Var("acc", acc_dtype)
                                    + _x_term(ctx, b * I + i) * _w_term(w, o * I + i))]
         stmts = [ir.Decl("acc", acc_dtype, acc0)] + list(ir.loops([("i", I)], mac))
-        return stmts + requant_and_store(ctx, ir.Var("acc", acc_dtype), o, b * O + o, bufs,
-                                         _w_scales(w, O))
+        return stmts + requant_and_store(ctx, ir.Var("acc", acc_dtype), o, b * O + o, bufs, O)
 
     loop = ir.loops([("b", B), ("o", O)], body)
     macs = B * O * I

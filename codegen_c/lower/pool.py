@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from .. import loop_ir as ir
 from .. import qparams as qp
-from . import OpContext, describe, lowers
+from . import OpContext, float_range, describe, lowers
 from .conv import window_check
 
 
@@ -42,7 +42,7 @@ def _pool(ctx: OpContext, kind: str) -> ir.Kernel:
                 stmts.append(ir.Assign("acc", ir.call("mf_div_round_i32", acc, count)))
         out = ir.flat_index([n, oy, ox, c], [N, OH, OW, C])
         if is_float:
-            lo, hi = qp.activation_range_float(act)
+            lo, hi = float_range(act)
             val = acc
             if lo is not None:
                 val = ir.vmax(val, ir.Const(lo, "float32"))
