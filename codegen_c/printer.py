@@ -67,9 +67,9 @@ class Printer:
                 kind = "f32" if e.dtype == "float32" else ("i64" if e.dtype == "int64" else "i32")
                 return f"mf_{e.op}_{kind}({self.text(e.a)}, {self.text(e.b)})", _ATOM
             p = _PREC[e.op]
-            need = p + 1 if e.op in _STRICT else p
+            # left-associative: a right operand of equal precedence needs parentheses
             a = self._wrap(e.a, p if e.op not in _STRICT else _ATOM - 1)
-            b = self._wrap(e.b, need if e.op not in _STRICT else _ATOM - 1)
+            b = self._wrap(e.b, p + 1 if e.op not in _STRICT else _ATOM - 1)
             return f"{a} {e.op} {b}", p
         if t is ir.Unary:
             return f"{e.op}{self._wrap(e.a, _UNARY)}", _UNARY

@@ -489,3 +489,17 @@ def run_tflm(tflite_bytes: bytes, inputs: list) -> list:
         it.set_input(np.ascontiguousarray(x), i)
     it.invoke()
     return [np.array(it.get_output(i)) for i in range(n_out)]
+
+
+def random_inputs(g: Graph, seed: int = 0) -> list:
+    """One random array per graph input: full int range, or normal floats."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for name in g.inputs:
+        t = g.tensors[name]
+        if t.dtype == "float32":
+            out.append(rng.normal(0.0, 1.5, size=t.shape).astype(np.float32))
+        else:
+            info = np.iinfo(t.dtype)
+            out.append(rng.integers(info.min, info.max + 1, size=t.shape).astype(t.dtype))
+    return out

@@ -82,3 +82,11 @@ def test_float_literals_round_trip(v):
     text = c_float(v)
     assert text.endswith("f")
     assert np.float32(float.fromhex(text[:-1]) if "0x" in text else float(text[:-1])) == np.float32(v)
+
+
+def test_printer_keeps_right_operand_grouping():
+    from codegen_c.printer import Printer
+    oy = ir.Var("oy")
+    assert Printer().text(8 - (oy - 1)) == "8 - (oy - 1)"
+    assert Printer().text((oy - 1) - 8) == "oy - 1 - 8"
+    assert Printer().text(ir.binop("/", 12, ir.binop("*", oy, 2))) == "12 / (oy * 2)"

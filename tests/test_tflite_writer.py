@@ -13,23 +13,10 @@ from frontend.tflite_writer import write_tflite
 from mcuforge.demo import demo_model, demo_tflite_bytes
 from mcuforge.graph import Graph, Node, Tensor
 import op_models  # tests/ has no __init__.py, so pytest puts tests/ on sys.path
-from op_models import run_tflm
+from op_models import random_inputs, run_tflm
 
 CASES = op_models.all_cases()
 MAX_STEPS = 1  # int8 steps allowed between tflite-micro and the float reference
-
-
-def random_inputs(g: Graph, seed: int = 0) -> list:
-    rng = np.random.default_rng(seed)
-    out = []
-    for name in g.inputs:
-        t = g.tensors[name]
-        if t.dtype == "float32":
-            out.append(rng.normal(0.0, 1.5, size=t.shape).astype(np.float32))
-        else:
-            info = np.iinfo(t.dtype)
-            out.append(rng.integers(info.min, info.max + 1, size=t.shape).astype(t.dtype))
-    return out
 
 
 # ----------------------------------------------------------------------------------------------

@@ -77,7 +77,7 @@ def mean(ctx: OpContext) -> ir.Kernel:
         idx = dict(zip(kept, out_idx))
 
         def add(*red_idx):
-            full = dict(idx, **dict(zip(axes, red_idx)))
+            full = {**idx, **dict(zip(axes, red_idx))}
             v = ir.cast(ir.Load("x", ir.flat_index([full[d] for d in range(len(shape))], shape),
                                 x.dtype), acc_dtype)
             return [ir.Assign("acc", ir.Var("acc", acc_dtype) + v)]
