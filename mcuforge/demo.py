@@ -165,3 +165,46 @@ def _quantize(fw, ranges) -> Graph:
     act("output", (1, 10), Quant((1.0 / 256,), (-128,)))  # TFLite's int8 softmax output
     nodes.append(Node("softmax", ("fc",), ("output",), {"beta": 1.0}, "softmax"))
     return verify(Graph(tensors, nodes, ["input"], ["output"], name="demo"))
+
+
+# ----------------------------------------------------------------------------------------------
+# `mcuforge demo`: the whole job on this model, checked against TFLM
+
+DEMO_INPUTS = 20
+
+
+def run_demo(out_dir, inputs: int = DEMO_INPUTS) -> int:
+    """Write the demo model, compile it to C, build with gcc, run it on random inputs and compare
+    every output byte with tflite-micro. Returns the exit status (0 when bit-exact)."""
+    from pathlib import Path
+
+    from . import tflm
+    from .api import compile as compile_model
+    from .runner import build, run_executable
+
+    out = Path(out_dir)
+    model = demo_tflite_bytes()
+    result = compile_model(model, out, name="demo")
+    (out / "demo.tflite").write_bytes(model)
+    g = result.graph
+    print(f"[1/4] demo model: {len(g.nodes)} int8 ops ({', '.join(sorted({n.op for n in g.nodes}))}), "
+          f"{result.macs:,} MACs, written to {out / 'demo.tflite'}")
+    print(f"[2/4] compiled to C in {out}/: arena {result.arena_bytes:,} bytes "
+          f"(layer-wise lower bound {result.lower_bound_bytes:,}), weights {result.weight_bytes:,} bytes")
+    exe = build(out, "demo")
+    print(f"[3/4] built with gcc -std=c99 -Wall -Wextra -Werror -pedantic: {exe}")
+    rng = np.random.default_rng(0)
+    x = rng.integers(-128, 128, size=(inputs, *INPUT_SHAPE)).astype(np.int8)
+    ours = run_executable(exe, g, [x])[0]
+    if not tflm.available():
+        print("[4/4] tflite-micro is not installed (pip install tflite-micro): cannot check")
+        return 1
+    ref = tflm.run(model, [x])[0]
+    same = int(np.sum(ours == ref))
+    print(f"[4/4] {inputs} random inputs: {same:,} of {ref.size:,} output bytes equal to "
+          f"tflite-micro")
+    if same == ref.size:
+        print(f"PASS: bit-exact with TFLM; arena {result.arena_bytes:,} bytes")
+        return 0
+    print("FAIL: the generated C differs from TFLM")
+    return 1
