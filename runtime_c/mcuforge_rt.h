@@ -1,0 +1,473 @@
+/* mcuforge_rt.h: integer arithmetic of TFLite Micro's reference kernels, bit-exact.
+ *
+ * Every function mirrors one TFLM / gemmlowp function (named in its comment) as TFLM builds it
+ * by default: TFLITE_SINGLE_ROUNDING is not defined, so MultiplyByQuantizedMultiplier is the
+ * "double rounding" gemmlowp form (SaturatingRoundingDoublingHighMul then RoundingDivideByPOT).
+ *
+ * C99, no allocation, no recursion. Where TFLM's C++ leans on wrap-around or on arithmetic
+ * right shifts of negative values, this file spells them out with fully defined operations
+ * (uint32 arithmetic, mf_asr_i32) so the results equal what TFLM computes on gcc/clang while
+ * staying free of undefined and implementation-defined behaviour.
+ * codegen_c/qmath.py holds a Python mirror of every function here; keep the two in step.
+ */
+#ifndef MCUFORGE_RT_H
+#define MCUFORGE_RT_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+/* IEEE 754 constants for generated code (Annex F arithmetic, no <math.h> needed). */
+#define MF_INF (1.0f / 0.0f)
+#define MF_NAN (0.0f / 0.0f)
+
+/* ---- plumbing: defined wrap-around and shifts ------------------------------------------ */
+
+/* uint32 -> int32 modulo 2^32 (what a C++ static_cast does on every TFLM target). */
+static inline int32_t mf_u2s_i32(uint32_t u) {
+    return u <= (uint32_t)INT32_MAX ? (int32_t)u : (int32_t)(u - 2147483648u) + INT32_MIN;
+}
+
+static inline int32_t mf_wrap_add_i32(int32_t a, int32_t b) {
+    return mf_u2s_i32((uint32_t)a + (uint32_t)b);
+}
+
+static inline int32_t mf_wrap_sub_i32(int32_t a, int32_t b) {
+    return mf_u2s_i32((uint32_t)a - (uint32_t)b);
+}
+
+static inline int32_t mf_wrap_mul_i32(int32_t a, int32_t b) {
+    return mf_u2s_i32((uint32_t)a * (uint32_t)b);
+}
+
+/* x * 2^s modulo 2^32, 0 <= s <= 31: TFLM's `x * (1 << s)`. */
+static inline int32_t mf_wrap_shl_i32(int32_t x, int32_t s) {
+    return mf_u2s_i32((uint32_t)x << s);
+}
+
+/* Arithmetic (sign-filling) right shift, 0 <= s <= 31: C++ `x >> s` on TFLM targets. */
+static inline int32_t mf_asr_i32(int32_t x, int32_t s) {
+    return x >= 0 ? (x >> s) : ~(~x >> s);
+}
+
+/* int32 -> int16 modulo 2^16 (C++ static_cast<int16_t>). */
+static inline int16_t mf_wrap_i16(int32_t x) {
+    uint32_t u = (uint32_t)x & 0xFFFFu;
+    return u <= 0x7FFFu ? (int16_t)u : (int16_t)((int32_t)u - 65536);
+}
+
+/* ---- min / max / clamp -------------------------------------------------------------------- */
+
+static inline int32_t mf_max_i32(int32_t a, int32_t b) { return a > b ? a : b; }
+static inline int32_t mf_min_i32(int32_t a, int32_t b) { return a < b ? a : b; }
+static inline int64_t mf_max_i64(int64_t a, int64_t b) { return a > b ? a : b; }
+static inline int64_t mf_min_i64(int64_t a, int64_t b) { return a < b ? a : b; }
+
+/* Float max/min for generated code: a NaN first operand yields b (as fmaxf/fminf would). */
+static inline float mf_max_f32(float a, float b) { return a != a ? b : (b > a ? b : a); }
+static inline float mf_min_f32(float a, float b) { return a != a ? b : (b < a ? b : a); }
+
+/* ActivationFunctionWithMinMax / std::min(std::max(x, lo), hi). */
+static inline int32_t mf_clamp(int32_t x, int32_t lo, int32_t hi) {
+    return mf_min_i32(mf_max_i32(x, lo), hi);
+}
+
+/* reference_integer_ops::AveragePool's rounding division, count > 0. int64 keeps the
+ * `sum +/- count/2` step from overflowing; for every int8 pooling sum it equals int32. */
+static inline int32_t mf_div_round_i32(int32_t sum, int32_t count) {
+    int64_t s = sum, c = count;
+    return (int32_t)(s > 0 ? (s + c / 2) / c : (s - c / 2) / c);
+}
+
+/* ---- gemmlowp fixed-point primitives ------------------------------------------------------ */
+
+/* gemmlowp::SaturatingRoundingDoublingHighMul<int32_t>: round(a*b / 2^31), saturating. */
+static inline int32_t mf_srdhm(int32_t a, int32_t b) {
+    int64_t ab, nudge;
+    if (a == b && a == INT32_MIN) return INT32_MAX;
+    ab = (int64_t)a * (int64_t)b;
+    nudge = ab >= 0 ? (INT64_C(1) << 30) : 1 - (INT64_C(1) << 30);
+    return (int32_t)((ab + nudge) / (INT64_C(1) << 31)); /* C division truncates, as C++ */
+}
+
+/* gemmlowp::RoundingDivideByPOT<int32_t>: x / 2^exponent rounded half away from zero,
+ * 0 <= exponent <= 31. */
+static inline int32_t mf_rdbpot(int32_t x, int32_t exponent) {
+    int32_t mask = (int32_t)((INT64_C(1) << exponent) - 1);
+    int32_t remainder = x & mask;
+    int32_t threshold = (mask >> 1) + (x < 0 ? 1 : 0);
+    return mf_asr_i32(x, exponent) + (remainder > threshold ? 1 : 0);
+}
+
+/* gemmlowp::SaturatingRoundingMultiplyByPOT<exponent> (and TFLM's ...POTParam):
+ * x * 2^exponent, saturating for exponent > 0, rounding for exponent < 0 (-31..31). */
+static inline int32_t mf_srmbpot(int32_t x, int32_t exponent) {
+    int32_t threshold;
+    if (exponent == 0) return x;
+    if (exponent < 0) return mf_rdbpot(x, -exponent);
+    threshold = (int32_t)((INT64_C(1) << (31 - exponent)) - 1);
+    if (x > threshold) return INT32_MAX;
+    if (x < -threshold) return INT32_MIN;
+    return mf_wrap_shl_i32(x, exponent);
+}
+
+/* gemmlowp::RoundingHalfSum<int32_t>: (a + b) / 2 rounded half away from zero. */
+static inline int32_t mf_rounding_half_sum(int32_t a, int32_t b) {
+    int64_t sum = (int64_t)a + (int64_t)b;
+    return (int32_t)((sum + (sum >= 0 ? 1 : -1)) / 2);
+}
+
+/* ---- MultiplyByQuantizedMultiplier family (tensorflow/lite/kernels/internal/common.*) ---- */
+
+/* tflite::MultiplyByQuantizedMultiplier(int32_t, int32_t, int), double-rounding build:
+ * shift > 0 shifts left before the multiply (wrapping, like TFLM), shift < 0 rounds right. */
+static inline int32_t mf_mbqm(int32_t x, int32_t mult, int32_t shift) {
+    int32_t left = shift > 0 ? shift : 0;
+    int32_t right = shift > 0 ? 0 : -shift;
+    return mf_rdbpot(mf_srdhm(mf_wrap_shl_i32(x, left), mult), right);
+}
+
+/* tflite::MultiplyByQuantizedMultiplierSmallerThanOneExp (shift <= 0). */
+static inline int32_t mf_mbqm_lt1(int32_t x, int32_t mult, int32_t shift) {
+    return mf_rdbpot(mf_srdhm(x, mult), -shift);
+}
+
+/* tflite::MultiplyByQuantizedMultiplierGreaterThanOne (shift >= 0). */
+static inline int32_t mf_mbqm_gt1(int32_t x, int32_t mult, int32_t shift) {
+    return mf_srdhm(mf_wrap_shl_i32(x, shift), mult);
+}
+
+/* ---- gemmlowp fixed-point math (raw int32 values; `ib` = the format's integer bits) ------- */
+
+/* gemmlowp::exp_on_interval_between_negative_one_quarter_and_0_excl (Q0.31 in and out). */
+static inline int32_t mf_exp_on_interval_between_negative_one_quarter_and_0_excl(int32_t a) {
+    const int32_t constant_term = 1895147668;    /* exp(-1/8) */
+    const int32_t constant_1_over_3 = 715827883; /* 1/3 */
+    int32_t x = mf_wrap_add_i32(a, INT32_C(1) << 28); /* a + 1/8 */
+    int32_t x2 = mf_srdhm(x, x);
+    int32_t x3 = mf_srdhm(x2, x);
+    int32_t x4 = mf_srdhm(x2, x2);
+    int32_t x4_over_4 = mf_rdbpot(x4, 2);
+    int32_t poly = mf_rdbpot(
+        mf_wrap_add_i32(mf_srdhm(mf_wrap_add_i32(x4_over_4, x3), constant_1_over_3), x2), 1);
+    return mf_wrap_add_i32(constant_term, mf_srdhm(constant_term, mf_wrap_add_i32(x, poly)));
+}
+
+/* gemmlowp::exp_on_negative_values<int32_t, ib>: a in Q(ib).(31-ib), a <= 0; result Q0.31.
+ * Valid for 0 <= ib <= 29 (TFLM uses ib = 4 and 5). */
+static inline int32_t mf_exp_on_negative_values(int32_t a, int32_t ib) {
+    /* exp(-2^k) in Q0.31 for k = -2..4, applied per set bit of the remainder */
+    static const int32_t barrel[7] = {1672461947, 1302514674, 790015084, 290630308,
+                                      39332535,   720401,     242};
+    const int32_t frac_bits = 31 - ib;
+    const int32_t one_quarter = INT32_C(1) << (frac_bits - 2);
+    int32_t a_mod_quarter_minus_one_quarter = (a & (one_quarter - 1)) - one_quarter;
+    int32_t result = mf_exp_on_interval_between_negative_one_quarter_and_0_excl(
+        mf_srmbpot(a_mod_quarter_minus_one_quarter, ib));
+    int32_t remainder = mf_wrap_sub_i32(a_mod_quarter_minus_one_quarter, a);
+    int32_t k;
+    for (k = -2; k <= 4; ++k) {
+        if (ib > k && ((uint32_t)remainder & ((uint32_t)1 << (frac_bits + k))) != 0) {
+            result = mf_srdhm(result, barrel[k + 2]);
+        }
+    }
+    if (ib > 5 && a < -(INT32_C(1) << (36 - ib))) result = 0; /* a < -32 */
+    if (a == 0) result = INT32_MAX;
+    return result;
+}
+
+/* gemmlowp::one_over_one_plus_x_for_x_in_0_1 (Q0.31 in and out): Newton-Raphson 1/(1+a). */
+static inline int32_t mf_one_over_one_plus_x_for_x_in_0_1(int32_t a) {
+    const int32_t f2_one = INT32_C(1) << 29;
+    int32_t half_denominator = mf_rounding_half_sum(a, INT32_MAX);
+    int32_t x = mf_wrap_add_i32(1515870810, mf_srdhm(half_denominator, -1010580540)); /* Q2 */
+    int i;
+    for (i = 0; i < 3; ++i) {
+        int32_t one_minus_hdx = mf_wrap_sub_i32(f2_one, mf_srdhm(half_denominator, x));
+        x = mf_wrap_add_i32(x, mf_srmbpot(mf_srdhm(x, one_minus_hdx), 2));
+    }
+    return mf_srmbpot(x, 1); /* x/2 in Q1 rescaled to Q0 */
+}
+
+/* gemmlowp::one_minus_x_over_one_plus_x_for_x_in_0_1 (Q0.31 in and out). */
+static inline int32_t mf_one_minus_x_over_one_plus_x_for_x_in_0_1(int32_t a) {
+    const int32_t f2_one = INT32_C(1) << 29;
+    int32_t half_denominator = mf_rounding_half_sum(a, INT32_MAX);
+    int32_t x = mf_wrap_add_i32(1515870810, mf_srdhm(half_denominator, -1010580540));
+    int i;
+    for (i = 0; i < 3; ++i) {
+        int32_t one_minus_hdx = mf_wrap_sub_i32(f2_one, mf_srdhm(half_denominator, x));
+        x = mf_wrap_add_i32(x, mf_srmbpot(mf_srdhm(x, one_minus_hdx), 2));
+    }
+    return mf_srmbpot(mf_wrap_sub_i32(x, f2_one), 2);
+}
+
+/* gemmlowp::logistic<int32_t, ib>: a in Q(ib).(31-ib), result Q0.31. */
+static inline int32_t mf_logistic_q(int32_t a, int32_t ib) {
+    int32_t abs_a, pos;
+    if (a == 0) return INT32_C(1) << 30; /* 0.5 */
+    abs_a = a > 0 ? a : mf_wrap_sub_i32(0, a);
+    pos = mf_one_over_one_plus_x_for_x_in_0_1(
+        mf_exp_on_negative_values(mf_wrap_sub_i32(0, abs_a), ib));
+    return a > 0 ? pos : mf_wrap_sub_i32(INT32_MAX, pos);
+}
+
+/* gemmlowp::tanh<int32_t, ib>: a in Q(ib).(31-ib), result Q0.31. */
+static inline int32_t mf_tanh_q(int32_t a, int32_t ib) {
+    int32_t n, t;
+    if (a == 0) return 0;
+    n = a < 0 ? a : mf_wrap_sub_i32(0, a);
+    /* neg_tanh_on_negative_values: ExactMulByPot<1> keeps the raw value, adds an integer bit */
+    t = mf_one_minus_x_over_one_plus_x_for_x_in_0_1(mf_exp_on_negative_values(n, ib + 1));
+    return a < 0 ? mf_wrap_sub_i32(0, t) : t;
+}
+
+/* tflite::CountLeadingZeros<uint32_t> (32 for 0). */
+static inline int32_t mf_clz_u32(uint32_t x) {
+    int32_t n = 0;
+    if (x == 0) return 32;
+    while ((x & 0x80000000u) == 0) {
+        x <<= 1;
+        ++n;
+    }
+    return n;
+}
+
+/* tflite::GetReciprocal: 1/x for x in Q(x_integer_digits); returns Q0.31 of
+ * 1/(x * 2^-num_bits_over_unit), i.e. the result is scaled by 2^-num_bits_over_unit. */
+static inline int32_t mf_get_reciprocal(int32_t x, int32_t x_integer_digits,
+                                        int32_t *num_bits_over_unit) {
+    int32_t headroom_plus_one = mf_clz_u32((uint32_t)x);
+    uint32_t shifted = headroom_plus_one >= 32 ? 0u : (uint32_t)x << headroom_plus_one;
+    *num_bits_over_unit = x_integer_digits - headroom_plus_one;
+    return mf_one_over_one_plus_x_for_x_in_0_1(mf_u2s_i32(shifted - 0x80000000u));
+}
+
+/* ---- int8 element-wise kernels ------------------------------------------------------------ */
+
+/* reference_integer_ops::Logistic (int8 in, int8 out; output zero point fixed at -128). */
+static inline int8_t mf_logistic_s8(int8_t x, int32_t input_zero_point, int32_t input_range_radius,
+                                    int32_t input_multiplier, int32_t input_left_shift) {
+    int32_t input = (int32_t)x - input_zero_point;
+    int32_t q4, out;
+    if (input <= -input_range_radius) return INT8_MIN;
+    if (input >= input_range_radius) return INT8_MAX;
+    q4 = mf_mbqm(input, input_multiplier, input_left_shift);
+    out = mf_rdbpot(mf_logistic_q(q4, 4), 31 - 8);
+    return (int8_t)mf_clamp(out - 128, INT8_MIN, INT8_MAX);
+}
+
+/* reference_integer_ops::Tanh (int8 in, int8 out). TFLM adds no output zero point: the
+ * output is taken to be scale 1/128, zero point 0 whatever the tensor says. */
+static inline int8_t mf_tanh_s8(int8_t x, int32_t input_zero_point, int32_t input_range_radius,
+                                int32_t input_multiplier, int32_t input_shift) {
+    int32_t input = (int32_t)x - input_zero_point;
+    int32_t q4, out;
+    if (input <= -input_range_radius) return INT8_MIN;
+    if (input >= input_range_radius) return INT8_MAX;
+    q4 = mf_mbqm(input, input_multiplier, input_shift);
+    out = mf_rdbpot(mf_tanh_q(q4, 4), 31 - 7);
+    return (int8_t)mf_clamp(out, INT8_MIN, INT8_MAX);
+}
+
+/* gemmlowp::SaturatingRoundingDoublingHighMul<int16_t>. */
+static inline int16_t mf_srdhm_i16(int16_t a, int16_t b) {
+    int32_t ab;
+    if (a == b && a == INT16_MIN) return INT16_MAX;
+    ab = (int32_t)a * (int32_t)b;
+    return (int16_t)((ab + (ab >= 0 ? (1 << 14) : 1 - (1 << 14))) / (1 << 15));
+}
+
+/* reference_ops::SaturatingDoublingHighMul (int16, truncating: SQDMULH). */
+static inline int16_t mf_sdhm_i16(int16_t a, int16_t b) {
+    if (a == b && a == INT16_MIN) return INT16_MAX;
+    return (int16_t)(((int32_t)a * (int32_t)b) / (1 << 15));
+}
+
+/* reference_ops::SaturatingLeftShift (int16), amount >= 0. */
+static inline int16_t mf_sat_shl_i16(int16_t value, int32_t amount) {
+    int64_t r;
+    if (value == 0) return 0;
+    if (amount > 31) return value > 0 ? INT16_MAX : INT16_MIN;
+    r = (int64_t)value * (INT64_C(1) << amount);
+    return (int16_t)(r > INT16_MAX ? INT16_MAX : (r < INT16_MIN ? INT16_MIN : r));
+}
+
+/* gemmlowp::RoundingDivideByPOT<int16_t>, 0 <= exponent <= 31, int16 wrap-around included. */
+static inline int16_t mf_rdbpot_i16(int16_t x, int32_t exponent) {
+    int16_t mask = mf_wrap_i16((int32_t)((INT64_C(1) << exponent) - 1));
+    int16_t remainder = (int16_t)(x & mask);
+    int16_t threshold = mf_wrap_i16(mf_asr_i32(mask, 1) + (x < 0 ? 1 : 0));
+    return mf_wrap_i16(mf_asr_i32(x, exponent) + (remainder > threshold ? 1 : 0));
+}
+
+/* reference_ops::HardSwish<int8_t> for one element (16-bit fixed-point pipeline). */
+static inline int8_t mf_hard_swish_s8(int8_t x, int32_t input_zero_point,
+                                      int32_t output_zero_point,
+                                      int16_t reluish_multiplier_fixedpoint_int16,
+                                      int32_t reluish_multiplier_exponent,
+                                      int16_t output_multiplier_fixedpoint_int16,
+                                      int32_t output_multiplier_exponent) {
+    int16_t input_value = mf_wrap_i16((int32_t)x - input_zero_point);
+    int16_t hires = mf_wrap_i16((int32_t)input_value * 128);
+    int16_t preshift_output = mf_srdhm_i16(hires, output_multiplier_fixedpoint_int16);
+    int16_t reluish = hires;
+    int16_t out;
+    if (reluish_multiplier_exponent > 0) {
+        reluish = mf_sat_shl_i16(reluish, reluish_multiplier_exponent - 1);
+    }
+    reluish = mf_srdhm_i16(reluish, reluish_multiplier_fixedpoint_int16);
+    if (reluish_multiplier_exponent > 0) reluish = mf_sat_shl_i16(reluish, 1);
+    if (reluish_multiplier_exponent < 0) {
+        reluish = mf_rdbpot_i16(reluish, -reluish_multiplier_exponent);
+    }
+    reluish = (int16_t)(((int32_t)reluish + 32768) >> 1); /* [-1, 1] -> [0, 1] */
+    out = mf_rdbpot_i16(mf_sdhm_i16(reluish, preshift_output), -output_multiplier_exponent);
+    out = mf_wrap_i16((int32_t)out + output_zero_point);
+    return (int8_t)mf_clamp(out, INT8_MIN, INT8_MAX);
+}
+
+/* reference_ops::QuantizeLeakyRelu<int8_t> for one element. output_multiplier_alpha carries
+ * alpha's sign (QuantizeMultiplier of a negative real gives a negative multiplier). */
+static inline int8_t mf_leaky_relu_s8(int8_t x, int32_t input_offset, int32_t output_offset,
+                                      int32_t output_multiplier_identity,
+                                      int32_t output_shift_identity,
+                                      int32_t output_multiplier_alpha,
+                                      int32_t output_shift_alpha) {
+    int32_t input_value = (int32_t)x - input_offset;
+    int32_t out = output_offset;
+    if (input_value >= 0) {
+        out = mf_wrap_add_i32(out, mf_mbqm(input_value, output_multiplier_identity,
+                                           output_shift_identity));
+    } else {
+        int32_t negative = output_multiplier_alpha < 0;
+        int32_t m = negative ? mf_wrap_sub_i32(0, output_multiplier_alpha)
+                             : output_multiplier_alpha;
+        int32_t scaled = mf_mbqm(input_value, m, output_shift_alpha);
+        out = mf_wrap_add_i32(out, negative ? mf_wrap_sub_i32(0, scaled) : scaled);
+    }
+    return (int8_t)mf_clamp(out, INT8_MIN, INT8_MAX);
+}
+
+/* tflite::ReluQuantized<int8_t> for one element (TFLM's RELU requantizes). */
+static inline int8_t mf_relu_s8(int8_t x, int32_t input_offset, int32_t output_offset,
+                                int32_t output_multiplier, int32_t output_shift,
+                                int32_t act_min, int32_t act_max) {
+    int32_t v = mf_wrap_add_i32(
+        output_offset, mf_mbqm((int32_t)x - input_offset, output_multiplier, output_shift));
+    return (int8_t)mf_clamp(v, act_min, act_max);
+}
+
+/* tflite::Relu6Quantized<int8_t>: TFLM's RELU6 does not requantize, it clamps the input to
+ * [quantized 0, quantized 6] of the input's own quantization. */
+static inline int8_t mf_relu6_s8(int8_t x, int8_t lower, int8_t upper) {
+    return x > upper ? upper : (x < lower ? lower : x);
+}
+
+/* reference_ops::Requantize<int8_t, int8_t> for one element (int8 -> int8 QUANTIZE). */
+static inline int8_t mf_requantize_s8(int8_t x, int32_t input_zero_point,
+                                      int32_t output_zero_point, int32_t mult, int32_t shift) {
+    int32_t v = mf_wrap_add_i32(mf_mbqm((int32_t)x - input_zero_point, mult, shift),
+                                output_zero_point);
+    return (int8_t)mf_clamp(v, INT8_MIN, INT8_MAX);
+}
+
+/* reference_integer_ops::AddFunc (int8). */
+static inline int8_t mf_add_s8(int8_t x, int8_t y, int32_t input1_offset, int32_t input2_offset,
+                               int32_t left_shift, int32_t input1_multiplier,
+                               int32_t input1_shift, int32_t input2_multiplier,
+                               int32_t input2_shift, int32_t output_multiplier,
+                               int32_t output_shift, int32_t output_offset, int32_t act_min,
+                               int32_t act_max) {
+    int32_t a = mf_wrap_shl_i32(mf_wrap_add_i32(input1_offset, x), left_shift);
+    int32_t b = mf_wrap_shl_i32(mf_wrap_add_i32(input2_offset, y), left_shift);
+    int32_t sum = mf_wrap_add_i32(mf_mbqm_lt1(a, input1_multiplier, input1_shift),
+                                  mf_mbqm_lt1(b, input2_multiplier, input2_shift));
+    int32_t out = mf_wrap_add_i32(mf_mbqm_lt1(sum, output_multiplier, output_shift),
+                                  output_offset);
+    return (int8_t)mf_clamp(out, act_min, act_max);
+}
+
+/* reference_integer_ops::MulElementwise (int8), one element. */
+static inline int8_t mf_mul_s8(int8_t x, int8_t y, int32_t input1_offset, int32_t input2_offset,
+                               int32_t output_multiplier, int32_t output_shift,
+                               int32_t output_offset, int32_t act_min, int32_t act_max) {
+    int32_t prod = mf_wrap_mul_i32(mf_wrap_add_i32(input1_offset, x),
+                                   mf_wrap_add_i32(input2_offset, y));
+    int32_t out = mf_wrap_add_i32(output_offset,
+                                  mf_mbqm(prod, output_multiplier, output_shift));
+    return (int8_t)mf_clamp(out, act_min, act_max);
+}
+
+/* reference_ops::QuantizedMeanOrSum (int8 mean), final step for one output: `sum` is the
+ * int32 sum of `count` raw inputs; mult/shift already fold 1/count in (qparams.mean_params). */
+static inline int8_t mf_mean_s8(int32_t sum, int32_t input_zero_point, int32_t count,
+                                int32_t mult, int32_t shift, int32_t output_zero_point) {
+    int32_t shifted = mf_u2s_i32((uint32_t)((int64_t)sum - (int64_t)input_zero_point * count));
+    int32_t out = mf_wrap_add_i32(mf_mbqm(shifted, mult, shift), output_zero_point);
+    return (int8_t)mf_clamp(out, INT8_MIN, INT8_MAX);
+}
+
+/* ---- float <-> int8 ---------------------------------------------------------------------- */
+
+/* TfLiteRound on float = roundf: half away from zero. Adding 0.5 in double is exact for every
+ * float below 2^23, and floats from 2^23 up are already integers. */
+static inline float mf_roundf(float x) {
+    float a = x < 0 ? -x : x;
+    float r;
+    if (!(a < 8388608.0f)) return x; /* large, inf or nan */
+    r = (float)(int32_t)((double)a + 0.5);
+    return x < 0 ? -r : r;
+}
+
+/* reference_ops::AffineQuantize<float, int8_t>: round(x / scale) + zero_point, clamped.
+ * Float division as TFLM. Out-of-int32-range values saturate (and NaN gives zero_point),
+ * where the C++ float->int conversion would be undefined. */
+static inline int8_t mf_quantize_f32_s8(float x, float scale, int32_t zero_point) {
+    float r = mf_roundf(x / scale);
+    int32_t q = r != r ? 0 : (r < -1.0e6f ? -1000000 : (r > 1.0e6f ? 1000000 : (int32_t)r));
+    return (int8_t)mf_clamp(mf_wrap_add_i32(q, zero_point), INT8_MIN, INT8_MAX);
+}
+
+/* reference_ops::Dequantize<int8_t, float>: (float)((double)scale * (q - zero_point)).
+ * A float product is bit-identical: scale has 24 significant bits and q - zero_point at most
+ * 9, so both forms round the exact product to float exactly once. */
+static inline float mf_dequantize_s8_f32(int8_t q, float scale, int32_t zero_point) {
+    return scale * (float)((int32_t)q - zero_point);
+}
+
+/* ---- rows ------------------------------------------------------------------------------- */
+
+/* reference_ops::Softmax<int8_t, int8_t> for one row of n values (output zero point -128,
+ * scale 1/256). Fixed-point exp in Q5.26, sum in Q12.19, reciprocal via GetReciprocal. */
+static inline void mf_softmax_s8(const int8_t *in, int8_t *out, int32_t n,
+                                 int32_t input_beta_multiplier, int32_t input_beta_left_shift,
+                                 int32_t diff_min) {
+    int32_t max_in_row = INT8_MIN, sum_of_exps = 0, num_bits_over_unit, shifted_scale, exponent;
+    int32_t c;
+    for (c = 0; c < n; ++c) max_in_row = mf_max_i32(max_in_row, in[c]);
+    for (c = 0; c < n; ++c) {
+        int32_t diff = (int32_t)in[c] - max_in_row;
+        if (diff >= diff_min) {
+            int32_t scaled = mf_mbqm_gt1(diff, input_beta_multiplier, input_beta_left_shift);
+            sum_of_exps = mf_wrap_add_i32(
+                sum_of_exps, mf_rdbpot(mf_exp_on_negative_values(scaled, 5), 12));
+        }
+    }
+    shifted_scale = mf_get_reciprocal(sum_of_exps, 12, &num_bits_over_unit);
+    /* TFLM aborts (TFLITE_CHECK) outside [0, 31]: only for rows of 512+ values at the max */
+    exponent = mf_clamp(num_bits_over_unit + 31 - 8, 0, 31);
+    for (c = 0; c < n; ++c) {
+        int32_t diff = (int32_t)in[c] - max_in_row;
+        if (diff >= diff_min) {
+            int32_t scaled = mf_mbqm_gt1(diff, input_beta_multiplier, input_beta_left_shift);
+            int32_t e = mf_exp_on_negative_values(scaled, 5);
+            int32_t unsat = mf_rdbpot(mf_srdhm(shifted_scale, e), exponent);
+            out[c] = (int8_t)mf_clamp(unsat - 128, INT8_MIN, INT8_MAX);
+        } else {
+            out[c] = INT8_MIN;
+        }
+    }
+}
+
+#endif /* MCUFORGE_RT_H */
