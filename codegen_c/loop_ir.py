@@ -221,16 +221,20 @@ def binop(op: str, a, b) -> Expr:
     dtype = "int32" if op in COMPARE_OPS else result_dtype(a, b)
     if isinstance(a, Const) and isinstance(b, Const) and dtype == "int32" and op in "+-*":
         return Const(_FOLD[op](a.value, b.value), "int32")
+    # x - (-c) -> x + c and x + (-c) -> x - c: reads as the arithmetic it is
+    if op in ("+", "-") and isinstance(b, Const) and dtype == "int32" and -2**31 < b.value < 0:
+        return binop("-" if op == "+" else "+", a, -b.value)
     if op == "+" and _is(b, 0) or op == "-" and _is(b, 0) or op == "*" and _is(b, 1):
         return a
     if op == "+" and _is(a, 0) or op == "*" and _is(a, 1):
         return b
     if op == "*" and (_is(a, 0) or _is(b, 0)) and dtype == "int32":
         return Const(0, "int32")
-    # (x + c1) + c2 -> x + (c1 + c2): keeps unrolled index expressions readable
-    if op == "+" and isinstance(b, Const) and isinstance(a, Bin) and a.op == "+" \
+    # (x +- c1) +- c2 -> x + (+-c1 +- c2): keeps unrolled index expressions readable
+    if op in ("+", "-") and isinstance(b, Const) and isinstance(a, Bin) and a.op in ("+", "-") \
             and isinstance(a.b, Const) and dtype == "int32":
-        return binop("+", a.a, a.b.value + b.value)
+        total = (a.b.value if a.op == "+" else -a.b.value) + (b.value if op == "+" else -b.value)
+        return binop("+", a.a, total)
     return Bin(op, a, b, dtype)
 
 

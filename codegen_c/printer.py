@@ -42,11 +42,29 @@ def c_int(v: int, dtype: str = "int32") -> str:
     return str(v)
 
 
+def _index_only(e, loop_vars) -> bool:
+    """An expression of loop variables and constants: small, so it can never overflow."""
+    if isinstance(e, ir.Const):
+        return abs(e.value) < 2**20
+    if isinstance(e, ir.Var):
+        return e.name in loop_vars
+    return isinstance(e, ir.Bin) and e.op in ("+", "-", "*") \
+        and _index_only(e.a, loop_vars) and _index_only(e.b, loop_vars)
+
+
 class Printer:
     """Prints one kernel; `names` maps buffer names to C identifiers (for file-scope consts)."""
 
     def __init__(self, names: dict | None = None):
         self.names = names or {}
+        self.loop_vars = set()
+
+    def _regroups(self, e: ir.Bin) -> bool:
+        """Index arithmetic a + (b +- c) and a * (b * c) may drop the parentheses: the value is
+        the same in C because loop-variable arithmetic cannot overflow."""
+        b = e.b
+        return isinstance(b, ir.Bin) and _index_only(e, self.loop_vars) \
+            and ((e.op == "+" and b.op in ("+", "-")) or (e.op == "*" and b.op == "*"))
 
     def expr(self, e) -> tuple:
         """(text, precedence)"""
@@ -63,13 +81,16 @@ class Printer:
             name = self.names.get(e.buf, e.buf)
             return (name if off == "0" else f"&{name}[{off}]"), _UNARY
         if t is ir.Bin:
+            if e.op == "min" and isinstance(e.a, ir.Bin) and e.a.op == "max" and e.dtype == "int32":
+                return f"mf_clamp({self.text(e.a.a)}, {self.text(e.a.b)}, {self.text(e.b)})", _ATOM
             if e.op in ("max", "min"):
                 kind = "f32" if e.dtype == "float32" else ("i64" if e.dtype == "int64" else "i32")
                 return f"mf_{e.op}_{kind}({self.text(e.a)}, {self.text(e.b)})", _ATOM
             p = _PREC[e.op]
             # left-associative: a right operand of equal precedence needs parentheses
             a = self._wrap(e.a, p if e.op not in _STRICT else _ATOM - 1)
-            b = self._wrap(e.b, p + 1 if e.op not in _STRICT else _ATOM - 1)
+            b = self._wrap(e.b, _ATOM - 1 if e.op in _STRICT else
+                           p if self._regroups(e) else p + 1)
             return f"{a} {e.op} {b}", p
         if t is ir.Unary:
             return f"{e.op}{self._wrap(e.a, _UNARY)}", _UNARY
@@ -100,7 +121,9 @@ class Printer:
                 end = s.start + s.extent * s.step
                 inc = f"++{s.var}" if s.step == 1 else f"{s.var} += {s.step}"
                 out.append(f"{pad}for (int32_t {s.var} = {s.start}; {s.var} < {end}; {inc}) {{")
+                self.loop_vars.add(s.var)
                 out += self.stmts(s.body, indent + 1)
+                self.loop_vars.discard(s.var)
                 out.append(pad + "}")
             elif t is ir.Store:
                 value = s.value

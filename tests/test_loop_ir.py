@@ -88,5 +88,10 @@ def test_printer_keeps_right_operand_grouping():
     from codegen_c.printer import Printer
     oy = ir.Var("oy")
     assert Printer().text(8 - (oy - 1)) == "8 - (oy - 1)"
-    assert Printer().text((oy - 1) - 8) == "oy - 1 - 8"
+    k = ir.Var("k")
+    assert Printer().text((oy - k) - 8) == "oy - k - 8"
+    assert Printer().text(oy - (k - 8)) == "oy - (k - 8)"
+    assert Printer().text(oy + (k - 8)) == "oy + (k - 8)"  # k may be a local: could overflow
+    loop = ir.Loop("k", 4, (ir.Store("y", oy + (k - 8), ir.Const(0)),))
+    assert "y[oy + k - 8]" in Printer().stmts((ir.Loop("oy", 2, (loop,)),), 0)[2]
     assert Printer().text(ir.binop("/", 12, ir.binop("*", oy, 2))) == "12 / (oy * 2)"
