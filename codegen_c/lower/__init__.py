@@ -93,10 +93,12 @@ def describe(ctx: OpContext, extra: str = "") -> str:
     return "\n".join(lines)
 
 
-def float_range(activation: str) -> tuple:
-    """(low, high) of a fused activation on float outputs; None where unbounded."""
-    return {"none": (None, None), "relu": (0.0, None), "relu6": (0.0, 6.0),
-            "relu_n1_to_1": (-1.0, 1.0)}[activation]
+def float_activation(v: ir.Expr, activation: str) -> ir.Expr:
+    """A fused activation applied to a float value: the clamp to its range."""
+    lo, hi = {"none": (None, None), "relu": (0.0, None), "relu6": (0.0, 6.0),
+              "relu_n1_to_1": (-1.0, 1.0)}[activation]
+    v = v if lo is None else ir.vmax(v, ir.Const(lo, "float32"))
+    return v if hi is None else ir.vmin(v, ir.Const(hi, "float32"))
 
 
 def lower_node(node: Node, graph: Graph, name: str) -> ir.Kernel | None:

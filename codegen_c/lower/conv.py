@@ -7,18 +7,8 @@ import numpy as np
 
 from .. import loop_ir as ir
 from .. import qparams as qp
-from . import OpContext, float_range, const, describe, lowers, per_channel
-
-
-def window_check(out_size, stride, pad, k, dil, in_size, o: ir.Expr, kk: ir.Expr):
-    """(index expr, condition or None): the input coordinate o*stride - pad + kk*dil and whether
-    it can fall outside [0, in_size) for some (o, kk) -- padding."""
-    idx = o * stride - pad + kk * dil
-    lo = -pad
-    hi = (out_size - 1) * stride - pad + (k - 1) * dil
-    if lo >= 0 and hi < in_size:
-        return idx, None
-    return idx, ir.binop("&&", idx.ge(0), idx.lt(in_size))
+from . import OpContext, const, describe, float_activation, lowers, per_channel
+from .window import Window
 
 
 def requant_and_store(ctx: OpContext, acc: ir.Expr, channel: ir.Expr, out_index: ir.Expr,
@@ -27,10 +17,7 @@ def requant_and_store(ctx: OpContext, acc: ir.Expr, channel: ir.Expr, out_index:
     x, w, bias, y = ctx.input(0), ctx.input(1), ctx.input(2), ctx.output()
     act = ctx.attrs.get("activation", "none")
     if y.dtype == "float32":
-        lo, hi = float_range(act)
-        v = acc if lo is None else ir.vmax(acc, ir.Const(lo, "float32"))
-        v = v if hi is None else ir.vmin(v, ir.Const(hi, "float32"))
-        return [ir.Store("y", out_index, v)]
+        return [ir.Store("y", out_index, float_activation(acc, act))]
     w_scales = np.asarray(w.quant.scale, dtype=np.float32)
     if ctx.node.op == "fully_connected":
         bias_scale = bias.quant.scale[0] if bias is not None and bias.quant else None
@@ -78,38 +65,26 @@ def conv2d(ctx: OpContext) -> ir.Kernel:
     N, H, W, C = x.shape
     O, KH, KW, CI = w.shape
     _, OH, OW, _ = y.shape
-    (sh, sw), (dh, dw) = ctx.attrs["stride"], ctx.attrs["dilation"]
-    pt, _, pl, _ = ctx.attrs["padding"]
-    groups = C // CI
+    if CI != C:
+        raise NotImplementedError("grouped convolution")
+    win = Window.of(ctx, (KH, KW))
     bufs = ctx.io_buffers() + [const("w", w.data, w.dtype, w.name)]
-    oc_per_group = O // groups
 
     def body(n, oy, ox, oc):
         acc0, acc_dtype = _acc_init(ctx, bias, oc, bufs)
-        iy, cy = window_check(OH, sh, pt, KH, dh, H, oy, ir.Var("ky"))
-        ix, cx = window_check(OW, sw, pl, KW, dw, W, ox, ir.Var("kx"))
-        ic0 = oc.div(oc_per_group) * CI if groups > 1 else 0
+        acc = ir.Var("acc", acc_dtype)
 
-        def inner(ic):
-            xi = ir.flat_index([n, iy, ix, ic0 + ic], [N, H, W, C])
-            wi = ir.flat_index([oc, ir.Var("ky"), ir.Var("kx"), ic], [O, KH, KW, CI])
-            return [ir.Assign("acc", ir.Var("acc", acc_dtype) + _x_term(ctx, xi) * _w_term(w, wi))]
-
-        chan = ir.loops([("ic", CI)], inner)
-        kx_body = (ir.If(cx, chan),) if cx is not None else chan
-        kx_loop = ir.loops([("kx", KW)], lambda kx: kx_body)
-        ky_body = (ir.If(cy, kx_loop),) if cy is not None else kx_loop
-        stmts = [ir.Decl("acc", acc_dtype, acc0)] + list(ir.loops([("ky", KH)], lambda ky: ky_body))
+        def tap(iy, ix, ky, kx):
+            return ir.loops([("ic", C)], lambda ic: [ir.Assign("acc", acc + _x_term(
+                ctx, ir.flat_index([n, iy, ix, ic], [N, H, W, C])) * _w_term(
+                w, ir.flat_index([oc, ky, kx, ic], [O, KH, KW, C])))])
         out = ir.flat_index([n, oy, ox, oc], [N, OH, OW, O])
-        return stmts + requant_and_store(ctx, ir.Var("acc", acc_dtype), oc, out, bufs, O)
+        return [ir.Decl("acc", acc_dtype, acc0), *win.taps(oy, ox, tap),
+                *requant_and_store(ctx, acc, oc, out, bufs, O)]
 
     loop = ir.loops([("n", N), ("oy", OH), ("ox", OW), ("oc", O)], body)
-    # a loop of extent 1 has no variable: substitute the constant where the IR names it
-    loop = _bind_unit_loops(loop, {"ky": KH, "kx": KW, "ic": CI})
-    macs = N * OH * OW * O * KH * KW * CI
-    extra = f"stride {sh}x{sw}, dilation {dh}x{dw}, padding {ctx.attrs['padding']}, " \
-            f"activation {ctx.attrs['activation']}, {macs} MACs"
-    return ir.Kernel(ctx.name, tuple(_dedup(bufs)), loop, describe(ctx, extra), macs)
+    macs = N * OH * OW * O * KH * KW * C
+    return ir.Kernel(ctx.name, tuple(_dedup(bufs)), loop, _doc(ctx, win, macs), macs)
 
 
 @lowers("depthwise_conv2d")
@@ -118,37 +93,38 @@ def depthwise_conv2d(ctx: OpContext) -> ir.Kernel:
     N, H, W, C = x.shape
     _, KH, KW, O = w.shape
     _, OH, OW, _ = y.shape
-    M = ctx.attrs["depth_multiplier"] or O // C
-    (sh, sw), (dh, dw) = ctx.attrs["stride"], ctx.attrs["dilation"]
-    pt, _, pl, _ = ctx.attrs["padding"]
+    M = O // C
+    win = Window.of(ctx, (KH, KW))
     bufs = ctx.io_buffers() + [const("w", w.data, w.dtype, w.name)]
 
     def body(n, oy, ox, ic, m):
         oc = ic * M + m
         acc0, acc_dtype = _acc_init(ctx, bias, oc, bufs)
-        iy, cy = window_check(OH, sh, pt, KH, dh, H, oy, ir.Var("ky"))
-        ix, cx = window_check(OW, sw, pl, KW, dw, W, ox, ir.Var("kx"))
-        xi = ir.flat_index([n, iy, ix, ic], [N, H, W, C])
-        wi = ir.flat_index([ir.Var("ky"), ir.Var("kx"), oc], [KH, KW, O])
-        mac = (ir.Assign("acc", ir.Var("acc", acc_dtype) + _x_term(ctx, xi) * _w_term(w, wi)),)
-        kx_body = (ir.If(cx, mac),) if cx is not None else mac
-        kx_loop = ir.loops([("kx", KW)], lambda kx: kx_body)
-        ky_body = (ir.If(cy, kx_loop),) if cy is not None else kx_loop
-        stmts = [ir.Decl("acc", acc_dtype, acc0)] + list(ir.loops([("ky", KH)], lambda ky: ky_body))
+        acc = ir.Var("acc", acc_dtype)
+
+        def tap(iy, ix, ky, kx):
+            return [ir.Assign("acc", acc + _x_term(ctx, ir.flat_index([n, iy, ix, ic], [N, H, W, C]))
+                              * _w_term(w, ir.flat_index([ky, kx, oc], [KH, KW, O])))]
         out = ir.flat_index([n, oy, ox, oc], [N, OH, OW, O])
-        return stmts + requant_and_store(ctx, ir.Var("acc", acc_dtype), oc, out, bufs, O)
+        return [ir.Decl("acc", acc_dtype, acc0), *win.taps(oy, ox, tap),
+                *requant_and_store(ctx, acc, oc, out, bufs, O)]
 
     loop = ir.loops([("n", N), ("oy", OH), ("ox", OW), ("ic", C), ("m", M)], body)
-    loop = _bind_unit_loops(loop, {"ky": KH, "kx": KW})
     macs = N * OH * OW * O * KH * KW
-    extra = f"stride {sh}x{sw}, dilation {dh}x{dw}, padding {ctx.attrs['padding']}, " \
-            f"depth multiplier {M}, activation {ctx.attrs['activation']}, {macs} MACs"
-    return ir.Kernel(ctx.name, tuple(_dedup(bufs)), loop, describe(ctx, extra), macs)
+    return ir.Kernel(ctx.name, tuple(_dedup(bufs)), loop,
+                     _doc(ctx, win, macs, f"depth multiplier {M}, "), macs)
+
+
+def _doc(ctx: OpContext, win: Window, macs: int, more: str = "") -> str:
+    (sh, sw), (dh, dw) = win.stride, win.dilation
+    return describe(ctx, f"stride {sh}x{sw}, dilation {dh}x{dw}, padding "
+                         f"{ctx.attrs['padding']}, {more}activation {ctx.attrs['activation']}, "
+                         f"{macs} MACs")
 
 
 @lowers("fully_connected")
 def fully_connected(ctx: OpContext) -> ir.Kernel:
-    x, w, bias, y = ctx.input(0), ctx.input(1), ctx.input(2), ctx.output()
+    x, w, bias = ctx.input(0), ctx.input(1), ctx.input(2)
     O, I = w.shape
     B = x.size // I
     bufs = ctx.io_buffers() + [const("w", w.data, w.dtype, w.name)]
@@ -173,9 +149,3 @@ def _dedup(bufs: list) -> list:
             seen.add(b.name)
             out.append(b)
     return out
-
-
-def _bind_unit_loops(body, extents: dict):
-    """Variables of loops that `ir.loops` elided (extent 1) are 0: substitute them."""
-    unit = {v for v, n in extents.items() if n == 1}
-    return ir.substitute(body, {v: ir.Const(0) for v in unit}) if unit else body

@@ -7,7 +7,7 @@ import numpy as np
 
 from .. import loop_ir as ir
 from .. import qparams as qp
-from . import OpContext, float_range, const, describe, lowers
+from . import OpContext, const, describe, float_activation, lowers
 
 
 def operand_names(ctx: OpContext) -> tuple:
@@ -60,17 +60,11 @@ def _q(t):
     return float(t.quant.scale[0]), int(t.quant.zero_point[0])
 
 
-def _float_activation(v: ir.Expr, act: str) -> ir.Expr:
-    lo, hi = float_range(act)
-    v = v if lo is None else ir.vmax(v, ir.Const(lo, "float32"))
-    return v if hi is None else ir.vmin(v, ir.Const(hi, "float32"))
-
-
 def _binary(ctx: OpContext, fn: str, params_fn, float_op: str) -> ir.Kernel:
     a, b, y = ctx.input(0), ctx.input(1), ctx.output()
     act = ctx.attrs["activation"]
     if y.dtype == "float32":
-        return _elementwise(ctx, lambda p, q: _float_activation(ir.binop(float_op, p, q), act),
+        return _elementwise(ctx, lambda p, q: float_activation(ir.binop(float_op, p, q), act),
                             f"activation {act}")
     if y.dtype != "int8":
         raise NotImplementedError(f"{ctx.node.op} {y.dtype}")
@@ -107,7 +101,7 @@ def relu(ctx: OpContext) -> ir.Kernel:
 def relu6(ctx: OpContext) -> ir.Kernel:
     x, y = ctx.input(0), ctx.output()
     if y.dtype == "float32":
-        return _elementwise(ctx, lambda p: _float_activation(p, "relu6"))
+        return _elementwise(ctx, lambda p: float_activation(p, "relu6"))
     return _unary_int8(ctx, "mf_relu6_s8", qp.relu6_params(*_q(x)))
 
 
