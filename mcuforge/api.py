@@ -49,6 +49,15 @@ def generate_project(graph: Graph, name: str, board: str = "host"):
     if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
         raise McuforgeError(f"--name '{name}' is not a C identifier")
     b = load_board(board)
+    # name.c, name.h and the executable `name` must not clash with the project's other files
+    # (main.c, mcuforge_rt.h, Makefile) or the Makefile's `clean` target, on case-insensitive
+    # file systems too
+    others = set(RUNTIME_FILES) | set(b.files)
+    taken = {f.lower() for f in others} | {Path(f).stem.lower() for f in others} | {"clean"}
+    if name.lower() in taken:
+        raise McuforgeError(f"--name '{name}' clashes with a file or target of the generated "
+                            f"project ({', '.join(sorted(others))}, make clean); "
+                            "choose another name")
     graph = optimize(graph)
     plan = plan_graph(graph)
     model = generate(graph, plan, name)
@@ -66,7 +75,7 @@ def compile(model, out_dir, board: str = "host", name: str | None = None) -> Com
 
     Everything is generated in memory first, so a failure leaves no partial directory."""
     graph = load(model)
-    name = name or default_name(model)
+    name = default_name(model) if name is None else name
     files, plan, gen, graph = generate_project(graph, name, board)
     out_dir = Path(out_dir)
     write_files(out_dir, files)
@@ -76,13 +85,26 @@ def compile(model, out_dir, board: str = "host", name: str | None = None) -> Com
 
 def write_files(out_dir: Path, files: dict) -> None:
     """Write through a temporary sibling directory, then move into place."""
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=".mcuforge-", dir=out_dir.parent))
+    if out_dir.exists() and not out_dir.is_dir():
+        raise McuforgeError(f"cannot write the C project to {out_dir}: it is a file, not a "
+                            "directory")
+    try:
+        out_dir.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=".mcuforge-", dir=out_dir.parent))
+    except FileExistsError as e:
+        raise McuforgeError(f"cannot write the C project to {out_dir}: {e.filename} is a "
+                            "file, not a directory") from None
+    except OSError as e:
+        raise McuforgeError(f"cannot write the C project to {out_dir}: "
+                            f"{e.strerror or e}") from None
     try:
         for fname, text in files.items():
             (tmp / fname).write_text(text)
         out_dir.mkdir(exist_ok=True)
         for fname in files:
             os.replace(tmp / fname, out_dir / fname)
+    except OSError as e:
+        raise McuforgeError(f"cannot write the C project to {out_dir}: "
+                            f"{e.strerror or e}") from None
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import zipfile
 from pathlib import Path
 
 import numpy as np
@@ -34,21 +35,38 @@ def _cmd_compile(a) -> int:
 
 def _load_npy(path: str):
     try:
+        with open(path, "rb") as f:
+            head = f.read(6)
+        if head != b"\x93NUMPY" and head[:4] != b"PK\x03\x04":
+            raise McuforgeError(f"cannot read inputs from {path}: not a .npy or .npz file")
         data = np.load(path, allow_pickle=False)
-    except (OSError, ValueError) as e:
-        raise McuforgeError(f"cannot read inputs from {path}: {e}") from e
-    if isinstance(data, np.lib.npyio.NpzFile):
-        return {k: data[k] for k in data.files}
+        if isinstance(data, np.lib.npyio.NpzFile):
+            with data:
+                data = {k: data[k] for k in data.files}
+    except (OSError, ValueError, zipfile.BadZipFile) as e:
+        why = e.strerror if isinstance(e, OSError) and e.strerror else e
+        raise McuforgeError(f"cannot read inputs from {path}: {why}") from None
+    for k, v in (data.items() if isinstance(data, dict) else [(None, data)]):
+        if not isinstance(v, np.ndarray):  # a .zip member that is no .npy
+            raise McuforgeError(f"cannot read inputs from {path}: '{k}' is not a .npy array")
+        if v.size == 0:
+            what = f"input '{k}' in {path}" if k is not None else f"the input in {path}"
+            raise McuforgeError(f"{what} is empty (shape {v.shape})")
     return data
 
 
 def _cmd_run(a) -> int:
+    from .api import load
     from .runner import run
+    load(a.model)  # a missing or broken model file is reported by its path
     outputs = run(a.model, _load_npy(a.input), board=a.board)
-    if isinstance(outputs, dict):
-        np.savez(a.output, **outputs)
-    else:
-        np.save(a.output, outputs)
+    try:
+        if isinstance(outputs, dict):
+            np.savez(a.output, **outputs)
+        else:
+            np.save(a.output, outputs)
+    except OSError as e:
+        raise McuforgeError(f"cannot write outputs to {a.output}: {e.strerror or e}") from None
     print(f"wrote {a.output}")
     return 0
 
@@ -91,36 +109,40 @@ def parser() -> argparse.ArgumentParser:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    c = sub.add_parser("compile", help="write a C project for a model")
+    def command(name, help):
+        """A subcommand whose own --help says what it does, too."""
+        return sub.add_parser(name, help=help, description=help[0].upper() + help[1:] + ".")
+
+    c = command("compile", "write a C project for a model")
     c.add_argument("model", help="the .tflite model")
     c.add_argument("-o", "--output", required=True, help="directory of the C project")
     c.add_argument("--board", default="host", help="target board (default: host)")
     c.add_argument("--name", help="C name prefix of the API (default: from the file name)")
     c.set_defaults(fn=_cmd_compile)
 
-    r = sub.add_parser("run", help="compile, build and run a model on inputs from a .npy/.npz")
-    r.add_argument("model")
+    r = command("run", "compile, build and run a model on inputs from a .npy/.npz")
+    r.add_argument("model", help="the .tflite model")
     r.add_argument("--input", required=True,
                    help=".npy with one input, or a batch along a new leading axis; "
                         ".npz keyed by input name for several inputs")
     r.add_argument("--output", required=True, help=".npy (.npz for several outputs)")
-    r.add_argument("--board", default="host")
+    r.add_argument("--board", default="host", help="target board (default: host)")
     r.set_defaults(fn=_cmd_run)
 
-    i = sub.add_parser("info", help="ops, tensors, MACs, weight bytes, planned arena")
-    i.add_argument("model")
-    i.add_argument("--json", action="store_true")
+    i = command("info", "show a model's ops, tensors, MACs, weight bytes and planned arena")
+    i.add_argument("model", help="the .tflite model")
+    i.add_argument("--json", action="store_true", help="print JSON")
     i.set_defaults(fn=_cmd_info)
 
-    b = sub.add_parser("bench", help="arena, RAM and latency of the generated code beside TFLM")
-    b.add_argument("models", nargs="+")
-    b.add_argument("--board", default="host")
+    b = command("bench", "measure arena, RAM and latency of the generated code beside TFLM")
+    b.add_argument("models", nargs="+", help="the .tflite models")
+    b.add_argument("--board", default="host", help="target board (default: host)")
     b.add_argument("--iterations", type=int, default=50, help="inferences per timing round")
     b.add_argument("--json", action="store_true", help="print a JSON list, one object per model")
     b.add_argument("--no-tflm", action="store_true", help="skip TFLM's figures")
     b.set_defaults(fn=_cmd_bench)
 
-    d = sub.add_parser("demo", help="build a small int8 model, compile, run, check against TFLM")
+    d = command("demo", "build a small int8 model, compile, run, check against TFLM")
     d.add_argument("-o", "--output", default="mcuforge-demo", help="where to write the C project")
     d.set_defaults(fn=_cmd_demo)
     return p

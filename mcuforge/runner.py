@@ -39,13 +39,13 @@ def build(project: Path, name: str, sanitize: bool = False) -> Path:
     return project / name
 
 
-def compiled_project(model, board: str = "host", sanitize: bool = False) -> tuple:
+def compiled_project(model, board: str = "host", sanitize: bool = False, graph=None) -> tuple:
     """(project dir, executable, graph), compiling and building only on a cache miss."""
     from .api import compile as compile_model, load
+    graph = graph or load(model)  # a missing or broken model fails here, naming the file
     data = Path(model).read_bytes() if not isinstance(model, bytes) else model
     key = hashlib.sha256(data + f"|{board}|{sanitize}|".encode() + _code_hash().encode())
     project = cache_root() / key.hexdigest()[:24]
-    graph = load(data)
     exe = project / "model"
     if not exe.is_file():
         compile_model(data, project, board=board, name="model")
@@ -72,11 +72,12 @@ def split_inputs(graph, inputs) -> tuple:
         t = graph.tensors[name]
         arr = np.asarray(arr)
         if arr.dtype != np.dtype(t.dtype):
-            raise McuforgeError(f"input '{name}' must be {t.dtype}, got {arr.dtype}")
+            raise McuforgeError(f"input '{name}' must be {t.dtype} of shape {tuple(t.shape)} "
+                                f"(or a batch of them), got {arr.dtype}")
         if tuple(arr.shape) == tuple(t.shape):
             b = False
             arr = arr[None]
-        elif tuple(arr.shape[1:]) == tuple(t.shape):
+        elif tuple(arr.shape[1:]) == tuple(t.shape) and len(arr) > 0:
             b = True
         else:
             raise McuforgeError(f"input '{name}' must have shape {tuple(t.shape)} or "
@@ -122,8 +123,10 @@ def run(model, inputs, board: str = "host", sanitize: bool = False):
     several inputs). Returns one array, or a dict by output name for several outputs."""
     if board != "host":
         raise McuforgeError(f"running on board '{board}' is not supported yet; use --board host")
-    _, exe, graph = compiled_project(model, board, sanitize)
-    arrays, batched = split_inputs(graph, inputs)
+    from .api import load
+    graph = load(model)
+    arrays, batched = split_inputs(graph, inputs)  # bad inputs fail before any build
+    _, exe, graph = compiled_project(model, board, sanitize, graph)
     outs = run_executable(exe, graph, arrays)
     if not batched:
         outs = [o[0] for o in outs]

@@ -1,0 +1,99 @@
+"""`pip install .` (not -e) gives a working mcuforge: the wheel holds every module and the
+non-Python parts (templates/, runtime_c/, boards/), and the installed package compiles and
+builds a model with no help from the checkout. Runs everywhere, CI included (about 10 s)."""
+import json
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+import zipfile
+from pathlib import Path
+
+from mcuforge.demo import demo_tflite_bytes
+
+REPO = Path(__file__).resolve().parents[1]
+PACKAGES = ("mcuforge", "frontend", "optimizer", "codegen_c", "templates", "runtime_c", "boards")
+SUFFIXES = (".py", ".j2", ".h", ".c", ".toml", ".ld", ".S")  # what the compiler reads
+
+SCRIPT = r"""
+import json, sys
+import mcuforge
+from mcuforge.demo import demo_tflite_bytes
+from mcuforge.resources import data_dir
+r = mcuforge.compile(demo_tflite_bytes(), "out", name="demo")
+ours = {m: getattr(mod, "__file__", None) for m, mod in sys.modules.items()
+        if m.split(".")[0] in %r}
+print(json.dumps(dict(files=r.files, arena=r.arena_bytes, modules=ours, path=sys.path,
+                      data={p: str(data_dir(p)) for p in ("templates", "runtime_c", "boards")})))
+""" % (PACKAGES,)
+
+
+def run(cmd, **kw):
+    return subprocess.run([str(c) for c in cmd], capture_output=True, text=True, timeout=300,
+                          **kw)
+
+
+def build_wheel(src: Path, dist: Path) -> Path:
+    """The wheel of `src`, built without build isolation when the venv can (no network), else
+    with it."""
+    base = [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", dist, src]
+    r = run(base[:4] + ["--no-build-isolation"] + base[4:])
+    if r.returncode != 0:
+        r2 = run(base)
+        assert r2.returncode == 0, f"pip wheel failed:\n{r.stderr}\n--- isolated:\n{r2.stderr}"
+    (wheel,) = dist.glob("mcuforge-*.whl")
+    return wheel
+
+
+def test_wheel_installs_and_compiles_without_the_checkout(tmp_path):
+    # Build from a copy, so the checkout gets no build/ or egg-info from this test.
+    src = tmp_path / "src"
+    shutil.copytree(REPO, src, ignore=shutil.ignore_patterns(
+        ".venv", ".git", "build", "dist", "*.egg-info", "__pycache__", ".pytest_cache", "tests"))
+    wheel = build_wheel(src, tmp_path / "dist")
+
+    # Everything the compiler reads is in the wheel.
+    names = set(zipfile.ZipFile(wheel).namelist())
+    expected = {p.relative_to(src).as_posix() for pkg in PACKAGES
+                for p in (src / pkg).rglob("*") if p.is_file() and p.suffix in SUFFIXES}
+    assert expected - names == set(), f"missing from the wheel: {sorted(expected - names)}"
+
+    target = tmp_path / "target"
+    r = run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", target,
+             wheel])
+    assert r.returncode == 0, r.stderr
+
+    # python -S: no site-packages .pth files, so the checkout's editable-install finder is
+    # not loaded; the dependencies (numpy, jinja2, tflite, ...) come from the venv's
+    # site-packages on PYTHONPATH, after the installed package. cwd holds nothing of ours.
+    deps = dict.fromkeys([sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]])
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "CFLAGS", "CC")}
+    env["PYTHONPATH"] = os.pathsep.join([str(target), *deps])
+    env["MCUFORGE_CACHE"] = str(tmp_path / "cache")
+    work = tmp_path / "work"
+    work.mkdir()
+    r = run([sys.executable, "-S", "-c", SCRIPT], cwd=work, env=env)
+    assert r.returncode == 0, r.stderr
+    got = json.loads(r.stdout)
+    assert got["files"] == ["Makefile", "demo.c", "demo.h", "main.c", "mcuforge_rt.h"]
+    assert got["arena"] > 0
+    # the checkout itself is not importable (the venv inside it, with the deps, may be)
+    assert not any(Path(p).resolve() == REPO for p in got["path"] if p), got["path"]
+    outside = {m: f for m, f in got["modules"].items()
+               if f is not None and not Path(f).is_relative_to(target)}
+    assert not outside, f"imported from outside the installed package: {outside}"
+    assert "mcuforge" in got["modules"] and "codegen_c" in got["modules"]
+    for pkg, d in got["data"].items():
+        assert Path(d).is_relative_to(target), (pkg, d)
+
+    make = run(["make", "-C", work / "out"], env=env)
+    assert make.returncode == 0, make.stdout + make.stderr
+    assert (work / "out" / "demo").is_file()
+
+    # The console script pip installed works too.
+    (work / "demo.tflite").write_bytes(demo_tflite_bytes())
+    r = run([sys.executable, "-S", target / "bin" / "mcuforge", "compile", "demo.tflite",
+             "-o", "out2"], cwd=work, env=env)
+    assert r.returncode == 0, r.stderr
+    assert (work / "out2" / "demo.c").is_file()
