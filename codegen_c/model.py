@@ -48,6 +48,8 @@ class GeneratedModel:
     kernels: list
     macs: int
     weight_bytes: int
+    inputs: list  # Port
+    outputs: list
 
 
 def c_identifier(text: str, limit: int = 40) -> str:
@@ -104,7 +106,7 @@ def generate(g: Graph, plan: MemoryPlan, name: str) -> GeneratedModel:
         f"{name}.h": render("model.h.j2", ctx),
         f"{name}.c": render("model.c.j2", ctx),
     }
-    return GeneratedModel(name, files, kernels, macs, weight_bytes)
+    return GeneratedModel(name, files, kernels, macs, weight_bytes, inputs, outputs)
 
 
 def io_dtypes(g: Graph) -> tuple:

@@ -8,7 +8,9 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from .boards import load_board
+import numpy as np
+
+from .boards import board_dir, load_board
 from .errors import McuforgeError
 from .graph import Graph
 from .resources import data_dir, render
@@ -40,8 +42,10 @@ def default_name(model) -> str:
     return name if not name[0].isdigit() else "m_" + name
 
 
-def generate_project(graph: Graph, name: str, board: str = "host"):
-    """All files of the C project, as {file name: text}, plus the plan and the model code."""
+def generate_project(graph: Graph, name: str, board: str = "host", vectors=None):
+    """All files of the C project, as {file name: text}, plus the plan and the model code.
+    `vectors`: input vectors built into firmware (a list of [one array per input]); by
+    default one all-zero vector."""
     from codegen_c.model import generate
     from optimizer.memory_plan import plan_graph
     from optimizer.pipeline import optimize
@@ -64,19 +68,48 @@ def generate_project(graph: Graph, name: str, board: str = "host"):
     files = dict(model.files)
     for f in RUNTIME_FILES:
         files[f] = (data_dir("runtime_c") / f).read_text()
-    ctx = dict(name=name, NAME=name.upper(), graph=graph, board=b)
+    check_fits(b, plan.arena_size, model.weight_bytes)
+    for f in b.extra_sources:
+        files[f] = (board_dir(b.name) / f).read_text()
+    if vectors is None:
+        vectors = [[np.zeros(p.nbytes, np.uint8) for p in model.inputs]]
+    support = [f for f in b.files if f.endswith((".c", ".S")) and f != "main.c"]
+    sources = ["main.c", f"{name}.c", *support, *b.extra_sources]
+    ctx = dict(name=name, NAME=name.upper(), graph=graph, board=b, inputs=model.inputs,
+               outputs=model.outputs, vectors=[[_c_bytes(a) for a in vec] for vec in vectors],
+               sources=sources,
+               headers=[f"{name}.h", "mcuforge_rt.h", "inputs.h", "mf_board.h"])
     for out_name, template in b.files.items():
         files[out_name] = render(template, ctx)
     return files, plan, model, graph
 
 
-def compile(model, out_dir, board: str = "host", name: str | None = None) -> CompileResult:
+def _c_bytes(a) -> str:
+    """An array's bytes as a C initializer list."""
+    return ", ".join(map(str, np.ascontiguousarray(a).view(np.uint8).reshape(-1).tolist()))
+
+
+def check_fits(b, arena: int, weights: int) -> None:
+    """Refuse a model whose arena or weights cannot fit the board, with the numbers."""
+    if b.ram_size is not None and arena + b.min_stack > b.ram_size:
+        raise McuforgeError(
+            f"the model needs {arena:,} bytes of arena plus {b.min_stack:,} of stack, but "
+            f"{b.name} has {b.ram_size:,} bytes of RAM: choose a board with more RAM or a "
+            f"smaller model")
+    if b.flash_size is not None and weights > b.flash_size:
+        raise McuforgeError(
+            f"the model's weights take {weights:,} bytes, but {b.name} has {b.flash_size:,} "
+            f"bytes of flash: choose a board with more flash or a smaller model")
+
+
+def compile(model, out_dir, board: str = "host", name: str | None = None,
+            vectors=None) -> CompileResult:
     """Compile `model` (a .tflite path or bytes) into a C project in `out_dir`.
 
     Everything is generated in memory first, so a failure leaves no partial directory."""
     graph = load(model)
     name = default_name(model) if name is None else name
-    files, plan, gen, graph = generate_project(graph, name, board)
+    files, plan, gen, graph = generate_project(graph, name, board, vectors)
     out_dir = Path(out_dir)
     write_files(out_dir, files)
     return CompileResult(out_dir, name, graph, plan.arena_size, plan.lower_bound,

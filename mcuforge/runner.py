@@ -121,13 +121,15 @@ def run_executable(exe: Path, graph, arrays: list) -> list:
 def run(model, inputs, board: str = "host", sanitize: bool = False):
     """Run `model` on `inputs` (an array, a batch along a new leading axis, or a dict for
     several inputs). Returns one array, or a dict by output name for several outputs."""
-    if board != "host":
-        raise McuforgeError(f"running on board '{board}' is not supported yet; use --board host")
     from .api import load
     graph = load(model)
     arrays, batched = split_inputs(graph, inputs)  # bad inputs fail before any build
-    _, exe, graph = compiled_project(model, board, sanitize, graph)
-    outs = run_executable(exe, graph, arrays)
+    if board == "host":
+        _, exe, graph = compiled_project(model, board, sanitize, graph)
+        outs = run_executable(exe, graph, arrays)
+    else:
+        from .target import run_on_board
+        outs = run_on_board(model, arrays, board).outputs
     if not batched:
         outs = [o[0] for o in outs]
     if len(outs) == 1:

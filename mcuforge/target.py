@@ -1,0 +1,96 @@
+"""Run a model on an emulated board: inputs built into the firmware, QEMU runs it, the
+firmware's printed lines give back the outputs, counter ticks and the stack high-water mark."""
+from __future__ import annotations
+
+import hashlib
+import shutil
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from .boards import Board, load_board
+from .errors import BuildError, McuforgeError
+
+APT_HINT = {"arm-none-eabi-": "gcc-arm-none-eabi libnewlib-arm-none-eabi",
+            "riscv64-unknown-elf-": "gcc-riscv64-unknown-elf",
+            "qemu-system-arm": "qemu-system-arm", "qemu-system-riscv32": "qemu-system-misc"}
+
+
+@dataclass
+class TargetRun:
+    outputs: list  # one [N, ...] array per model output
+    ticks: list  # counter ticks of each invoke
+    instructions: list  # executed instructions of each invoke (QEMU -icount)
+    stack_bytes: int
+    elf: Path
+
+
+def require_tool(tool: str) -> None:
+    if shutil.which(tool) is None:
+        raise McuforgeError(f"{tool} not found: install it (apt-get install "
+                            f"{APT_HINT.get(tool, tool)})")
+
+
+def build_firmware(model, board: Board, vectors, workdir: Path, name: str = "model") -> tuple:
+    """Write and `make` the firmware project with `vectors` built in; (project dir, elf, graph)."""
+    from .api import compile as compile_model
+    require_tool(board.cross + "gcc")
+    result = compile_model(model, workdir, board=board.name, name=name, vectors=vectors)
+    r = subprocess.run(["make", "-s", "-C", str(workdir)], capture_output=True, text=True)
+    if r.returncode != 0:
+        raise BuildError(f"building the firmware in {workdir} failed:\n{r.stdout}{r.stderr}")
+    return workdir, workdir / f"{name}.elf", result.graph
+
+
+def run_elf(board: Board, elf: Path, timeout: float = 900) -> str:
+    if not board.emulated:
+        raise McuforgeError(f"{board.name} is not emulated: flash {elf} to the board; "
+                            f"emulated boards: mps2-an385, mps2-an386, mps2-an500, mps3-an547, "
+                            f"riscv32-virt")
+    require_tool(board.qemu_binary)
+    try:
+        r = subprocess.run(board.qemu_command + ["-kernel", str(elf)], capture_output=True,
+                           text=True, timeout=timeout)
+    except subprocess.TimeoutExpired as e:
+        raise BuildError(f"{elf} did not finish within {timeout:.0f} s under QEMU") from e
+    text = r.stdout + r.stderr  # QEMU writes the semihosting console to stderr
+    if r.returncode != 0 or "done" not in text.splitlines():
+        raise BuildError(f"{elf} failed under QEMU (exit {r.returncode}):\n{text}")
+    return text
+
+
+def parse_output(text: str, graph, board: Board) -> tuple:
+    specs = [graph.tensors[o] for o in graph.outputs]
+    outs = [[] for _ in specs]
+    ticks, stack = [], 0
+    for line in text.splitlines():
+        key, _, value = line.partition(" ")
+        if key == "ticks":
+            ticks.append(int(value))
+        elif key.startswith("out") and key[3:].isdigit():
+            t = specs[int(key[3:])]
+            outs[int(key[3:])].append(np.frombuffer(bytes.fromhex(value), dtype=t.dtype)
+                                      .reshape(t.shape))
+        elif key == "stack":
+            stack = int(value)
+    return [np.stack(o) for o in outs], ticks, stack
+
+
+def run_on_board(model, arrays: list, board_name: str, workdir: Path | None = None) -> TargetRun:
+    """Run [N, ...] input arrays (one per model input) on the board under QEMU."""
+    from .runner import cache_root
+    board = load_board(board_name)
+    n = len(arrays[0])
+    vectors = [[a[i] for a in arrays] for i in range(n)]
+    if workdir is None:
+        data = Path(model).read_bytes() if not isinstance(model, bytes) else model
+        key = hashlib.sha256(data + board_name.encode()
+                             + b"".join(a.tobytes() for a in arrays)).hexdigest()[:24]
+        workdir = cache_root() / "fw" / key
+    _, elf, graph = build_firmware(model, board, vectors, Path(workdir))
+    outs, ticks, stack = parse_output(run_elf(board, elf), graph, board)
+    if len(ticks) != n or any(len(o) != n for o in outs):
+        raise BuildError(f"the firmware reported {len(ticks)} of {n} inferences")
+    return TargetRun(outs, ticks, [board.instructions(t) for t in ticks], stack, elf)
