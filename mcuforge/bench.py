@@ -48,13 +48,71 @@ def bench_one(model: str, board: str, iterations: int, with_tflm: bool) -> dict:
     return row
 
 
+def elf_sizes(elf: Path, cross: str) -> dict:
+    """Berkeley sizes of an ELF: text (code + rodata, in flash), data, bss."""
+    out = subprocess.run([cross + "size", "-B", str(elf)], capture_output=True, text=True,
+                         check=True).stdout
+    text, data, bss = (int(x) for x in out.splitlines()[1].split()[:3])
+    return {"text": text, "data": data, "bss": bss}
+
+
+# TFLM with CMSIS-NN on the same emulator (shared/notes/measuring-on-qemu.md): instructions per
+# inference of the MLPerf Tiny int8 models on mps2-an386, the figure our code is compared with.
+TFLM_CMSIS_INSTRUCTIONS = {"mps2-an386": {
+    "kws_ref_model.tflite": 7_698_888, "vww_96_int8.tflite": 24_101_962,
+    "pretrainedResnet_quant.tflite": 29_863_456, "ad01_int8.tflite": 582_950}}
+
+
+def bench_board(model: str, board_name: str, with_tflm: bool) -> dict:
+    """Instructions per inference under QEMU, flash/RAM from the ELF, measured stack."""
+    import numpy as np
+
+    from .api import load
+    from .boards import load_board
+    from .info import model_info
+    from .runner import split_inputs
+    from .target import run_on_board
+    board = load_board(board_name)
+    info = model_info(model)
+    g = load(model)
+    rng = np.random.default_rng(0)
+    xs = []
+    for name in g.inputs:  # one fixed input: counts depend on data only through branches
+        t = g.tensors[name]
+        lim = np.iinfo(t.dtype) if t.dtype != "float32" else None
+        xs.append(rng.integers(lim.min, lim.max + 1, size=t.shape).astype(t.dtype) if lim
+                  else rng.standard_normal(t.shape).astype(np.float32))
+    arrays, _ = split_inputs(g, dict(zip(g.inputs, xs)))
+    run = run_on_board(model, arrays, board_name)
+    sizes = elf_sizes(run.elf, board.cross)
+    instructions = run.instructions[0]
+    row = {
+        "model": Path(model).name, "board": board_name, "macs": info["macs"],
+        "arena_bytes": info["arena_bytes"], "lower_bound_bytes": info["lower_bound_bytes"],
+        "ram_bytes": sizes["data"] + sizes["bss"], "weight_bytes": info["weight_bytes"],
+        "latency_us": None, "tflm_arena_bytes": None, "tflm_latency_us": None,
+        "instructions": instructions,
+        "macs_per_instruction": round(info["macs"] / instructions, 3) if instructions else None,
+        "flash_bytes": sizes["text"], "code_bytes": sizes["text"] - info["weight_bytes"],
+        "stack_bytes": run.stack_bytes,
+        "tflm_cmsis_instructions": TFLM_CMSIS_INSTRUCTIONS.get(board_name, {}).get(
+            Path(model).name),
+    }
+    if with_tflm and tflm.available():
+        row["tflm_arena_bytes"] = tflm.arena_bytes(model)["head"]
+    return row
+
+
 def bench(models: list, board: str = "host", iterations: int = 50, with_tflm: bool = True,
           progress=None) -> list:
     rows = []
     for i, m in enumerate(models):
         if progress:
             print(f"[{i + 1}/{len(models)}] {m}", file=progress, flush=True)
-        rows.append(bench_one(m, board, iterations, with_tflm))
+        if board == "host":
+            rows.append(bench_one(m, board, iterations, with_tflm))
+        else:
+            rows.append(bench_board(m, board, with_tflm))
     return rows
 
 
@@ -63,9 +121,28 @@ def _ratio(a, b) -> str:
 
 
 def format_table(rows: list) -> str:
+    if rows and rows[0]["board"] != "host":
+        return format_board_table(rows)
+    return _table(*_host_columns(rows))
+
+
+def format_board_table(rows: list) -> str:
+    head = ("model", "MACs", "instructions", "TFLM+CMSIS", "instr/TFLM", "MACs/instr", "arena",
+            "TFLM arena", "RAM", "flash", "code", "stack")
+    lines = [(r["model"], f"{r['macs']:,}", f"{r['instructions']:,}",
+              f"{r['tflm_cmsis_instructions']:,}" if r["tflm_cmsis_instructions"] else "-",
+              _ratio(r["instructions"], r["tflm_cmsis_instructions"]),
+              f"{r['macs_per_instruction']:.3f}", f"{r['arena_bytes']:,}",
+              f"{r['tflm_arena_bytes']:,}" if r["tflm_arena_bytes"] else "-",
+              f"{r['ram_bytes']:,}", f"{r['flash_bytes']:,}", f"{r['code_bytes']:,}",
+              f"{r['stack_bytes']:,}") for r in rows]
+    return _table(head, lines)
+
+
+def _host_columns(rows: list) -> tuple:
     head = ("model", "MACs", "arena", "RAM", "TFLM arena", "RAM/TFLM", "weights",
             "latency us", "TFLM us", "lat/TFLM")
-    lines = [head]
+    lines = []
     for r in rows:
         lines.append((r["model"], f"{r['macs']:,}", f"{r['arena_bytes']:,}", f"{r['ram_bytes']:,}",
                       f"{r['tflm_arena_bytes']:,}" if r["tflm_arena_bytes"] else "-",
@@ -73,6 +150,11 @@ def format_table(rows: list) -> str:
                       f"{r['latency_us']:,.1f}",
                       f"{r['tflm_latency_us']:,.1f}" if r["tflm_latency_us"] else "-",
                       _ratio(r["latency_us"], r["tflm_latency_us"])))
+    return head, lines
+
+
+def _table(head: tuple, rows: list) -> str:
+    lines = [head] + rows
     widths = [max(len(str(row[i])) for row in lines) for i in range(len(head))]
     return "\n".join("  ".join(str(c).rjust(w) if j else str(c).ljust(w)
                                for j, (c, w) in enumerate(zip(row, widths))) for row in lines)

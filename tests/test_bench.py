@@ -41,3 +41,14 @@ def test_info_matches_the_model():
     assert info["ops"] == {"conv2d": 5, "depthwise_conv2d": 4, "avg_pool2d": 1, "reshape": 1,
                            "fully_connected": 1, "softmax": 1}
     assert info["inputs"][0]["shape"] == [1, 49, 10, 1]
+
+
+def test_board_bench_json_adds_target_figures():
+    model = mlperf_model("ad01_int8")
+    rows = [json.loads(_cli("bench", "--board", "mps2-an386", str(model), "--json"))[0]
+            for _ in range(2)]
+    r = rows[0]
+    assert KEYS | {"instructions", "macs_per_instruction", "flash_bytes", "stack_bytes"} <= set(r)
+    assert rows[0]["instructions"] == rows[1]["instructions"]  # deterministic
+    assert r["macs_per_instruction"] == round(r["macs"] / r["instructions"], 3)
+    assert r["flash_bytes"] > r["weight_bytes"] and r["ram_bytes"] >= r["arena_bytes"]
