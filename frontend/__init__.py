@@ -5,6 +5,7 @@ from pathlib import Path
 
 from mcuforge.errors import ModelError
 
+from .onnx import load_onnx
 from .tflite import load_tflite
 
 
@@ -12,18 +13,24 @@ def detect_format(head: bytes):
     """The format of a model from its first bytes: "tflite", or None when unrecognised."""
     if head[4:8] == b"TFL3":
         return "tflite"
-    # ONNX hook: an ONNX file is a protobuf ModelProto without a magic number; detect it
-    # here (e.g. by parsing with onnx.load_model_from_string) and return "onnx".
+    # ONNX has no magic number, but every exporter writes ModelProto's field 1 (ir_version,
+    # a varint) first: byte 0x08, then a small version
+    if len(head) >= 2 and head[0] == 0x08 and 1 <= head[1] <= 32:
+        return "onnx"
     return None
 
 
-def load_model(path, name=None):
+def load_model(path, name=None, input_shapes=None):
     """Load the model at `path` (or its bytes) as a Graph, choosing the frontend from the
-    content."""
+    content. `input_shapes` ({input name: shape}) fixes dynamic dimensions of ONNX inputs."""
     if isinstance(path, (bytes, bytearray)):
-        if detect_format(bytes(path[:8])) == "tflite":
+        fmt = detect_format(bytes(path[:8]))
+        if fmt == "tflite":
             return load_tflite(bytes(path), name=name)
-        raise ModelError("unrecognised model format: the bytes are not a TFLite flatbuffer")
+        if fmt == "onnx":
+            return load_onnx(bytes(path), input_shapes=input_shapes, name=name)
+        raise ModelError("unrecognised model format: the bytes are neither a TFLite flatbuffer "
+                         "nor an ONNX model")
     path = Path(path)
     try:
         with open(path, "rb") as f:
@@ -35,10 +42,11 @@ def load_model(path, name=None):
     fmt = detect_format(head)
     if fmt == "tflite":
         return load_tflite(path, name=name)
-    # ONNX hook: if fmt == "onnx": return load_onnx(path, name=name)
+    if fmt == "onnx":
+        return load_onnx(path, input_shapes=input_shapes, name=name or path.stem)
     what = "it is empty" if not head else f"it starts with {head!r}"
     raise ModelError(f"unrecognised model format: {path} ({what}); expected a TFLite "
-                     "flatbuffer (.tflite)")
+                     "flatbuffer (.tflite) or an ONNX model (.onnx)")
 
 
-__all__ = ["load_model", "load_tflite", "detect_format"]
+__all__ = ["load_model", "load_tflite", "load_onnx", "detect_format"]

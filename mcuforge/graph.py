@@ -47,7 +47,43 @@ OPS = {
     "hard_swish": (),
     "quantize": (),  # float->int or int->int requantize
     "dequantize": (),
+    # ---- generic ops: any rank, axes explicit and non-negative, numpy semantics ----
+    "unary": ("fn",),  # y = fn(x), fn in UNARY_FNS; its parameters (alpha, ...) are attrs too
+    "binary": ("fn",),  # numpy broadcasting, fn in BINARY_FNS; comparisons give bool
+    "where": (),  # inputs (cond, a, b), broadcasting
+    "cast": (),  # to the output tensor's dtype
+    "transpose": ("perm",),
+    "reduce": ("fn", "axes", "keep_dims"),  # fn in REDUCE_FNS
+    "arg_reduce": ("fn", "axis", "keep_dims", "select_last_index"),  # fn: max | min; int64 out
+    "log_softmax": ("axis",),
+    "hardmax": ("axis",),
+    "matmul": (),  # numpy matmul: batch dimensions broadcast
+    "conv_transpose2d": ("stride", "dilation", "padding", "output_padding", "activation"),
+    "batch_norm": ("epsilon",),  # inputs (x, scale, bias, mean, var), channels on the last axis
+    "instance_norm": ("epsilon",),  # inputs (x, scale, bias), NHWC
+    "layer_norm": ("axis", "epsilon"),  # inputs (x, scale, bias?), normalised over axis..end
+    "slice": ("starts", "ends", "steps"),  # one entry per axis, static, numpy slicing
+    "tile": ("repeats",),
+    "broadcast_to": (),  # to the output tensor's shape
+    "gather": ("axis",),  # inputs (data, indices)
+    "gather_elements": ("axis",),
+    "depth_to_space": ("block", "mode"),  # NHWC; mode: DCR | CRD
+    "space_to_depth": ("block",),  # NHWC
+    "resize": ("mode", "coordinate_transformation", "nearest_mode", "cubic_coeff_a"),
+    "cumsum": ("axis", "exclusive", "reverse"),
 }
+# softmax, log_softmax, hardmax: an optional "axis" attr (default: the last axis)
+UNARY_FNS = frozenset({
+    "abs", "neg", "exp", "log", "sqrt", "reciprocal", "floor", "ceil", "round", "sign", "sin",
+    "cos", "erf", "not", "elu", "selu", "celu", "hard_sigmoid", "softplus", "softsign", "gelu",
+    "clip",
+})
+BINARY_FNS = frozenset({
+    "add", "sub", "mul", "div", "max", "min", "pow", "mod", "prelu",
+    "equal", "less", "greater", "less_equal", "greater_equal", "and", "or", "xor",
+})
+REDUCE_FNS = frozenset({"mean", "max", "min", "sum", "prod", "l1", "l2", "sum_square",
+                        "log_sum", "log_sum_exp"})
 ALIAS_OPS = frozenset({"reshape"})
 
 
@@ -146,6 +182,9 @@ def verify(g: Graph) -> Graph:
         missing = [a for a in OPS[n.op] if a not in n.attrs]
         if missing:
             raise GraphError(f"{where}: missing attributes {missing}")
+        fns = {"unary": UNARY_FNS, "binary": BINARY_FNS, "reduce": REDUCE_FNS}.get(n.op)
+        if fns is not None and n.attrs["fn"] not in fns:
+            raise GraphError(f"{where}: unknown {n.op} function {n.attrs['fn']}")
         if n.attrs.get("activation", "none") not in ACTIVATIONS:
             raise GraphError(f"{where}: unknown activation {n.attrs['activation']}")
         for t in n.inputs:

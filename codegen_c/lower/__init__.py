@@ -111,4 +111,5 @@ def lower_node(node: Node, graph: Graph, name: str) -> ir.Kernel | None:
 
 
 def _load_all():
-    from . import conv, datamove, elementwise, pool, softmax  # noqa: F401  (registers lowerings)
+    from . import (conv, datamove, elementwise, generic_data, generic_elementwise,  # noqa: F401
+                   layers_float, pool, softmax, transpose)  # (each registers its lowerings)

@@ -1,0 +1,342 @@
+"""ONNX -> graph IR. Shapes come from onnx.shape_inference after symbolic dimensions are fixed
+(`input_shapes`, else batch 1); every tensor must end up static.
+
+Operators are converter functions registered with `@onnx_op("Conv", since=11)`, named as the op,
+attributes as keyword arguments with the spec's defaults; the newest registration not newer
+than the model's opset is used. A node whose inputs are all constant is folded at import by
+onnx's reference evaluator, so shape arithmetic (Shape, Gather, Concat, ...) never becomes code.
+"""
+from __future__ import annotations
+
+import inspect
+import warnings
+from pathlib import Path
+
+import numpy as np
+
+from mcuforge.errors import ModelError, UnsupportedOpError
+from mcuforge.graph import Graph, GraphError, Node, Tensor, verify
+
+CONVERTERS: dict = {}  # op_type -> [(since_version, fn)], sorted by version
+_DTYPES = {1: "float32", 2: "uint8", 3: "int8", 5: "int16", 6: "int32", 7: "int64", 9: "bool"}
+
+
+def onnx_op(*names, since: int = 1):
+    def register(fn):
+        for name in names:
+            CONVERTERS.setdefault(name, []).append((since, fn))
+            CONVERTERS[name].sort(key=lambda p: p[0])
+        return fn
+    return register
+
+
+def converter(op_type: str, opset: int):
+    best = None
+    for since, fn in CONVERTERS.get(op_type, []):
+        if since <= opset:
+            best = fn
+    return best
+
+
+class Unsupported(Exception):
+    """Raised by a converter for an op variant (attribute, dtype) it cannot express."""
+
+
+class Builder:
+    """Collects graph IR tensors and nodes while converters run."""
+
+    def __init__(self, opset: int):
+        self.opset = opset
+        self.tensors: dict = {}
+        self.nodes: list = []
+        self._fresh = 0
+
+    def tensor(self, name: str) -> Tensor:
+        return self.tensors[name]
+
+    def add_tensor(self, t: Tensor) -> Tensor:
+        self.tensors[t.name] = t
+        return t
+
+    def fresh(self, hint: str, shape, dtype: str, data=None) -> Tensor:
+        """A new tensor with a unique name derived from `hint`."""
+        while True:
+            self._fresh += 1
+            name = f"{hint}__{self._fresh}"
+            if name not in self.tensors:
+                break
+        if data is not None:
+            data = np.ascontiguousarray(np.asarray(data).astype(dtype).reshape(shape))
+        return self.add_tensor(Tensor(name, tuple(int(d) for d in shape), dtype, data))
+
+    def const(self, hint: str, value, dtype: str | None = None) -> Tensor:
+        arr = np.asarray(value)
+        dtype = dtype or _np_dtype_name(arr.dtype)
+        return self.fresh(hint, arr.shape, dtype, arr)
+
+    def emit(self, op: str, inputs, outputs, name: str = "", **attrs) -> Node:
+        node = Node(op, tuple(t.name if isinstance(t, Tensor) else (t or "") for t in inputs),
+                    tuple(t.name if isinstance(t, Tensor) else t for t in outputs), attrs, name)
+        self.nodes.append(node)
+        return node
+
+
+class OnnxContext:
+    """What a converter sees: the node, its output tensors (shapes known), the builder."""
+
+    def __init__(self, b: Builder, node, outputs: list):
+        self.b = b
+        self.node = node
+        self.outputs = outputs
+        self.name = node.name or (node.output[0] if node.output else node.op_type)
+
+    @property
+    def opset(self) -> int:
+        return self.b.opset
+
+    def out(self, i: int = 0) -> Tensor:
+        return self.outputs[i]
+
+    def emit(self, op: str, inputs, outputs=None, **attrs) -> Node:
+        return self.b.emit(op, inputs, outputs if outputs is not None else [self.out()],
+                           self.name, **attrs)
+
+    def tmp(self, shape, dtype: str, hint: str = "t") -> Tensor:
+        return self.b.fresh(f"{self.out().name}_{hint}", shape, dtype)
+
+    def const(self, value, dtype: str | None = None, hint: str = "c") -> Tensor:
+        return self.b.const(f"{self.out().name}_{hint}", value, dtype)
+
+
+def _np_dtype_name(dt) -> str:
+    name = np.dtype(dt).name
+    return "bool" if name == "bool" else name
+
+
+def _fix_dims(model, input_shapes: dict, notes: list):
+    """Give every graph input a static shape: --input-shape values, else batch 1."""
+    init_names = {i.name for i in model.graph.initializer}
+    for inp in model.graph.input:
+        if inp.name in init_names:
+            continue
+        dims = inp.type.tensor_type.shape.dim
+        if inp.name in input_shapes:
+            shape = input_shapes[inp.name]
+            if len(shape) != len(dims):
+                raise ModelError(f"--input-shape {inp.name}: rank {len(shape)}, the model "
+                                 f"says {len(dims)}")
+            for d, v in zip(dims, shape):
+                d.ClearField("dim_param")
+                d.dim_value = int(v)
+            continue
+        for k, d in enumerate(dims):
+            if d.dim_value <= 0:
+                if k == 0:
+                    notes.append(f"input '{inp.name}': dimension 0 "
+                                 f"('{d.dim_param or '?'}') set to 1 (batch)")
+                    d.ClearField("dim_param")
+                    d.dim_value = 1
+                else:
+                    raise ModelError(
+                        f"input '{inp.name}' has a dynamic dimension {k} "
+                        f"('{d.dim_param or '?'}'): give it with --input-shape "
+                        f"{inp.name}={','.join(str(x.dim_value or 1) for x in dims)}")
+
+
+def _value_infos(model) -> dict:
+    out = {}
+    g = model.graph
+    for vi in list(g.input) + list(g.output) + list(g.value_info):
+        tt = vi.type.tensor_type
+        if not tt.HasField("shape"):
+            continue
+        dims = [d.dim_value if d.dim_value > 0 else None for d in tt.shape.dim]
+        out[vi.name] = (dims, tt.elem_type)
+    return out
+
+
+def _tensor_of(name: str, info) -> Tensor:
+    dims, elem = info
+    if elem not in _DTYPES:
+        raise Unsupported(f"tensor '{name}' has element type {elem}")
+    if any(d is None for d in dims):
+        raise ModelError(f"the shape of tensor '{name}' stays unknown ({dims}) after shape "
+                         "inference: give the inputs' shapes with --input-shape")
+    return Tensor(name, tuple(int(d) for d in dims), _DTYPES[elem])
+
+
+def _parse(source):
+    import onnx
+    try:
+        if isinstance(source, (bytes, bytearray)):
+            return onnx.load_model_from_string(bytes(source))
+        if hasattr(source, "graph"):
+            m = onnx.ModelProto()
+            m.CopyFrom(source)
+            return m
+        return onnx.load(str(source))
+    except FileNotFoundError:
+        raise ModelError(f"model file not found: {source}") from None
+    except Exception as e:
+        raise ModelError(f"not a valid ONNX model: {e}") from e
+
+
+def load_onnx(source, input_shapes: dict | None = None, name: str | None = None,
+              notes: list | None = None) -> Graph:
+    """Read an ONNX model (path, bytes or ModelProto) into a verified Graph."""
+    import onnx
+    from onnx import numpy_helper
+    model = _parse(source)
+    notes = notes if notes is not None else []
+    if len(model.graph.node) == 0 and not model.graph.output:
+        raise ModelError("not a valid ONNX model: it has no graph")
+    opset = max((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")),
+                default=1)
+    _load_converters()
+    missing = [(i, n) for i, n in enumerate(model.graph.node) if n.domain not in ("", "ai.onnx")
+               or converter(n.op_type, opset) is None]
+    if missing:
+        raise UnsupportedOpError(_unsupported_message(missing, []))
+    _fix_dims(model, input_shapes or {}, notes)
+    try:
+        model = onnx.shape_inference.infer_shapes(model, data_prop=True)
+    except Exception as e:
+        raise ModelError(f"ONNX shape inference failed: {e}") from e
+    infos = _value_infos(model)
+    b = Builder(opset)
+    consts = {}
+    for init in model.graph.initializer:
+        consts[init.name] = numpy_helper.to_array(init)
+    problems = []
+    for i, node in enumerate(model.graph.node):
+        try:
+            _convert(b, node, infos, consts)
+        except Unsupported as e:
+            problems.append((i, node, str(e)))
+    if problems:
+        raise UnsupportedOpError(_unsupported_message([], problems))
+    init_names = set(consts)
+    inputs = [i.name for i in model.graph.input if i.name not in init_names]
+    for n in inputs:
+        b.add_tensor(_tensor_of(n, infos[n]))
+    outputs = [o.name for o in model.graph.output]
+    for o in outputs:
+        if o in consts and o not in b.tensors:
+            b.add_tensor(Tensor(o, tuple(consts[o].shape), _np_dtype_name(consts[o].dtype),
+                                consts[o]))
+    g = Graph(b.tensors, b.nodes, inputs, outputs,
+              name or (Path(str(source)).stem if isinstance(source, (str, Path)) else "model"))
+    used = {t for n in g.nodes for t in (*n.inputs, *n.outputs) if t} | set(inputs) | set(outputs)
+    g.tensors = {k: v for k, v in g.tensors.items() if k in used}
+    try:
+        return verify(g)
+    except GraphError as e:
+        raise ModelError(f"invalid ONNX model after import: {e}") from e
+
+
+def _convert(b: Builder, node, infos: dict, consts: dict) -> None:
+    """Fold the node if all its inputs are constant, else call its converter."""
+    ins = [n for n in node.input]
+    if all((not n) or n in consts for n in ins) and node.op_type not in _NO_FOLD:
+        values = _fold(node, [consts.get(n) if n else None for n in ins], b.opset)
+        if values is not None:
+            for name, v in zip(node.output, values):
+                consts[name] = v
+            return
+    for n in ins:
+        if n and n not in b.tensors:
+            if n in consts:
+                arr = np.asarray(consts[n])
+                b.add_tensor(Tensor(n, tuple(arr.shape), _np_dtype_name(arr.dtype), arr))
+            elif n in infos:
+                b.add_tensor(_tensor_of(n, infos[n]))
+    outs = []
+    for n in node.output:
+        if not n:
+            outs.append(None)
+            continue
+        if n not in infos:
+            raise Unsupported(f"no shape known for output '{n}'")
+        outs.append(b.add_tensor(_tensor_of(n, infos[n])))
+    fn = converter(node.op_type, b.opset)
+    ctx = OnnxContext(b, node, outs)
+    args = [b.tensors[n] if n else None for n in ins]
+    kwargs = _attributes(node)
+    params = inspect.signature(fn).parameters
+    unknown = [k for k in kwargs if k not in params]
+    if unknown:
+        raise Unsupported(f"attribute(s) {unknown} not supported")
+    fn(ctx, *args, **kwargs)
+
+
+_NO_FOLD = frozenset({"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike",
+                      "Multinomial", "Bernoulli"})
+
+
+def _fold(node, values: list, opset: int):
+    """Evaluate one node on constant inputs with onnx's reference implementation."""
+    import onnx
+    from onnx import helper
+    from onnx.reference import ReferenceEvaluator
+    inputs = [helper.make_tensor_value_info(f"i{k}", onnx.TensorProto.UNDEFINED, None)
+              for k in range(len(values))]
+    n = onnx.NodeProto()
+    n.CopyFrom(node)
+    del n.input[:]
+    n.input.extend([f"i{k}" if v is not None else "" for k, v in enumerate(values)])
+    del n.output[:]
+    n.output.extend([f"o{k}" for k in range(len(node.output))])
+    outs = [helper.make_tensor_value_info(f"o{k}", onnx.TensorProto.UNDEFINED, None)
+            for k in range(len(node.output))]
+    g = helper.make_graph([n], "fold", inputs, outs)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            ev = ReferenceEvaluator(helper.make_model(
+                g, opset_imports=[helper.make_opsetid("", opset)]))
+            res = ev.run(None, {f"i{k}": v for k, v in enumerate(values) if v is not None})
+    except Exception:
+        return None
+    return [np.asarray(r) for r in res]
+
+
+def _attributes(node) -> dict:
+    from onnx import helper
+    out = {}
+    for a in node.attribute:
+        v = helper.get_attribute_value(a)
+        if isinstance(v, bytes):
+            v = v.decode()
+        elif isinstance(v, list) and v and isinstance(v[0], bytes):
+            v = [x.decode() for x in v]
+        out[a.name] = v
+    return out
+
+
+def _unsupported_message(missing: list, problems: list) -> str:
+    lines = ["the model uses operators mcuforge cannot compile:"]
+    for i, n in missing:
+        lines.append(f"  node {i}: {n.op_type}{'' if n.domain in ('', 'ai.onnx') else f' (domain {n.domain})'}"
+                     f" -> '{n.output[0] if n.output else ''}'")
+    for i, n, why in problems:
+        lines.append(f"  node {i}: {n.op_type} -> '{n.output[0] if n.output else ''}': {why}")
+    lines.append("supported ONNX operators: " + ", ".join(sorted(CONVERTERS)))
+    return "\n".join(lines)
+
+
+def to_nhwc(ctx: OnnxContext, x: Tensor) -> Tensor:
+    """NCHW -> NHWC through an explicit transpose (the layout pass cancels pairs of them)."""
+    n, c, *hw = x.shape
+    y = ctx.tmp((n, *hw, c), x.dtype, "nhwc")
+    ctx.emit("transpose", [x], [y], perm=(0, *range(2, len(x.shape)), 1))
+    return y
+
+
+def from_nhwc(ctx: OnnxContext, y_nhwc: Tensor, out: Tensor) -> None:
+    """NHWC result -> the node's NCHW output through a transpose."""
+    rank = len(y_nhwc.shape)
+    ctx.emit("transpose", [y_nhwc], [out], perm=(0, rank - 1, *range(1, rank - 1)))
+
+
+def _load_converters():
+    from . import onnx_ops  # noqa: F401  (registers converters)
