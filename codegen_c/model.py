@@ -15,6 +15,9 @@ from . import printer
 from .lower import lower_node
 
 
+MATH_PREFIX = "mfm_"  # runtime functions of runtime_c/mcuforge_math.h
+
+
 @dataclass
 class Port:
     """A model input or output as the generated API exposes it."""
@@ -99,8 +102,12 @@ def generate(g: Graph, plan: MemoryPlan, name: str) -> GeneratedModel:
     outputs = [_port(g, n, i, plan.offsets[n]) for i, n in enumerate(g.outputs)]
     macs = sum(k.macs for k in kernels)
     weight_bytes = sum(b.data.nbytes for k in kernels for b in k.consts)
+    # float math (expf, erff, ...) comes from mcuforge_math.h, included only when used: int8
+    # models need nothing beyond <stdint.h>, <stddef.h> and <string.h>
+    uses_math = any(MATH_PREFIX in d for d in consts)
     ctx = dict(name=name, NAME=name.upper(), graph=g, plan=plan, inputs=inputs, outputs=outputs,
                calls=calls, definitions=consts, macs=macs, weight_bytes=weight_bytes,
+               uses_math=uses_math,
                ops=sorted({n.op for n in g.nodes}))
     files = {
         f"{name}.h": render("model.h.j2", ctx),

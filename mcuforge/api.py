@@ -15,7 +15,7 @@ from .errors import McuforgeError
 from .graph import Graph
 from .resources import data_dir, render
 
-RUNTIME_FILES = ("mcuforge_rt.h",)
+RUNTIME_FILES = ("mcuforge_rt.h", "mcuforge_math.h")
 
 
 @dataclass
@@ -67,7 +67,8 @@ def generate_project(graph: Graph, name: str, board: str = "host", vectors=None)
     model = generate(graph, plan, name)
     files = dict(model.files)
     for f in RUNTIME_FILES:
-        files[f] = (data_dir("runtime_c") / f).read_text()
+        if (data_dir("runtime_c") / f).is_file():
+            files[f] = (data_dir("runtime_c") / f).read_text()
     check_fits(b, plan.arena_size, model.weight_bytes)
     for f in b.extra_sources:
         files[f] = (board_dir(b.name) / f).read_text()

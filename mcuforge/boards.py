@@ -21,7 +21,7 @@ FAMILIES = {
         files={**_FIRMWARE, "mf_board.c": "cortex_m/mf_board.c.j2",
                "startup.c": "cortex_m/startup.c.j2", "link.ld": "cortex_m/link.ld.j2"},
         cross="arm-none-eabi-", qemu="qemu-system-arm",
-        ldflags=["-nostartfiles", "--specs=nano.specs"], ldlibs=[]),
+        ldflags=["-nostartfiles", "--specs=nano.specs"], ldlibs=["-lm"]),
     "riscv": dict(
         files={**_FIRMWARE, "mf_board.c": "riscv/mf_board.c.j2", "startup.S": "riscv/startup.S.j2",
                "link.ld": "riscv/link.ld.j2", "mf_libc.c": "riscv/mf_libc.c.j2"},
