@@ -30,10 +30,11 @@ class CompileResult:
     files: list
 
 
-def load(model) -> Graph:
-    """Read a model file (or bytes) into the graph IR, checking every op is supported."""
+def load(model, input_shapes: dict | None = None) -> Graph:
+    """Read a model file (or bytes) into the graph IR, checking every op is supported.
+    `input_shapes` ({input name: shape}) fixes dynamic dimensions of ONNX inputs."""
     from frontend import load_model
-    return load_model(model)
+    return load_model(model, input_shapes=input_shapes)
 
 
 def default_name(model) -> str:
@@ -66,8 +67,8 @@ def generate_project(graph: Graph, name: str, board: str = "host", vectors=None)
     plan = plan_graph(graph)
     model = generate(graph, plan, name)
     files = dict(model.files)
-    for f in RUNTIME_FILES:
-        if (data_dir("runtime_c") / f).is_file():
+    for f in RUNTIME_FILES:  # the math header only when the model includes it
+        if f == RUNTIME_FILES[0] or f'#include "{f}"' in files[f"{name}.c"]:
             files[f] = (data_dir("runtime_c") / f).read_text()
     check_fits(b, plan.arena_size, model.weight_bytes)
     for f in b.extra_sources:
@@ -104,11 +105,11 @@ def check_fits(b, arena: int, weights: int) -> None:
 
 
 def compile(model, out_dir, board: str = "host", name: str | None = None,
-            vectors=None) -> CompileResult:
-    """Compile `model` (a .tflite path or bytes) into a C project in `out_dir`.
+            vectors=None, input_shapes: dict | None = None) -> CompileResult:
+    """Compile `model` (a .tflite or .onnx path, or bytes) into a C project in `out_dir`.
 
     Everything is generated in memory first, so a failure leaves no partial directory."""
-    graph = load(model)
+    graph = load(model, input_shapes)
     name = default_name(model) if name is None else name
     files, plan, gen, graph = generate_project(graph, name, board, vectors)
     out_dir = Path(out_dir)
