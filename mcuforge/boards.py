@@ -24,7 +24,8 @@ FAMILIES = {
         ldflags=["-nostartfiles", "--specs=nano.specs"], ldlibs=["-lm"]),
     "riscv": dict(
         files={**_FIRMWARE, "mf_board.c": "riscv/mf_board.c.j2", "startup.S": "riscv/startup.S.j2",
-               "link.ld": "riscv/link.ld.j2", "mf_libc.c": "riscv/mf_libc.c.j2"},
+               "link.ld": "riscv/link.ld.j2", "mf_libc.c": "riscv/mf_libc.c.j2",
+               "string.h": "riscv/string.h.j2"},  # no C library: the project's own
         cross="riscv64-unknown-elf-", qemu="qemu-system-riscv32",
         ldflags=["-nostdlib", "-nostartfiles", "-ffreestanding"], ldlibs=["-lgcc"]),
 }
