@@ -18,7 +18,7 @@ class UndefinedBehaviour(ArithmeticError):
 
 
 def _intrinsics() -> dict:
-    from . import qmath
+    from . import mathmirror, qmath  # noqa: F401  (mathmirror adds the float math mirrors)
     return qmath.INTRINSICS
 
 

@@ -193,37 +193,34 @@ def load_onnx(source, input_shapes: dict | None = None, name: str | None = None,
     opset = max((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")),
                 default=1)
     _load_converters()
-    missing = [(i, n) for i, n in enumerate(model.graph.node) if n.domain not in ("", "ai.onnx")
-               or converter(n.op_type, opset) is None]
-    if missing:
-        raise UnsupportedOpError(_unsupported_message(missing, []))
+    foreign = [(i, n) for i, n in enumerate(model.graph.node) if n.domain not in ("", "ai.onnx")]
+    if foreign:
+        raise UnsupportedOpError(_unsupported_message(foreign, []))
     _fix_dims(model, input_shapes or {}, notes)
-    try:
-        model = onnx.shape_inference.infer_shapes(model, data_prop=True)
-    except Exception as e:
-        raise ModelError(f"ONNX shape inference failed: {e}") from e
+    model = _prefold(model, opset)
     infos = _value_infos(model)
     b = Builder(opset)
     consts = {}
     for init in model.graph.initializer:
         consts[init.name] = numpy_helper.to_array(init)
-    problems = []
+    problems, missing = [], []
     for i, node in enumerate(model.graph.node):
         try:
-            _convert(b, node, infos, consts)
+            if not _convert(b, node, infos, consts):
+                missing.append((i, node))
         except Unsupported as e:
             problems.append((i, node, str(e)))
-    if problems:
-        raise UnsupportedOpError(_unsupported_message([], problems))
+    if problems or missing:
+        raise UnsupportedOpError(_unsupported_message(missing, problems))
     init_names = set(consts)
     inputs = [i.name for i in model.graph.input if i.name not in init_names]
     for n in inputs:
         b.add_tensor(_tensor_of(n, infos[n]))
     outputs = [o.name for o in model.graph.output]
     for o in outputs:
-        if o in consts and o not in b.tensors:
-            b.add_tensor(Tensor(o, tuple(consts[o].shape), _np_dtype_name(consts[o].dtype),
-                                consts[o]))
+        if o in consts and o not in b.tensors:  # folded entirely: copy the value out
+            src = _const_tensor(b, f"{o}_value", consts[o])
+            b.emit("broadcast_to", [src], [b.add_tensor(Tensor(o, src.shape, src.dtype))], o)
     g = Graph(b.tensors, b.nodes, inputs, outputs,
               name or (Path(str(source)).stem if isinstance(source, (str, Path)) else "model"))
     used = {t for n in g.nodes for t in (*n.inputs, *n.outputs) if t} | set(inputs) | set(outputs)
@@ -234,22 +231,101 @@ def load_onnx(source, input_shapes: dict | None = None, name: str | None = None,
         raise ModelError(f"invalid ONNX model after import: {e}") from e
 
 
-def _convert(b: Builder, node, infos: dict, consts: dict) -> None:
-    """Fold the node if all its inputs are constant, else call its converter."""
+def _infer(model):
+    import onnx
+    try:
+        return onnx.shape_inference.infer_shapes(model, data_prop=True)
+    except Exception as e:
+        raise ModelError(f"ONNX shape inference failed: {e}") from e
+
+
+def _prefold(model, opset: int, rounds: int = 16):
+    """Fold every node whose value is known at compile time into an initializer, then infer
+    shapes again: shapes computed by Shape/Gather/Concat chains (exported PyTorch models,
+    expanded function bodies) become static. Repeats until nothing more folds."""
+    from onnx import numpy_helper
+    for _ in range(rounds):
+        model = _infer(model)
+        infos = _value_infos(model)
+        consts = {i.name: numpy_helper.to_array(i) for i in model.graph.initializer}
+        kept, folded = [], False
+        for node in model.graph.node:
+            values = _fold_node(node, infos, consts, opset)
+            if values is None or any(np.asarray(v).dtype == object for v in values):
+                kept.append(node)
+                continue
+            folded = True
+            for name, v in zip(node.output, values):
+                if name:
+                    consts[name] = np.asarray(v)
+                    model.graph.initializer.append(numpy_helper.from_array(np.asarray(v), name))
+        if not folded:
+            return model
+        del model.graph.node[:]
+        model.graph.node.extend(kept)
+        del model.graph.value_info[:]  # stale: inferred again from the smaller graph
+    return _infer(model)
+
+
+def _fold_node(node, infos: dict, consts: dict, opset: int):
+    """The node's output values when they are known at compile time, else None."""
+    ins = list(node.input)
+    if node.op_type in _NO_FOLD or any(a.type == 5 for a in node.attribute):  # graphs
+        return None
+    if all((not n) or n in consts for n in ins):
+        return _fold(node, [consts.get(n) if n else None for n in ins], opset)
+    if node.op_type in _SHAPE_OPS and ins and ins[0] in infos:
+        dims, elem = infos[ins[0]]
+        if all(d is not None for d in dims) and elem in _DTYPES:
+            # a static shape is a constant: evaluate on a stand-in of the right shape
+            return _fold(node, [np.zeros(dims, _DTYPES[elem])], opset)
+    return None
+
+
+def _const_tensor(b: Builder, name: str, value) -> Tensor:
+    arr = np.asarray(value)
+    dtype = _np_dtype_name(arr.dtype)
+    if dtype not in _DTYPES.values():
+        raise Unsupported(f"constant '{name}' has element type {dtype}")
+    return b.add_tensor(Tensor(name, tuple(arr.shape), dtype, arr))
+
+
+def _static_shape(b: Builder, infos: dict, consts: dict, name: str):
+    """(shape, dtype) of a tensor when known before it is computed, else None."""
+    if name in consts:
+        return np.shape(consts[name]), np.asarray(consts[name]).dtype
+    if name in infos and all(d is not None for d in infos[name][0]) \
+            and infos[name][1] in _DTYPES:
+        return tuple(infos[name][0]), np.dtype(_DTYPES[infos[name][1]])
+    return None
+
+
+def _convert(b: Builder, node, infos: dict, consts: dict) -> bool:
+    """Fold the node if its result is known at compile time, else call its converter.
+    False when there is no converter for the node."""
     ins = [n for n in node.input]
+    values = None
     if all((not n) or n in consts for n in ins) and node.op_type not in _NO_FOLD:
         values = _fold(node, [consts.get(n) if n else None for n in ins], b.opset)
-        if values is not None:
-            for name, v in zip(node.output, values):
-                consts[name] = v
-            return
+    elif node.op_type in _SHAPE_OPS and ins and _static_shape(b, infos, consts, ins[0]):
+        # a static shape is a constant: evaluate on a stand-in of the right shape
+        shape, dtype = _static_shape(b, infos, consts, ins[0])
+        values = _fold(node, [np.zeros(shape, dtype)], b.opset)
+    if values is not None:
+        for name, v in zip(node.output, values):
+            consts[name] = v
+        return True
+    fn = converter(node.op_type, b.opset)
+    if fn is None:
+        return False
     for n in ins:
         if n and n not in b.tensors:
             if n in consts:
-                arr = np.asarray(consts[n])
-                b.add_tensor(Tensor(n, tuple(arr.shape), _np_dtype_name(arr.dtype), arr))
+                _const_tensor(b, n, consts[n])
             elif n in infos:
                 b.add_tensor(_tensor_of(n, infos[n]))
+            else:
+                raise Unsupported(f"no shape known for input '{n}'")
     outs = []
     for n in node.output:
         if not n:
@@ -258,7 +334,6 @@ def _convert(b: Builder, node, infos: dict, consts: dict) -> None:
         if n not in infos:
             raise Unsupported(f"no shape known for output '{n}'")
         outs.append(b.add_tensor(_tensor_of(n, infos[n])))
-    fn = converter(node.op_type, b.opset)
     ctx = OnnxContext(b, node, outs)
     args = [b.tensors[n] if n else None for n in ins]
     kwargs = _attributes(node)
@@ -267,8 +342,10 @@ def _convert(b: Builder, node, infos: dict, consts: dict) -> None:
     if unknown:
         raise Unsupported(f"attribute(s) {unknown} not supported")
     fn(ctx, *args, **kwargs)
+    return True
 
 
+_SHAPE_OPS = frozenset({"Shape", "Size"})
 _NO_FOLD = frozenset({"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike",
                       "Multinomial", "Bernoulli"})
 

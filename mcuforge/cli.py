@@ -20,12 +20,14 @@ no malloc, one static arena whose size is known at compile time.
   mcuforge info model.tflite                ops, MACs, weights, planned arena
   mcuforge bench model.tflite ...           arena, RAM and latency beside TFLM's
   mcuforge demo                             end-to-end check on a model mcuforge builds itself
+  mcuforge conformance onnx                 ONNX's backend test cases, per operator
 """
 
 
 def _cmd_compile(a) -> int:
     from .api import compile as compile_model
-    r = compile_model(a.model, a.output, board=a.board, name=a.name)
+    r = compile_model(a.model, a.output, board=a.board, name=a.name,
+                      input_shapes=a.input_shapes)
     print(f"wrote {len(r.files)} files to {r.out_dir}: {', '.join(r.files)}")
     print(f"arena {r.arena_bytes} bytes (lower bound {r.lower_bound_bytes}), "
           f"weights {r.weight_bytes} bytes, {r.macs} MACs")
@@ -58,8 +60,8 @@ def _load_npy(path: str):
 def _cmd_run(a) -> int:
     from .api import load
     from .runner import run
-    load(a.model)  # a missing or broken model file is reported by its path
-    outputs = run(a.model, _load_npy(a.input), board=a.board)
+    load(a.model, a.input_shapes)  # a missing or broken model file is reported by its path
+    outputs = run(a.model, _load_npy(a.input), board=a.board, input_shapes=a.input_shapes)
     try:
         if isinstance(outputs, dict):
             np.savez(a.output, **outputs)
@@ -73,7 +75,8 @@ def _cmd_run(a) -> int:
 
 def _cmd_info(a) -> int:
     from .info import model_info
-    info = model_info(a.model)
+    info = model_info(a.model, input_shapes=a.input_shapes) if a.input_shapes else \
+        model_info(a.model)
     if a.json:
         print(json.dumps(info, indent=2))
         return 0
@@ -99,6 +102,55 @@ def _cmd_bench(a) -> int:
     return 0
 
 
+def _cmd_conformance(a) -> int:
+    from .conformance import report, run_onnx, summary, write_json
+    if a.json and not Path(a.json).parent.is_dir():  # fail before the run, not after it
+        raise McuforgeError(f"cannot write {a.json}: {Path(a.json).parent} is not a directory")
+    results = run_onnx(a.kind, a.jobs, a.filter, progress=sys.stderr)
+    print(report(results))
+    if a.json:
+        try:
+            write_json(results, a.json)
+        except OSError as e:
+            raise McuforgeError(f"cannot write {a.json}: {e.strerror or e}") from None
+    return 1 if summary(results)["failed"] else 0
+
+
+def _input_shape(text: str) -> tuple:
+    """--input-shape NAME=1,3,32,32 -> (name, (1, 3, 32, 32))."""
+    name, eq, dims = text.rpartition("=")
+    try:
+        shape = tuple(int(d) for d in dims.split(","))
+    except ValueError:
+        shape = ()
+    if not eq or not name or not shape or min(shape) <= 0:
+        raise argparse.ArgumentTypeError(
+            f"'{text}' is not NAME=D1,D2,... with positive dimensions (e.g. input=1,3,32,32)")
+    return name, shape
+
+
+def _positive(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"'{text}' is not a positive whole number")
+    return int(text)
+
+
+class _ShapeDict(argparse.Action):
+    """Collects repeated --input-shape values into {name: shape}."""
+
+    def __call__(self, parser, namespace, value, option_string=None):
+        shapes = dict(getattr(namespace, self.dest) or {})
+        shapes[value[0]] = value[1]
+        setattr(namespace, self.dest, shapes)
+
+
+def _add_input_shape(p) -> None:
+    p.add_argument("--input-shape", dest="input_shapes", type=_input_shape, action=_ShapeDict,
+                   metavar="NAME=D1,D2,...",
+                   help="static shape of an ONNX input with dynamic dimensions (repeatable)")
+    p.set_defaults(input_shapes=None)
+
+
 def _cmd_demo(a) -> int:
     from .demo import run_demo
     return run_demo(a.output)
@@ -118,6 +170,7 @@ def parser() -> argparse.ArgumentParser:
     c.add_argument("-o", "--output", required=True, help="directory of the C project")
     c.add_argument("--board", default="host", help="target board (default: host)")
     c.add_argument("--name", help="C name prefix of the API (default: from the file name)")
+    _add_input_shape(c)
     c.set_defaults(fn=_cmd_compile)
 
     r = command("run", "compile, build and run a model on inputs from a .npy/.npz")
@@ -127,11 +180,13 @@ def parser() -> argparse.ArgumentParser:
                         ".npz keyed by input name for several inputs")
     r.add_argument("--output", required=True, help=".npy (.npz for several outputs)")
     r.add_argument("--board", default="host", help="target board (default: host)")
+    _add_input_shape(r)
     r.set_defaults(fn=_cmd_run)
 
     i = command("info", "show a model's ops, tensors, MACs, weight bytes and planned arena")
     i.add_argument("model", help="the .tflite model")
     i.add_argument("--json", action="store_true", help="print JSON")
+    _add_input_shape(i)
     i.set_defaults(fn=_cmd_info)
 
     b = command("bench", "measure arena, RAM and latency of the generated code beside TFLM")
@@ -141,6 +196,19 @@ def parser() -> argparse.ArgumentParser:
     b.add_argument("--json", action="store_true", help="print a JSON list, one object per model")
     b.add_argument("--no-tflm", action="store_true", help="skip TFLM's figures")
     b.set_defaults(fn=_cmd_bench)
+
+    k = command("conformance", "run a framework's own operator test suite through mcuforge "
+                "and report passed / failed / unsupported per operator")
+    k.add_argument("suite", choices=["onnx"], help="the test suite (onnx: the ONNX backend "
+                   "test cases shipped with the onnx package)")
+    k.add_argument("--jobs", type=_positive, default=None,
+                   help="parallel jobs (default: CPU count)")
+    k.add_argument("--kind", default="node",
+                   choices=["node", "simple", "pytorch-converted", "pytorch-operator", "all"],
+                   help="which cases (default: node)")
+    k.add_argument("--filter", help="only cases whose name contains this")
+    k.add_argument("--json", help="write every result to this JSON file")
+    k.set_defaults(fn=_cmd_conformance)
 
     d = command("demo", "build a small int8 model, compile, run, check against TFLM")
     d.add_argument("-o", "--output", default="mcuforge-demo", help="where to write the C project")

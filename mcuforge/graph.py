@@ -22,7 +22,11 @@ ACTIVATIONS = ("none", "relu", "relu6", "relu_n1_to_1")
 # op -> attributes it must carry. Conventions, shared by every frontend and lowering:
 #   padding  = (top, bottom, left, right), explicit, already resolved from SAME/VALID
 #   stride / dilation / filter = (h, w)
-#   conv2d weights are OHWI; depthwise weights are 1HW(C*M); fully_connected weights are [out, in]
+#   conv2d weights are OHWI with I = C / groups; depthwise weights are 1HW(C*M);
+#   conv_transpose2d takes (x, w, bias?) with OHWI weights, I = C_in / groups;
+#   fully_connected weights are [out, in]; a bias may be absent
+#   avg_pool2d / max_pool2d may carry "dilation" (h, w); avg_pool2d "count_include_pad"
+#   layer_norm may have the outputs mean and inv_std_dev after y
 #   activation is one of ACTIVATIONS, fused into the op's output clamp
 #   constant operands (reshape's shape, pad's paddings, mean's axes) stay in Node.inputs at the
 #   framework's positions; the attribute is the source of truth
@@ -71,6 +75,10 @@ OPS = {
     "space_to_depth": ("block",),  # NHWC
     "resize": ("mode", "coordinate_transformation", "nearest_mode", "cubic_coeff_a"),
     "cumsum": ("axis", "exclusive", "reverse"),
+    # recurrent layers in ONNX's layouts: x [seq, batch, in], y [seq, dirs, batch, hidden],
+    # states [dirs, batch, hidden], gates in ONNX order; every output exists (it holds state)
+    "lstm": ("hidden_size", "direction", "clip", "input_forget"),  # (x, w, r, b?, h0?, c0?, p?)
+    "gru": ("hidden_size", "direction", "clip", "linear_before_reset"),  # (x, w, r, b?, h0?)
 }
 # softmax, log_softmax, hardmax: an optional "axis" attr (default: the last axis)
 UNARY_FNS = frozenset({

@@ -39,16 +39,19 @@ def build(project: Path, name: str, sanitize: bool = False) -> Path:
     return project / name
 
 
-def compiled_project(model, board: str = "host", sanitize: bool = False, graph=None) -> tuple:
+def compiled_project(model, board: str = "host", sanitize: bool = False, graph=None,
+                     input_shapes: dict | None = None) -> tuple:
     """(project dir, executable, graph), compiling and building only on a cache miss."""
     from .api import compile as compile_model, load
-    graph = graph or load(model)  # a missing or broken model fails here, naming the file
+    graph = graph or load(model, input_shapes)  # a missing or broken model fails here
     data = Path(model).read_bytes() if not isinstance(model, bytes) else model
-    key = hashlib.sha256(data + f"|{board}|{sanitize}|".encode() + _code_hash().encode())
+    shapes = sorted((k, tuple(v)) for k, v in (input_shapes or {}).items())
+    key = hashlib.sha256(data + f"|{board}|{sanitize}|{shapes}|".encode()
+                         + _code_hash().encode())
     project = cache_root() / key.hexdigest()[:24]
     exe = project / "model"
     if not exe.is_file():
-        compile_model(data, project, board=board, name="model")
+        compile_model(data, project, board=board, name="model", input_shapes=input_shapes)
         build(project, "model", sanitize)
     return project, exe, graph
 
@@ -91,7 +94,7 @@ def split_inputs(graph, inputs) -> tuple:
 
 def run_executable(exe: Path, graph, arrays: list) -> list:
     """Feed [N, ...] arrays through the harness; returns one [N, ...] array per output."""
-    n = len(arrays[0])
+    n = len(arrays[0]) if arrays else 1  # a model without inputs runs once
     work = exe.parent
     blob = b"".join(a[i].tobytes() for i in range(n) for a in arrays)
     tag = hashlib.sha256(blob).hexdigest()[:16]
@@ -118,16 +121,20 @@ def run_executable(exe: Path, graph, arrays: list) -> list:
     return outs
 
 
-def run(model, inputs, board: str = "host", sanitize: bool = False):
+def run(model, inputs, board: str = "host", sanitize: bool = False,
+        input_shapes: dict | None = None):
     """Run `model` on `inputs` (an array, a batch along a new leading axis, or a dict for
-    several inputs). Returns one array, or a dict by output name for several outputs."""
+    several inputs). Returns one array, or a dict by output name for several outputs.
+    `input_shapes` ({input name: shape}) fixes dynamic dimensions of ONNX inputs."""
     from .api import load
-    graph = load(model)
+    graph = load(model, input_shapes)
     arrays, batched = split_inputs(graph, inputs)  # bad inputs fail before any build
     if board == "host":
-        _, exe, graph = compiled_project(model, board, sanitize, graph)
+        _, exe, graph = compiled_project(model, board, sanitize, graph, input_shapes)
         outs = run_executable(exe, graph, arrays)
     else:
+        if input_shapes:  # target.run_on_board compiles the model from its file alone
+            raise McuforgeError("--input-shape works on the host board only for now")
         from .target import run_on_board
         outs = run_on_board(model, arrays, board).outputs
     if not batched:

@@ -1,17 +1,58 @@
-"""The optimizer pipeline: one flat, named sequence of Graph -> Graph passes."""
+"""The optimizer pipeline: one flat, named sequence of Graph -> Graph passes.
+
+Every pass keeps the graph's values, input and output names; each documents what it
+guarantees. int8 graphs from TFLite go through the same sequence: the float-only fusions and
+the layout passes (TFLite graphs are NHWC already) leave them as they are.
+"""
 from __future__ import annotations
 
 from mcuforge.graph import Graph, verify
 
-from .passes import remove_dead_nodes
+from .fold import fold_constants
+from .fuse import fold_batch_norms, fuse_activations
+from .hybrid import dequantize_hybrid_weights
+from .layout import merge_transposes, sink_transposes, transposes_to_reshapes
+from .passes import remove_dead_nodes, remove_identities
 
 
-def optimize(g: Graph, check: bool = True) -> Graph:
+def fixpoint(*passes, limit: int = 32):
+    """A pass running `passes` in order until the graph stops changing."""
+    def run(g: Graph) -> Graph:
+        for _ in range(limit):
+            before = signature(g)
+            for p in passes:
+                g = p(g)
+            if signature(g) == before:
+                break
+        return g
+    run.__name__ = "fixpoint(" + ", ".join(p.__name__ for p in passes) + ")"
+    run.__doc__ = "Until nothing changes: " + " Then: ".join(
+        (p.__doc__ or p.__name__).strip().splitlines()[0] for p in passes)
+    return run
+
+
+def signature(g: Graph) -> list:
+    return [(n.op, n.inputs, n.outputs, repr(sorted(n.attrs.items()))) for n in g.nodes]
+
+
+PIPELINE = [
+    remove_dead_nodes,  # nodes whose outputs nothing reads
+    dequantize_hybrid_weights,  # int8 weights of float layers (hybrid TFLite) -> float32
+    fold_constants,  # all-constant nodes (weight transposes, shape arithmetic) -> constants
+    remove_identities,  # same-shape reshapes (ONNX Identity, Dropout) -> their input
+    # layout: the NCHW <-> NHWC transposes the ONNX frontend puts around every layer meet
+    # and cancel, so activations stay NHWC between layers
+    fixpoint(merge_transposes, sink_transposes),
+    transposes_to_reshapes,  # transposes that only move size-1 axes -> zero-copy reshapes
+    fold_batch_norms,  # conv/fc -> batch_norm: scale and shift folded into weights and bias
+    fuse_activations,  # conv/fc/add/pool -> relu/relu6/clip: the layer's fused activation
+    remove_dead_nodes,  # what the passes above left unread
+]
+
+
+def optimize(g: Graph, check: bool = True, passes=None) -> Graph:
     """Run every pass in order; with `check`, verify the IR after each one."""
-    pipeline = [
-        remove_dead_nodes,  # nodes whose outputs nothing reads
-    ]
-    for p in pipeline:
+    for p in PIPELINE if passes is None else passes:
         g = p(g)
         if check:
             verify(g)

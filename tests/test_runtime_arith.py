@@ -369,7 +369,8 @@ def test_every_c_function_is_mirrored_and_tested():
     py_names = {n for n in dir(m) if n.startswith("mf_")}
     assert c_names == py_names
     assert c_names == set(SIGS)
-    assert set(m.INTRINSICS) == c_names - {"mf_get_reciprocal"}
+    # mcuforge_math.h's mfm_ mirrors join INTRINSICS too (codegen_c/mathmirror.py)
+    assert {n for n in m.INTRINSICS if n.startswith("mf_")} == c_names - {"mf_get_reciprocal"}
 
 
 @pytest.mark.parametrize("name", sorted(SIGS))

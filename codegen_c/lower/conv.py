@@ -1,6 +1,7 @@
 """conv2d, depthwise_conv2d and fully_connected, int8 as TFLM's reference integer kernels:
 acc = bias + sum((x - x_zp) * w), then per-channel MultiplyByQuantizedMultiplier, + y_zp, clamp.
-Float tensors take the same loops with float arithmetic."""
+Float tensors take the same loops with float arithmetic. conv2d may be grouped (ONNX): weights
+OHWI with I = C / groups, output channel group g reading input channels g*I .. g*I + I-1."""
 from __future__ import annotations
 
 import numpy as np
@@ -65,25 +66,32 @@ def conv2d(ctx: OpContext) -> ir.Kernel:
     N, H, W, C = x.shape
     O, KH, KW, CI = w.shape
     _, OH, OW, _ = y.shape
-    if CI != C:
-        raise NotImplementedError("grouped convolution")
+    G = C // CI  # groups: output channel group g reads input channels g*CI .. g*CI + CI-1
+    if G * CI != C or O % G:
+        raise NotImplementedError(f"conv2d: {C} input channels, weights of {CI}, {O} outputs")
     win = Window.of(ctx, (KH, KW))
     bufs = ctx.io_buffers() + [const("w", w.data, w.dtype, w.name)]
 
-    def body(n, oy, ox, oc):
+    def body(n, oy, ox, g, oc):
         acc0, acc_dtype = _acc_init(ctx, bias, oc, bufs)
         acc = ir.Var("acc", acc_dtype)
 
         def tap(iy, ix, ky, kx):
-            return ir.loops([("ic", C)], lambda ic: [ir.Assign("acc", acc + _x_term(
-                ctx, ir.flat_index([n, iy, ix, ic], [N, H, W, C])) * _w_term(
-                w, ir.flat_index([oc, ky, kx, ic], [O, KH, KW, C])))])
+            return ir.loops([("ic", CI)], lambda ic: [ir.Assign("acc", acc + _x_term(
+                ctx, ir.flat_index([n, iy, ix, g * CI + ic], [N, H, W, C])) * _w_term(
+                w, ir.flat_index([oc, ky, kx, ic], [O, KH, KW, CI])))])
         out = ir.flat_index([n, oy, ox, oc], [N, OH, OW, O])
         return [ir.Decl("acc", acc_dtype, acc0), *win.taps(oy, ox, tap),
                 *requant_and_store(ctx, acc, oc, out, bufs, O)]
 
-    loop = ir.loops([("n", N), ("oy", OH), ("ox", OW), ("oc", O)], body)
-    macs = N * OH * OW * O * KH * KW * C
+    if G == 1:
+        loop = ir.loops([("n", N), ("oy", OH), ("ox", OW), ("oc", O)],
+                        lambda n, oy, ox, oc: body(n, oy, ox, ir.Const(0), oc))
+    else:
+        OG = O // G
+        loop = ir.loops([("n", N), ("oy", OH), ("ox", OW), ("g", G), ("og", OG)],
+                        lambda n, oy, ox, g, og: body(n, oy, ox, g, g * OG + og))
+    macs = N * OH * OW * O * KH * KW * CI
     return ir.Kernel(ctx.name, tuple(_dedup(bufs)), loop, _doc(ctx, win, macs), macs)
 
 

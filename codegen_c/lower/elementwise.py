@@ -1,11 +1,13 @@
 """Element-wise ops: binary add/mul with broadcasting, and the unary activations and
 (de)quantization. int8 elements go through one runtime intrinsic each, whose arguments are the
-compile-time parameters that qparams computes exactly as TFLM's Prepare does."""
+compile-time parameters that qparams computes exactly as TFLM's Prepare does; float32 elements
+are plain arithmetic in TFLM's reference formulas, with mcuforge_math.h for exp and tanh."""
 from __future__ import annotations
 
 import numpy as np
 
 from .. import loop_ir as ir
+from .. import mathmirror  # noqa: F401  (registers the mfm_ mirrors for the evaluator)
 from .. import qparams as qp
 from . import OpContext, const, describe, float_activation, lowers
 
@@ -39,11 +41,12 @@ def _elementwise(ctx: OpContext, value_fn, extra: str = "") -> ir.Kernel:
     names, consts = operand_names(ctx)
     ins = [(nm, ctx.input(i)) for i, nm in enumerate(names) if nm is not None]
     shape = tuple(y.shape)
-    if all(tuple(t.shape) == shape or t.size == y.size for _, t in ins):
-        extents = [("i", y.size)]  # no broadcasting: one flat loop
+    if all(t.size in (y.size, 1) for _, t in ins):
+        extents = [("i", y.size)]  # no broadcasting but of scalars: one flat loop
 
         def body(i):
-            loads = [ir.Load(nm, i, t.dtype) for nm, t in ins]
+            loads = [ir.Load(nm, i if t.size == y.size else ir.Const(0), t.dtype)
+                     for nm, t in ins]
             return [ir.Store("y", i, value_fn(*loads))]
     else:
         extents = [(f"i{d}", n) for d, n in enumerate(shape)]
@@ -92,8 +95,9 @@ def _unary_int8(ctx: OpContext, fn: str, params: dict) -> ir.Kernel:
 @lowers("relu")
 def relu(ctx: OpContext) -> ir.Kernel:
     x, y = ctx.input(0), ctx.output()
-    if y.dtype == "float32":
-        return _elementwise(ctx, lambda p: ir.vmax(p, ir.Const(0.0, "float32")))
+    if y.dtype == "float32":  # TFLM's `x < 0 ? 0 : x`: NaN and -0 pass through
+        zero = ir.Const(0.0, "float32")
+        return _elementwise(ctx, lambda p: ir.select(p.lt(zero), zero, p))
     return _unary_int8(ctx, "mf_relu_s8", qp.relu_params(*_q(x), *_q(y)))
 
 
@@ -115,21 +119,40 @@ def leaky_relu(ctx: OpContext) -> ir.Kernel:
     return _unary_int8(ctx, "mf_leaky_relu_s8", qp.leaky_relu_params(*_q(x), *_q(y), alpha))
 
 
+def _f(v) -> ir.Const:
+    return ir.Const(float(np.float32(v)), "float32")
+
+
 @lowers("hard_swish")
 def hard_swish(ctx: OpContext) -> ir.Kernel:
     x, y = ctx.input(0), ctx.output()
+    if y.dtype == "float32":  # TFLM: x * min(6, max(0, x + 3)) / 6
+        return _elementwise(ctx, lambda p: ir.binop(
+            "/", p * float_activation(p + _f(3.0), "relu6"), _f(6.0)))
     return _unary_int8(ctx, "mf_hard_swish_s8", qp.hard_swish_params(*_q(x), *_q(y)))
+
+
+def _float_logistic(p: ir.Expr) -> ir.Expr:
+    """TFLM's float logistic: 1 / (1 + e^-x), with its cut-offs where that is 1 or e^x."""
+    exp = ir.call("mfm_expf", p, dtype="float32")
+    exp_neg = ir.call("mfm_expf", ir.Unary("-", p, "float32"), dtype="float32")
+    return ir.select(p.gt(_f(16.619047164916992188)), _f(1.0),
+                     ir.select(p.lt(_f(-9.0)), exp, ir.binop("/", _f(1.0), _f(1.0) + exp_neg)))
 
 
 @lowers("logistic")
 def logistic(ctx: OpContext) -> ir.Kernel:
     x, y = ctx.input(0), ctx.output()
+    if y.dtype == "float32":
+        return _elementwise(ctx, _float_logistic)
     return _unary_int8(ctx, "mf_logistic_s8", qp.logistic_params(*_q(x), _q(y)[1]))
 
 
 @lowers("tanh")
 def tanh(ctx: OpContext) -> ir.Kernel:
-    x = ctx.input(0)
+    x, y = ctx.input(0), ctx.output()
+    if y.dtype == "float32":
+        return _elementwise(ctx, lambda p: ir.call("mfm_tanhf", p, dtype="float32"))
     return _unary_int8(ctx, "mf_tanh_s8", qp.tanh_params(*_q(x)))
 
 

@@ -1,0 +1,77 @@
+"""Constant folding: a node whose inputs are all constants becomes a constant, computed with
+numpy, for the ops numpy evaluates exactly as the generated C does (data movement, casts and
+plain arithmetic). Others (transcendental functions beyond exp/log/sqrt, reductions, layers)
+are left to the generated code."""
+from __future__ import annotations
+
+import numpy as np
+
+from mcuforge.graph import Graph
+
+from .passes import constant
+
+UNARY = {
+    "abs": np.abs, "neg": np.negative, "exp": np.exp, "log": np.log, "sqrt": np.sqrt,
+    "floor": np.floor, "ceil": np.ceil, "round": np.round,  # numpy rounds half to even, as ONNX
+    "sign": np.sign, "not": np.logical_not,
+}
+FLOAT_ONLY = {"exp", "log", "sqrt", "floor", "ceil", "round", "reciprocal", "div"}
+BINARY = {
+    "add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.divide,
+    "max": np.maximum, "min": np.minimum,
+    "equal": np.equal, "less": np.less, "greater": np.greater, "less_equal": np.less_equal,
+    "greater_equal": np.greater_equal,
+    "and": np.logical_and, "or": np.logical_or, "xor": np.logical_xor,
+}
+
+
+def _evaluate(node, args: list):
+    """The node's output as a numpy array, or None when this pass does not fold it."""
+    op, a = node.op, node.attrs
+    fn = a.get("fn")
+    if op == "transpose":
+        return np.transpose(args[0], a["perm"])
+    if op in ("reshape", "cast"):
+        return args[0]  # reshaped and cast to the output below
+    if op in ("add", "mul") and a.get("activation", "none") == "none":
+        fn, op = op, "binary"
+    if op == "relu":
+        return np.maximum(args[0], np.zeros((), args[0].dtype))
+    if op == "unary" and fn == "reciprocal" and args[0].dtype.kind == "f":
+        return np.reciprocal(args[0])
+    if op == "unary" and fn == "clip":
+        lo, hi = a.get("min"), a.get("max")
+        x = args[0]
+        x = x if lo is None else np.maximum(x, np.asarray(lo, x.dtype))
+        return x if hi is None else np.minimum(x, np.asarray(hi, x.dtype))
+    if fn in FLOAT_ONLY and args[0].dtype.kind != "f":
+        return None
+    if op == "unary" and fn in UNARY:
+        return UNARY[fn](args[0])
+    if op == "binary" and fn in BINARY and len(args) == 2 and args[0].dtype == args[1].dtype:
+        return BINARY[fn](args[0], args[1])
+    return None
+
+
+def fold_constants(g: Graph) -> Graph:
+    """Replace each node whose inputs are all constant (transpose, reshape, cast, relu, clip,
+    unary and binary arithmetic, in one sweep in graph order so chains fold too) by a constant
+    output tensor. Guarantees: no quantized tensor is folded (their arithmetic is the
+    runtime's); a graph output stays computed by a node (generated code returns outputs from
+    the arena); the folded values are numpy's in the output dtype."""
+    tensors, nodes = dict(g.tensors), []
+    for n in g.nodes:
+        ins = [tensors[t] for t in n.inputs if t]
+        outs = [tensors[t] for t in n.outputs]
+        value = None
+        if (ins and len(outs) == 1 and all(t.is_const and t.quant is None for t in ins)
+                and outs[0].quant is None and outs[0].name not in g.outputs):
+            with np.errstate(all="ignore"):
+                value = _evaluate(n, [t.data for t in ins])
+                value = None if value is None else np.asarray(value).astype(outs[0].dtype)
+        if value is None or value.size != outs[0].size:
+            nodes.append(n)
+            continue
+        out = outs[0]
+        tensors[out.name] = constant(out.name, value.reshape(out.shape), dtype=out.dtype)
+    return g.replace(nodes=nodes, tensors=tensors)
