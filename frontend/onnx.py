@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from mcuforge.errors import ModelError, UnsupportedOpError
+from mcuforge.errors import ModelError, ModelNote, UnsupportedOpError
 from mcuforge.graph import Graph, GraphError, Node, Tensor, verify
 
 CONVERTERS: dict = {}  # op_type -> [(since_version, fn)], sorted by version
@@ -197,6 +197,8 @@ def load_onnx(source, input_shapes: dict | None = None, name: str | None = None,
     if foreign:
         raise UnsupportedOpError(_unsupported_message(foreign, []))
     _fix_dims(model, input_shapes or {}, notes)
+    for note in notes:
+        warnings.warn(note, ModelNote, stacklevel=2)
     model = _prefold(model, opset)
     infos = _value_infos(model)
     b = Builder(opset)

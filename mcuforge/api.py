@@ -70,6 +70,10 @@ def generate_project(graph: Graph, name: str, board: str = "host", vectors=None)
     for f in RUNTIME_FILES:  # the math header only when the model includes it
         if f == RUNTIME_FILES[0] or f'#include "{f}"' in files[f"{name}.c"]:
             files[f] = (data_dir("runtime_c") / f).read_text()
+    if "mcuforge_math.h" in files and b.family == "riscv":
+        raise McuforgeError(f"this model needs float math functions (expf, sqrtf, ...) from a C "
+                            f"library, and {b.name} is built without one; use a Cortex-M "
+                            f"board or the host")
     check_fits(b, plan.arena_size, model.weight_bytes)
     for f in b.extra_sources:
         files[f] = (board_dir(b.name) / f).read_text()

@@ -4,12 +4,13 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import warnings
 import zipfile
 from pathlib import Path
 
 import numpy as np
 
-from .errors import McuforgeError
+from .errors import McuforgeError, ModelNote
 
 DESCRIPTION = """\
 Compile a neural network (int8 TFLite today) into a standalone C project: no interpreter,
@@ -216,8 +217,19 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
+def _show_note(message, category, *args, **kwargs):
+    if issubclass(category, ModelNote):
+        print(f"mcuforge: note: {message}", file=sys.stderr)
+    else:
+        _default_showwarning(message, category, *args, **kwargs)
+
+
+_default_showwarning = warnings.showwarning
+
+
 def main(argv=None) -> int:
     a = parser().parse_args(argv)
+    warnings.showwarning = _show_note
     try:
         return a.fn(a)
     except McuforgeError as e:

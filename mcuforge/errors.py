@@ -15,3 +15,8 @@ class UnsupportedOpError(ModelError):
 
 class BuildError(McuforgeError):
     """The generated C project failed to build or run."""
+
+
+class ModelNote(UserWarning):
+    """Something the compiler decided for the user (e.g. a dynamic batch set to 1): the CLI
+    prints it as a note; the API raises it as a warning."""
