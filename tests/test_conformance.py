@@ -6,8 +6,7 @@ import pytest
 
 import op_models
 from op_models import random_inputs, run_tflm
-from codegen_c.evaluate import run_kernel
-from codegen_c.lower import lower_node
+from codegen_c.evaluate import run_graph
 from frontend.tflite import load_tflite
 from frontend.tflite_writer import write_tflite
 from mcuforge import runner
@@ -48,18 +47,6 @@ def test_loop_ir_evaluator_matches_tflm(name, graph):
     g = load_tflite(model)
     xs = random_inputs(g, 0)
     ref = run_tflm(model, xs)
-    values = {n: x.reshape(-1).copy() for n, x in zip(g.inputs, xs)}
-    for i, node in enumerate(g.nodes):
-        k = lower_node(node, g, f"k{i}")
-        if k is None:  # alias: same bytes
-            values[node.outputs[0]] = values[node.inputs[0]]
-            continue
-        tensors = [t for t in node.inputs if t and not g.tensors[t].is_const] + list(node.outputs)
-        arrays = {}
-        for b, t in zip(k.params, tensors):
-            if b.kind == "out":
-                values[t] = np.zeros(g.tensors[t].size, dtype=g.tensors[t].dtype)
-            arrays[b.name] = values[t]
-        run_kernel(k, arrays)
+    values = run_graph(g, dict(zip(g.inputs, xs)))
     for out, r in zip(g.outputs, ref):
-        assert np.array_equal(values[out], r.reshape(-1)), name
+        assert np.array_equal(values[out].reshape(-1), r.reshape(-1)), name

@@ -9,8 +9,7 @@ import numpy as np
 import pytest
 from onnx import helper, numpy_helper
 
-from codegen_c.evaluate import run_kernel
-from codegen_c.lower import lower_node
+from codegen_c.evaluate import run_graph
 from frontend.onnx import Unsupported, load_onnx
 from mcuforge import runner
 from mcuforge.errors import UnsupportedOpError
@@ -190,24 +189,8 @@ def test_against_onnxruntime(name):
 def evaluate(model, feeds: dict) -> list:
     """The optimised graph run kernel by kernel on the loop-IR evaluator, which raises on
     out-of-bounds accesses and on what would be undefined behaviour in C."""
-    importlib.import_module("codegen_c.mathmirror")  # registers the mfm_ mirrors
     g = optimize(load_onnx(model))
-
-    def flat(a):
-        a = np.ascontiguousarray(a).reshape(-1)
-        return a.view(np.uint8) if a.dtype == bool else a
-    values = {n: flat(feeds[n]) for n in g.inputs}
-    for i, node in enumerate(g.nodes):
-        k = lower_node(node, g, f"k{i}")
-        if k is None:  # an alias: the same bytes
-            values[node.outputs[0]] = values[node.inputs[0]]
-            continue
-        tensors = [t for t in node.inputs if t and not g.tensors[t].is_const] + list(node.outputs)
-        for b, t in zip(k.params, tensors):
-            if b.kind == "out":
-                values[t] = flat(np.zeros(g.tensors[t].size, g.tensors[t].dtype))
-        run_kernel(k, {b.name: values[t] for b, t in zip(k.params, tensors)})
-    return [values[o].view(g.tensors[o].dtype).reshape(g.tensors[o].shape) for o in g.outputs]
+    return list(run_graph(g, feeds).values())
 
 
 @pytest.mark.parametrize("name", sorted(CASES))

@@ -17,8 +17,8 @@ import pytest
 from onnx import TensorProto as TP
 from onnx import helper, numpy_helper
 
-from codegen_c.evaluate import run_kernel
-from codegen_c.lower import LOWERINGS, _load_all, lower_node
+from codegen_c.evaluate import run_graph
+from codegen_c.lower import LOWERINGS, _load_all
 from frontend.onnx import load_onnx
 from mcuforge import runner
 from mcuforge.errors import UnsupportedOpError
@@ -80,22 +80,7 @@ def evaluate(model, feeds: dict) -> dict:
     g = load_onnx(model)
     from optimizer.pipeline import optimize
     g = optimize(g)
-    values = {n: np.ascontiguousarray(feeds[n][0]).reshape(-1).view(
-        np.uint8 if feeds[n].dtype == bool else feeds[n].dtype) for n in g.inputs}
-    for i, nd in enumerate(g.nodes):
-        k = lower_node(nd, g, f"k{i}")
-        if k is None:
-            values[nd.outputs[0]] = values[nd.inputs[0]]
-            continue
-        tensors = [t for t in nd.inputs if t and not g.tensors[t].is_const] + list(nd.outputs)
-        arrays = {}
-        for b, t in zip(k.params, tensors):
-            if b.kind == "out":
-                values[t] = np.zeros(g.tensors[t].size, "uint8" if b.dtype == "bool" else b.dtype)
-            arrays[b.name] = values[t]
-        run_kernel(k, arrays)
-    return {o: values[o].reshape(g.tensors[o].shape).view(
-        bool if g.tensors[o].dtype == "bool" else values[o].dtype)[None] for o in g.outputs}
+    return {o: v[None] for o, v in run_graph(g, {n: feeds[n][0] for n in g.inputs}).items()}
 
 
 # ---- runtime_c/mcuforge_math.h vs codegen_c/mathmirror.py --------------------------------

@@ -14,8 +14,7 @@ import numpy as np
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from codegen_c.evaluate import run_kernel
-from codegen_c.lower import lower_node
+from codegen_c.evaluate import run_graph
 from frontend.onnx import CONVERTERS, load_onnx
 from mcuforge import runner
 from mcuforge.errors import ModelError, UnsupportedOpError
@@ -317,19 +316,7 @@ def test_loop_ir_evaluator_matches_c(name):
                 if p.id == name]
     model, feeds = _single(name, *param.values)
     g = load_onnx(model)
-    values = {n: feeds[n].reshape(-1).copy() for n in g.inputs}
-    for i, node in enumerate(g.nodes):
-        k = lower_node(node, g, f"k{i}")
-        if k is None:  # alias: same bytes
-            values[node.outputs[0]] = values[node.inputs[0]]
-            continue
-        tensors = [t for t in node.inputs if t and not g.tensors[t].is_const] + list(node.outputs)
-        arrays = {}
-        for b, t in zip(k.params, tensors):
-            if b.kind == "out":
-                values[t] = np.zeros(g.tensors[t].size, g.tensors[t].dtype)
-            arrays[b.name] = values[t]
-        run_kernel(k, arrays)
+    values = run_graph(g, feeds)
     got = runner.run(model.SerializeToString(), feeds)
     got = list(got.values()) if isinstance(got, dict) else [got]
     for out, c_result in zip(g.outputs, got):

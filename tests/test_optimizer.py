@@ -4,8 +4,7 @@ graphs through the lowering and the loop-IR evaluator."""
 import numpy as np
 import pytest
 
-from codegen_c.evaluate import run_kernel
-from codegen_c.lower import lower_node
+from codegen_c.evaluate import run_graph
 from mcuforge.graph import Graph, Node, Quant, Tensor, verify
 from optimizer.fold import fold_constants
 from optimizer.fuse import fold_batch_norms, fuse_activations
@@ -57,21 +56,7 @@ def text(g: Graph) -> list:
 
 def evaluate(g: Graph, feeds: dict) -> list:
     """The graph's outputs, each node run by its lowering in the loop-IR evaluator."""
-    values = {n: np.ascontiguousarray(a).reshape(-1) for n, a in feeds.items()}
-    for i, node in enumerate(g.nodes):
-        k = lower_node(node, g, f"k{i}")
-        if k is None:  # alias (reshape): same bytes
-            values[node.outputs[0]] = values[node.inputs[0]]
-            continue
-        tensors = [x for x in node.inputs if x and not g.tensors[x].is_const] + list(node.outputs)
-        arrays = {}
-        for b, name in zip(k.params, tensors):
-            if b.kind == "out":
-                values[name] = np.zeros(g.tensors[name].size, g.tensors[name].dtype)
-            arrays[b.name] = values[name]
-        run_kernel(k, arrays)
-    return [(g.tensors[o].data if g.tensors[o].is_const else values[o])
-            .reshape(g.tensors[o].shape) for o in g.outputs]
+    return list(run_graph(g, feeds).values())
 
 
 def same_values(before: Graph, after: Graph, rtol=1e-5, atol=1e-5):
