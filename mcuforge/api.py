@@ -4,6 +4,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -109,11 +110,19 @@ def check_fits(b, arena: int, weights: int) -> None:
 
 
 def compile(model, out_dir, board: str = "host", name: str | None = None,
-            vectors=None, input_shapes: dict | None = None) -> CompileResult:
+            vectors=None, input_shapes: dict | None = None, quantize: str | None = None,
+            calibration=None, calibration_method: str | None = None,
+            quantize_io: str = "int8", emit_tflite=None) -> CompileResult:
     """Compile `model` (a .tflite or .onnx path, or bytes) into a C project in `out_dir`.
+    `quantize="int8"` quantizes a float model first, calibrated on `calibration` (a .npy /
+    .npz / folder of .npy, or arrays; see optimizer.quantize), with a progress bar on stderr;
+    `emit_tflite` also writes that int8 model as a .tflite file.
 
     Everything is generated in memory first, so a failure leaves no partial directory."""
+    from optimizer.quantize import quantize_for_compile
     graph = load(model, input_shapes)
+    graph = quantize_for_compile(graph, quantize, calibration, calibration_method, quantize_io,
+                                 emit_tflite, progress=sys.stderr)
     name = default_name(model) if name is None else name
     files, plan, gen, graph = generate_project(graph, name, board, vectors)
     out_dir = Path(out_dir)

@@ -28,8 +28,17 @@ no malloc, one static arena whose size is known at compile time.
 def _cmd_compile(a) -> int:
     from .api import compile as compile_model
     r = compile_model(a.model, a.output, board=a.board, name=a.name,
-                      input_shapes=a.input_shapes)
+                      input_shapes=a.input_shapes, quantize=a.quantize,
+                      calibration=a.calibration, calibration_method=a.calibration_method,
+                      quantize_io=a.quantize_io, emit_tflite=a.emit_tflite)
     print(f"wrote {len(r.files)} files to {r.out_dir}: {', '.join(r.files)}")
+    if a.quantize:  # the user quantizes inputs / dequantizes outputs with these
+        from optimizer.quantize import io_params
+        for kind, tname, dtype, q in io_params(r.graph):
+            print(f"{kind} '{tname}': {dtype}, int8 scale {q.scale[0]!r} "
+                  f"zero point {q.zero_point[0]}")
+    if a.emit_tflite:
+        print(f"wrote {a.emit_tflite}")
     print(f"arena {r.arena_bytes} bytes (lower bound {r.lower_bound_bytes}), "
           f"weights {r.weight_bytes} bytes, {r.macs} MACs")
     print(f"build it with: make -C {r.out_dir}")
@@ -153,6 +162,9 @@ def _add_input_shape(p) -> None:
 
 
 def _cmd_demo(a) -> int:
+    if a.digits:
+        from .digits_demo import run_digits_demo
+        return run_digits_demo(a.output)
     from .demo import run_demo
     return run_demo(a.output)
 
@@ -172,6 +184,18 @@ def parser() -> argparse.ArgumentParser:
     c.add_argument("--board", default="host", help="target board (default: host)")
     c.add_argument("--name", help="C name prefix of the API (default: from the file name)")
     _add_input_shape(c)
+    c.add_argument("--quantize", choices=["int8"],
+                   help="quantize a float model (post-training, calibrated on --calibration)")
+    c.add_argument("--calibration", metavar="DATA",
+                   help="sample inputs: a .npy (batch along axis 0), a .npz keyed by input "
+                        "name, or a folder of .npy files")
+    c.add_argument("--calibration-method", choices=["minmax", "percentile", "mse"],
+                   help="how each tensor's range is chosen (default: mse)")
+    c.add_argument("--quantize-io", choices=["int8", "float"], default="int8",
+                   help="int8 model inputs/outputs (default), or float32 ones converted at "
+                        "the edges")
+    c.add_argument("--emit-tflite", metavar="FILE",
+                   help="also write the int8 model mcuforge compiles as a .tflite")
     c.set_defaults(fn=_cmd_compile)
 
     r = command("run", "compile, build and run a model on inputs from a .npy/.npz")
@@ -213,6 +237,8 @@ def parser() -> argparse.ArgumentParser:
 
     d = command("demo", "build a small int8 model, compile, run, check against TFLM")
     d.add_argument("-o", "--output", default="mcuforge-demo", help="where to write the C project")
+    d.add_argument("--digits", action="store_true", help="instead: a CNN trained on 8x8 digits, "
+                   "float and int8 in C, accuracy on held-out images")
     d.set_defaults(fn=_cmd_demo)
     return p
 

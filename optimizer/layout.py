@@ -80,18 +80,73 @@ def transposes_to_reshapes(g: Graph) -> Graph:
     return g.replace(nodes=nodes)
 
 
+def transposes_into_weights(g: Graph) -> Graph:
+    """transpose(x) -> reshape* -> fully_connected with constant weights, each tensor between
+    read by the next node alone: the transpose becomes a zero-copy reshape of x and the weights'
+    columns are permuted at compile time, so the layer reads x in x's own order. This is
+    PyTorch's Flatten of an NCHW feature map before a Linear (the NHWC map needs no transpose).
+    Only when every row of the layer's [batch, in] input comes from the same row of x.
+    Guarantees: names and shapes unchanged; the same products summed (a float sum in another
+    order: equal up to rounding); other readers of the weights keep them; never more nodes."""
+    prod, uses = producers(g), use_counts(g)
+    nodes, tensors = list(g.nodes), dict(g.tensors)
+    changed = False
+    for fc in g.nodes:
+        if fc.op != "fully_connected" or not g.tensors[fc.inputs[1]].is_const:
+            continue
+        t = fc.inputs[0]
+        while (prod.get(t) is not None and prod[t].op == "reshape" and uses.get(t) == 1
+               and t not in g.outputs):
+            t = prod[t].inputs[0]
+        tr = prod.get(t)
+        if tr is None or tr.op != "transpose" or uses.get(t) != 1 or t in g.outputs:
+            continue
+        x, w = g.tensors[tr.inputs[0]], g.tensors[fc.inputs[1]]
+        if x.is_const or x.quant != g.tensors[t].quant or (_per_axis(w) and w.quant.axis != 0):
+            continue
+        n_in = w.shape[1]
+        # flat index into x of each element of the layer's [rows, n_in] input
+        idx = np.transpose(np.arange(x.size).reshape(x.shape), tr.attrs["perm"])
+        idx = idx.reshape(-1, n_in)
+        rows = np.arange(idx.shape[0])[:, None]
+        if not (idx // n_in == rows).all() or not (idx % n_in == idx[:1] % n_in).all():
+            continue
+        sigma = idx[0] % n_in  # input column i reads x's column sigma[i]
+        w_new = np.empty_like(w.data)
+        w_new[:, sigma] = w.data
+        name = fresh_name(g, f"{w.name}__cols", set(tensors))
+        tensors[name] = Tensor(name, w.shape, w.dtype, w_new, w.quant)
+        nodes = [Node("reshape", tr.inputs, tr.outputs, {}, tr.name) if n is tr
+                 else Node(n.op, (n.inputs[0], name, *n.inputs[2:]), n.outputs, n.attrs, n.name)
+                 if n is fc else n for n in nodes]
+        changed = True
+    return remove_dead_nodes(g.replace(nodes=nodes, tensors=tensors)) if changed else g
+
+
 def sink_transposes(g: Graph, limit: int | None = None) -> Graph:
     """Move transposes below elementwise ops: E(transpose(x, p), c) becomes
     transpose(E(x, c'), p), with constant operands c transposed at compile time (c' =
     c transposed by the inverse of p) and other operands required to be transposes by the
-    same p. A transpose moves only when it is the sole reader's input, so the number of
-    transposes never grows; moved down, it meets its inverse for merge_transposes to cancel.
-    Guarantees: values and graph input/output names unchanged; per-axis quantized tensors
-    are left alone; terminates (every step moves a transpose strictly downstream)."""
+    same p. A transpose also moves below a reduce that is its only reader, the reduced axes
+    renamed: reduce(transpose(x, p), axes) = transpose(reduce(x, p[axes]), q), and q is the
+    identity when the reduce keeps no dimensions and the kept axes stay in order (NCHW global
+    pooling as ReduceMean over (2, 3) then needs no transpose at all). A transpose moves only
+    when it is the sole reader's input, so the number of transposes never grows; moved down, it
+    meets its inverse for merge_transposes to cancel.
+    Guarantees: values and graph input/output names unchanged (a reduce visits the elements in
+    the same order: it moves only when the renamed axes stay in increasing order); per-axis
+    quantized tensors are left alone; terminates (every step moves a transpose strictly
+    downstream)."""
     limit = limit if limit is not None else 4 * len(g.nodes) + 8
     for _ in range(limit):
         uses, prod = use_counts(g), producers(g)
         for n in g.nodes:
+            if n.op == "reduce":
+                plan = _reduce_plan(g, n, prod, uses)
+                if plan is not None:
+                    g = _sink_reduce(g, n, *plan)
+                    break
+                continue
             plan = _sink_plan(g, n, prod, uses) if n.op in ELEMENTWISE else None
             if plan is not None:
                 g = _sink(g, n, *plan)
@@ -99,6 +154,50 @@ def sink_transposes(g: Graph, limit: int | None = None) -> Graph:
         else:
             return g
     return g
+
+
+def _reduce_plan(g: Graph, n: Node, prod: dict, uses: dict):
+    """(the transpose, reduced axes of its input, permutation of the reduced result) when
+    reduce(transpose(x, p)) can become transpose(reduce(x)), else None."""
+    t = n.inputs[0]
+    p = prod.get(t)
+    if p is None or p.op != "transpose" or uses.get(t, 0) != 1 or t in g.outputs:
+        return None
+    if _per_axis(g.tensors[t]) or _per_axis(g.tensors[n.outputs[0]]):
+        return None
+    perm, axes = tuple(p.attrs["perm"]), tuple(n.attrs["axes"])
+    new_axes = tuple(perm[a] for a in axes)
+    if list(new_axes) != sorted(new_axes):  # another loop order: float sums could round apart
+        return None
+    if n.attrs["keep_dims"]:
+        after = perm
+    else:  # the kept axes: x's order after the reduce, the transpose's order before
+        kept = [i for i in range(len(perm)) if i not in axes]
+        src_kept = sorted(perm[k] for k in kept)
+        after = tuple(src_kept.index(perm[k]) for k in kept)
+    return p, new_axes, after
+
+
+def _sink_reduce(g: Graph, n: Node, p: Node, new_axes, after) -> Graph:
+    src, out = g.tensors[p.inputs[0]], g.tensors[n.outputs[0]]
+    keep = n.attrs["keep_dims"]
+    shape = tuple(1 if d in new_axes else s for d, s in enumerate(src.shape)
+                  if keep or d not in new_axes)
+    tensors = {k: v for k, v in g.tensors.items() if k != p.outputs[0]}
+    attrs = {**n.attrs, "axes": new_axes}
+    if is_identity(after):
+        replaced = [Node("reduce", (src.name,), n.outputs, attrs, n.name)]
+    else:
+        mid = Tensor(fresh_name(g, f"{out.name}__sunk"), shape, out.dtype, None, out.quant)
+        tensors[mid.name] = mid
+        replaced = [Node("reduce", (src.name,), (mid.name,), attrs, n.name),
+                    Node("transpose", (mid.name,), n.outputs, {"perm": after}, n.name)]
+    nodes = []
+    for m in g.nodes:
+        if m is p:
+            continue
+        nodes.extend(replaced if m is n else [m])
+    return g.replace(nodes=nodes, tensors=tensors)
 
 
 def _per_axis(t: Tensor) -> bool:

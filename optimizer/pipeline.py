@@ -9,9 +9,10 @@ from __future__ import annotations
 from mcuforge.graph import Graph, verify
 
 from .fold import fold_constants
-from .fuse import fold_batch_norms, fuse_activations
+from .fuse import fold_batch_norms, fold_scale_shift, fuse_activations
 from .hybrid import dequantize_hybrid_weights
-from .layout import merge_transposes, sink_transposes, transposes_to_reshapes
+from .layout import (merge_transposes, sink_transposes, transposes_into_weights,
+                     transposes_to_reshapes)
 from .passes import remove_dead_nodes, remove_identities
 
 
@@ -44,7 +45,9 @@ PIPELINE = [
     # and cancel, so activations stay NHWC between layers
     fixpoint(merge_transposes, sink_transposes),
     transposes_to_reshapes,  # transposes that only move size-1 axes -> zero-copy reshapes
+    transposes_into_weights,  # NCHW flatten -> fully_connected: weights' columns permuted instead
     fold_batch_norms,  # conv/fc -> batch_norm: scale and shift folded into weights and bias
+    fold_scale_shift,  # conv/fc -> mul/add/sub by per-channel constants: the same, unfused BN
     fuse_activations,  # conv/fc/add/pool -> relu/relu6/clip: the layer's fused activation
     remove_dead_nodes,  # what the passes above left unread
 ]

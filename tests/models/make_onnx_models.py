@@ -1,8 +1,10 @@
-"""Regenerate: python3 -m venv /tmp/torchenv && /tmp/torchenv/bin/pip install torch==2.13.0 onnx numpy
-&& /tmp/torchenv/bin/python tests/models/make_onnx_models.py   (writes tests/models/torch_*.onnx)
+"""Regenerate: python3 -m venv /tmp/torchenv && /tmp/torchenv/bin/pip install torch==2.13.0 onnx
+onnxscript onnxruntime numpy && /tmp/torchenv/bin/python tests/models/make_onnx_models.py
+(writes tests/models/torch_*.onnx; onnxruntime, if present, checks each export against torch)
 
 Small float CNNs defined in PyTorch with fixed seeds, exported to ONNX (opset 17) by
-torch.onnx's TorchScript exporter (dynamo=False). They are the test models of
+torch.onnx's TorchScript exporter (dynamo=False), and one (opset 18) by the newer torch.export
+based exporter (dynamo=True, torch's default, needs onnxscript). They are the test models of
 tests/test_onnx_models.py, which needs neither torch nor this script.
 
 The exporter's default inference mode (training=EVAL) folds each BatchNorm into the Conv before
@@ -10,7 +12,8 @@ it, so mcuforge would never see a BatchNormalization node. The models are export
 training=PRESERVE instead, from modules in eval mode: the BatchNormalization nodes stay in the
 file (training_mode=0, running statistics as initializers) and mcuforge's own BN folding has to
 do the work. One model (torch_resblock_evalfold.onnx) is exported with the defaults, as a user
-calling torch.onnx.export(..., dynamo=False) gets it.
+calling torch.onnx.export(..., dynamo=False) gets it; the dynamo exporter folds BatchNorm too
+and writes AdaptiveAvgPool2d as ReduceMean(keepdims=1) + Reshape (torch_resblock_dynamo.onnx).
 
 Every BatchNorm gets non-trivial weight, bias, running mean and running variance, so a wrong
 fold shows up as a large error.
@@ -117,31 +120,65 @@ class ResBlock(nn.Module):
         return self.fc(torch.flatten(self.pool(x), 1))
 
 
-MODELS = {  # file stem -> (module class, seed, keep BatchNormalization nodes?)
-    "torch_conv_bn_relu": (ConvBnRelu, 1, True),
-    "torch_mobile_block": (MobileBlock, 2, True),
-    "torch_resblock": (ResBlock, 3, True),
-    "torch_resblock_evalfold": (ResBlock, 3, False),
+class LeNet(nn.Module):
+    """(d) Conv+BN+ReLU+MaxPool twice, then Flatten of the 16x5x5 NCHW map into a Linear
+    (the flatten's element order is NCHW's: mcuforge permutes the Linear's weights instead of
+    transposing the NHWC map), ReLU, Linear."""
+
+    def __init__(self):
+        super().__init__()
+        self.features = nn.Sequential(
+            nn.Conv2d(3, 8, 5), nn.BatchNorm2d(8), nn.ReLU(), nn.MaxPool2d(2),
+            nn.Conv2d(8, 16, 5), nn.BatchNorm2d(16), nn.ReLU(), nn.MaxPool2d(2))
+        self.head = nn.Sequential(nn.Flatten(), nn.Linear(16 * 5 * 5, 32), nn.ReLU(),
+                                  nn.Linear(32, 10))
+
+    def forward(self, x):
+        return self.head(self.features(x))
+
+
+MODELS = {  # file stem -> (module class, seed, exporter: keep BatchNormalization nodes?)
+    "torch_conv_bn_relu": (ConvBnRelu, 1, "preserve"),
+    "torch_mobile_block": (MobileBlock, 2, "preserve"),
+    "torch_resblock": (ResBlock, 3, "preserve"),
+    "torch_resblock_evalfold": (ResBlock, 3, "eval"),
+    "torch_resblock_dynamo": (ResBlock, 3, "dynamo"),
+    "torch_lenet": (LeNet, 4, "preserve"),
 }
+DYNAMO_OPSET = 18
 
 
-def export(stem: str, cls, seed: int, keep_bn: bool) -> Path:
+def _export(model, x, path: Path, how: str) -> None:
+    if how == "dynamo":
+        torch.onnx.export(model, (x,), str(path), dynamo=True, opset_version=DYNAMO_OPSET,
+                          input_names=["input"], output_names=["logits"], external_data=False)
+        return
+    mode = torch.onnx.TrainingMode.PRESERVE if how == "preserve" else torch.onnx.TrainingMode.EVAL
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # constant folding in PRESERVE mode: model is in eval
+        torch.onnx.export(model, (x,), str(path), dynamo=False, opset_version=OPSET,
+                          input_names=["input"], output_names=["logits"], training=mode,
+                          do_constant_folding=True)
+
+
+def export(stem: str, cls, seed: int, how: str) -> Path:
     torch.manual_seed(seed)
     model = cls()
     randomize_bn(model, torch.Generator().manual_seed(seed + 100))
     model.eval()
     x = torch.randn(1, 3, SIZE, SIZE, generator=torch.Generator().manual_seed(seed + 200))
     path = OUT / f"{stem}.onnx"
-    mode = torch.onnx.TrainingMode.PRESERVE if keep_bn else torch.onnx.TrainingMode.EVAL
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # constant folding in PRESERVE mode: model is in eval
-        torch.onnx.export(model, (x,), str(path), dynamo=False, opset_version=OPSET,
-                          input_names=["input"], output_names=["logits"], training=mode,
-                          do_constant_folding=True)
+    _export(model, x, path, how)
     m = onnx.load(str(path))
+    m.producer_version = ""  # no tool versions, local paths or stack traces in the file
+    del m.graph.metadata_props[:]
+    for node in m.graph.node:
+        del node.metadata_props[:]
+    onnx.save(m, str(path))
     onnx.checker.check_model(m, full_check=True)
     ops = [n.op_type for n in m.graph.node]
-    assert ("BatchNormalization" in ops) == keep_bn, ops
+    opset = max(o.version for o in m.opset_import if o.domain in ("", "ai.onnx"))
+    assert ("BatchNormalization" in ops) == (how == "preserve"), ops
     # the export must compute what the module computes
     try:
         import onnxruntime as ort
@@ -155,7 +192,7 @@ def export(stem: str, cls, seed: int, keep_bn: bool) -> Path:
         assert np.allclose(got, ref, rtol=1e-4, atol=1e-5), np.abs(got - ref).max()
     size = path.stat().st_size
     assert size < 200_000, f"{path.name}: {size} bytes"
-    print(f"{path.name}: {size} bytes, opset {OPSET}, ops {' '.join(ops)}")
+    print(f"{path.name}: {size} bytes, opset {opset}, ops {' '.join(ops)}")
     return path
 
 

@@ -1,0 +1,332 @@
+"""Post-training int8 quantization of an optimized float graph, following TFLite's
+quantization specification exactly as mcuforge's int8 kernels (and TFLM's) expect:
+
+  - weights: int8, symmetric per output channel (zero point 0, scale = max|w| / 127; axis 0 for
+    conv2d / fully_connected, axis 3 for depthwise_conv2d), values in [-127, 127];
+  - bias: int32, scale = input_scale * weight_scale per channel, zero point 0;
+  - activations: int8, asymmetric per tensor, scale and zero point from the calibrated range
+    (which always includes 0);
+  - fixed outputs: softmax and logistic (1/256, -128), tanh (1/128, 0);
+  - max/avg pool, reshape, transpose, pad and relu6 keep their input's parameters; concat inputs share one
+    range (the union), and an input quantized otherwise is requantized by a "quantize" node;
+  - add / mul inputs may differ; constant operands of add / mul are quantized per tensor;
+  - reduce mean becomes the int8 mean op (own output range).
+
+io="int8" makes the graph inputs and outputs int8 (quantize inputs with their scale / zero
+point); io="float" keeps float32 inputs and outputs with quantize / dequantize nodes at the
+edges. Guarantees: the returned graph verifies, keeps the input and output names, and every
+node is one the int8 lowering and TFLite's int8 kernels accept; a node that cannot be quantized
+raises McuforgeError naming it, before any calibration work.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from mcuforge.errors import McuforgeError
+from mcuforge.graph import Graph, Node, Quant, Tensor, verify
+
+from . import calibrate
+from .calibrate import METHODS, asymmetric_params
+
+DEFAULT_METHOD = "mse"
+IO_MODES = ("int8", "float")
+WEIGHTED = {"conv2d": 0, "depthwise_conv2d": 3, "fully_connected": 0}  # op -> channel axis
+KEEP_INPUT_QUANT = ("avg_pool2d", "max_pool2d", "reshape", "pad", "relu6", "transpose")
+FIXED_OUTPUT = {"softmax": Quant((1.0 / 256,), (-128,)), "logistic": Quant((1.0 / 256,), (-128,)),
+                "tanh": Quant((1.0 / 128,), (0,))}
+OWN_RANGE = ("add", "mul", "mean", "relu", "leaky_relu", "hard_swish", "concat")
+SUPPORTED = tuple(WEIGHTED) + KEEP_INPUT_QUANT + tuple(FIXED_OUTPUT) + OWN_RANGE + ("reduce",)
+INT32_MAX = 2**31 - 1
+
+
+def quantize_graph(g: Graph, samples: list, method: str = DEFAULT_METHOD, io: str = "int8",
+                   progress=None) -> Graph:
+    """Quantize the optimized float graph `g` to int8, calibrated on `samples` (a list of
+    {input name: array}). `progress`: a text stream for the calibration progress bar."""
+    if method not in METHODS:
+        raise McuforgeError(f"unknown calibration method '{method}': use one of "
+                            f"{', '.join(METHODS)}")
+    if io not in IO_MODES:
+        raise McuforgeError(f"quantize io must be one of {', '.join(IO_MODES)}, not '{io}'")
+    check_quantizable(g)
+    stats = calibrate.record(g, samples, progress)
+    ranges = {t: calibrate.choose_range(s, method) for t, s in stats.items()}
+    _share_concat_ranges(g, ranges)
+    q = _Quantizer(g, ranges).run()
+    if io == "float":
+        q = _float_edges(q)
+    return verify(q)
+
+
+def check_quantizable(g: Graph) -> None:
+    """Raise McuforgeError naming the first node the int8 quantizer cannot handle."""
+    for name in list(g.inputs) + list(g.outputs):
+        if g.tensors[name].dtype != "float32":
+            raise McuforgeError(f"graph input/output '{name}' is {g.tensors[name].dtype}: "
+                                "only float32 models can be quantized")
+    for n in g.nodes:
+        where = f"{n.op} node '{n.name or n.outputs[0]}'"
+        if n.op not in SUPPORTED:
+            raise McuforgeError(f"cannot quantize {where} to int8: {n.op} has no int8 kernel "
+                                f"(quantizable ops: {', '.join(sorted(SUPPORTED))})")
+        if n.op in WEIGHTED and not g.tensors[n.inputs[1]].is_const:
+            raise McuforgeError(f"cannot quantize {where}: its weights are not constant")
+        if n.op == "softmax":
+            rank = len(g.tensors[n.inputs[0]].shape)
+            if n.attrs.get("axis", rank - 1) not in (-1, rank - 1):
+                raise McuforgeError(f"cannot quantize {where}: int8 softmax works on the last "
+                                    "axis only")
+        if n.op == "reduce" and n.attrs["fn"] != "mean":
+            raise McuforgeError(f"cannot quantize {where}: reduce {n.attrs['fn']} has no int8 "
+                                "kernel (reduce mean has)")
+        if n.op in ("pad", "mean", "reshape"):
+            continue  # their shape / axes operands are constants kept as they are
+        for t in n.inputs:
+            if t and g.tensors[t].dtype != "float32":
+                raise McuforgeError(f"cannot quantize {where}: input '{t}' is "
+                                    f"{g.tensors[t].dtype}, not float32")
+
+
+def _share_concat_ranges(g: Graph, ranges: dict) -> None:
+    """Every concat's inputs and output get one range, the union of theirs (TFLite's int8
+    concat needs equal parameters; inputs that still differ are requantized later)."""
+    for n in g.nodes:
+        if n.op != "concat":
+            continue
+        group = [t for t in n.inputs if t in ranges] + [n.outputs[0]]
+        lo = min(ranges[t][0] for t in group)
+        hi = max(ranges[t][1] for t in group)
+        for t in group:
+            ranges[t] = (lo, hi)
+
+
+def quant_of_range(lo: float, hi: float) -> Quant:
+    scale, zp = asymmetric_params(lo, hi)
+    return Quant((scale,), (zp,))
+
+
+class _Quantizer:
+    """One pass over the nodes in order: each node's inputs are quantized before it."""
+
+    def __init__(self, g: Graph, ranges: dict):
+        self.g, self.ranges = g, ranges
+        self.tensors = dict(g.tensors)
+        self.nodes = []
+        self.quant = {}  # activation tensor -> its int8 Quant
+        self.names = set(g.tensors)
+
+    def run(self) -> Graph:
+        for name in self.g.inputs:
+            self._set(name, quant_of_range(*self.ranges[name]))
+        for n in self.g.nodes:
+            getattr(self, "_" + n.op, self._own_range)(n)
+        return self.g.replace(tensors=self.tensors, nodes=self.nodes)
+
+    # -- helpers -------------------------------------------------------------------------------
+
+    def _set(self, name: str, quant: Quant) -> None:
+        t = self.tensors[name]
+        self.tensors[name] = Tensor(t.name, t.shape, "int8", quant=quant)
+        self.quant[name] = quant
+
+    def _fresh(self, base: str) -> str:
+        name = base
+        while name in self.names:
+            name += "_"
+        self.names.add(name)
+        return name
+
+    def _const(self, base: str, data: np.ndarray, dtype: str, quant: Quant) -> str:
+        name = self._fresh(base)
+        self.tensors[name] = Tensor(name, tuple(data.shape), dtype, data=data.astype(dtype),
+                                    quant=quant)
+        return name
+
+    def _activation_input(self, name: str) -> str:
+        """An activation input, or a constant one quantized per tensor over its own range."""
+        if name in self.quant:
+            return name
+        t = self.g.tensors[name]
+        if not t.is_const:
+            raise McuforgeError(f"tensor '{name}' has no quantization")  # unreachable: checked
+        data = t.data.astype(np.float32)
+        q = quant_of_range(float(data.min(initial=0.0)), float(data.max(initial=0.0)))
+        values = np.clip(np.round(data / q.scale[0]) + q.zero_point[0], -128, 127)
+        return self._const(name + "/int8", values, "int8", q)
+
+    def _emit(self, n: Node, inputs, out_quant: Quant) -> None:
+        self._set(n.outputs[0], out_quant)
+        self.nodes.append(Node(n.op, tuple(inputs), n.outputs, dict(n.attrs), n.name))
+
+    def _range_quant(self, name: str) -> Quant:
+        return quant_of_range(*self.ranges[name])
+
+    # -- ops -----------------------------------------------------------------------------------
+
+    def _own_range(self, n: Node) -> None:
+        """add, mul, mean, relu, leaky_relu, hard_swish: the output's calibrated range."""
+        ins = [self._activation_input(t) if t else t for t in n.inputs]
+        self._emit(n, ins, self._range_quant(n.outputs[0]))
+
+    def _reduce(self, n: Node) -> None:
+        """reduce mean (ONNX ReduceMean, GlobalAveragePool) -> the int8 mean op."""
+        attrs = dict(axes=tuple(n.attrs["axes"]), keep_dims=bool(n.attrs["keep_dims"]))
+        self._mean(Node("mean", n.inputs[:1], n.outputs, attrs, n.name))
+
+    def _mean(self, n: Node) -> None:
+        self._emit(n, n.inputs, self._range_quant(n.outputs[0]))  # inputs[1]: the axes
+
+    def _keep(self, n: Node) -> None:
+        """pools, reshape, pad, relu6: the output is quantized like the input."""
+        ins = list(n.inputs)
+        q = self.quant[ins[0]]
+        if n.op == "pad" and len(ins) > 2 and ins[2]:  # the pad value, quantized like x
+            v = self.g.tensors[ins[2]].data.astype(np.float32)
+            ins[2] = self._const(ins[2] + "/int8",
+                                 np.clip(np.round(v / q.scale[0]) + q.zero_point[0], -128, 127),
+                                 "int8", q)
+        self._emit(n, ins, q)
+
+    _avg_pool2d = _max_pool2d = _reshape = _pad = _relu6 = _keep
+
+    def _fixed(self, n: Node) -> None:
+        self._emit(n, n.inputs, FIXED_OUTPUT[n.op])
+
+    _softmax = _logistic = _tanh = _fixed
+
+    def _concat(self, n: Node) -> None:
+        out_q = self._range_quant(n.outputs[0])
+        ins = []
+        for t in n.inputs:
+            t = self._activation_input(t)
+            if self.tensors[t].quant != out_q:  # requantize to the shared parameters
+                r = self._fresh(t + "/requant")
+                self.tensors[r] = Tensor(r, self.tensors[t].shape, "int8", quant=out_q)
+                self.nodes.append(Node("quantize", (t,), (r,), {}, r))
+                t = r
+            ins.append(t)
+        self._emit(n, ins, out_q)
+
+    def _weighted(self, n: Node) -> None:
+        x = n.inputs[0]
+        in_scale = np.float32(self.quant[x].scale[0])
+        w = self.g.tensors[n.inputs[1]].data.astype(np.float32)
+        axis = WEIGHTED[n.op]
+        bias_name = n.inputs[2] if len(n.inputs) > 2 else ""
+        b = self.g.tensors[bias_name].data.astype(np.float32).reshape(-1) if bias_name else None
+        wq, w_scale = quantize_weights(w, axis, in_scale, b)
+        w_quant = Quant(tuple(float(s) for s in w_scale), (0,) * len(w_scale), axis)
+        ins = [x, self._const(n.inputs[1], wq, "int8", w_quant)]
+        if b is not None:
+            b_scale = in_scale * w_scale  # float32, as TFLite forms it
+            bq = np.clip(np.round(b.astype(np.float64) / b_scale.astype(np.float64)),
+                         -INT32_MAX, INT32_MAX)
+            b_quant = Quant(tuple(float(s) for s in b_scale), (0,) * len(b_scale), 0)
+            ins.append(self._const(bias_name, bq, "int32", b_quant))
+        self._emit(n, ins, self._range_quant(n.outputs[0]))
+
+    _conv2d = _depthwise_conv2d = _fully_connected = _weighted
+
+
+def quantize_weights(w: np.ndarray, axis: int, in_scale: float, bias=None) -> tuple:
+    """Symmetric per-channel int8 weights along `axis`: (int8 data, float32 scales). scale =
+    max|w| / 127, raised where needed so that bias / (in_scale * scale) fits int32; an all-zero
+    channel gets scale 1."""
+    other = tuple(i for i in range(w.ndim) if i != axis)
+    amax = np.max(np.abs(w), axis=other).astype(np.float32)
+    scale = amax / np.float32(127)
+    if bias is not None:  # TFLite's converter widens the weight scale for huge biases too
+        need = np.abs(bias).astype(np.float32) / (np.float32(in_scale) * np.float32(INT32_MAX))
+        scale = np.maximum(scale, need * np.float32(1.01))
+    scale = np.where(scale > 0, scale, np.float32(1.0)).astype(np.float32)
+    shape = [1] * w.ndim
+    shape[axis] = -1
+    wq = np.clip(np.round(w / scale.reshape(shape)), -127, 127)
+    return wq, scale
+
+
+def _float_edges(g: Graph) -> Graph:
+    """Float32 graph inputs / outputs around the int8 graph: quantize after each input,
+    dequantize before each output; the names stay the graph's."""
+    tensors, rename = dict(g.tensors), {}
+    head, tail = [], []
+    names = set(tensors)
+
+    def fresh(base):
+        name = base
+        while name in names:
+            name += "_"
+        names.add(name)
+        return name
+
+    for name in g.inputs:
+        t = tensors[name]
+        inner = fresh(name + "/int8")
+        tensors[inner] = Tensor(inner, t.shape, "int8", quant=t.quant)
+        tensors[name] = Tensor(name, t.shape, "float32")
+        rename[name] = inner
+        head.append(Node("quantize", (name,), (inner,), {}, inner))
+    out_rename = {}
+    for name in g.outputs:
+        t = tensors[name]
+        inner = rename.get(name) or fresh(name + "/int8")
+        if name not in rename:
+            tensors[inner] = Tensor(inner, t.shape, "int8", quant=t.quant)
+            out_rename[name] = inner
+        tensors[name] = Tensor(name, t.shape, "float32")
+        tail.append(Node("dequantize", (inner,), (name,), {}, name))
+    rename.update(out_rename)
+
+    def sub(names_):
+        return tuple(rename.get(t, t) for t in names_)
+
+    nodes = [Node(n.op, sub(n.inputs), sub(n.outputs), n.attrs, n.name) for n in g.nodes]
+    return g.replace(tensors=tensors, nodes=head + nodes + tail)
+
+
+def quantize_for_compile(g: Graph, scheme, calibration, method=None, io: str = "int8",
+                         emit_tflite=None, progress=None) -> Graph:
+    """What `mcuforge compile --quantize int8 --calibration DATA ...` does to the loaded graph:
+    optimize, calibrate and quantize; with `emit_tflite` also write the int8 graph as a .tflite
+    (the graph mcuforge compiles, so TFLM runs the same arithmetic)."""
+    from .pipeline import optimize
+    if scheme is None:
+        if calibration is not None or emit_tflite is not None or method is not None:
+            raise McuforgeError("--calibration, --calibration-method and --emit-tflite need "
+                                "--quantize int8")
+        return g
+    if scheme != "int8":
+        raise McuforgeError(f"--quantize {scheme}: only int8 is supported")
+    if calibration is None:
+        raise McuforgeError("--quantize int8 needs --calibration DATA (a .npy, .npz or a folder "
+                            "of .npy files with sample inputs)")
+    g = optimize(g)
+    samples = calibrate.load_samples(calibration, g)
+    q = quantize_graph(g, samples, method or DEFAULT_METHOD, io, progress)
+    if emit_tflite is not None:
+        from frontend.tflite_writer import write_tflite
+        try:
+            data = write_tflite(q)
+        except ValueError as e:
+            raise McuforgeError(f"cannot write the int8 model as TFLite: {e}") from None
+        try:
+            with open(emit_tflite, "wb") as f:
+                f.write(data)
+        except OSError as e:
+            raise McuforgeError(f"cannot write {emit_tflite}: {e.strerror or e}") from None
+    return q
+
+
+def io_params(g: Graph) -> list:
+    """(kind, tensor name, dtype, int8 Quant) of each graph input and output of a quantized
+    graph: the tensor's own quantization, or with io="float" the int8 tensor at its edge."""
+    rows = []
+    for kind, names, op, side in (("input", g.inputs, "quantize", 0),
+                                  ("output", g.outputs, "dequantize", 1)):
+        for name in names:
+            t, q = g.tensors[name], g.tensors[name].quant
+            for n in g.nodes:
+                if q is None and n.op == op and (n.inputs, n.outputs)[side][0] == name:
+                    q = g.tensors[(n.outputs, n.inputs)[side][0]].quant
+            rows.append((kind, name, t.dtype, q))
+    return rows
