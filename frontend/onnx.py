@@ -187,13 +187,16 @@ def load_onnx(source, input_shapes: dict | None = None, name: str | None = None,
     import onnx
     from onnx import numpy_helper
     model = _parse(source)
+    from .onnx_quant import fuse_qdq
+    model = fuse_qdq(model)  # before folding: int8 weights must stay int8
     notes = notes if notes is not None else []
     if len(model.graph.node) == 0 and not model.graph.output:
         raise ModelError("not a valid ONNX model: it has no graph")
     opset = max((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")),
                 default=1)
     _load_converters()
-    foreign = [(i, n) for i, n in enumerate(model.graph.node) if n.domain not in ("", "ai.onnx")]
+    foreign = [(i, n) for i, n in enumerate(model.graph.node)
+               if n.domain not in ("", "ai.onnx", "com.microsoft")]
     if foreign:
         raise UnsupportedOpError(_unsupported_message(foreign, []))
     _fix_dims(model, input_shapes or {}, notes)

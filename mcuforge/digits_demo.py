@@ -1,7 +1,7 @@
 """The real-data demo: a small CNN trained on scikit-learn's 8x8 digits, compiled to C as float
 and as int8 (post-training quantization by mcuforge), both run in C on the held-out images.
 
-The model, tests/models/digits_cnn.onnx, is written by tests/models/train_digits.py (plain
+The model, mcuforge/data/digits_cnn.onnx, is written by tests/models/train_digits.py (plain
 numpy, deterministic) from the training split `digits_data` defines; the held-out split is never
 seen by training or calibration. The demo guarantees nothing about bits: it measures accuracy.
 It passes when the float C build predicts the same digit as onnxruntime on every image, the
@@ -22,7 +22,7 @@ import numpy as np
 
 from .errors import McuforgeError
 
-MODEL = Path(__file__).resolve().parents[1] / "tests" / "models" / "digits_cnn.onnx"
+MODEL = Path(__file__).resolve().parent / "data" / "digits_cnn.onnx"  # package data
 HELD_OUT = 360  # the last 360 images of the data set: the test split
 CALIBRATION = 200  # the first 200 training images calibrate the quantizer
 MIN_FLOAT_ACCURACY = 0.95
@@ -193,7 +193,7 @@ def verdict(r: DigitsResult) -> tuple[int, str]:
 
 
 def run_digits_demo(out_dir) -> int:
-    """`mcuforge demo --digits`: evaluate into `out_dir`, print every step and the verdict.
+    """`mcuforge demo`: evaluate into `out_dir`, print every step and the verdict.
     Returns the exit status (0 on PASS)."""
     status, line = verdict(evaluate(out_dir))
     print(line)

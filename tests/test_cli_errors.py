@@ -200,7 +200,7 @@ def test_top_level_help_lists_every_command(tmp_path):
     ("run", ("compile, build and run", "--input", "--output", ".npz")),
     ("info", ("MACs", "arena", "--json")),
     ("bench", ("latency", "TFLM", "--iterations", "--no-tflm")),
-    ("demo", ("small int8 model", "TFLM", "--output")),
+    ("demo", ("digits", "int8", "TFLM", "--output", "--synthetic")),
 ])
 def test_subcommand_help_says_what_it_does(command, words, tmp_path):
     r = mcuforge(command, "--help", cwd=tmp_path)

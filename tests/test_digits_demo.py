@@ -1,4 +1,4 @@
-"""The real-data demo (`mcuforge demo --digits`): a CNN trained on scikit-learn's 8x8 digits,
+"""The real-data demo (`mcuforge demo`): a CNN trained on scikit-learn's 8x8 digits,
 compiled to C as float and int8, run on the 360 held-out images."""
 import importlib.util
 import subprocess
@@ -46,7 +46,7 @@ def test_verdict_fails_on_a_large_int8_drop(result):
 
 
 def test_demo_digits_command(tmp_path):
-    r = subprocess.run([sys.executable, "-m", "mcuforge.cli", "demo", "--digits",
+    r = subprocess.run([sys.executable, "-m", "mcuforge.cli", "demo",
                         "-o", str(tmp_path / "d")], capture_output=True, text=True)
     assert r.returncode == 0, r.stdout + r.stderr
     assert "PASS" in r.stdout.splitlines()[-1]
