@@ -133,69 +133,25 @@ def Clip(ctx, x, lo=None, hi=None):
 
 # ---- math --------------------------------------------------------------------------------
 
-@onnx_op("Abs", since=6)
-def Abs(ctx, x):
-    _unary(ctx, x, "abs", float_only=False)
+# ONNX op -> (unary fn of the graph IR, first opset, integer inputs allowed)
+MATH = {
+    "Abs": ("abs", 6, True), "Neg": ("neg", 6, True), "Sign": ("sign", 9, True),
+    "Exp": ("exp", 6, False), "Log": ("log", 6, False), "Sqrt": ("sqrt", 6, False),
+    "Reciprocal": ("reciprocal", 6, False), "Floor": ("floor", 6, False),
+    "Ceil": ("ceil", 6, False), "Round": ("round", 11, False), "Sin": ("sin", 7, False),
+    "Cos": ("cos", 7, False), "Erf": ("erf", 9, False),
+}
 
 
-@onnx_op("Neg", since=6)
-def Neg(ctx, x):
-    _unary(ctx, x, "neg", float_only=False)
+def _math_converter(op: str, fn: str, since: int, any_type: bool):
+    def convert(ctx, x):
+        _unary(ctx, x, fn, float_only=not any_type)
+    convert.__name__ = convert.__qualname__ = op
+    onnx_op(op, since=since)(convert)
 
 
-@onnx_op("Sign", since=9)
-def Sign(ctx, x):
-    _unary(ctx, x, "sign", float_only=False)
-
-
-@onnx_op("Exp", since=6)
-def Exp(ctx, x):
-    _unary(ctx, x, "exp")
-
-
-@onnx_op("Log", since=6)
-def Log(ctx, x):
-    _unary(ctx, x, "log")
-
-
-@onnx_op("Sqrt", since=6)
-def Sqrt(ctx, x):
-    _unary(ctx, x, "sqrt")
-
-
-@onnx_op("Reciprocal", since=6)
-def Reciprocal(ctx, x):
-    _unary(ctx, x, "reciprocal")
-
-
-@onnx_op("Floor", since=6)
-def Floor(ctx, x):
-    _unary(ctx, x, "floor")
-
-
-@onnx_op("Ceil", since=6)
-def Ceil(ctx, x):
-    _unary(ctx, x, "ceil")
-
-
-@onnx_op("Round", since=11)
-def Round(ctx, x):
-    _unary(ctx, x, "round")
-
-
-@onnx_op("Sin", since=7)
-def Sin(ctx, x):
-    _unary(ctx, x, "sin")
-
-
-@onnx_op("Cos", since=7)
-def Cos(ctx, x):
-    _unary(ctx, x, "cos")
-
-
-@onnx_op("Erf", since=9)
-def Erf(ctx, x):
-    _unary(ctx, x, "erf")
+for _op, (_fn, _since, _any) in MATH.items():
+    _math_converter(_op, _fn, _since, _any)
 
 
 # ---- binary arithmetic --------------------------------------------------------------------
