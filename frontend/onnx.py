@@ -269,6 +269,9 @@ def _prefold(model, opset: int, rounds: int = 16):
         del model.graph.node[:]
         model.graph.node.extend(kept)
         del model.graph.value_info[:]  # stale: inferred again from the smaller graph
+        if any(n.domain == "com.microsoft" for n in model.graph.node):
+            from .onnx_quant import record_shapes
+            record_shapes(model)  # shapes onnx's inference cannot give
     return _infer(model)
 
 

@@ -366,9 +366,206 @@ def QGemm(ctx, a, a_scale, a_zero_point, b, b_scale, b_zero_point, c=None, y_sca
     _fc(ctx, what, a, as_, az, wd, ws, wz, bias, ys, yz, a_zero_point, y_zero_point)
 
 
+# ---- com.microsoft QLinearAdd / QLinearMul / pools / QLinearConcat --------------------------
+
+def _act_quant(t, scale, zp, what: str) -> Quant:
+    """Per-tensor int8-twin quantization of an activation operand."""
+    s, z, _ = _qparams(scale, zp, what)
+    if s.size != 1:
+        raise Unsupported(f"{what}: per-axis activation quantization")
+    return _quant8(s, z, _qdtype(t, zp, what))
+
+
+def requantize(ctx, t8: Tensor, quant: Quant) -> Tensor:
+    """t8 (int8) under `quant`: itself, or an int8 -> int8 "quantize" (TFLM's Requantize)."""
+    if t8.quant == quant:
+        return t8
+    y = ctx.b.add_tensor(Tensor(ctx.tmp(t8.shape, "int8", "rq").name, t8.shape, "int8",
+                                quant=quant))
+    ctx.emit("quantize", [t8], [y])
+    return y
+
+
+def _binary_q(ctx, op: str, a, a_scale, a_zp, b, b_scale, b_zp, c_scale, c_zp):
+    what = ctx.node.op_type
+    out = ctx.out()
+    start = len(ctx.b.nodes)
+    a8 = as_int8(ctx, a, _act_quant(a, a_scale, a_zp, what))
+    b8 = as_int8(ctx, b, _act_quant(b, b_scale, b_zp, what))
+    y8 = out_int8(ctx, out, _act_quant(out, c_scale, c_zp, what))
+    ctx.emit(op, [a8, b8], [y8], activation="none")
+    _emit_first(ctx, start)
+
+
+@onnx_op("QLinearAdd")
+def QLinearAdd(ctx, A, A_scale, A_zero_point, B, B_scale, B_zero_point, C_scale,
+               C_zero_point=None):
+    """com.microsoft QLinearAdd -> int8 add (TFLM's kernel; broadcasting)."""
+    _binary_q(ctx, "add", A, A_scale, A_zero_point, B, B_scale, B_zero_point, C_scale,
+              C_zero_point)
+
+
+@onnx_op("QLinearMul")
+def QLinearMul(ctx, A, A_scale, A_zero_point, B, B_scale, B_zero_point, C_scale,
+               C_zero_point=None):
+    """com.microsoft QLinearMul -> int8 mul (TFLM's kernel; broadcasting)."""
+    _binary_q(ctx, "mul", A, A_scale, A_zero_point, B, B_scale, B_zero_point, C_scale,
+              C_zero_point)
+
+
+@onnx_op("QLinearAveragePool")
+def QLinearAveragePool(ctx, X, x_scale, x_zero_point, y_scale, y_zero_point=None,
+                       auto_pad="NOTSET", ceil_mode=0, channels_last=0, count_include_pad=0,
+                       kernel_shape=None, pads=None, strides=None):
+    """Every window of the same size (no padding, or padding counted, no ceil_mode): an int8
+    depthwise_conv2d with unit weights of scale 1/count (one rounding, like onnxruntime's
+    float mean). Otherwise int8 avg_pool2d under the input's quantization, then a requantize
+    to the output's (two roundings: up to 2 LSB apart from onnxruntime)."""
+    what = "QLinearAveragePool"
+    if channels_last or len(X.shape) not in (3, 4):
+        raise Unsupported(f"{what}: channels_last or a {len(X.shape) - 2}-D input")
+    out = ctx.out()
+    attrs, kernel = _window(X, out, kernel_shape, strides, None, pads, auto_pad)
+    start = len(ctx.b.nodes)
+    x8 = as_int8(ctx, X, _act_quant(X, x_scale, x_zero_point, what))
+    y8 = out_int8(ctx, out, _act_quant(out, y_scale, y_zero_point, what))
+    n, c, *sp = out.shape
+    if not ceil_mode and (count_include_pad or not any(attrs["padding"])):
+        w = ctx.const(np.ones((1, *kernel, c), np.int8), "int8", "ones")
+        w = ctx.b.add_tensor(Tensor(w.name, w.shape, "int8", w.data,
+                                    Quant((float(np.float32(1.0 / np.prod(kernel))),), (0,), 3)))
+        _from_nhwc_q(ctx, "depthwise_conv2d", [_to_nhwc_q(ctx, x8), w], y8, **attrs,
+                     depth_multiplier=1, activation="none")
+        _emit_first(ctx, start)
+        return
+    shape = (n, *([1] * (2 - len(sp)) + sp), c)
+    t = ctx.b.add_tensor(Tensor(ctx.tmp(shape, "int8", "pool").name, shape, "int8",
+                                quant=x8.quant))
+    ctx.emit("avg_pool2d", [_to_nhwc_q(ctx, x8)], [t], filter=kernel, **attrs,
+             activation="none", count_include_pad=bool(count_include_pad))
+    t = requantize(ctx, t, y8.quant)
+    if len(sp) == 1:
+        t3 = ctx.b.add_tensor(Tensor(ctx.tmp((n, sp[0], c), "int8", "nlc").name,
+                                     (n, sp[0], c), "int8", quant=y8.quant))
+        ctx.emit("reshape", [t], [t3])
+        t = t3
+    from_nhwc(ctx, t, y8)
+    _emit_first(ctx, start)
+
+
+@onnx_op("QLinearGlobalAveragePool")
+def QLinearGlobalAveragePool(ctx, X, x_scale, x_zero_point, y_scale, y_zero_point=None,
+                             channels_last=0):
+    """int8 mean over the spatial axes (TFLM's MEAN: one requantization to the output's
+    quantization, no intermediate rounding)."""
+    what = "QLinearGlobalAveragePool"
+    if len(X.shape) < 3:
+        raise Unsupported(f"{what}: rank-{len(X.shape)} input")
+    rank = len(X.shape)
+    axes = tuple(range(1, rank - 1)) if channels_last else tuple(range(2, rank))
+    start = len(ctx.b.nodes)
+    x8 = as_int8(ctx, X, _act_quant(X, x_scale, x_zero_point, what))
+    y8 = out_int8(ctx, ctx.out(), _act_quant(ctx.out(), y_scale, y_zero_point, what))
+    ctx.emit("mean", [x8, ctx.const(np.array(axes, np.int32), "int32", "axes")], [y8],
+             axes=axes, keep_dims=True)
+    _emit_first(ctx, start)
+
+
+@onnx_op("QLinearConcat")
+def QLinearConcat(ctx, Y_scale, Y_zero_point, *inputs, axis=1):
+    """int8 concat; inputs quantized unlike the output are requantized to it first."""
+    what = "QLinearConcat"
+    if len(inputs) % 3:
+        raise Unsupported(f"{what}: inputs are not (tensor, scale, zero point) triples")
+    out = ctx.out()
+    start = len(ctx.b.nodes)
+    y8 = out_int8(ctx, out, _act_quant(out, Y_scale, Y_zero_point, what))
+    xs = [requantize(ctx, as_int8(ctx, x, _act_quant(x, s, z, what)), y8.quant)
+          for x, s, z in zip(inputs[::3], inputs[1::3], inputs[2::3])]
+    ctx.emit("concat", xs, [y8], axis=axis % len(out.shape), activation="none")
+    _emit_first(ctx, start)
+
+
 # ---- QDQ -> QOperator rewrite (ONNX level, before constant folding) -------------------------
 
 _QLINEAR = {"Conv": "QLinearConv", "MatMul": "QLinearMatMul", "Gemm": "QGemm"}
+# float ops whose DequantizeLinear'd activations and QuantizeLinear'd output fuse into a
+# com.microsoft op (every DequantizeLinear and the QuantizeLinear per tensor)
+_QLINEAR_MS = {"Add": "QLinearAdd", "Mul": "QLinearMul", "AveragePool": "QLinearAveragePool",
+               "GlobalAveragePool": "QLinearGlobalAveragePool", "Concat": "QLinearConcat"}
+# com.microsoft op -> (the float op whose shape inference gives its output shape, the float
+# inputs' positions (None: every third from 2, QLinearConcat))
+_STAND_IN = {"QLinearAdd": ("Add", (0, 3)), "QLinearMul": ("Mul", (0, 3)),
+             "QGemm": ("Gemm", (0, 3)), "QLinearAveragePool": ("AveragePool", (0,)),
+             "QLinearGlobalAveragePool": ("GlobalAveragePool", (0,)),
+             "QLinearConcat": ("Concat", None), "QLinearSigmoid": ("Sigmoid", (0,)),
+             "QLinearLeakyRelu": ("LeakyRelu", (0,))}
+
+
+def _stand_in_shape(node, known: dict):
+    """Output (dims, elem type) of a com.microsoft node from its float stand-in, or None."""
+    import onnx
+    from onnx import helper
+    op, pos = _STAND_IN[node.op_type]
+    pos = range(2, len(node.input), 3) if pos is None else pos
+    names = [node.input[i] for i in pos if i < len(node.input)]
+    if len(names) != len(pos) or any(nm not in known for nm in names):
+        return None
+    ins = [helper.make_tensor_value_info(f"i{k}", onnx.TensorProto.FLOAT, known[nm][0])
+           for k, nm in enumerate(names)]
+    attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute
+             if a.name != "channels_last"}
+    if any(a.name == "channels_last" and a.i for a in node.attribute):
+        return None
+    g = helper.make_graph([helper.make_node(op, [i.name for i in ins], ["y"], **attrs)], "s",
+                          ins, [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, None)])
+    try:
+        inf = onnx.shape_inference.infer_shapes(
+            helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]), strict_mode=True)
+    except Exception:  # noqa: BLE001
+        return None
+    t = inf.graph.output[0].type.tensor_type
+    if not t.HasField("shape") or any(not d.HasField("dim_value") for d in t.shape.dim):
+        return None
+    elem = known[names[0]][1]
+    if node.op_type == "QGemm" and (len(node.input) < 8 or not node.input[7]):
+        elem = onnx.TensorProto.FLOAT  # no output quantization: float output
+    return [d.dim_value for d in t.shape.dim], elem
+
+
+def record_shapes(model):
+    """Record the output shapes of com.microsoft quantized nodes (which onnx's shape inference
+    does not know) in the model's value_info, in place, so that the importer finds them.
+    Repeats onnx's inference while new shapes unlock others. Returns the model."""
+    import onnx
+    from onnx import helper
+    g = model.graph
+    ms = [n for n in g.node if n.domain == "com.microsoft" and n.op_type in _STAND_IN]
+    if not ms:
+        return model
+    while True:
+        try:
+            inferred = onnx.shape_inference.infer_shapes(model)
+        except Exception:  # noqa: BLE001
+            return model
+        known = {}
+        for v in (*inferred.graph.input, *inferred.graph.value_info, *inferred.graph.output):
+            t = v.type.tensor_type
+            if t.HasField("shape") and all(d.HasField("dim_value") for d in t.shape.dim):
+                known[v.name] = ([d.dim_value for d in t.shape.dim], t.elem_type)
+        for i in g.initializer:
+            known[i.name] = (list(i.dims), i.data_type)
+        added = False
+        for n in ms:
+            if n.output[0] in known:
+                continue
+            r = _stand_in_shape(n, known)
+            if r is not None:
+                g.value_info.append(helper.make_tensor_value_info(n.output[0], r[1], r[0]))
+                known[n.output[0]] = r
+                added = True
+        if not added:
+            return model
 
 
 def fuse_qdq(model):
@@ -381,6 +578,7 @@ def fuse_qdq(model):
     output is read by anything but one QuantizeLinear (or is a graph output) is left as it is.
     Idempotent. Returns a new ModelProto."""
     import onnx
+    import onnx.numpy_helper
     from onnx import helper
     m = onnx.ModelProto()
     m.CopyFrom(model)
@@ -392,13 +590,6 @@ def fuse_qdq(model):
     for n in g.node:
         for i in n.input:
             readers.setdefault(i, []).append(n)
-    shapes = {}
-    try:  # output shapes of the fused nodes, for onnx's inference of com.microsoft ops
-        inferred = onnx.shape_inference.infer_shapes(m)
-        shapes = {v.name: v for v in inferred.graph.value_info}
-    except Exception:  # noqa: BLE001
-        pass
-
     def dq(name, const):
         n = prod.get(name)
         if n is None or n.op_type != "DequantizeLinear" or n.domain not in ("", "ai.onnx"):
@@ -407,28 +598,75 @@ def fuse_qdq(model):
             return None
         return n
 
+    sizes = {i.name: int(np.prod(i.dims)) for i in g.initializer}
+
+    values = {i.name: onnx.numpy_helper.to_array(i) for i in g.initializer
+              if int(np.prod(i.dims)) == 1}
+
+    def qv(node):  # (scale, zero point, zero point dtype) of a per-tensor Q/DQ, or None
+        s = values.get(node.input[1])
+        z = values.get(node.input[2]) if len(node.input) > 2 and node.input[2] else \
+            np.zeros(1, np.uint8)
+        return None if s is None or z is None else (float(s.reshape(-1)[0]),
+                                                    int(z.reshape(-1)[0]), z.dtype)
+
+    def per_tensor(d):  # a Dequantize/QuantizeLinear with one constant scale
+        return d is not None and sizes.get(d.input[1]) == 1
+
     replace, drop = {}, set()
     for n in g.node:
-        if n.op_type not in _QLINEAR or n.domain not in ("", "ai.onnx") or len(n.input) < 2:
+        if n.domain not in ("", "ai.onnx") or not n.output:
             continue
         y = n.output[0]
         q = readers.get(y, [])
-        if y in outputs or len(q) != 1 or q[0].op_type != "QuantizeLinear":
+        if y in outputs or len(q) != 1 or q[0].op_type != "QuantizeLinear" or len(n.output) > 1:
             continue
         q = q[0]
+        attrs = {a.name: helper.get_attribute_value(a) for a in n.attribute}
+        zp = lambda d: d.input[2] if len(d.input) > 2 else ""
+        qy = [q.input[1], q.input[2] if len(q.input) > 2 else ""]
+        if n.op_type == "MaxPool" and len(n.output) == 1:  # on the quantized values
+            d = prod.get(n.input[0])
+            if d is not None and d.op_type == "DequantizeLinear" and per_tensor(d) \
+                    and qv(d) is not None and qv(d) == qv(q):
+                replace[id(n)] = helper.make_node("MaxPool", [d.input[0]], [q.output[0]],
+                                                  n.name, **attrs)
+                drop.add(id(q))
+            continue
+        if n.op_type in _QLINEAR_MS:  # activations only: com.microsoft QLinear*
+            ds = [prod.get(i) for i in n.input]
+            if not n.input or any(d is None or d.op_type != "DequantizeLinear"
+                                  or d.domain not in ("", "ai.onnx") or not per_tensor(d)
+                                  for d in ds) or not per_tensor(q):
+                continue
+            if n.op_type in ("AveragePool", "GlobalAveragePool") and ds[0].input[0] in inits:
+                continue
+            qs = [[d.input[0], d.input[1], zp(d)] for d in ds]
+            if n.op_type == "Concat":
+                ins = qy + [v for t in qs for v in t]
+            elif n.op_type in ("Add", "Mul"):
+                if len(qs) != 2:
+                    continue
+                ins = qs[0] + qs[1] + qy
+            else:
+                ins = qs[0] + qy
+            new = helper.make_node(_QLINEAR_MS[n.op_type], ins, [q.output[0]], n.name,
+                                   domain="com.microsoft", **attrs)
+            replace[id(n)] = new
+            drop.add(id(q))
+            continue
+        if n.op_type not in _QLINEAR or len(n.input) < 2:
+            continue
         x, w = dq(n.input[0], False), dq(n.input[1], True)
         b = dq(n.input[2], True) if len(n.input) > 2 and n.input[2] else None
         if x is None or w is None or (len(n.input) > 2 and n.input[2] and b is None):
             continue
-        attrs = {a.name: helper.get_attribute_value(a) for a in n.attribute}
-        zp = lambda d: d.input[2] if len(d.input) > 2 else ""
         if n.op_type == "Gemm":
             if attrs.get("transA", 0) or attrs.get("alpha", 1.0) != 1.0 \
                     or attrs.get("beta", 1.0) != 1.0:
                 continue
         qx = [x.input[0], x.input[1], zp(x)]
         qw = [w.input[0], w.input[1], zp(w)]
-        qy = [q.input[1], q.input[2] if len(q.input) > 2 else ""]
         bias = [b.input[0]] if b is not None else []
         if n.op_type == "Conv":
             new = helper.make_node("QLinearConv", qx + qw + qy + bias, [q.output[0]],
@@ -438,12 +676,10 @@ def fuse_qdq(model):
         else:
             new = helper.make_node("QGemm", qx + qw + (bias or [""]) + qy, [q.output[0]],
                                    n.name, domain="com.microsoft", **attrs)
-            if q.output[0] in shapes:
-                g.value_info.append(shapes[q.output[0]])
         replace[id(n)] = new
         drop.add(id(q))
     if not replace:
-        return m
+        return record_shapes(m)
     nodes = [replace.get(id(n), n) for n in g.node if id(n) not in drop]
     while True:  # DequantizeLinear nodes left unread
         read = {i for n in nodes for i in n.input} | outputs
@@ -456,4 +692,4 @@ def fuse_qdq(model):
     if any(n.domain == "com.microsoft" for n in nodes) and not any(
             o.domain == "com.microsoft" for o in m.opset_import):
         m.opset_import.append(helper.make_opsetid("com.microsoft", 1))
-    return m
+    return record_shapes(m)

@@ -43,6 +43,33 @@ def _float_model(kind: str):
     elif kind == "matmul":
         nodes = [mk("Flatten", ["x"], ["f"]), mk("MatMul", ["f", "w"], ["y"])]
         inits, out = [_f(rng, "w", (192, 10), .1)], (1, 10)
+    elif kind in ("add", "mul"):  # with a per-channel constant, broadcast
+        nodes = [mk(kind.capitalize(), ["x", "c"], ["y"])]
+        inits, out = [_f(rng, "c", (3, 1, 1), 1.)], X_SHAPE
+    elif kind == "concat":  # inputs quantized unlike the output: requantized
+        nodes = [mk("Mul", ["x", "c"], ["m"]), mk("Concat", ["x", "m"], ["y"], axis=1)]
+        inits, out = [_f(rng, "c", (3, 1, 1), 1.)], (1, 6, 8, 8)
+    elif kind.startswith("conv_"):  # quantize_static quantizes pools after a quantized op
+        pool = {"conv_avgpool": mk("AveragePool", ["c"], ["y"], kernel_shape=[2, 2],
+                                   strides=[2, 2]),
+                "conv_avgpad": mk("AveragePool", ["c"], ["y"], kernel_shape=[3, 3],
+                                  pads=[1, 1, 1, 1]),
+                "conv_gap": mk("GlobalAveragePool", ["c"], ["y"]),
+                "conv_maxpool": mk("MaxPool", ["c"], ["y"], kernel_shape=[2, 2],
+                                   strides=[2, 2])}[kind]
+        nodes = [mk("Conv", ["x", "w", "b"], ["c"], pads=[1, 1, 1, 1]), pool]
+        inits = [_f(rng, "w", (3, 3, 3, 3), .3), _f(rng, "b", (3,), .1)]
+        out = {"conv_avgpool": (1, 3, 4, 4), "conv_maxpool": (1, 3, 4, 4),
+               "conv_gap": (1, 3, 1, 1)}.get(kind, X_SHAPE)
+    elif kind == "residual":  # conv, relu, conv, residual add, relu, global average pool
+        nodes = [mk("Conv", ["x", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1]),
+                 mk("Relu", ["c1"], ["r"]),
+                 mk("Conv", ["r", "w2", "b2"], ["c2"], pads=[1, 1, 1, 1]),
+                 mk("Add", ["c2", "x"], ["a"]), mk("Relu", ["a"], ["r2"]),
+                 mk("GlobalAveragePool", ["r2"], ["y"])]
+        inits = [_f(rng, "w1", (3, 3, 3, 3), .3), _f(rng, "b1", (3,), .1),
+                 _f(rng, "w2", (3, 3, 3, 3), .3), _f(rng, "b2", (3,), .1)]
+        out = (1, 3, 1, 1)
     else:  # three convs: conv+relu, depthwise, pointwise
         nodes = [mk("Conv", ["x", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1]),
                  mk("Relu", ["c1"], ["r"]),
@@ -106,6 +133,50 @@ def test_single_layer_within_one_lsb(tmp_path, kind, fmt):
 @pytest.mark.parametrize("fmt", [f for f in FORMATS if f[0] == QuantFormat.QDQ], ids=_id)
 def test_qdq_gemm_within_one_lsb(tmp_path, fmt):
     """QDQ Gemm becomes com.microsoft QGemm (QOperator QGemm files lack its output shape)."""
+    assert _lsb_diff(_quantized(tmp_path, "gemm", *fmt)) <= 1.0
+
+
+ACTIVATIONS = [f for f in FORMATS if f[2]]  # per-channel is moot without weights
+
+
+@pytest.mark.parametrize("kind", ["add", "mul", "concat"])
+@pytest.mark.parametrize("fmt", ACTIVATIONS, ids=_id)
+def test_elementwise_and_concat_within_one_lsb(tmp_path, kind, fmt):
+    """QLinearAdd / QLinearMul / QLinearConcat (QOperator) and their QDQ patterns."""
+    m = _quantized(tmp_path, kind, *fmt)
+    ops = {n.op_type for n in fuse_qdq(m).graph.node}
+    assert {"add": "QLinearAdd", "mul": "QLinearMul", "concat": "QLinearConcat"}[kind] in ops
+    assert _lsb_diff(m) <= 1.0
+
+
+@pytest.mark.parametrize("kind", ["conv_avgpool", "conv_gap", "conv_maxpool"])
+@pytest.mark.parametrize("fmt", ACTIVATIONS, ids=_id)
+def test_conv_then_pool_within_one_lsb(tmp_path, kind, fmt):
+    """Pools on int8 (avg pool as a unit-weight depthwise conv: one rounding); measured: 1
+    LSB, the convolution's."""
+    m = fuse_qdq(_quantized(tmp_path, kind, *fmt))
+    assert not {"AveragePool", "GlobalAveragePool"} & {n.op_type for n in m.graph.node}
+    assert [n.op_type for n in m.graph.node].count("QuantizeLinear") == 1
+    assert _lsb_diff(m) <= 1.0
+
+
+@pytest.mark.parametrize("fmt", [ACTIVATIONS[0], ACTIVATIONS[3]], ids=_id)
+def test_padded_avg_pool_within_two_lsb(tmp_path, fmt):
+    """Padding not counted: int8 avg_pool2d then a requantize, two roundings (measured: 2 LSB
+    for QOperator uint8, 1 for QDQ int8)."""
+    assert _lsb_diff(_quantized(tmp_path, "conv_avgpad", *fmt)) <= 2.0
+
+
+@pytest.mark.parametrize("fmt", [ACTIVATIONS[0], ACTIVATIONS[3]], ids=_id)
+def test_residual_block_within_one_lsb(tmp_path, fmt):
+    """conv, relu, conv, residual add, relu, global average pool; measured: 1 LSB."""
+    assert _lsb_diff(_quantized(tmp_path, "residual", *fmt)) <= 1.0
+
+
+@pytest.mark.parametrize("fmt", [f for f in FORMATS if f[0] == QuantFormat.QOperator][::2],
+                         ids=_id)
+def test_qoperator_qgemm_within_one_lsb(tmp_path, fmt):
+    """com.microsoft QGemm files: fuse_qdq records the output shape onnx cannot infer."""
     assert _lsb_diff(_quantized(tmp_path, "gemm", *fmt)) <= 1.0
 
 
