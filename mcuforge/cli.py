@@ -112,6 +112,13 @@ def _cmd_bench(a) -> int:
     return 0
 
 
+def _cmd_bench_quant(a) -> int:
+    from .bench_quant import bench_quant, format_table
+    rows = bench_quant(a.models, a.calibration, a.eval, progress=None if a.json else sys.stderr)
+    print(json.dumps(rows, indent=2) if a.json else format_table(rows))
+    return 0
+
+
 def _cmd_conformance(a) -> int:
     from .conformance import report, run_onnx, summary, write_json
     if a.json and not Path(a.json).parent.is_dir():  # fail before the run, not after it
@@ -221,6 +228,17 @@ def parser() -> argparse.ArgumentParser:
     b.add_argument("--json", action="store_true", help="print a JSON list, one object per model")
     b.add_argument("--no-tflm", action="store_true", help="skip TFLM's figures")
     b.set_defaults(fn=_cmd_bench)
+
+    q = command("bench-quant", "measure int8 quantization quality of float models: SQNR and "
+                "top-1 agreement with float, beside onnxruntime's (ONNX) or MLCommons' int8 "
+                "model (MLPerf Tiny TFLite)")
+    q.add_argument("models", nargs="+", help="the float .onnx / .tflite models")
+    q.add_argument("--calibration", type=_positive, default=200, metavar="N",
+                   help="calibration samples (default: 200)")
+    q.add_argument("--eval", type=_positive, default=360, metavar="N",
+                   help="evaluation samples (default: 360)")
+    q.add_argument("--json", action="store_true", help="print a JSON list, one object per model")
+    q.set_defaults(fn=_cmd_bench_quant)
 
     k = command("conformance", "run a framework's own operator test suite through mcuforge "
                 "and report passed / failed / unsupported per operator")

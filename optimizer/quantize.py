@@ -187,7 +187,20 @@ class _Quantizer:
                                  "int8", q)
         self._emit(n, ins, q)
 
-    _avg_pool2d = _max_pool2d = _reshape = _pad = _relu6 = _keep
+    def _avg_pool2d(self, n: Node) -> None:
+        """A global average pool becomes the int8 mean op, whose output gets its own (finer)
+        range; other average pools keep their input's quantization, as TFLite requires."""
+        x, y = self.g.tensors[n.inputs[0]], self.g.tensors[n.outputs[0]]
+        is_global = (tuple(n.attrs["filter"]) == tuple(x.shape[1:3])
+                     and tuple(y.shape[1:3]) == (1, 1) and not any(n.attrs["padding"])
+                     and n.attrs.get("activation", "none") == "none"
+                     and not n.attrs.get("count_include_pad", False))
+        if not is_global:
+            return self._keep(n)
+        self._mean(Node("mean", n.inputs[:1], n.outputs, dict(axes=(1, 2), keep_dims=True),
+                        n.name))
+
+    _max_pool2d = _reshape = _pad = _relu6 = _keep
 
     def _fixed(self, n: Node) -> None:
         self._emit(n, n.inputs, FIXED_OUTPUT[n.op])

@@ -1,0 +1,250 @@
+"""Quantization quality benchmark: how close mcuforge's int8 model stays to the float model,
+side by side with a reference int8 quantization of the same model.
+
+Per float model (ONNX or TFLite): a calibration set and a separate evaluation set of inputs
+(random with fixed seeds, in the range the model expects; the real scikit-learn digits for
+digits_cnn.onnx). The float reference output comes from onnxruntime (ONNX) or LiteRT (TFLite;
+mcuforge's own float C when LiteRT is missing). Reported on the eval set:
+
+  - mcuforge: SQNR (dB) of the int8 C build's dequantized output against float, and top-1
+    agreement with float for classifiers (more than one output value per row);
+  - onnxruntime: the same two figures for quantize_static (QDQ, per channel, QInt8 activations
+    and weights, the same calibration data), run in onnxruntime -- ONNX models only;
+  - for the MLPerf Tiny float TFLite models: the same figures for MLCommons' own int8 model,
+    run with tflite-micro on the eval inputs quantized with its input parameters.
+
+The benchmark guarantees nothing about the figures; it measures them.
+"""
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+# mcuforge's own packages first: onnxruntime.quantization puts a folder with its own
+# optimizer.py on sys.path, which would hide the `optimizer` package if imported later
+import codegen_c.model  # noqa: F401,E402
+import optimizer.calibrate  # noqa: F401,E402
+import optimizer.pipeline  # noqa: F401,E402
+import optimizer.quantize  # noqa: F401,E402
+
+from .errors import McuforgeError
+
+MLPERF_INT8 = {"ad01_fp32": "ad01_int8", "kws_ref_model_float32": "kws_ref_model",
+               "pretrainedResnet": "pretrainedResnet_quant", "vww_96_float": "vww_96_int8"}
+CAL_SEED, EVAL_SEED = 1, 2
+DEFAULT_CALIBRATION, DEFAULT_EVAL = 200, 360  # digits: 200 training images, whole held-out split
+
+
+# ---------------------------------------------------------------------------------------------
+# Figures
+
+
+def sqnr_db(ref: np.ndarray, test: np.ndarray) -> float:
+    """10*log10(sum ref^2 / sum (ref - test)^2) over the whole eval set; inf when equal."""
+    ref, test = np.asarray(ref, np.float64), np.asarray(test, np.float64)
+    noise = float(np.sum((ref - test) ** 2))
+    signal = float(np.sum(ref ** 2))
+    if noise == 0.0:
+        return float("inf")
+    return float(10.0 * np.log10(max(signal, 1e-300) / noise))
+
+
+def top1_agreement(ref: np.ndarray, test: np.ndarray) -> float | None:
+    """Fraction of rows whose argmax agrees; None when rows have a single value."""
+    ref, test = ref.reshape(len(ref), -1), test.reshape(len(test), -1)
+    if ref.shape[1] < 2:
+        return None
+    return float(np.mean(ref.argmax(1) == test.argmax(1)))
+
+
+def figures(ref: np.ndarray, test: np.ndarray) -> dict:
+    test = np.asarray(test, np.float32).reshape(ref.shape)
+    return {"sqnr_db": sqnr_db(ref, test), "top1": top1_agreement(ref, test)}
+
+
+# ---------------------------------------------------------------------------------------------
+# Inputs
+
+
+def _int8_input_range(int8_model: Path) -> tuple:
+    """The real range [scale*(-128-zp), scale*(127-zp)] of an int8 model's first input."""
+    from .api import load
+    g = load(int8_model)
+    q = g.tensors[g.inputs[0]].quant
+    s, zp = float(q.scale[0]), int(q.zero_point[0])
+    return s * (-128 - zp), s * (127 - zp)
+
+
+def input_sets(model: Path, graph, n_cal: int, n_eval: int) -> tuple:
+    """(calibration batch, eval batch, description) for a single-input float model."""
+    if len(graph.inputs) != 1:
+        raise McuforgeError(f"{model.name}: bench-quant takes single-input models")
+    shape = tuple(graph.tensors[graph.inputs[0]].shape)
+    if model.name == "digits_cnn.onnx":
+        from .digits_demo import CALIBRATION, digits_data
+        x_train, _, x_test, _ = digits_data()
+        return (x_train[:min(n_cal, CALIBRATION)].reshape(-1, *shape),
+                x_test[:n_eval].reshape(-1, *shape),
+                "digits: first training images / held-out split")
+    lo, hi = -1.0, 1.0
+    desc = "uniform [-1, 1]"
+    int8 = MLPERF_INT8.get(model.stem)
+    if int8 and (model.parent / f"{int8}.tflite").is_file():
+        lo, hi = _int8_input_range(model.parent / f"{int8}.tflite")
+        desc = f"uniform [{lo:.4g}, {hi:.4g}] ({int8} input range)"
+    cal = np.random.default_rng(CAL_SEED).uniform(lo, hi, (n_cal, *shape)).astype(np.float32)
+    ev = np.random.default_rng(EVAL_SEED).uniform(lo, hi, (n_eval, *shape)).astype(np.float32)
+    return cal, ev, desc
+
+
+# ---------------------------------------------------------------------------------------------
+# Runners
+
+
+def float_reference(model: Path, graph, x: np.ndarray) -> np.ndarray:
+    """The float model's output on each row of `x`, (N, ...): onnxruntime for ONNX, LiteRT for
+    TFLite (mcuforge's float C when LiteRT is missing)."""
+    if model.suffix == ".onnx":
+        import onnxruntime as ort
+        sess = ort.InferenceSession(str(model), providers=["CPUExecutionProvider"])
+        name = sess.get_inputs()[0].name
+        return np.stack([sess.run(None, {name: xi})[0] for xi in x])
+    try:
+        from ai_edge_litert.interpreter import Interpreter
+    except ImportError:
+        from optimizer.calibrate import run_graph
+        return run_graph(graph, [x])[0]
+    it = Interpreter(model_path=str(model))
+    it.allocate_tensors()
+    inp, out = it.get_input_details()[0], it.get_output_details()[0]
+    rows = []
+    for xi in x:
+        it.set_tensor(inp["index"], xi.astype(np.float32))
+        it.invoke()
+        rows.append(it.get_tensor(out["index"]).copy())
+    return np.stack(rows)
+
+
+def mcuforge_int8(model: Path, cal: np.ndarray, x: np.ndarray) -> np.ndarray:
+    """mcuforge's int8 model (default calibration method, float32 edges so the output is the
+    dequantized int8 output) built as C and run on `x`."""
+    from optimizer.calibrate import run_graph
+    from optimizer.quantize import quantize_for_compile
+
+    from .api import load
+    q = quantize_for_compile(load(model), "int8", cal, None, io="float")
+    return run_graph(q, [x])[0]
+
+
+class _Reader:
+    """onnxruntime CalibrationDataReader over a batch, one sample per call."""
+
+    def __init__(self, name: str, batch: np.ndarray):
+        self.rows = iter([{name: xi} for xi in batch])
+
+    def get_next(self):
+        return next(self.rows, None)
+
+
+def onnxruntime_int8(model: Path, cal: np.ndarray, x: np.ndarray) -> np.ndarray:
+    """onnxruntime.quantization.quantize_static (QDQ, per channel, int8 activations and
+    weights) calibrated on `cal`, run in onnxruntime on `x`."""
+    import onnxruntime as ort
+    from onnxruntime.quantization import QuantFormat, QuantType, quantize_static
+
+    name = ort.InferenceSession(str(model), providers=["CPUExecutionProvider"]) \
+        .get_inputs()[0].name
+    with tempfile.TemporaryDirectory(prefix="mcuforge-ortq-") as d:
+        out = os.path.join(d, "q.onnx")
+        quantize_static(str(model), out, _Reader(name, cal), quant_format=QuantFormat.QDQ,
+                        per_channel=True, activation_type=QuantType.QInt8,
+                        weight_type=QuantType.QInt8)
+        sess = ort.InferenceSession(out, providers=["CPUExecutionProvider"])
+        return np.stack([sess.run(None, {name: xi})[0] for xi in x])
+
+
+def mlcommons_int8(int8_model: Path, x: np.ndarray) -> np.ndarray:
+    """MLCommons' shipped int8 model run with tflite-micro on `x` quantized with its input
+    parameters; the output dequantized with its output parameters."""
+    from . import tflm
+    from .api import load
+    g = load(int8_model)
+    qi, qo = g.tensors[g.inputs[0]].quant, g.tensors[g.outputs[0]].quant
+    si, zi = float(qi.scale[0]), int(qi.zero_point[0])
+    xq = np.clip(np.round(x / si) + zi, -128, 127).astype(np.int8)
+    y = tflm.run(int8_model.read_bytes(), [xq])[0]
+    return (y.astype(np.float32) - int(qo.zero_point[0])) * float(qo.scale[0])
+
+
+# ---------------------------------------------------------------------------------------------
+# The benchmark
+
+
+def bench_model(model, n_cal: int = DEFAULT_CALIBRATION, n_eval: int = DEFAULT_EVAL) -> dict:
+    """One row of the table (see the module docstring); a failing part records its error."""
+    from optimizer.quantize import DEFAULT_METHOD
+
+    from .api import load
+    model = Path(model)
+    if not model.is_file():
+        raise McuforgeError(f"{model} does not exist")
+    graph = load(model)
+    cal, ev, desc = input_sets(model, graph, n_cal, n_eval)
+    ref = float_reference(model, graph, ev)
+    row = {"model": model.name, "inputs": desc, "calibration": len(cal), "eval": len(ev),
+           "method": DEFAULT_METHOD, "mcuforge": None, "reference": None,
+           "reference_kind": "-", "errors": {}}
+    try:
+        row["mcuforge"] = figures(ref, mcuforge_int8(model, cal, ev))
+    except McuforgeError as e:
+        row["errors"]["mcuforge"] = str(e)
+    int8 = MLPERF_INT8.get(model.stem)
+    try:
+        if model.suffix == ".onnx":
+            row["reference_kind"] = "onnxruntime"
+            row["reference"] = figures(ref, onnxruntime_int8(model, cal, ev))
+        elif int8 and (model.parent / f"{int8}.tflite").is_file():
+            from . import tflm
+            if tflm.available():
+                row["reference_kind"] = f"mlcommons:{int8}"
+                row["reference"] = figures(ref, mlcommons_int8(model.parent / f"{int8}.tflite",
+                                                               ev))
+    except Exception as e:  # a reference that cannot run is reported, not fatal
+        row["errors"]["reference"] = f"{type(e).__name__}: {e}"
+    return row
+
+
+def bench_quant(models, n_cal: int = DEFAULT_CALIBRATION, n_eval: int = DEFAULT_EVAL,
+                progress=None) -> list:
+    rows = []
+    for m in models:
+        if progress is not None:
+            print(f"bench-quant: {Path(m).name} ...", file=progress, flush=True)
+        rows.append(bench_model(m, n_cal, n_eval))
+    return rows
+
+
+def _fmt(fig, key):
+    if fig is None or fig.get(key) is None:
+        return "-"
+    v = fig[key]
+    return f"{v:.2f}" if key == "sqnr_db" else f"{100 * v:.1f}%"
+
+
+def format_table(rows: list) -> str:
+    head = ("model", "cal/eval", "mcuforge SQNR dB", "top-1", "reference", "ref SQNR dB",
+            "ref top-1")
+    body = [(r["model"], f"{r['calibration']}/{r['eval']}", _fmt(r["mcuforge"], "sqnr_db"),
+             _fmt(r["mcuforge"], "top1"), r["reference_kind"], _fmt(r["reference"], "sqnr_db"),
+             _fmt(r["reference"], "top1")) for r in rows]
+    widths = [max(len(x[i]) for x in [head, *body]) for i in range(len(head))]
+    lines = ["  ".join(c.ljust(w) if i in (0, 4) else c.rjust(w)
+                       for i, (c, w) in enumerate(zip(x, widths))) for x in [head, *body]]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    for r in rows:
+        for part, err in r["errors"].items():
+            lines.append(f"{r['model']}: {part}: {err}")
+    return "\n".join(lines)
