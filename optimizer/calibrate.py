@@ -204,6 +204,9 @@ class _Bar:
     def _draw(self) -> None:
         if self.stream is None:
             return
+        # redrawn in place on a terminal; in a log, only the finished bar
+        if not (getattr(self.stream, "isatty", lambda: False)() or self.n == self.total):
+            return
         filled = self.width * self.n // max(1, self.total)
         self.stream.write(f"\rcalibrating [{'#' * filled}{'-' * (self.width - filled)}] "
                           f"{self.n}/{self.total} samples")
