@@ -98,8 +98,8 @@ def _cmd_info(a) -> int:
           f"{info['lower_bound_bytes']:,})")
     for kind in ("inputs", "outputs"):
         for t in info[kind]:
-            print(f"  {kind[:-1]} '{t['name']}': {t['dtype']}{t['shape']} "
-                  f"scale {t['scale']} zero point {t['zero_point']}")
+            q = "" if t["scale"] is None else f" scale {t['scale']} zero point {t['zero_point']}"
+            print(f"  {kind[:-1]} '{t['name']}': {t['dtype']}{t['shape']}{q}")
     print(f"  tensors: {info['tensors']}")
     return 0
 
