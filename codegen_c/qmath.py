@@ -382,6 +382,18 @@ def mf_roundf(x):
     return -r if x < 0 else r
 
 
+def mf_round_even_f32_to_i32(x):
+    """nearbyintf (round half to even) of a float32 as an int32; saturates, NaN -> 0."""
+    x = np.float32(x)
+    if np.isnan(x):
+        return 0
+    if x >= np.float32(2.0**31):
+        return INT32_MAX
+    if x <= np.float32(-2.0**31):
+        return INT32_MIN
+    return int(round(float(x)))  # Python's round() is half to even, exact on floats
+
+
 def mf_quantize_f32_s8(x, scale, zero_point):
     with np.errstate(all="ignore"):  # x / 0 is inf or nan, as in C
         r = mf_roundf(np.float32(x) / np.float32(scale))

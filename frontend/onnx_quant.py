@@ -14,6 +14,9 @@ exact). The twin is made by a binary sub (uint8 - 128 -> int8, in range: no wrap
 back by a binary add where the uint8 tensor itself is needed (a graph output); unused
 conversions are dead code the optimizer removes.
 
+conv2d / depthwise_conv2d / fully_connected carry requant="onnxruntime": their kernels rescale
+as onnxruntime does (float32 scale, round half to even), not with TFLM's fixed-point multiplier.
+
 QuantizeLinear computes onnxruntime's formula exactly with generic float ops:
 saturate(round_half_even(x / scale) + zero_point).
 """
@@ -309,11 +312,12 @@ def QLinearConv(ctx, x, x_scale, x_zero_point, w, w_scale, w_zero_point, y_scale
         wc = ctx.const(np.ascontiguousarray(wd.transpose(1, 2, 3, 0)), "int8", "w")
         wc = ctx.b.add_tensor(Tensor(wc.name, wc.shape, "int8", wc.data, wq))
         _from_nhwc_q(ctx, "depthwise_conv2d", [xi, wc, bias], y8, **attrs,
-                     depth_multiplier=O // C, activation="none")
+                     depth_multiplier=O // C, activation="none", requant="onnxruntime")
     else:
         wc = ctx.const(np.ascontiguousarray(wd.transpose(0, 2, 3, 1)), "int8", "w")
         wc = ctx.b.add_tensor(Tensor(wc.name, wc.shape, "int8", wc.data, wq))
-        _from_nhwc_q(ctx, "conv2d", [xi, wc, bias], y8, **attrs, activation="none")
+        _from_nhwc_q(ctx, "conv2d", [xi, wc, bias], y8, **attrs, activation="none",
+                     requant="onnxruntime")
     _emit_first(ctx, start)
 
 
@@ -329,7 +333,8 @@ def _fc(ctx, what, a, as_, az, wd, ws, wz, bias_data, ys, yz, a_zp, y_zp):
     wq = _wquant(ws, wz, O, 0)
     wc = ctx.const(np.ascontiguousarray(wd), "int8", "w")
     wc = ctx.b.add_tensor(Tensor(wc.name, wc.shape, "int8", wc.data, wq))
-    ctx.emit("fully_connected", [a8, wc, bias_data], [y8], activation="none")
+    ctx.emit("fully_connected", [a8, wc, bias_data], [y8], activation="none",
+             requant="onnxruntime")
     _emit_first(ctx, start)
 
 

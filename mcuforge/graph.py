@@ -28,6 +28,7 @@ ACTIVATIONS = ("none", "relu", "relu6", "relu_n1_to_1")
 #   avg_pool2d / max_pool2d may carry "dilation" (h, w); avg_pool2d "count_include_pad"
 #   layer_norm may have the outputs mean and inv_std_dev after y
 #   activation is one of ACTIVATIONS, fused into the op's output clamp
+#   int8 conv2d / depthwise_conv2d / fully_connected: requant="onnxruntime" = ORT's float rescale
 #   constant operands (reshape's shape, pad's paddings, mean's axes) stay in Node.inputs at the
 #   framework's positions; the attribute is the source of truth
 OPS = {

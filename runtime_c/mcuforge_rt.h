@@ -420,6 +420,21 @@ static inline float mf_roundf(float x) {
     return x < 0 ? -r : r;
 }
 
+/* nearbyintf in the default rounding mode, as an int32: round half to even (onnxruntime's
+ * MlasRequantizeOutput). Exact for |x| < 2^31 (truncation and the fraction are exact there;
+ * floats from 2^23 up are integers); beyond that it saturates, and NaN gives 0. */
+static inline int32_t mf_round_even_f32_to_i32(float x) {
+    float a = x < 0 ? -x : x;
+    int32_t i;
+    float d;
+    if (a != a) return 0;
+    if (!(a < 2147483648.0f)) return x < 0 ? INT32_MIN : INT32_MAX;
+    i = (int32_t)a;
+    d = a - (float)i;
+    if (d > 0.5f || (d == 0.5f && (i & 1))) i += 1; /* d > 0 only below 2^23: no overflow */
+    return x < 0 ? -i : i;
+}
+
 /* reference_ops::AffineQuantize<float, int8_t>: round(x / scale) + zero_point, clamped.
  * Float division as TFLM. Out-of-int32-range values saturate (and NaN gives zero_point),
  * where the C++ float->int conversion would be undefined. */

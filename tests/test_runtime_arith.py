@@ -45,7 +45,8 @@ SIGS = {
     "mf_hard_swish_s8": "biihihi", "mf_leaky_relu_s8": "biiiiii", "mf_relu_s8": "biiiiii",
     "mf_relu6_s8": "bbb", "mf_requantize_s8": "biiii", "mf_add_s8": "bbiiiiiiiiiiii",
     "mf_mul_s8": "bbiiiiiii", "mf_mean_s8": "iiiiii",
-    "mf_roundf": "f", "mf_quantize_f32_s8": "ffi", "mf_dequantize_s8_f32": "bfi",
+    "mf_roundf": "f", "mf_round_even_f32_to_i32": "f", "mf_quantize_f32_s8": "ffi",
+    "mf_dequantize_s8_f32": "bfi",
     "mf_softmax_s8": None,  # "n mult shift diff_min v0 .. v(n-1)"
 }
 FLOAT_RESULT = {"mf_max_f32", "mf_min_f32", "mf_roundf", "mf_dequantize_s8_f32"}
@@ -130,6 +131,7 @@ int main(void) {
             OUT(mf_mul_s8((int8_t)I(0), (int8_t)I(1), I(2), I(3), I(4), I(5), I(6), I(7), I(8)));
         else if (IS("mf_mean_s8")) OUT(mf_mean_s8(I(0), I(1), I(2), I(3), I(4), I(5)));
         else if (IS("mf_roundf")) printf("%lu\n", FB(mf_roundf(F(0))));
+        else if (IS("mf_round_even_f32_to_i32")) OUT(mf_round_even_f32_to_i32(F(0)));
         else if (IS("mf_quantize_f32_s8")) OUT(mf_quantize_f32_s8(F(0), F(1), I(2)));
         else if (IS("mf_dequantize_s8_f32"))
             printf("%lu\n", FB(mf_dequantize_s8_f32((int8_t)I(0), F(1), I(2))));
@@ -301,6 +303,10 @@ def make_cases(rng) -> list:
     floats += list(rng.integers(-2000, 2000, 1000) / np.float32(2))  # exact halves
     for f in floats:
         add("mf_roundf", fbits(f))
+        add("mf_round_even_f32_to_i32", fbits(f))
+    for f in [2147483520.0, -2147483520.0, 2147483648.0, -2147483648.0, 16777215.5, 0.5000001,
+              -0.4999999, 3.5, -3.5, 4.5, -4.5]:
+        add("mf_round_even_f32_to_i32", fbits(f))
     for f in floats[:1500]:
         add("mf_max_f32", fbits(f), fbits(floats[int(rng.integers(len(floats)))]))
         add("mf_min_f32", fbits(floats[int(rng.integers(len(floats)))]), fbits(f))

@@ -1,5 +1,7 @@
 """conv2d, depthwise_conv2d and fully_connected, int8 as TFLM's reference integer kernels:
 acc = bias + sum((x - x_zp) * w), then per-channel MultiplyByQuantizedMultiplier, + y_zp, clamp.
+Nodes with requant="onnxruntime" (quantized ONNX imports) rescale as onnxruntime does instead:
+float32 acc * scale, round half to even (see _requant_ort).
 Float tensors take the same loops with float arithmetic. conv2d may be grouped (ONNX): weights
 OHWI with I = C / groups, output channel group g reading input channels g*I .. g*I + I-1."""
 from __future__ import annotations
@@ -20,6 +22,8 @@ def requant_and_store(ctx: OpContext, acc: ir.Expr, channel: ir.Expr, out_index:
     if y.dtype == "float32":
         return [ir.Store("y", out_index, float_activation(acc, act))]
     w_scales = np.asarray(w.quant.scale, dtype=np.float32)
+    if ctx.attrs.get("requant") == "onnxruntime":
+        return _requant_ort(ctx, acc, channel, out_index, bufs, n_out, w_scales)
     if ctx.node.op == "fully_connected":
         bias_scale = bias.quant.scale[0] if bias is not None and bias.quant else None
         mults, shifts = qp.fc_output_multipliers(x.quant.scale[0], w_scales, y.quant.scale[0],
@@ -33,6 +37,29 @@ def requant_and_store(ctx: OpContext, acc: ir.Expr, channel: ir.Expr, out_index:
     qmin, qmax = qp.activation_range_int8(act, y.quant.scale[0], y.quant.zero_point[0])
     v = ir.call("mf_mbqm", acc, m, s) + int(y.quant.zero_point[0])
     return [ir.Store("y", out_index, ir.cast(ir.clamp(v, qmin, qmax), y.dtype))]
+
+
+def _requant_ort(ctx: OpContext, acc: ir.Expr, channel: ir.Expr, out_index: ir.Expr,
+                 bufs: list, n_out: int, w_scales) -> list:
+    """onnxruntime's MlasRequantizeOutput: (float)acc * scale in float32, clamped to the
+    output range less the zero point, rounded half to even, plus the zero point. scale is
+    x_scale * w_scale / y_scale in float32, as QLinearConv / QLinearMatMul / QGemm compute it."""
+    x, y, act = ctx.input(0), ctx.output(), ctx.attrs.get("activation", "none")
+    f32 = np.float32
+    scales = np.broadcast_to(f32(x.quant.scale[0]) * w_scales / f32(y.quant.scale[0]), n_out)
+    scales = scales.astype(np.float32)
+    if np.all(scales == scales[0]):
+        sc = ir.Const(float(scales[0]), "float32")
+    else:
+        sc = ir.Load("oscale", channel, "float32")
+        bufs.append(const("oscale", scales, "float32"))
+    zp = int(y.quant.zero_point[0])
+    qmin, qmax = qp.activation_range_int8(act, y.quant.scale[0], zp)
+    v = ir.cast(acc, "float32") * sc
+    v = ir.call("mf_min_f32", ir.call("mf_max_f32", v, float(qmin - zp), dtype="float32"),
+                float(qmax - zp), dtype="float32")
+    q = ir.call("mf_round_even_f32_to_i32", v) + zp
+    return [ir.Store("y", out_index, ir.cast(q, y.dtype))]
 
 
 def _acc_init(ctx: OpContext, bias, channel: ir.Expr, bufs: list):
