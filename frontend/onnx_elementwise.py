@@ -172,21 +172,6 @@ def Mul(ctx, a, b):
         ctx.emit("binary", [a, b], fn="mul")
 
 
-@onnx_op("Sub", since=7)
-def Sub(ctx, a, b):
-    ctx.emit("binary", [a, b], fn="sub")
-
-
-@onnx_op("Div", since=7)
-def Div(ctx, a, b):
-    ctx.emit("binary", [a, b], fn="div")
-
-
-@onnx_op("Pow", since=7)
-def Pow(ctx, a, b):
-    ctx.emit("binary", [a, b], fn="pow")
-
-
 @onnx_op("Mod", since=10)
 def Mod(ctx, a, b, fmod=0):
     ctx.emit("binary", [a, b], fn="mod", fmod=int(fmod))
@@ -240,49 +225,29 @@ def Min(ctx, *inputs):
 
 # ---- comparisons and logic ----------------------------------------------------------------
 
-@onnx_op("Equal", since=7)
-def Equal(ctx, a, b):
-    ctx.emit("binary", [a, b], fn="equal")
+# ONNX op -> (binary fn of the graph IR, first opset): numpy broadcasting, any allowed type
+BINARY = {
+    "Sub": ("sub", 7), "Div": ("div", 7), "Pow": ("pow", 7), "Equal": ("equal", 7),
+    "Less": ("less", 7), "Greater": ("greater", 7), "LessOrEqual": ("less_equal", 12),
+    "GreaterOrEqual": ("greater_equal", 12), "And": ("and", 7), "Or": ("or", 7),
+    "Xor": ("xor", 7),
+}
 
 
-@onnx_op("Less", since=7)
-def Less(ctx, a, b):
-    ctx.emit("binary", [a, b], fn="less")
+def _binary_converter(op: str, fn: str, since: int):
+    def convert(ctx, a, b):
+        ctx.emit("binary", [a, b], fn=fn)
+    convert.__name__ = convert.__qualname__ = op
+    onnx_op(op, since=since)(convert)
 
 
-@onnx_op("Greater", since=7)
-def Greater(ctx, a, b):
-    ctx.emit("binary", [a, b], fn="greater")
-
-
-@onnx_op("LessOrEqual", since=12)
-def LessOrEqual(ctx, a, b):
-    ctx.emit("binary", [a, b], fn="less_equal")
-
-
-@onnx_op("GreaterOrEqual", since=12)
-def GreaterOrEqual(ctx, a, b):
-    ctx.emit("binary", [a, b], fn="greater_equal")
+for _op, (_fn, _since) in BINARY.items():
+    _binary_converter(_op, _fn, _since)
 
 
 @onnx_op("Not", since=1)
 def Not(ctx, x):
     ctx.emit("unary", [x], fn="not")
-
-
-@onnx_op("And", since=7)
-def And(ctx, a, b):
-    ctx.emit("binary", [a, b], fn="and")
-
-
-@onnx_op("Or", since=7)
-def Or(ctx, a, b):
-    ctx.emit("binary", [a, b], fn="or")
-
-
-@onnx_op("Xor", since=7)
-def Xor(ctx, a, b):
-    ctx.emit("binary", [a, b], fn="xor")
 
 
 @onnx_op("Where", since=9)

@@ -273,6 +273,12 @@ def _from_nhwc_q(ctx, op: str, inputs: list, y: Tensor, **attrs):
     t = ctx.b.add_tensor(Tensor(ctx.tmp(shape, "int8", "nhwc").name, shape, "int8",
                                 quant=y.quant))
     ctx.emit(op, [i for i in inputs if i is not None], [t], **attrs)
+    _back_to_nchw(ctx, t, y)
+
+
+def _back_to_nchw(ctx, t: Tensor, y: Tensor) -> None:
+    """An NHWC int8 result back into the node's NCHW (or NCL: a unit H is dropped) output."""
+    n, c, *sp = y.shape
     if len(sp) == 1:
         t3 = ctx.b.add_tensor(Tensor(ctx.tmp((n, sp[0], c), "int8", "nlc").name,
                                      (n, sp[0], c), "int8", quant=y.quant))
@@ -449,12 +455,7 @@ def QLinearAveragePool(ctx, X, x_scale, x_zero_point, y_scale, y_zero_point=None
     ctx.emit("avg_pool2d", [_to_nhwc_q(ctx, x8)], [t], filter=kernel, **attrs,
              activation="none", count_include_pad=bool(count_include_pad))
     t = requantize(ctx, t, y8.quant)
-    if len(sp) == 1:
-        t3 = ctx.b.add_tensor(Tensor(ctx.tmp((n, sp[0], c), "int8", "nlc").name,
-                                     (n, sp[0], c), "int8", quant=y8.quant))
-        ctx.emit("reshape", [t], [t3])
-        t = t3
-    from_nhwc(ctx, t, y8)
+    _back_to_nchw(ctx, t, y8)
     _emit_first(ctx, start)
 
 
