@@ -15,6 +15,8 @@ import tflite
 from mcuforge.errors import ModelError, UnsupportedOpError
 from mcuforge.graph import Graph, GraphError, Quant, Tensor, verify
 
+from . import (tflite_ops_binary, tflite_ops_data, tflite_ops_layers,  # noqa: F401
+               tflite_ops_math, tflite_ops_reduce, tflite_ops_shape)  # (they register)
 from .tflite_ops import CONVERTERS, OpContext, Unsupported
 
 IDENTIFIER = b"TFL3"
@@ -117,6 +119,7 @@ class _Reader:
         self.names = unique_names([_decode(t.Name()) for t in self.raw])
         self.index = {name: i for i, name in enumerate(self.names)}
         self.tensors = {}  # tensor index -> Tensor, built on first use
+        self.extra = {}  # name -> Tensor: made by converters (intermediates, folded constants)
 
     def _count(self, n, size=4):
         """A vector length, checked against the buffer so garbage cannot loop for long."""
@@ -132,10 +135,20 @@ class _Reader:
         return self.names[i]
 
     def tensor(self, name) -> Tensor:
+        if name in self.extra:
+            return self.extra[name]
         i = self.index[name]
         if i not in self.tensors:
             self.tensors[i] = self._tensor(self.raw[i], name)
         return self.tensors[i]
+
+    def add_tensor(self, t: Tensor) -> str:
+        """Register a tensor a converter made (an intermediate or a folded constant); a
+        tensor of the file with the same name is replaced."""
+        if t.name not in self.extra and t.name not in self.index:
+            self.names.append(t.name)
+        self.extra[t.name] = t
+        return t.name
 
     def _tensor(self, t, name):
         where = f"tensor '{name}'"
@@ -202,7 +215,9 @@ class _Reader:
             if not outs:
                 raise _Corrupt(f"node {i} has no outputs")
             try:
-                nodes.append(CONVERTERS[code](OpContext(code, i, ins, outs, self.tensor, raw)))
+                made = CONVERTERS[code](OpContext(code, i, ins, outs, self.tensor, raw,
+                                                  self.add_tensor))
+                nodes.extend(made if isinstance(made, list) else [made])
             except Unsupported as e:
                 bad.append(f"{label}: {e}")
         if bad:
@@ -219,7 +234,8 @@ class _Reader:
         for n in nodes:
             used.update(t for t in n.inputs + n.outputs if t)
         tensors = {}
-        for nm in sorted(used, key=self.index.get):  # model order
+        order = {nm: k for k, nm in enumerate(self.names)}
+        for nm in sorted(used, key=order.get):  # model order, then converter-made tensors
             tensors[nm] = self.tensor(nm)
         return Graph(tensors=tensors, nodes=nodes, inputs=inputs, outputs=outputs, name=name)
 

@@ -1,7 +1,9 @@
 """TFLite operators -> mcuforge nodes, one converter function per TFLite op.
 
-A converter takes an `OpContext` and returns a `Node`; `@op("NAME")` registers it in
-`CONVERTERS`, so supporting a new operator is writing one function. A converter raises
+A converter takes an `OpContext` and returns a `Node` (or a list of them, with intermediates
+made by `ctx.new_tensor`, or [] after `ctx.set_const` folded its output); `@op("NAME")`
+registers it in `CONVERTERS`, so supporting a new operator is writing one function. Families of
+operators live in `tflite_ops_<family>.py` beside this file. A converter raises
 `Unsupported(reason)` for an option mcuforge cannot compile (it is reported with the
 unsupported ops) and `ModelError` for a malformed operator.
 
@@ -15,7 +17,7 @@ import numpy as np
 import tflite
 
 from mcuforge.errors import ModelError
-from mcuforge.graph import Node
+from mcuforge.graph import Node, Tensor
 
 CONVERTERS = {}  # TFLite builtin op name -> converter
 
@@ -42,10 +44,23 @@ class OpContext:
     absent optional input); tensor(name) -> graph Tensor; raw: the tflite.Operator.
     """
 
-    def __init__(self, code, index, inputs, outputs, tensor, raw):
+    def __init__(self, code, index, inputs, outputs, tensor, raw, add_tensor=None):
         self.code, self.index, self.raw = code, index, raw
         self.inputs, self.outputs = tuple(inputs), tuple(outputs)
-        self._tensor = tensor
+        self._tensor, self._add_tensor = tensor, add_tensor
+
+    def new_tensor(self, suffix, shape, dtype, data=None, quant=None) -> str:
+        """Add a tensor the conversion needs (an intermediate of a multi-node conversion, or
+        a constant); named after the node's first output so names stay unique and readable."""
+        name = f"{self.outputs[0]}/{suffix}"
+        return self._add_tensor(Tensor(name, tuple(shape), dtype, data, quant))
+
+    def set_const(self, i, data):
+        """Make output i a constant holding `data` (a shape computation folded at import);
+        the converter then returns no node for it."""
+        t = self.output(i)
+        data = np.asarray(data).astype(t.dtype).reshape(t.shape)
+        self._add_tensor(Tensor(t.name, t.shape, t.dtype, data, t.quant))
 
     def error(self, msg):
         out = self.outputs[0] if self.outputs else "?"

@@ -22,6 +22,7 @@ no malloc, one static arena whose size is known at compile time.
   mcuforge bench model.tflite ...           arena, RAM and latency beside TFLM's
   mcuforge demo                             a digits CNN: float vs int8 accuracy in C, TFLM check
   mcuforge conformance onnx                 ONNX's backend test cases, per operator
+  mcuforge conformance tflite               single-op TFLite models vs tflite-micro, per operator
 """
 
 
@@ -123,7 +124,11 @@ def _cmd_conformance(a) -> int:
     from .conformance import report, run_onnx, summary, write_json
     if a.json and not Path(a.json).parent.is_dir():  # fail before the run, not after it
         raise McuforgeError(f"cannot write {a.json}: {Path(a.json).parent} is not a directory")
-    results = run_onnx(a.kind, a.jobs, a.filter, progress=sys.stderr)
+    if a.suite == "tflite":
+        from .conformance_tflite import run_tflite
+        results = run_tflite(a.jobs, a.filter, progress=sys.stderr)
+    else:
+        results = run_onnx(a.kind, a.jobs, a.filter, progress=sys.stderr)
     print(report(results))
     if a.json:
         try:
@@ -242,13 +247,14 @@ def parser() -> argparse.ArgumentParser:
 
     k = command("conformance", "run a framework's own operator test suite through mcuforge "
                 "and report passed / failed / unsupported per operator")
-    k.add_argument("suite", choices=["onnx"], help="the test suite (onnx: the ONNX backend "
-                   "test cases shipped with the onnx package)")
+    k.add_argument("suite", choices=["onnx", "tflite"], help="the test suite (onnx: the ONNX "
+                   "backend test cases shipped with the onnx package; tflite: mcuforge's "
+                   "single-operator TFLite models, bit-exact against tflite-micro)")
     k.add_argument("--jobs", type=_positive, default=None,
                    help="parallel jobs (default: CPU count)")
     k.add_argument("--kind", default="node",
                    choices=["node", "simple", "pytorch-converted", "pytorch-operator", "all"],
-                   help="which cases (default: node)")
+                   help="onnx: which cases (default: node)")
     k.add_argument("--filter", help="only cases whose name contains this")
     k.add_argument("--json", help="write every result to this JSON file")
     k.set_defaults(fn=_cmd_conformance)

@@ -259,6 +259,9 @@ def _generate(case: Case, prefix: str):
                 raise _Outcome("unsupported", f"the data set holds {v}")
     if not case.data_sets:
         raise _Outcome("unsupported", "no data sets")
+    if case.kind == "tflite":
+        graph, files = _compile(case.model, case, None, prefix)
+        return graph, files, list(graph.inputs), ()
     model = onnx.load_model_from_string(case.model)
     init = {i.name for i in model.graph.initializer}
     names = [i.name for i in model.graph.input if i.name not in init]
@@ -302,9 +305,13 @@ def _compile(model: bytes, case: Case, names: list, prefix: str):
     from optimizer.pipeline import optimize
 
     from .errors import ModelError, UnsupportedOpError
-    shapes = {n: tuple(a.shape) for n, a in zip(names, case.data_sets[0][0])}
     try:
-        g = load_onnx(model, input_shapes=shapes, name=case.name)
+        if case.kind == "tflite":
+            from frontend.tflite import load_tflite
+            g = load_tflite(model, name=case.name)
+        else:
+            shapes = {n: tuple(a.shape) for n, a in zip(names, case.data_sets[0][0])}
+            g = load_onnx(model, input_shapes=shapes, name=case.name)
         g = optimize(g)
         gen = generate(g, plan_graph(g), prefix)
     except UnsupportedOpError as e:
@@ -317,10 +324,12 @@ def _compile(model: bytes, case: Case, names: list, prefix: str):
 
 
 def _unsupported_reason(message: str) -> str:
-    """frontend.onnx's message ("node 3: Cast -> 'y': why") as "Cast: why; ..."."""
+    """The frontends' message ("node 3: Cast -> 'y': why" for ONNX, "node 3: CAST (output
+    'y'): why" for TFLite) as "Cast: why; ..."."""
     parts = []
     for ln in message.splitlines()[1:]:
-        m = re.match(r"\s*node \d+: (\S+)( \(domain [^)]*\))? -> '.*?'(?:: (.*))?$", ln)
+        m = re.match(r"\s*node \d+: (\S+)( \(domain [^)]*\))? -> '.*?'(?:: (.*))?$", ln) \
+            or re.match(r"\s*node \d+: (\S+)() \(output '.*?'\)(?:: (.*))?$", ln)
         if m:
             parts.append(f"{m[1]}{m[2] or ''}: {m[3] or 'no converter'}")
     return _one_line("; ".join(dict.fromkeys(parts)) or message)
@@ -562,6 +571,7 @@ def _warm_up():
     warnings.simplefilter("ignore")
     import codegen_c.model  # noqa: F401
     import frontend.onnx
+    import frontend.tflite  # noqa: F401
     import optimizer.pipeline  # noqa: F401
     frontend.onnx._load_converters()
 

@@ -38,7 +38,7 @@ def assert_user_error(r, *fragments):
 def unsupported_ops_model() -> bytes:
     q = dict(scale=[0.5], zp=[0])
     return build([T("x", [1, 4], **q), T("s", [1, 4], **q), T("e", [1, 4], **q)],
-                 [("SIN", [0], [1]), ("EXP", [1], [2])], [0], [2])
+                 [("SKIP_GRAM", [0], [1]), ("HASHTABLE_LOOKUP", [1], [2])], [0], [2])
 
 
 @pytest.fixture(scope="module")
@@ -49,7 +49,7 @@ def demo_bytes():
 # (model file content or None for no file, extra arguments, fragments of the message)
 CASES = {
     "unsupported_ops": (unsupported_ops_model, (), (
-        "model.tflite", "2 unsupported operator", "SIN", "EXP", "supported TFLite operators")),
+        "model.tflite", "2 unsupported operator", "SKIP_GRAM", "HASHTABLE_LOOKUP", "supported TFLite operators")),
     "truncated": (lambda: demo_tflite_bytes()[:len(demo_tflite_bytes()) // 2], (),
                   ("truncated", "model.tflite")),
     "text_file": (lambda: b"this is a text file, not a model\n", (),

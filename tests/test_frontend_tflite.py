@@ -334,13 +334,14 @@ def test_dynamic_shapes_and_extra_subgraphs_rejected():
 def test_unsupported_ops_listed_in_one_error():
     tensors = [T(n, [1, 4, 4, 4], "FLOAT32") for n in "xscre"]
     tensors.insert(2, T("w", [4, 1, 1, 4], "FLOAT32", data=np.zeros((4, 1, 1, 4), np.float32)))
-    ops = [("SIN", [0], [1]), ("CONV_2D", [1, 2, -1], [3], conv_opts(act="TANH")),
-           ("RELU", [3], [4]), ("EXP", [4], [5])]
+    ops = [("SKIP_GRAM", [0], [1]), ("CONV_2D", [1, 2, -1], [3], conv_opts(act="TANH")),
+           ("RELU", [3], [4]), ("HASHTABLE_LOOKUP", [4], [5])]
     with pytest.raises(UnsupportedOpError) as e:
         load_tflite(build(tensors, ops, [0], [5]))
     msg = str(e.value)
     assert "3 unsupported" in msg
-    assert "node 0: SIN (output 's')" in msg and "node 3: EXP (output 'e')" in msg
+    assert "node 0: SKIP_GRAM (output 's')" in msg
+    assert "node 3: HASHTABLE_LOOKUP (output 'e')" in msg
     assert "node 1: CONV_2D (output 'c'): fused activation TANH" in msg
     assert "RELU (" not in msg
     assert msg.endswith("supported TFLite operators: " + ", ".join(sorted(CONVERTERS)))

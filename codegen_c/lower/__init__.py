@@ -14,13 +14,20 @@ from mcuforge.graph import ALIAS_OPS, Graph, Node, Tensor
 
 from .. import loop_ir as ir
 
-LOWERINGS = {}
+LOWERINGS = {}  # op -> the default lowering
+SPECIAL = {}  # op -> [(predicate on OpContext, lowering)]: tried first, in registration order
 
 
-def lowers(*ops):
+def lowers(*ops, when=None):
+    """Register a lowering for `ops`. With `when` (OpContext -> bool) it serves only the nodes
+    it accepts (say, quantized ones) and is tried before the default, so a variant of an op can
+    live in a file of its own."""
     def register(fn):
         for op in ops:
-            LOWERINGS[op] = fn
+            if when is None:
+                LOWERINGS[op] = fn
+            else:
+                SPECIAL.setdefault(op, []).append((when, fn))
         return fn
     return register
 
@@ -105,11 +112,16 @@ def lower_node(node: Node, graph: Graph, name: str) -> ir.Kernel | None:
     if node.op in ALIAS_OPS:
         return None
     _load_all()
+    ctx = OpContext(node, graph, name)
+    for when, fn in SPECIAL.get(node.op, ()):
+        if when(ctx):
+            return fn(ctx)
     if node.op not in LOWERINGS:
         raise NotImplementedError(f"no lowering for op {node.op}")
-    return LOWERINGS[node.op](OpContext(node, graph, name))
+    return LOWERINGS[node.op](ctx)
 
 
 def _load_all():
     from . import (conv, datamove, elementwise, generic_data, generic_elementwise,  # noqa: F401
-                   layers_float, pool, softmax, transpose)  # (each registers its lowerings)
+                   layers_float, pool, q_binary, q_data, q_layers, q_math, q_reduce,
+                   softmax, state, transpose)  # (each registers its lowerings)

@@ -1,0 +1,8 @@
+"""Lowerings: TFLite's quantized (int8/int16) unary elementwise ops, bit-exact with TFLM.
+
+Registered with `@lowers(op, when=...)` so they serve only the nodes they accept; see
+codegen_c/lower/__init__.py.
+"""
+from __future__ import annotations
+
+from . import lowers  # noqa: F401

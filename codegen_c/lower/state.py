@@ -1,0 +1,8 @@
+"""Lowerings: stateful TFLite ops (SVDF, LSTM, variables): state buffers kept across invocations.
+
+Registered with `@lowers(op, when=...)` so they serve only the nodes they accept; see
+codegen_c/lower/__init__.py.
+"""
+from __future__ import annotations
+
+from . import lowers  # noqa: F401

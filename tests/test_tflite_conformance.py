@@ -1,0 +1,60 @@
+"""`mcuforge conformance tflite`: every single-operator case bit-exact with tflite-micro."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from frontend.tflite_flatbuffer import TflOp, TflSubgraph, write_model
+from mcuforge import conformance, conformance_tflite, tflm
+from mcuforge.tflite_cases import all_cases, q, single, tensor
+
+pytestmark = pytest.mark.skipif(not tflm.available(), reason="tflite-micro is not installed")
+
+
+@pytest.fixture(scope="module")
+def results():
+    return conformance_tflite.run_tflite(jobs=2)
+
+
+def test_every_case_passes(results):
+    bad = [f"{r.name}: {r.status}: {r.reason}" for r in results if r.status != "passed"]
+    assert not bad, "\n".join(bad)
+    assert len(results) == len(all_cases())
+
+
+def test_case_names_are_unique_and_deterministic():
+    a, b = all_cases(), all_cases()
+    assert [c.name for c in a] == [c.name for c in b]
+    assert all(x.model() == y.model() for x, y in zip(a, b))
+
+
+def test_a_wrong_reference_fails():
+    """The comparison can fail: the same ABS model against a reference off by one LSB."""
+    c = single("ABS", "float32", [tensor("x", (4,), "float32")], [tensor("y", (4,), "float32")])
+    model = c.model()
+    x = np.array([-1.5, 2.0, -0.25, 3.0], np.float32)
+    ref = np.nextafter(np.abs(x), np.float32(np.inf))
+    case = conformance.Case("abs_wrong", "tflite", model, [([x], [ref])], 0.0, 0.0, "ABS",
+                            ("ABS",), True)
+    [r] = conformance.run_cases([case], jobs=1)
+    assert r.status == "failed" and "differ" in r.reason
+
+
+def test_writer_options_round_trip():
+    """Options written by name come back through the tflite reader with the same values."""
+    import tflite
+    t = [tensor("x", (1, 4, 4, 2), "int8", q(0.1)), tensor("y", (1, 2, 2, 2), "int8", q(0.1))]
+    op = TflOp("MAX_POOL_2D", ("x",), ("y",), {"padding": "VALID", "stride_h": 2,
+                                                 "stride_w": 2, "filter_height": 2,
+                                                 "filter_width": 2,
+                                                 "fused_activation_function": "RELU6"})
+    buf = write_model([TflSubgraph(t, [op], ["x"], ["y"])])
+    m = tflite.Model.GetRootAs(buf, 0)
+    raw = m.Subgraphs(0).Operators(0)
+    opts = tflite.Pool2DOptions()
+    opts.Init(raw.BuiltinOptions().Bytes, raw.BuiltinOptions().Pos)
+    assert (opts.Padding(), opts.StrideH(), opts.FilterWidth(),
+            opts.FusedActivationFunction()) == (1, 2, 2, 3)
+    with pytest.raises(ValueError, match="no field"):
+        write_model([TflSubgraph(t, [TflOp("MAX_POOL_2D", ("x",), ("y",), {"bogus": 1})],
+                                 ["x"], ["y"])])
