@@ -45,6 +45,23 @@ class LayerCall:
 
 
 @dataclass
+class StateCopy:
+    """End of an invocation: a state tensor takes its next value."""
+    comment: str
+    dst: str  # C expression of the state buffer
+    src: str  # C expression of the next value
+    nbytes: int
+
+
+@dataclass
+class StateInit:
+    comment: str
+    dst: str
+    src: str | None  # a const array holding the initial value; None: zeros
+    nbytes: int
+
+
+@dataclass
 class GeneratedModel:
     name: str
     files: dict  # file name -> text
@@ -94,10 +111,11 @@ def generate(g: Graph, plan: MemoryPlan, name: str) -> GeneratedModel:
         tensors = [t for t in node.inputs if t and not g.tensors[t].is_const] + list(node.outputs)
         for b, tname in zip(k.params, tensors):
             const = "const " if b.kind == "in" else ""
-            args.append(f"({const}{printer.C_TYPES[b.dtype]} *)&arena.bytes[{plan.offsets[tname]}]")
+            args.append(f"({const}{printer.C_TYPES[b.dtype]} *){_address(plan, tname)}")
         comment = f"{node.op} -> {node.outputs[0]}"
         calls.append(LayerCall(k.name, comment.replace("*/", "* /"), args))
         consts.append(printer.print_kernel(k, names))
+    state_copies, state_inits = _state(g, plan, consts)
     inputs = [_port(g, n, i, plan.offsets[n]) for i, n in enumerate(g.inputs)]
     outputs = [_port(g, n, i, plan.offsets[n]) for i, n in enumerate(g.outputs)]
     macs = sum(k.macs for k in kernels)
@@ -107,13 +125,49 @@ def generate(g: Graph, plan: MemoryPlan, name: str) -> GeneratedModel:
     uses_math = any(MATH_PREFIX in d for d in consts)
     ctx = dict(name=name, NAME=name.upper(), graph=g, plan=plan, inputs=inputs, outputs=outputs,
                calls=calls, definitions=consts, macs=macs, weight_bytes=weight_bytes,
-               uses_math=uses_math,
-               ops=sorted({n.op for n in g.nodes}))
+               uses_math=uses_math, state_copies=state_copies, state_inits=state_inits,
+               state_size=plan.state_size, ops=sorted({n.op for n in g.nodes}))
     files = {
         f"{name}.h": render("model.h.j2", ctx),
         f"{name}.c": render("model.c.j2", ctx),
     }
     return GeneratedModel(name, files, kernels, macs, weight_bytes, inputs, outputs)
+
+
+def _address(plan: MemoryPlan, tensor: str) -> str:
+    if tensor in plan.state_offsets:
+        return f"&state.bytes[{plan.state_offsets[tensor]}]"
+    return f"&arena.bytes[{plan.offsets[tensor]}]"
+
+
+def _state(g: Graph, plan: MemoryPlan, consts: list) -> tuple:
+    """The copies that end an invocation (next values into the state block) and the reset
+    values. Copies reading the state block come first, so each reads the value the
+    invocation started with."""
+    copies, inits = [], []
+    for k, (name, nxt) in enumerate(g.state.items()):
+        t = g.tensors[name]
+        dst = _address(plan, name)
+        label = f"state '{name}' {t.dtype}{list(t.shape)}"
+        if g.tensors[nxt].is_const:
+            src = f"state{k}_next"
+            consts.append(printer.print_array(src, t.dtype, g.tensors[nxt].data))
+        else:
+            src = _address(plan, nxt)
+        if src != dst:
+            copies.append(StateCopy(f"{label} <- '{nxt}'", dst, src, t.nbytes))
+        init = g.state_init.get(name)
+        if init is not None and np.any(np.asarray(init) != 0):
+            consts.append(printer.print_array(f"state{k}_init", t.dtype, np.asarray(init)))
+            inits.append(StateInit(label, dst, f"state{k}_init", t.nbytes))
+        else:
+            inits.append(StateInit(label, dst, None, t.nbytes))
+    copies.sort(key=lambda c: not c.src.startswith("&state."))
+    for i, c in enumerate(copies):
+        if c.src.startswith("&state.") and any(c.src == d.dst for d in copies[:i]):
+            raise UnsupportedOpError(f"state update {c.comment}: the next values of two state "
+                                     "tensors read each other (a swap); not supported")
+    return copies, inits
 
 
 def io_dtypes(g: Graph) -> tuple:

@@ -17,6 +17,7 @@ from mcuforge.graph import Graph, GraphError, Quant, Tensor, verify
 
 from . import (tflite_ops_binary, tflite_ops_data, tflite_ops_layers,  # noqa: F401
                tflite_ops_math, tflite_ops_reduce, tflite_ops_shape)  # (they register)
+from .tflite_ops_state import VariableBook  # (registers the state converters too)
 from .tflite_ops import CONVERTERS, OpContext, Unsupported
 
 IDENTIFIER = b"TFL3"
@@ -120,6 +121,7 @@ class _Reader:
         self.index = {name: i for i, name in enumerate(self.names)}
         self.tensors = {}  # tensor index -> Tensor, built on first use
         self.extra = {}  # name -> Tensor: made by converters (intermediates, folded constants)
+        self.book = VariableBook()
 
     def _count(self, n, size=4):
         """A vector length, checked against the buffer so garbage cannot loop for long."""
@@ -155,8 +157,6 @@ class _Reader:
         kind = _TYPE_NAMES.get(t.Type(), t.Type())
         if kind not in _TYPES:
             raise ModelError(f"{where} has type {kind}, which mcuforge does not support")
-        if t.IsVariable():
-            raise ModelError(f"{where} is a variable; variables are not supported")
         if t.Sparsity() is not None:
             raise ModelError(f"{where} is sparse; sparse tensors are not supported")
         shape = tuple(int(d) for d in t.ShapeAsNumpy()) if t.ShapeLength() else ()
@@ -165,7 +165,37 @@ class _Reader:
             raise ModelError(f"{where} has a dynamic shape {sig}; only static shapes "
                              "(a batch of 1) are supported")
         dtype = _TYPES[kind]
-        return Tensor(name, shape, dtype, self._data(t, name, shape, dtype), _quant(t))
+        data = self._data(t, name, shape, dtype)
+        if t.IsVariable():  # state: its buffer, if any, holds the initial value
+            tensor = Tensor(name, shape, dtype, None, _quant(t))
+            self.book.variable_tensor(tensor, data)
+            return tensor
+        return Tensor(name, shape, dtype, data, _quant(t))
+
+    def subgraph_ops(self, index: int):
+        """Operators of another subgraph, read for compile-time evaluation: (code, input
+        names, output names, raw operator, const(i) -> input i's data or None)."""
+        if not 0 < index < self._count(self.model.SubgraphsLength()):
+            raise _Corrupt(f"subgraph index {index} out of range")
+        sg = self.model.Subgraphs(index)
+        raw_tensors = [sg.Tensors(i) for i in range(self._count(sg.TensorsLength()))]
+        names = unique_names([_decode(t.Name()) for t in raw_tensors])
+        for i in range(self._count(sg.OperatorsLength())):
+            raw = sg.Operators(i)
+            c = self.model.OperatorCodes(raw.OpcodeIndex())
+            code = _OP_NAMES.get(max(c.BuiltinCode(), c.DeprecatedBuiltinCode()), "CUSTOM")
+            ins = [int(j) for j in _vector(raw.InputsAsNumpy())]
+            outs = [int(j) for j in _vector(raw.OutputsAsNumpy())]
+
+            def const(k, ins=ins):
+                t = raw_tensors[ins[k]]
+                kind = _TYPE_NAMES.get(t.Type(), t.Type())
+                if kind not in _TYPES:
+                    return None
+                shape = tuple(int(d) for d in t.ShapeAsNumpy()) if t.ShapeLength() else ()
+                return self._data(t, names[ins[k]], shape, _TYPES[kind])
+            yield (code, [names[j] if j >= 0 else "" for j in ins], [names[j] for j in outs],
+                   raw, const)
 
     def _data(self, t, name, shape, dtype):
         """The constant data of t as a fresh native array, or None for an activation."""
@@ -212,11 +242,11 @@ class _Reader:
             if code not in CONVERTERS:
                 bad.append(label)
                 continue
-            if not outs:
+            if not outs and code not in ("ASSIGN_VARIABLE", "CALL_ONCE"):
                 raise _Corrupt(f"node {i} has no outputs")
             try:
                 made = CONVERTERS[code](OpContext(code, i, ins, outs, self.tensor, raw,
-                                                  self.add_tensor))
+                                                  self.add_tensor, self))
                 nodes.extend(made if isinstance(made, list) else [made])
             except Unsupported as e:
                 bad.append(f"{label}: {e}")
@@ -225,19 +255,18 @@ class _Reader:
                 f"{self.source} uses {len(bad)} unsupported operator(s):\n  "
                 + "\n  ".join(bad)
                 + "\nsupported TFLite operators: " + ", ".join(sorted(CONVERTERS)))
-        if self.model.SubgraphsLength() > 1:
-            raise ModelError(f"the model has {self.model.SubgraphsLength()} subgraphs; "
-                             "only single-subgraph models are supported")
         inputs = [self._name(int(j)) for j in _vector(self.sg.InputsAsNumpy())]
         outputs = [self._name(int(j)) for j in _vector(self.sg.OutputsAsNumpy())]
-        used = set(inputs) | set(outputs)
+        state = dict(self.book.state)
+        used = set(inputs) | set(outputs) | set(state) | set(state.values())
         for n in nodes:
             used.update(t for t in n.inputs + n.outputs if t)
         tensors = {}
         order = {nm: k for k, nm in enumerate(self.names)}
         for nm in sorted(used, key=order.get):  # model order, then converter-made tensors
             tensors[nm] = self.tensor(nm)
-        return Graph(tensors=tensors, nodes=nodes, inputs=inputs, outputs=outputs, name=name)
+        return Graph(tensors=tensors, nodes=nodes, inputs=inputs, outputs=outputs, name=name,
+                     state=state, state_init=dict(self.book.init))
 
 
 def _vector(v):

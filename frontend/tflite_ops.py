@@ -44,10 +44,25 @@ class OpContext:
     absent optional input); tensor(name) -> graph Tensor; raw: the tflite.Operator.
     """
 
-    def __init__(self, code, index, inputs, outputs, tensor, raw, add_tensor=None):
+    def __init__(self, code, index, inputs, outputs, tensor, raw, add_tensor=None, reader=None):
         self.code, self.index, self.raw = code, index, raw
         self.inputs, self.outputs = tuple(inputs), tuple(outputs)
-        self._tensor, self._add_tensor = tensor, add_tensor
+        self._tensor, self._add_tensor, self._reader = tensor, add_tensor, reader
+
+    @property
+    def book(self):
+        """The model's VariableBook (state tensors and resource variables)."""
+        return self._reader.book
+
+    def tensor(self, name) -> Tensor:
+        return self._tensor(name)
+
+    def add_tensor(self, t: Tensor) -> str:
+        return self._add_tensor(t)
+
+    def subgraph(self, index: int):
+        """Operators of subgraph `index` (see frontend.tflite._Reader.subgraph_ops)."""
+        return self._reader.subgraph_ops(index)
 
     def new_tensor(self, suffix, shape, dtype, data=None, quant=None) -> str:
         """Add a tensor the conversion needs (an intermediate of a multi-node conversion, or

@@ -146,6 +146,19 @@ class Graph:
     inputs: list  # names of graph inputs
     outputs: list  # names of graph outputs
     name: str = "model"
+    # State kept across invocations (TFLite variables, SVDF/LSTM state): state tensor -> the
+    # tensor holding its value after an invocation. A state tensor is known from the start,
+    # like an input; its value at reset is state_init[name] (zeros when absent).
+    state: dict = field(default_factory=dict)
+    state_init: dict = field(default_factory=dict)
+
+    def sources(self) -> set:
+        """Tensors whose values come from outside the invocation: inputs and state."""
+        return set(self.inputs) | set(self.state)
+
+    def sinks(self) -> set:
+        """Tensors whose values must survive the invocation: outputs and next state values."""
+        return set(self.outputs) | set(self.state.values())
 
     def producer(self, tensor: str) -> Optional[Node]:
         for n in self.nodes:
@@ -168,13 +181,21 @@ def verify(g: Graph) -> Graph:
     """Check the IR invariants; return the graph unchanged or raise GraphError.
 
     Guarantees on success: every referenced tensor exists; every node's inputs are graph
-    inputs, constants or outputs of an earlier node; each tensor has one producer; ops and
+    inputs, state, constants or outputs of an earlier node; each state tensor's next value is
+    produced and has its shape, dtype and quantization; each tensor has one producer; ops and
     their attributes are known; dtypes are known; shapes are static positive integers.
     """
-    known = set(g.inputs) | {n for n, t in g.tensors.items() if t.is_const}
-    for name in list(g.inputs) + list(g.outputs):
+    known = g.sources() | {n for n, t in g.tensors.items() if t.is_const}
+    for name in list(g.inputs) + list(g.outputs) + list(g.state) + list(g.state.values()):
         if name not in g.tensors:
-            raise GraphError(f"graph input/output '{name}' has no tensor")
+            raise GraphError(f"graph input/output/state '{name}' has no tensor")
+    for name, nxt in g.state.items():
+        a, b = g.tensors[name], g.tensors[nxt]
+        if a.is_const or name in g.inputs:
+            raise GraphError(f"state tensor '{name}' is a constant or a graph input")
+        if (tuple(a.shape), a.dtype, a.quant) != (tuple(b.shape), b.dtype, b.quant):
+            raise GraphError(f"state tensor '{name}' and its next value '{nxt}' differ in "
+                             "shape, dtype or quantization")
     for t in g.tensors.values():
         if t.dtype not in DTYPES:
             raise GraphError(f"tensor '{t.name}': unknown dtype {t.dtype}")
@@ -207,7 +228,7 @@ def verify(g: Graph) -> Graph:
             if t in known:
                 raise GraphError(f"{where}: output '{t}' is produced twice")
             known.add(t)
-    for name in g.outputs:
+    for name in list(g.outputs) + list(g.state.values()):
         if name not in known:
-            raise GraphError(f"graph output '{name}' is never produced")
+            raise GraphError(f"graph output or next state '{name}' is never produced")
     return g

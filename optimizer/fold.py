@@ -65,7 +65,7 @@ def fold_constants(g: Graph) -> Graph:
         outs = [tensors[t] for t in n.outputs]
         value = None
         if (ins and len(outs) == 1 and all(t.is_const and t.quant is None for t in ins)
-                and outs[0].quant is None and outs[0].name not in g.outputs):
+                and outs[0].quant is None and outs[0].name not in g.sinks()):
             with np.errstate(all="ignore"):
                 value = _evaluate(n, [t.data for t in ins])
                 value = None if value is None else np.asarray(value).astype(outs[0].dtype)

@@ -96,10 +96,10 @@ def transposes_into_weights(g: Graph) -> Graph:
             continue
         t = fc.inputs[0]
         while (prod.get(t) is not None and prod[t].op == "reshape" and uses.get(t) == 1
-               and t not in g.outputs):
+               and t not in g.sinks()):
             t = prod[t].inputs[0]
         tr = prod.get(t)
-        if tr is None or tr.op != "transpose" or uses.get(t) != 1 or t in g.outputs:
+        if tr is None or tr.op != "transpose" or uses.get(t) != 1 or t in g.sinks():
             continue
         x, w = g.tensors[tr.inputs[0]], g.tensors[fc.inputs[1]]
         if x.is_const or x.quant != g.tensors[t].quant or (_per_axis(w) and w.quant.axis != 0):
@@ -161,7 +161,7 @@ def _reduce_plan(g: Graph, n: Node, prod: dict, uses: dict):
     reduce(transpose(x, p)) can become transpose(reduce(x)), else None."""
     t = n.inputs[0]
     p = prod.get(t)
-    if p is None or p.op != "transpose" or uses.get(t, 0) != 1 or t in g.outputs:
+    if p is None or p.op != "transpose" or uses.get(t, 0) != 1 or t in g.sinks():
         return None
     if _per_axis(g.tensors[t]) or _per_axis(g.tensors[n.outputs[0]]):
         return None
@@ -230,7 +230,7 @@ def _sink_plan(g: Graph, n: Node, prod: dict, uses: dict):
         if p is not None and p.op == "transpose" and tuple(p.attrs["perm"]) == perm \
                 and tuple(tensor.shape) == tuple(out.shape):
             inputs.append(p.inputs[0])
-            if uses.get(t, 0) == n.inputs.count(t) and t not in g.outputs:
+            if uses.get(t, 0) == n.inputs.count(t) and t not in g.sinks():
                 dropped.append(p)
         elif tensor.is_const and len(tensor.shape) <= rank:
             if tensor.size == 1:  # a scalar broadcasts the same in any layout

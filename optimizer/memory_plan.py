@@ -2,11 +2,13 @@
 
 `plan` is a pure function of (name, size, first use, last use) requests; `plan_graph` derives
 the requests from a graph (aliases such as reshape share their source's buffer) and reports
-the layer-wise lower bound beside the arena size.
+the layer-wise lower bound beside the arena size. State tensors (values kept across
+invocations) are not in the arena: they get offsets in a state block of their own, and their
+next values are planned like outputs (alive until the end of the invocation, then copied).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from mcuforge.graph import ALIAS_OPS, Graph
 
@@ -27,6 +29,8 @@ class MemoryPlan:
     arena_size: int
     lower_bound: int  # max over steps of the bytes that must be live at once
     requests: tuple
+    state_offsets: dict = field(default_factory=dict)  # state tensor (or an alias of one) -> offset in the state block
+    state_size: int = 0
 
 
 def _align(n: int) -> int:
@@ -113,16 +117,24 @@ def requests_of(g: Graph) -> tuple:
             r = root.get(t, t)
             first.setdefault(r, i)
             last[r] = max(last.get(r, i), i)
-    for name in g.outputs:
+    for name in list(g.outputs) + list(g.state.values()):
         last[root.get(name, name)] = end
     reqs = tuple(Request(name, g.tensors[name].nbytes, first[name], last[name])
-                 for name in sorted(first))
+                 for name in sorted(first) if name not in g.state)
     return reqs, root
 
 
 def plan_graph(g: Graph) -> MemoryPlan:
     reqs, root = requests_of(g)
     offsets = plan(reqs)
+    state, size = {}, 0
+    for name in g.state:  # model order keeps the block deterministic
+        state[name] = size
+        size += _align(g.tensors[name].nbytes)
     for alias, src in root.items():
-        offsets[alias] = offsets[src]
-    return MemoryPlan(dict(sorted(offsets.items())), arena_size(reqs, offsets), lower_bound(reqs), reqs)
+        if src in state:
+            state[alias] = state[src]
+        else:
+            offsets[alias] = offsets[src]
+    return MemoryPlan(dict(sorted(offsets.items())), arena_size(reqs, offsets),
+                      lower_bound(reqs), reqs, dict(sorted(state.items())), size)

@@ -15,14 +15,14 @@ from mcuforge.graph import Graph, Node, Tensor
 def remove_dead_nodes(g: Graph) -> Graph:
     """Drop nodes none of whose outputs reach a graph output, and tensors nothing references.
     Guarantees: the graph's outputs and their whole producing cone are kept, order unchanged."""
-    needed = set(g.outputs)
+    needed = g.sinks()
     kept = []
     for n in reversed(g.nodes):
         if any(t in needed for t in n.outputs):
             kept.append(n)
             needed.update(t for t in n.inputs if t)
     kept.reverse()
-    used = set(g.inputs) | set(g.outputs) | {t for n in kept for t in (*n.inputs, *n.outputs) if t}
+    used = g.sources() | g.sinks() | {t for n in kept for t in (*n.inputs, *n.outputs) if t}
     tensors = {k: v for k, v in g.tensors.items() if k in used}
     return g.replace(nodes=kept, tensors=tensors)
 
@@ -51,13 +51,14 @@ def same_value_type(a: Tensor, b: Tensor) -> bool:
 
 
 def use_counts(g: Graph) -> dict:
-    """tensor -> number of node inputs reading it, plus one if it is a graph output."""
+    """tensor -> number of node inputs reading it, plus one if it is a graph output or a next
+    state value."""
     uses = {}
     for n in g.nodes:
         for t in n.inputs:
             if t:
                 uses[t] = uses.get(t, 0) + 1
-    for t in g.outputs:
+    for t in list(g.outputs) + list(g.state.values()):
         uses[t] = uses.get(t, 0) + 1
     return uses
 
@@ -71,7 +72,7 @@ def only_consumer(g: Graph, tensor: str, uses: dict | None = None):
     """The single node reading `tensor` when nothing else reads it (nor is it a graph
     output), else None."""
     uses = use_counts(g) if uses is None else uses
-    if uses.get(tensor, 0) != 1 or tensor in g.outputs:
+    if uses.get(tensor, 0) != 1 or tensor in g.sinks():
         return None
     readers = [n for n in g.nodes if tensor in n.inputs]
     return readers[0] if len(readers) == 1 and readers[0].inputs.count(tensor) == 1 else None
@@ -90,10 +91,10 @@ def bypass(g: Graph, node: Node) -> Graph:
     input, a constant or a graph output itself, and the output is a graph output)."""
     src, dst = node.inputs[0], node.outputs[0]
     nodes = [n for n in g.nodes if n is not node]
-    if dst not in g.outputs:
+    if dst not in g.sinks():
         return g.replace(nodes=rename_inputs(nodes, dst, src),
                          tensors={k: v for k, v in g.tensors.items() if k != dst})
-    if src in g.inputs or src in g.outputs or g.tensors[src].is_const:
+    if src in g.sources() or src in g.sinks() or g.tensors[src].is_const:
         return g
     # the producer of src writes dst directly; src's other readers read dst
     nodes = [replace(n, outputs=tuple(dst if t == src else t for t in n.outputs))
