@@ -57,7 +57,8 @@ class StateCopy:
 class StateInit:
     comment: str
     dst: str
-    src: str | None  # a const array holding the initial value; None: zeros
+    default: int  # the byte reset fills the buffer with
+    src: str | None  # a const array init copies in after the reset; None: the default
     nbytes: int
 
 
@@ -156,12 +157,14 @@ def _state(g: Graph, plan: MemoryPlan, consts: list) -> tuple:
             src = _address(plan, nxt)
         if src != dst:
             copies.append(StateCopy(f"{label} <- '{nxt}'", dst, src, t.nbytes))
+        # tflite-micro's default: the zero point byte for int8 state, else zeros
+        default = int(t.quant.zero_point[0]) & 0xFF if t.dtype == "int8" and t.quant else 0
         init = g.state_init.get(name)
-        if init is not None and np.any(np.asarray(init) != 0):
-            consts.append(printer.print_array(f"state{k}_init", t.dtype, np.asarray(init)))
-            inits.append(StateInit(label, dst, f"state{k}_init", t.nbytes))
-        else:
-            inits.append(StateInit(label, dst, None, t.nbytes))
+        src = None
+        if init is not None:
+            src = f"state{k}_init"
+            consts.append(printer.print_array(src, t.dtype, np.asarray(init)))
+        inits.append(StateInit(label, dst, default, src, t.nbytes))
     copies.sort(key=lambda c: not c.src.startswith("&state."))
     for i, c in enumerate(copies):
         if c.src.startswith("&state.") and any(c.src == d.dst for d in copies[:i]):

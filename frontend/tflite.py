@@ -13,7 +13,7 @@ import numpy as np
 import tflite
 
 from mcuforge.errors import ModelError, UnsupportedOpError
-from mcuforge.graph import Graph, GraphError, Quant, Tensor, verify
+from mcuforge.graph import Graph, GraphError, Node, Quant, Tensor, verify
 
 from . import (tflite_ops_binary, tflite_ops_data, tflite_ops_layers,  # noqa: F401
                tflite_ops_math, tflite_ops_reduce, tflite_ops_shape)  # (they register)
@@ -166,9 +166,9 @@ class _Reader:
                              "(a batch of 1) are supported")
         dtype = _TYPES[kind]
         data = self._data(t, name, shape, dtype)
-        if t.IsVariable():  # state: its buffer, if any, holds the initial value
+        if t.IsVariable():
             tensor = Tensor(name, shape, dtype, None, _quant(t))
-            self.book.variable_tensor(tensor, data)
+            self.book.variable_tensor(tensor)
             return tensor
         return Tensor(name, shape, dtype, data, _quant(t))
 
@@ -257,6 +257,12 @@ class _Reader:
                 + "\nsupported TFLite operators: " + ", ".join(sorted(CONVERTERS)))
         inputs = [self._name(int(j)) for j in _vector(self.sg.InputsAsNumpy())]
         outputs = [self._name(int(j)) for j in _vector(self.sg.OutputsAsNumpy())]
+        for nm in outputs:  # an output folded to a constant (SHAPE, ...) is copied to the arena
+            t = self.tensor(nm)
+            if t.is_const:
+                src = self.add_tensor(Tensor(f"{nm}/value", t.shape, t.dtype, t.data, t.quant))
+                self.add_tensor(Tensor(nm, t.shape, t.dtype, None, t.quant))
+                nodes.append(Node("broadcast_to", (src,), (nm,), {}))
         state = dict(self.book.state)
         used = set(inputs) | set(outputs) | set(state) | set(state.values())
         for n in nodes:

@@ -11,7 +11,6 @@ they become the variables' initial (reset) values.
 """
 from __future__ import annotations
 
-import numpy as np
 import tflite
 
 from mcuforge.graph import Tensor
@@ -29,11 +28,10 @@ class VariableBook:
         self.variables = {}  # variable key -> state tensor name
         self.pending_init = {}  # variable key -> initial value set before its first use
 
-    def variable_tensor(self, t: Tensor, init) -> None:
-        """A tensor the model marks is_variable: state from the start."""
+    def variable_tensor(self, t: Tensor) -> None:
+        """A tensor the model marks is_variable: state from the start. tflite-micro resets
+        it to its default before the first invoke, so a buffer it may have is not used."""
         self.state.setdefault(t.name, t.name)
-        if init is not None and np.any(init != 0):
-            self.init[t.name] = init
 
     def update(self, name: str, value: str) -> None:
         """A stateful kernel wrote the next value of variable tensor `name`."""

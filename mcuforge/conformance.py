@@ -58,6 +58,7 @@ class Case:
     op: str  # the ONNX operator the case tests (the table's row)
     ops: tuple  # every op_type in the model
     supported: bool  # every op in `ops` has a converter, every input/output a known dtype
+    reset_at: int = 0  # > 0: the model's reset entry point is called before this data set
 
 
 @dataclass
@@ -373,18 +374,20 @@ def _build(work: Path, ready: list, results: dict) -> list:
 
 def _harness(kept: list) -> str:
     entries = "\n".join(
-        f"    {{{p}_init, {p}_invoke, {p}_input, {p}_output, {p}_input_bytes, "
+        f"    {{{p}_init, {p}_reset, {p}_invoke, {p}_input, {p}_output, {p}_input_bytes, "
         f"{p}_output_bytes, {len(b.graph.inputs)}, {len(b.graph.outputs)}}},"
         for b in kept for p in [b.prefix])
     includes = "\n".join(f'#include "{b.prefix}.h"' for b in kept)
-    return f"""/* Conformance harness: batch CASE COUNT IN.bin OUT.bin runs COUNT inferences of
- * case CASE, inputs back to back in IN.bin, outputs back to back into OUT.bin. */
+    return f"""/* Conformance harness: batch CASE COUNT IN.bin OUT.bin [RESET] runs COUNT inferences
+ * of case CASE, inputs back to back in IN.bin, outputs back to back into OUT.bin; with
+ * RESET > 0 the model is reset before inference RESET. */
 #include <stdio.h>
 #include <stdlib.h>
 {includes}
 
 struct mf_case {{
     void (*init)(void);
+    void (*reset)(void);
     int (*invoke)(void);
     void *(*input)(int);
     void *(*output)(int);
@@ -400,11 +403,12 @@ static const struct mf_case cases[] = {{
 int main(int argc, char **argv) {{
     const struct mf_case *c;
     FILE *in, *out;
-    long k, count;
+    long k, count, reset_at;
     int i;
-    if (argc != 5) {{
+    if (argc != 5 && argc != 6) {{
         return 2;
     }}
+    reset_at = argc == 6 ? atol(argv[5]) : 0;
     c = &cases[atoi(argv[1])];
     count = atol(argv[2]);
     in = fopen(argv[3], "rb");
@@ -414,6 +418,9 @@ int main(int argc, char **argv) {{
     }}
     c->init();
     for (k = 0; k < count; ++k) {{
+        if (k > 0 && k == reset_at) {{
+            c->reset();
+        }}
         for (i = 0; i < c->inputs; ++i) {{
             if (fread(c->input(i), 1, c->input_bytes(i), in) != c->input_bytes(i)) {{
                 return 4;
@@ -452,7 +459,7 @@ def _execute(work: Path, index: int, built: _Built) -> tuple:
     (work / f"in{index}.bin").write_bytes(b"".join(blob))
     try:
         r = subprocess.run(["./batch", str(index), str(len(case.data_sets)), f"in{index}.bin",
-                            f"out{index}.bin"], cwd=work, capture_output=True,
+                            f"out{index}.bin", str(case.reset_at)], cwd=work, capture_output=True,
                            timeout=RUN_TIMEOUT)
     except subprocess.TimeoutExpired:
         return "failed", f"the program ran longer than {RUN_TIMEOUT} s"

@@ -18,9 +18,11 @@ from .conformance import Case
 def reference(c, model: bytes, inputs: list) -> list:
     """Outputs of the case's reference interpreter, one [invocations, ...] array per output."""
     if c.reference == "litert":
+        if c.reset_at:
+            raise ValueError("LiteRT cases cannot reset")
         return _litert(model, inputs)
     from . import tflm
-    return tflm.run(model, inputs)
+    return tflm.run(model, inputs, c.reset_at)
 
 
 def _litert(model: bytes, inputs: list) -> list:
@@ -56,7 +58,7 @@ def load_cases(filter: str | None = None) -> list:
                      for k in range(c.invocations)]
         ops = tuple(sorted({op.op for sg in c.subgraphs for op in sg.ops}))
         out.append(Case(c.name, "tflite", model, data_sets, 0.0, 0.0, c.op, ops,
-                        all(op in CONVERTERS for op in ops)))
+                        all(op in CONVERTERS for op in ops), c.reset_at))
     return out
 
 

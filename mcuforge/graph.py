@@ -37,12 +37,19 @@ OPS = {
     "fully_connected": ("activation",),
     "add": ("activation",),
     "mul": ("activation",),
+    # TFLite SUB / DIV: a - b, a / b with numpy broadcasting and the fused activation clamped
+    # as TFLM does (float: to +-FLT_MAX even for "none"); int8 / int16 requantized as TFLM
+    "sub": ("activation",),
+    "div": ("activation",),
+    "add_n": (),  # TFLite ADD_N: the sum of same-shape inputs, accumulated in input order
     "avg_pool2d": ("filter", "stride", "padding", "activation"),
     "max_pool2d": ("filter", "stride", "padding", "activation"),
     "reshape": (),  # zero-copy: the output shares the input's memory
     "softmax": ("beta",),
     "concat": ("axis", "activation"),
     "pad": ("pads",),  # pads = ((before, after), ...) per dim; value: inputs[2] or the zero point
+    # pad's optional "mode" (numpy.pad's names): constant (default) | reflect | symmetric | edge
+    # | wrap; reflect mirrors without repeating the edge element, symmetric repeats it
     "mean": ("axes", "keep_dims"),
     "logistic": (),
     "tanh": (),
@@ -54,13 +61,23 @@ OPS = {
     "dequantize": (),
     # ---- generic ops: any rank, axes explicit and non-negative, numpy semantics ----
     "unary": ("fn",),  # y = fn(x), fn in UNARY_FNS; its parameters (alpha, ...) are attrs too
+    # unary's optional "tflm": True computes as TFLM's reference kernel: round is RoundToNearest
+    # (half to even, +0.0 for -0.5 <= x < 0), elu is x < 0 ? expm1(x) : x
     "binary": ("fn",),  # numpy broadcasting, fn in BINARY_FNS; comparisons give bool
+    # binary's optional "tflm": True computes as TFLM's reference kernel: float max / min are
+    # a > b ? a : b, mod is TFLM's FloorMod, int8 comparison operands are rescaled first
     "where": (),  # inputs (cond, a, b), broadcasting
     "cast": (),  # to the output tensor's dtype
     "transpose": ("perm",),
     "reduce": ("fn", "axes", "keep_dims"),  # fn in REDUCE_FNS
+    # reduce max / min's optional "tflm": True computes as TFLM's reducers: the accumulator
+    # starts at the type's lowest / highest value and takes an input only when strictly
+    # greater / smaller (NaN never; a float row of -inf for max gives -FLT_MAX)
     "arg_reduce": ("fn", "axis", "keep_dims", "select_last_index"),  # fn: max | min; int64 out
     "log_softmax": ("axis",),
+    # TFLite L2_NORMALIZATION along the last axis: x / max(sqrt(sum(x * x)), epsilon);
+    # int8: TFLM's fixed point, output scale 1/128 and zero point 0 whatever the tensor says
+    "l2_normalization": ("epsilon",),
     "hardmax": ("axis",),
     "matmul": (),  # numpy matmul: batch dimensions broadcast
     "conv_transpose2d": ("stride", "dilation", "padding", "output_padding", "activation"),
@@ -71,6 +88,8 @@ OPS = {
     "tile": ("repeats",),
     "broadcast_to": (),  # to the output tensor's shape
     "gather": ("axis",),  # inputs (data, indices)
+    # gather's optional "batch_dims" b (TFLite GATHER): the first b dimensions of data and
+    # indices are shared, y[B, O, C, I] = data[B, O, indices[B, C], I]
     "gather_elements": ("axis",),
     "depth_to_space": ("block", "mode"),  # NHWC; mode: DCR | CRD
     "space_to_depth": ("block",),  # NHWC
@@ -86,10 +105,12 @@ UNARY_FNS = frozenset({
     "abs", "neg", "exp", "log", "sqrt", "reciprocal", "floor", "ceil", "round", "sign", "sin",
     "cos", "erf", "not", "elu", "selu", "celu", "hard_sigmoid", "softplus", "softsign", "gelu",
     "clip",
+    "rsqrt",  # 1 / sqrt(x)
 })
 BINARY_FNS = frozenset({
     "add", "sub", "mul", "div", "max", "min", "pow", "mod", "prelu",
     "equal", "less", "greater", "less_equal", "greater_equal", "and", "or", "xor",
+    "floor_div", "squared_difference",  # TFLite: floor(a / b) in double; (a - b) ** 2
 })
 REDUCE_FNS = frozenset({"mean", "max", "min", "sum", "prod", "l1", "l2", "sum_square",
                         "log_sum", "log_sum_exp"})
@@ -148,7 +169,9 @@ class Graph:
     name: str = "model"
     # State kept across invocations (TFLite variables, SVDF/LSTM state): state tensor -> the
     # tensor holding its value after an invocation. A state tensor is known from the start,
-    # like an input; its value at reset is state_init[name] (zeros when absent).
+    # like an input. Reset sets it to its default (int8: its zero point, else zeros), as
+    # tflite-micro does; init sets the default, then state_init[name] when present (values a
+    # run-once initialisation assigns).
     state: dict = field(default_factory=dict)
     state_init: dict = field(default_factory=dict)
 

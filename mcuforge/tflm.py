@@ -27,13 +27,16 @@ def _interpreter(model: bytes):
     return runtime.Interpreter.from_bytes(model)
 
 
-def run(model: bytes, inputs: list) -> list:
-    """Outputs of one inference per row: `inputs` is a list (one per model input) of [N, ...]
-    arrays; returns a list (one per output) of [N, ...] arrays."""
+def run(model: bytes, inputs: list, reset_at: int = 0) -> list:
+    """Outputs of one inference per row, in sequence on one interpreter (state carries over):
+    `inputs` is a list (one per model input) of [N, ...] arrays; returns a list (one per
+    output) of [N, ...] arrays. With reset_at > 0 the interpreter is reset before that row."""
     it = _interpreter(model)
     n_out = _io_counts(model)[1]
     outs = [[] for _ in range(n_out)]
     for i in range(len(inputs[0])):
+        if i and i == reset_at:
+            it.reset()
         for k, arr in enumerate(inputs):
             it.set_input(arr[i], k)
         it.invoke()

@@ -32,7 +32,8 @@ class TflCase:
     subgraphs: list  # [TflSubgraph], the first is the entry point
     inputs: dict = field(default_factory=dict)  # input name -> fn(rng, shape) -> array
     reference: str = "tflm"  # "tflm" | "litert"
-    invocations: int = 3  # input sets, run in sequence without reset
+    invocations: int = 3  # input sets, run in sequence
+    reset_at: int = 0  # > 0: reset the model (TFLM: interpreter.reset()) before this input set
     note: str = ""
 
     @property
