@@ -29,6 +29,7 @@ class CompileResult:
     weight_bytes: int
     macs: int
     files: list
+    state_bytes: int = 0  # state kept between invokes, outside the arena
 
 
 def load(model, input_shapes: dict | None = None) -> Graph:
@@ -75,7 +76,7 @@ def generate_project(graph: Graph, name: str, board: str = "host", vectors=None)
         raise McuforgeError(f"this model needs float math functions (expf, sqrtf, ...) from a C "
                             f"library, and {b.name} is built without one; use a Cortex-M "
                             f"board or the host")
-    check_fits(b, plan.arena_size, model.weight_bytes)
+    check_fits(b, plan.arena_size + plan.state_size, model.weight_bytes)
     for f in b.extra_sources:
         files[f] = (board_dir(b.name) / f).read_text()
     if vectors is None:
@@ -97,7 +98,8 @@ def _c_bytes(a) -> str:
 
 
 def check_fits(b, arena: int, weights: int) -> None:
-    """Refuse a model whose arena or weights cannot fit the board, with the numbers."""
+    """Refuse a model whose arena (with its state block) or weights cannot fit the board,
+    with the numbers."""
     if b.ram_size is not None and arena + b.min_stack > b.ram_size:
         raise McuforgeError(
             f"the model needs {arena:,} bytes of arena plus {b.min_stack:,} of stack, but "
@@ -128,7 +130,7 @@ def compile(model, out_dir, board: str = "host", name: str | None = None,
     out_dir = Path(out_dir)
     write_files(out_dir, files)
     return CompileResult(out_dir, name, graph, plan.arena_size, plan.lower_bound,
-                         gen.weight_bytes, gen.macs, sorted(files))
+                         gen.weight_bytes, gen.macs, sorted(files), plan.state_size)
 
 
 def write_files(out_dir: Path, files: dict) -> None:

@@ -40,7 +40,8 @@ def _cmd_compile(a) -> int:
                   f"zero point {q.zero_point[0]}")
     if a.emit_tflite:
         print(f"wrote {a.emit_tflite}")
-    print(f"arena {r.arena_bytes} bytes (lower bound {r.lower_bound_bytes}), "
+    state = f", state {r.state_bytes} bytes" if r.state_bytes else ""
+    print(f"arena {r.arena_bytes} bytes (lower bound {r.lower_bound_bytes}){state}, "
           f"weights {r.weight_bytes} bytes, {r.macs} MACs")
     print(f"build it with: make -C {r.out_dir}")
     return 0
@@ -97,6 +98,8 @@ def _cmd_info(a) -> int:
     print(f"  weights: {info['weight_bytes']:,} bytes")
     print(f"  arena: {info['arena_bytes']:,} bytes (layer-wise lower bound "
           f"{info['lower_bound_bytes']:,})")
+    if info["state_bytes"]:
+        print(f"  state kept between invokes: {info['state_bytes']:,} bytes")
     for kind in ("inputs", "outputs"):
         for t in info[kind]:
             q = "" if t["scale"] is None else f" scale {t['scale']} zero point {t['zero_point']}"

@@ -29,6 +29,7 @@ def model_info(model, input_shapes: dict | None = None) -> dict:
         "weight_bytes": gen.weight_bytes,
         "arena_bytes": plan.arena_size,
         "lower_bound_bytes": plan.lower_bound,
+        "state_bytes": plan.state_size,
         "inputs": [port(n) for n in g.inputs],
         "outputs": [port(n) for n in g.outputs],
         "tensors": len(g.tensors),
