@@ -31,6 +31,12 @@ def _evaluate(node, args: list):
     fn = a.get("fn")
     if op == "transpose":
         return np.transpose(args[0], a["perm"])
+    if op == "slice":  # data movement of shape computations (SHAPE -> slice -> concat)
+        return args[0][tuple(map(slice, a["starts"], a["ends"], a["steps"]))]
+    if op == "concat" and a.get("activation", "none") == "none":
+        return np.concatenate(args, a["axis"])
+    if op == "tile":
+        return np.tile(args[0], a["repeats"])
     if op in ("reshape", "cast"):
         return args[0]  # reshaped and cast to the output below
     if op in ("add", "mul") and a.get("activation", "none") == "none":
