@@ -1,19 +1,22 @@
 """Quantization quality benchmark: how close mcuforge's int8 model stays to the float model,
-side by side with a reference int8 quantization of the same model.
+side by side with reference int8 quantizations of the same model.
 
 Per float model (ONNX or TFLite): a calibration set and a separate evaluation set of inputs
 (random with fixed seeds, in the range the model expects; the real scikit-learn digits for
 digits_cnn.onnx). The float reference output comes from onnxruntime (ONNX) or LiteRT (TFLite;
-mcuforge's own float C when LiteRT is missing). Reported on the eval set:
+mcuforge's own float C when LiteRT is missing). Reported on the eval set, one column each:
 
   - mcuforge: SQNR (dB) of the int8 C build's dequantized output against float, and top-1
     agreement with float for classifiers (more than one output value per row);
   - onnxruntime: the same two figures for quantize_static (QDQ, per channel, QInt8 activations
-    and weights, the same calibration data), run in onnxruntime -- ONNX models only;
-  - for the MLPerf Tiny float TFLite models: the same figures for MLCommons' own int8 model,
-    run with tflite-micro on the eval inputs quantized with its input parameters.
+    and weights, the same calibration data), run in onnxruntime. An ONNX model is quantized
+    as it is; a TFLite model is first exported to ONNX by frontend/onnx_writer (the graph
+    after mcuforge's optimizer pipeline, NHWC, weights dequantized for hybrid models);
+  - mlcommons, for the MLPerf Tiny float TFLite models: the same figures for MLCommons' own
+    int8 model, run with tflite-micro on the eval inputs quantized with its input parameters.
 
-The benchmark guarantees nothing about the figures; it measures them.
+The benchmark guarantees nothing about the figures; it measures them. Its inputs and the
+quantizers' calibration are deterministic, so repeated runs give the same figures.
 """
 from __future__ import annotations
 
@@ -26,6 +29,7 @@ import numpy as np
 # mcuforge's own packages first: onnxruntime.quantization puts a folder with its own
 # optimizer.py on sys.path, which would hide the `optimizer` package if imported later
 import codegen_c.model  # noqa: F401,E402
+import frontend.onnx_writer  # noqa: F401,E402
 import optimizer.calibrate  # noqa: F401,E402
 import optimizer.pipeline  # noqa: F401,E402
 import optimizer.quantize  # noqa: F401,E402
@@ -151,19 +155,34 @@ class _Reader:
 
 def onnxruntime_int8(model: Path, cal: np.ndarray, x: np.ndarray) -> np.ndarray:
     """onnxruntime.quantization.quantize_static (QDQ, per channel, int8 activations and
-    weights) calibrated on `cal`, run in onnxruntime on `x`."""
+    weights) calibrated on `cal`, run in onnxruntime on `x`. A TFLite model is quantized
+    through its ONNX export (see export_onnx)."""
     import onnxruntime as ort
     from onnxruntime.quantization import QuantFormat, QuantType, quantize_static
 
-    name = ort.InferenceSession(str(model), providers=["CPUExecutionProvider"]) \
-        .get_inputs()[0].name
     with tempfile.TemporaryDirectory(prefix="mcuforge-ortq-") as d:
+        src = str(model) if model.suffix == ".onnx" else export_onnx(model, Path(d))
+        name = ort.InferenceSession(src, providers=["CPUExecutionProvider"]) \
+            .get_inputs()[0].name
         out = os.path.join(d, "q.onnx")
-        quantize_static(str(model), out, _Reader(name, cal), quant_format=QuantFormat.QDQ,
+        quantize_static(src, out, _Reader(name, cal), quant_format=QuantFormat.QDQ,
                         per_channel=True, activation_type=QuantType.QInt8,
                         weight_type=QuantType.QInt8)
         sess = ort.InferenceSession(out, providers=["CPUExecutionProvider"])
         return np.stack([sess.run(None, {name: xi})[0] for xi in x])
+
+
+def export_onnx(model: Path, folder: Path) -> str:
+    """The float TFLite `model` written as `folder`/<stem>.onnx; returns the path. The graph
+    goes through mcuforge's optimizer pipeline first: that is the graph mcuforge quantizes,
+    and it turns a hybrid model's int8 weights into float32 ones."""
+    from frontend.onnx_writer import write_onnx
+    from optimizer.pipeline import optimize
+
+    from .api import load
+    path = folder / f"{model.stem}.onnx"
+    path.write_bytes(write_onnx(optimize(load(model))))
+    return str(path)
 
 
 def mlcommons_int8(int8_model: Path, x: np.ndarray) -> np.ndarray:
@@ -194,26 +213,28 @@ def bench_model(model, n_cal: int = DEFAULT_CALIBRATION, n_eval: int = DEFAULT_E
     graph = load(model)
     cal, ev, desc = input_sets(model, graph, n_cal, n_eval)
     ref = float_reference(model, graph, ev)
+    ort_on = "model" if model.suffix == ".onnx" else "onnx_writer export"
     row = {"model": model.name, "inputs": desc, "calibration": len(cal), "eval": len(ev),
-           "method": DEFAULT_METHOD, "mcuforge": None, "reference": None,
-           "reference_kind": "-", "errors": {}}
+           "method": DEFAULT_METHOD, "mcuforge": None, "onnxruntime": None,
+           "onnxruntime_on": ort_on, "mlcommons": None, "mlcommons_model": None, "errors": {}}
     try:
         row["mcuforge"] = figures(ref, mcuforge_int8(model, cal, ev))
     except McuforgeError as e:
         row["errors"]["mcuforge"] = str(e)
-    int8 = MLPERF_INT8.get(model.stem)
     try:
-        if model.suffix == ".onnx":
-            row["reference_kind"] = "onnxruntime"
-            row["reference"] = figures(ref, onnxruntime_int8(model, cal, ev))
-        elif int8 and (model.parent / f"{int8}.tflite").is_file():
-            from . import tflm
-            if tflm.available():
-                row["reference_kind"] = f"mlcommons:{int8}"
-                row["reference"] = figures(ref, mlcommons_int8(model.parent / f"{int8}.tflite",
-                                                               ev))
+        row["onnxruntime"] = figures(ref, onnxruntime_int8(model, cal, ev))
     except Exception as e:  # a reference that cannot run is reported, not fatal
-        row["errors"]["reference"] = f"{type(e).__name__}: {e}"
+        row["errors"]["onnxruntime"] = f"{type(e).__name__}: {e}"
+    int8 = MLPERF_INT8.get(model.stem)
+    if model.suffix == ".tflite" and int8 and (model.parent / f"{int8}.tflite").is_file():
+        from . import tflm
+        if tflm.available():
+            row["mlcommons_model"] = f"{int8}.tflite"
+            try:
+                row["mlcommons"] = figures(ref, mlcommons_int8(model.parent / f"{int8}.tflite",
+                                                               ev))
+            except Exception as e:
+                row["errors"]["mlcommons"] = f"{type(e).__name__}: {e}"
     return row
 
 
@@ -234,17 +255,36 @@ def _fmt(fig, key):
     return f"{v:.2f}" if key == "sqnr_db" else f"{100 * v:.1f}%"
 
 
+COLUMNS = ("mcuforge", "onnxruntime", "mlcommons")
+
+
 def format_table(rows: list) -> str:
-    head = ("model", "cal/eval", "mcuforge SQNR dB", "top-1", "reference", "ref SQNR dB",
-            "ref top-1")
-    body = [(r["model"], f"{r['calibration']}/{r['eval']}", _fmt(r["mcuforge"], "sqnr_db"),
-             _fmt(r["mcuforge"], "top1"), r["reference_kind"], _fmt(r["reference"], "sqnr_db"),
-             _fmt(r["reference"], "top1")) for r in rows]
+    """A text table, one row per model and an SQNR / top-1 pair per quantizer, then what the
+    reference columns ran and any errors."""
+    head = ("model", "cal/eval")
+    for col in COLUMNS:
+        head += (f"{col} SQNR dB", "top-1")
+    body = []
+    for r in rows:
+        cells = (r["model"], f"{r['calibration']}/{r['eval']}")
+        for col in COLUMNS:
+            cells += (_fmt(r[col], "sqnr_db"), _fmt(r[col], "top1"))
+        body.append(cells)
     widths = [max(len(x[i]) for x in [head, *body]) for i in range(len(head))]
-    lines = ["  ".join(c.ljust(w) if i in (0, 4) else c.rjust(w)
+    lines = ["  ".join(c.ljust(w) if i == 0 else c.rjust(w)
                        for i, (c, w) in enumerate(zip(x, widths))) for x in [head, *body]]
     lines.insert(1, "  ".join("-" * w for w in widths))
+    lines += _legend(rows)
     for r in rows:
         for part, err in r["errors"].items():
             lines.append(f"{r['model']}: {part}: {err}")
     return "\n".join(lines)
+
+
+def _legend(rows: list) -> list:
+    lines = ["onnxruntime: quantize_static (QDQ, per channel, int8) of the .onnx model, or of "
+             "a .tflite model's ONNX export (frontend/onnx_writer)"]
+    pairs = [f"{r['model']} -> {r['mlcommons_model']}" for r in rows if r["mlcommons_model"]]
+    if pairs:
+        lines.append("mlcommons: MLCommons' int8 model in tflite-micro: " + ", ".join(pairs))
+    return lines

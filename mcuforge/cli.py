@@ -238,8 +238,9 @@ def parser() -> argparse.ArgumentParser:
     b.set_defaults(fn=_cmd_bench)
 
     q = command("bench-quant", "measure int8 quantization quality of float models: SQNR and "
-                "top-1 agreement with float, beside onnxruntime's (ONNX) or MLCommons' int8 "
-                "model (MLPerf Tiny TFLite)")
+                "top-1 agreement with float, beside onnxruntime's quantize_static on the same "
+                "model (TFLite models exported to ONNX by mcuforge) and, for the MLPerf Tiny "
+                "float models, MLCommons' own int8 model")
     q.add_argument("models", nargs="+", help="the float .onnx / .tflite models")
     q.add_argument("--calibration", type=_positive, default=200, metavar="N",
                    help="calibration samples (default: 200)")
