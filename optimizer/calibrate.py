@@ -144,40 +144,64 @@ def _load(path: Path):
 # Recording activations
 
 
-def record(g: Graph, samples: list, progress=None, seed: int = 0) -> dict:
-    """{tensor name: Stats} for every node output of the float graph `g` over all samples."""
+def record(g: Graph, samples: list, progress=None, seed: int = 0, moments: bool = False):
+    """{tensor name: Stats} for every node output of the float graph `g` over all samples.
+    A tensor that only softmax reads keeps its whole rows too (Stats.rows). With `moments`,
+    returns (stats, {weighted node's output: InputMoments of its input patches})."""
     arrays = stack_samples(g, samples)
     names = list(dict.fromkeys(t for n in g.nodes for t in n.outputs
                                if g.tensors[t].dtype == "float32"))
     names += [t for t in g.inputs if t not in names]
     probe = g.replace(outputs=[t for t in names if t not in g.inputs])
     bar = _Bar(progress, len(arrays[0]))
-    stats = {t: Stats(SAMPLE_CAP, seed) for t in names}
+    rows = softmax_inputs(g)
+    stats = {t: Stats(SAMPLE_CAP, seed, keep_rows=t in rows) for t in names}
+    layers = {}
+    if moments:
+        for n in g.nodes:
+            m = InputMoments.of(g, n)
+            if m is not None:
+                layers[n.outputs[0]] = (n.inputs[0], m)
     total = len(arrays[0])
     with tempfile.TemporaryDirectory(prefix="mcuforge-calib-") as d:
         exe, compiled = build_graph(probe, d)
         for start in range(0, total, CHUNK):
             part = [a[start:start + CHUNK] for a in arrays]
             outs = run_graph(compiled, part, exe)
-            for t, v in zip(compiled.outputs, outs):
+            values = dict(zip(compiled.outputs, outs))
+            values.update(zip(g.inputs, part))
+            for t, v in values.items():
                 stats[t].add(v, total)
-            for t, v in zip(g.inputs, part):
-                stats[t].add(v, total)
+            for x, m in layers.values():
+                m.add(values[x])
             bar.step(len(part[0]))
     bar.done()
+    if moments:
+        return stats, {t: m for t, (_, m) in layers.items()}
     return stats
 
 
-class Stats:
-    """Exact min/max of a tensor plus a uniform random subsample of at most `cap` values."""
+def softmax_inputs(g: Graph) -> set:
+    """Tensors that softmax nodes read and nothing else does (not graph outputs either)."""
+    readers = {}
+    for n in g.nodes:
+        for t in n.inputs:
+            readers.setdefault(t, set()).add(n.op)
+    return {t for t, ops in readers.items() if ops == {"softmax"} and t not in g.outputs}
 
-    def __init__(self, cap: int, seed: int):
+
+class Stats:
+    """Exact min/max of a tensor plus a uniform random subsample of at most `cap` values; with
+    `keep_rows`, also the first `cap` values as whole rows along the last axis (`rows()`)."""
+
+    def __init__(self, cap: int, seed: int, keep_rows: bool = False):
         self.lo, self.hi = np.inf, -np.inf
         self.cap, self.rng, self.kept = cap, np.random.default_rng(seed), []
+        self.keep_rows, self.row_list, self.row_values = keep_rows, [], 0
 
     def add(self, v: np.ndarray, total_samples: int) -> None:
         """Record a batch [rows, ...] out of `total_samples`: keeps rows/total of the cap."""
-        rows = max(1, len(v))
+        rows, batch = max(1, len(v)), v
         v = np.asarray(v, dtype=np.float32).reshape(-1)
         if not np.all(np.isfinite(v)):
             raise McuforgeError("calibration produced non-finite activations (inf or nan): "
@@ -185,9 +209,137 @@ class Stats:
         self.lo, self.hi = min(self.lo, float(v.min())), max(self.hi, float(v.max()))
         keep = -(-self.cap * rows // total_samples)
         self.kept.append(v if keep >= v.size else self.rng.choice(v, keep, replace=False))
+        if self.keep_rows and self.row_values < self.cap:
+            width = int(np.asarray(batch).shape[-1]) if np.ndim(batch) else 1
+            self.row_list.append(v.reshape(-1, width))
+            self.row_values += v.size
 
     def values(self) -> np.ndarray:
         return np.concatenate(self.kept) if self.kept else np.zeros(1, np.float32)
+
+    def rows(self):
+        """The kept rows [n, last axis], or None when the tensor keeps no rows."""
+        return np.concatenate(self.row_list) if self.row_list else None
+
+
+class InputMoments:
+    """First and second moments of the input patches a weighted node (conv2d, depthwise_conv2d,
+    fully_connected) multiplies its weights with, over all calibration samples and output
+    positions: a weight row w of group g computes w . p for each patch p, so a weight error dw
+    shifts the output's mean by dw . mean()[g] and adds dw cov()[g] dw' to its mean square.
+
+    Patches are [groups, K]: conv2d group g reads input channels g*I .. g*I+I-1 and K runs over
+    (kh, kw, i) like its OHWI weights; depthwise_conv2d has one group per input channel and K
+    runs over (kh, kw); fully_connected has one group of K = input features. Padding taps read
+    0.0, as in the float and int8 kernels. The second moments are kept only while they are
+    small (groups * K * K <= OUTER_CAP), from at most OUTER_ROWS patches of each batch (a
+    fixed random choice); the mean uses every patch."""
+
+    OUTER_CAP = 1 << 22
+    OUTER_ROWS = 4096
+
+    def __init__(self, op: str, attrs: dict, w_shape: tuple, x_shape: tuple, y_shape: tuple):
+        self.op, self.attrs = op, attrs
+        self.w_shape, self.x_shape, self.y_shape = tuple(w_shape), tuple(x_shape), tuple(y_shape)
+        if op == "fully_connected":
+            self.groups, self.k = 1, int(w_shape[1])
+        elif op == "conv2d":
+            self.groups, self.k = int(x_shape[-1]) // int(w_shape[3]), int(np.prod(w_shape[1:]))
+        else:
+            self.groups, self.k = int(x_shape[-1]), int(w_shape[1] * w_shape[2])
+        self.count, self.sum = 0, np.zeros((self.groups, self.k))
+        small = self.groups * self.k * self.k <= self.OUTER_CAP
+        self.outer = np.zeros((self.groups, self.k, self.k)) if small else None
+        self.outer_count, self.outer_sum = 0, np.zeros((self.groups, self.k))
+        self.rng = np.random.default_rng(0)
+
+    @staticmethod
+    def of(g: Graph, n) -> "InputMoments | None":
+        """The moments of a weighted node's input, or None for any other node (or a layout it
+        does not recognise)."""
+        if n.op not in ("conv2d", "depthwise_conv2d", "fully_connected") or len(n.inputs) < 2:
+            return None
+        w, x, y = g.tensors[n.inputs[1]], g.tensors[n.inputs[0]], g.tensors[n.outputs[0]]
+        if w.data is None or (n.op != "fully_connected" and (len(x.shape) != 4 or
+                                                              len(w.shape) != 4)):
+            return None
+        if n.op == "conv2d" and x.shape[-1] % w.shape[3]:
+            return None
+        if n.op == "fully_connected" and int(np.prod(x.shape)) % w.shape[1]:
+            return None
+        return InputMoments(n.op, dict(n.attrs), w.shape, x.shape, y.shape)
+
+    def patches(self, x: np.ndarray) -> np.ndarray:
+        """[groups, P, K] patches of a batch of inputs [rows, *input shape]."""
+        x = np.asarray(x, np.float32)
+        if self.op == "fully_connected":
+            return x.reshape(1, -1, self.k)
+        x = x.reshape((-1,) + self.x_shape[1:])
+        kh, kw = (self.w_shape[1], self.w_shape[2])
+        (sh, sw), (dh, dw) = self.attrs["stride"], self.attrs.get("dilation", (1, 1))
+        top, _, left, _ = self.attrs["padding"]
+        oh, ow = self.y_shape[1], self.y_shape[2]
+        iy = np.arange(oh)[:, None] * sh - top + np.arange(kh)[None] * dh  # [oh, kh]
+        ix = np.arange(ow)[:, None] * sw - left + np.arange(kw)[None] * dw  # [ow, kw]
+        n, h, w_, c = x.shape
+        # one zero row / column stands for every padding tap
+        xp = np.zeros((n, h + 1, w_ + 1, c), np.float32)
+        xp[:, :h, :w_] = x
+        iy = np.where((iy >= 0) & (iy < h), iy, h)
+        ix = np.where((ix >= 0) & (ix < w_), ix, w_)
+        p = xp[:, iy[:, :, None, None], ix[None, None]]  # [n, oh, kh, ow, kw, c]
+        p = p.transpose(0, 1, 3, 2, 4, 5).reshape(-1, kh * kw, c)  # [P, kh*kw, c]
+        if self.op == "depthwise_conv2d":
+            return p.transpose(2, 0, 1)  # [c, P, kh*kw]
+        ci = c // self.groups
+        return p.reshape(len(p), kh * kw, self.groups, ci).transpose(2, 0, 1, 3) \
+            .reshape(self.groups, len(p), kh * kw * ci)
+
+    def add(self, x: np.ndarray) -> None:
+        p = self.patches(x)
+        self.count += p.shape[1]
+        self.sum += p.sum(1, dtype=np.float64)
+        if self.outer is None:
+            return
+        if p.shape[1] > self.OUTER_ROWS:
+            p = p[:, np.sort(self.rng.choice(p.shape[1], self.OUTER_ROWS, replace=False))]
+        p = np.ascontiguousarray(p.transpose(0, 2, 1))  # [G, K, P]
+        self.outer_count += p.shape[2]
+        self.outer_sum += p.sum(2, dtype=np.float64)
+        self.outer += np.matmul(p, p.transpose(0, 2, 1))  # float32 per batch, summed in float64
+
+    def mean(self) -> np.ndarray:
+        """[groups, K]: the mean patch."""
+        return self.sum / max(1, self.count)
+
+    def cov(self, centered: bool = True):
+        """[groups, K, K]: the patches' covariance (or, not centered, their second moment), or
+        None when not kept."""
+        if self.outer is None or not self.outer_count:
+            return None
+        if not centered:
+            return self.outer / self.outer_count
+        mu = self.outer_sum / self.outer_count
+        return self.outer / self.outer_count - mu[:, :, None] * mu[:, None, :]
+
+    def rows(self, w: np.ndarray) -> np.ndarray:
+        """The node's weights as [groups, rows per group, K], each row one output channel."""
+        if self.op == "fully_connected":
+            return w.reshape(1, w.shape[0], self.k)
+        if self.op == "conv2d":
+            return w.reshape(self.groups, w.shape[0] // self.groups, self.k)
+        _, kh, kw, o = w.shape  # depthwise: output channel c*M + m reads input channel c
+        return w.reshape(kh * kw, self.groups, o // self.groups).transpose(1, 2, 0)
+
+    def unrows(self, r: np.ndarray) -> np.ndarray:
+        """Inverse of rows()."""
+        if self.op != "depthwise_conv2d":
+            return r.reshape(self.w_shape)
+        return r.transpose(2, 0, 1).reshape(self.w_shape)
+
+    def channels(self, per_row: np.ndarray) -> np.ndarray:
+        """[groups, rows per group] -> one value per output channel, in output order."""
+        return per_row.reshape(-1)
 
 
 class _Bar:
@@ -235,7 +387,12 @@ def choose_range(s: Stats, method: str) -> tuple:
     else:
         raise McuforgeError(f"unknown calibration method '{method}': use one of "
                             f"{', '.join(METHODS)}")
-    lo, hi = min(float(lo), 0.0), max(float(hi), 0.0)
+    return choose_range_of((lo, hi))
+
+
+def choose_range_of(r: tuple) -> tuple:
+    """A chosen range as quantization needs it: lo <= 0 <= hi, hi > lo."""
+    lo, hi = min(float(r[0]), 0.0), max(float(r[1]), 0.0)
     if hi - lo < 1e-8:  # an all-zero tensor: any small scale represents it exactly
         hi = lo + 1e-3
     return lo, hi
@@ -277,3 +434,20 @@ def _mse_range(v: np.ndarray, lo: float, hi: float) -> tuple:
         if hi > 0:
             bhi = min((a * hi for a in grid), key=lambda x: quant_error(v, blo, x))
     return blo, bhi
+
+
+def softmax_input_range(rows: np.ndarray, lo: float, hi: float, beta: float = 1.0) -> tuple:
+    """The range [lo, hi] of a tensor that only softmax reads (rows along its last axis, n
+    values each). Softmax depends on each value's distance below its row's maximum, and a value
+    T = ln(256 * (n - 1)) / beta or more below it has probability at most 1 / (256 * (n - 1)):
+    all of them together move no output by more than 1 / 256, the int8 softmax's output step.
+    So the low end only needs to reach T below the smallest row maximum of the calibration
+    data (never below the calibrated minimum); the step between the values that decide the
+    output becomes finer. The high end stays the calibrated maximum: clipping the largest
+    values of a row would merge the classes that decide it."""
+    rows = np.asarray(rows, np.float64)
+    n = rows.shape[-1]
+    if n < 2 or beta <= 0:
+        return lo, hi
+    reach = float(rows.max(-1).min()) - np.log(256.0 * (n - 1)) / beta
+    return max(lo, min(reach, 0.0)), hi

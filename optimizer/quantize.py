@@ -2,10 +2,18 @@
 quantization specification exactly as mcuforge's int8 kernels (and TFLM's) expect:
 
   - weights: int8, symmetric per output channel (zero point 0, scale = max|w| / 127; axis 0 for
-    conv2d / fully_connected, axis 3 for depthwise_conv2d), values in [-127, 127];
-  - bias: int32, scale = input_scale * weight_scale per channel, zero point 0;
+    conv2d / fully_connected, axis 3 for depthwise_conv2d), values in [-127, 127]; rounded
+    with calibration data (rounding="gptq": error-compensating rounding, see rounding.py) or to
+    nearest (rounding="nearest");
+  - bias: int32, scale = input_scale * weight_scale per channel, zero point 0; with
+    bias_correction (the default) it also absorbs the mean output error of the rounded weights
+    on the calibration data (a layer without a bias gets one), and the last weighted layers
+    (no weighted layer after them) absorb the whole mean error of their int8 input, measured
+    by running the int8 graph on the calibration data;
   - activations: int8, asymmetric per tensor, scale and zero point from the calibrated range
-    (which always includes 0);
+    (which always includes 0); with the "mse" method, a tensor only softmax reads keeps its
+    maximum but its low end only reaches as far as can still move softmax's int8 output
+    (calibrate.softmax_input_range);
   - fixed outputs: softmax and logistic (1/256, -128), tanh (1/128, 0);
   - max/avg pool, reshape, transpose, pad and relu6 keep their input's parameters; concat inputs share one
     range (the union), and an input quantized otherwise is requantized by a "quantize" node;
@@ -27,8 +35,11 @@ from mcuforge.graph import Graph, Node, Quant, Tensor, verify
 
 from . import calibrate
 from .calibrate import METHODS, asymmetric_params
+from .rounding import gptq_round, output_error
 
 DEFAULT_METHOD = "mse"
+ROUNDINGS = ("gptq", "nearest")
+DEFAULT_ROUNDING = "gptq"
 IO_MODES = ("int8", "float")
 WEIGHTED = {"conv2d": 0, "depthwise_conv2d": 3, "fully_connected": 0}  # op -> channel axis
 KEEP_INPUT_QUANT = ("avg_pool2d", "max_pool2d", "reshape", "pad", "relu6", "transpose")
@@ -40,22 +51,47 @@ INT32_MAX = 2**31 - 1
 
 
 def quantize_graph(g: Graph, samples: list, method: str = DEFAULT_METHOD, io: str = "int8",
-                   progress=None) -> Graph:
+                   progress=None, rounding: str = DEFAULT_ROUNDING,
+                   bias_correction: bool = True) -> Graph:
     """Quantize the optimized float graph `g` to int8, calibrated on `samples` (a list of
-    {input name: array}). `progress`: a text stream for the calibration progress bar."""
+    {input name: array}). `progress`: a text stream for the calibration progress bar.
+    `rounding` ("gptq" or "nearest") and `bias_correction`: how weights are rounded and whether
+    biases absorb the mean output error of quantization (both use the calibration data; see
+    the module docstring)."""
     if method not in METHODS:
         raise McuforgeError(f"unknown calibration method '{method}': use one of "
                             f"{', '.join(METHODS)}")
     if io not in IO_MODES:
         raise McuforgeError(f"quantize io must be one of {', '.join(IO_MODES)}, not '{io}'")
+    if rounding not in ROUNDINGS:
+        raise McuforgeError(f"unknown weight rounding '{rounding}': use one of "
+                            f"{', '.join(ROUNDINGS)}")
     check_quantizable(g)
-    stats = calibrate.record(g, samples, progress)
-    ranges = {t: calibrate.choose_range(s, method) for t, s in stats.items()}
-    _share_concat_ranges(g, ranges)
-    q = _Quantizer(g, ranges).run()
+    with _one_blas_thread():  # small matrices: threads only contend (with each other, tests)
+        moments = {}
+        if rounding == "gptq" or bias_correction:
+            stats, moments = calibrate.record(g, samples, progress, moments=True)
+        else:
+            stats = calibrate.record(g, samples, progress)
+        ranges = {t: calibrate.choose_range(s, method) for t, s in stats.items()}
+        if method == "mse":
+            _softmax_input_ranges(g, stats, ranges)
+        _share_concat_ranges(g, ranges)
+        q = _Quantizer(g, ranges, moments, rounding, bias_correction).run()
+        if bias_correction:
+            q = _correct_final_biases(g, q, samples, moments)
     if io == "float":
         q = _float_edges(q)
     return verify(q)
+
+
+def _one_blas_thread():
+    try:
+        from threadpoolctl import threadpool_limits
+    except ImportError:  # scikit-learn brings it; without it, numpy's own threading
+        import contextlib
+        return contextlib.nullcontext()
+    return threadpool_limits(1, user_api="blas")
 
 
 def check_quantizable(g: Graph) -> None:
@@ -87,6 +123,18 @@ def check_quantizable(g: Graph) -> None:
                                     f"{g.tensors[t].dtype}, not float32")
 
 
+def _softmax_input_ranges(g: Graph, stats: dict, ranges: dict) -> None:
+    """A tensor only softmax reads: the range calibrate.softmax_input_range gives (the int8
+    softmax needs no particular input range)."""
+    beta = {n.inputs[0]: float(n.attrs.get("beta", 1.0)) for n in g.nodes if n.op == "softmax"}
+    for t in calibrate.softmax_inputs(g):
+        s = stats.get(t)
+        rows = s.rows() if s is not None else None
+        if rows is not None and rows.shape[-1] > 1:
+            ranges[t] = calibrate.choose_range_of(
+                calibrate.softmax_input_range(rows, s.lo, s.hi, beta.get(t, 1.0)))
+
+
 def _share_concat_ranges(g: Graph, ranges: dict) -> None:
     """Every concat's inputs and output get one range, the union of theirs (TFLite's int8
     concat needs equal parameters; inputs that still differ are requantized later)."""
@@ -108,8 +156,11 @@ def quant_of_range(lo: float, hi: float) -> Quant:
 class _Quantizer:
     """One pass over the nodes in order: each node's inputs are quantized before it."""
 
-    def __init__(self, g: Graph, ranges: dict):
+    def __init__(self, g: Graph, ranges: dict, moments=None, rounding: str = "nearest",
+                 bias_correction: bool = False):
         self.g, self.ranges = g, ranges
+        self.moments, self.rounding, self.bias_correction = moments or {}, rounding, \
+            bias_correction
         self.tensors = dict(g.tensors)
         self.nodes = []
         self.quant = {}  # activation tensor -> its int8 Quant
@@ -228,6 +279,11 @@ class _Quantizer:
         bias_name = n.inputs[2] if len(n.inputs) > 2 else ""
         b = self.g.tensors[bias_name].data.astype(np.float32).reshape(-1) if bias_name else None
         wq, w_scale = quantize_weights(w, axis, in_scale, b)
+        m = self.moments.get(n.outputs[0])
+        if m is not None:
+            wq, b = self._with_calibration(m, w, wq, w_scale, b)
+            if b is not None and not bias_name:
+                bias_name = self._fresh(n.outputs[0] + "/bias")
         w_quant = Quant(tuple(float(s) for s in w_scale), (0,) * len(w_scale), axis)
         ins = [x, self._const(n.inputs[1], wq, "int8", w_quant)]
         if b is not None:
@@ -239,6 +295,81 @@ class _Quantizer:
         self._emit(n, ins, self._range_quant(n.outputs[0]))
 
     _conv2d = _depthwise_conv2d = _fully_connected = _weighted
+
+    def _with_calibration(self, m, w: np.ndarray, wq: np.ndarray, w_scale: np.ndarray, b):
+        """(int8 weights, float bias) using the calibration moments of the node's input:
+        error-compensating rounding on the same grid, then bias correction."""
+        rows = m.rows(w.astype(np.float64))
+        srows = w_scale.astype(np.float64).reshape(rows.shape[:2])
+        # with bias correction the mean error is removed anyway: only its spread counts
+        cov = m.cov(centered=self.bias_correction) if self.rounding == "gptq" else None
+        if cov is not None:
+            wq = m.unrows(gptq_round(rows, srows, cov))
+        if not self.bias_correction:
+            return wq, b
+        dw = m.rows(wq.astype(np.float64)) * srows[..., None] - rows
+        shift = m.channels(output_error(dw, m.mean(), None)[0])
+        base = np.zeros(len(shift)) if b is None else b.astype(np.float64)
+        return wq, (base - shift).astype(np.float32)
+
+
+def _final_weighted(g: Graph) -> list:
+    """The weighted nodes no other weighted node depends on (the last layer of a classifier)."""
+    readers = {}
+    for n in g.nodes:
+        for t in n.inputs:
+            readers.setdefault(t, []).append(n)
+    feeds = {}  # tensor -> whether a weighted node reads it, directly or further down
+
+    def leads(t):
+        return feeds.get(t, False)
+
+    for n in reversed(g.nodes):
+        for t in n.outputs:
+            feeds[t] = any(r.op in WEIGHTED or any(leads(o) for o in r.outputs)
+                           for r in readers.get(t, ()))
+    return [n for n in g.nodes if n.op in WEIGHTED and not any(leads(t) for t in n.outputs)]
+
+
+def _correct_final_biases(g: Graph, q: Graph, samples: list, moments: dict) -> Graph:
+    """Empirical bias correction of the last weighted layers: run the int8 graph on the
+    calibration samples, take the mean patch mu_q of what such a layer really reads, and give
+    it the bias b + W mu - Wq mu_q, so that its pre-activation output has the float layer's
+    mean (mu: the float input's mean patch). This also absorbs the mean error that activation
+    quantization (clipping, rounding through ReLUs) piles up on the way; layers further up
+    keep the analytic correction, so that no correction is counted twice."""
+    made = {n.outputs[0]: n for n in q.nodes}
+    todo = []
+    for n in _final_weighted(g):
+        m, qn = moments.get(n.outputs[0]), made.get(n.outputs[0])
+        if m is None or qn is None or len(qn.inputs) < 3 or not qn.inputs[2] \
+                or qn.inputs[0] in q.inputs or qn.inputs[0] in q.outputs:
+            continue
+        todo.append((n, qn, m))
+    if not todo:
+        return q
+    probe = _float_edges(q).replace(
+        outputs=list(dict.fromkeys(qn.inputs[0] for _, qn, _ in todo)))
+    arrays = calibrate.stack_samples(g, samples)
+    values = dict(zip(probe.outputs, calibrate.run_graph(probe, arrays)))
+    tensors = dict(q.tensors)
+    for n, qn, m in todo:
+        xq = q.tensors[qn.inputs[0]].quant
+        x = (values[qn.inputs[0]].astype(np.float64) - xq.zero_point[0]) * xq.scale[0]
+        p = m.patches(x.astype(np.float32))
+        mu_q = p.sum(1, dtype=np.float64) / p.shape[1]
+        wt, bt = q.tensors[qn.inputs[1]], q.tensors[qn.inputs[2]]
+        wq = m.rows(wt.data.astype(np.float64)) * np.asarray(wt.quant.scale).reshape(
+            m.groups, -1)[..., None]
+        w = m.rows(g.tensors[n.inputs[1]].data.astype(np.float64))
+        b = (g.tensors[n.inputs[2]].data.astype(np.float64).reshape(-1)
+             if len(n.inputs) > 2 and n.inputs[2] else 0.0)
+        b = b + m.channels(np.einsum("grk,gk->gr", w, m.mean())
+                           - np.einsum("grk,gk->gr", wq, mu_q))
+        bq = np.clip(np.round(b / np.asarray(bt.quant.scale, np.float64)), -INT32_MAX, INT32_MAX)
+        tensors[bt.name] = Tensor(bt.name, bt.shape, "int32", data=bq.astype("int32"),
+                                  quant=bt.quant)
+    return q.replace(tensors=tensors)
 
 
 def quantize_weights(w: np.ndarray, axis: int, in_scale: float, bias=None) -> tuple:
@@ -298,7 +429,8 @@ def _float_edges(g: Graph) -> Graph:
 
 
 def quantize_for_compile(g: Graph, scheme, calibration, method=None, io: str = "int8",
-                         emit_tflite=None, progress=None) -> Graph:
+                         emit_tflite=None, progress=None, rounding: str = DEFAULT_ROUNDING,
+                         bias_correction: bool = True) -> Graph:
     """What `mcuforge compile --quantize int8 --calibration DATA ...` does to the loaded graph:
     optimize, calibrate and quantize; with `emit_tflite` also write the int8 graph as a .tflite
     (the graph mcuforge compiles, so TFLM runs the same arithmetic)."""
@@ -315,7 +447,8 @@ def quantize_for_compile(g: Graph, scheme, calibration, method=None, io: str = "
                             "of .npy files with sample inputs)")
     g = optimize(g)
     samples = calibrate.load_samples(calibration, g)
-    q = quantize_graph(g, samples, method or DEFAULT_METHOD, io, progress)
+    q = quantize_graph(g, samples, method or DEFAULT_METHOD, io, progress, rounding,
+                       bias_correction)
     if emit_tflite is not None:
         from frontend.tflite_writer import write_tflite
         try:
