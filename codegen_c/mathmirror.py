@@ -28,6 +28,7 @@ def _quiet(fn):
 
 
 mfm_expf = _quiet(np.exp)
+mfm_expm1f = _quiet(np.expm1)
 mfm_logf = _quiet(np.log)
 mfm_log1pf = _quiet(np.log1p)
 mfm_sqrtf = _quiet(np.sqrt)

@@ -18,6 +18,7 @@ from mcuforge.graph import Graph, GraphError, Node, Quant, Tensor, verify
 from . import (tflite_ops_binary, tflite_ops_data, tflite_ops_layers,  # noqa: F401
                tflite_ops_math, tflite_ops_reduce, tflite_ops_shape)  # (they register)
 from .tflite_ops_state import VariableBook  # (registers the state converters too)
+from . import tflite_ops_stateful  # noqa: F401  (SVDF, LSTM register)
 from .tflite_ops import CONVERTERS, OpContext, Unsupported
 
 IDENTIFIER = b"TFL3"

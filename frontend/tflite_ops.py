@@ -166,6 +166,24 @@ def _window(ctx, opts, filter_hw, dilation):
     return {"stride": stride, "dilation": tuple(dilation), "padding": pads}
 
 
+def _int16_layer(ctx, attrs, bias_types=("int32", "int64"), o=None):
+    """TFLite's 16x8 layers (int16 activations): TFLM takes int8 weights only, a bias of
+    `bias_types` (DEPTHWISE_CONV_2D reads any bias as int64), and without a bias accumulates
+    in int32 when the options ask for an int32 bias (quantized_bias_type), carried as
+    acc="int32" (codegen_c/lower/q_int16.py)."""
+    if ctx.input(0).dtype != "int16":
+        return attrs
+    if ctx.input(1).dtype != "int8":
+        raise Unsupported(f"int16 input with {ctx.input(1).dtype} weights (TFLM takes int8)")
+    bias = ctx.input(2) if len(ctx.inputs) > 2 and ctx.inputs[2] else None
+    if bias is not None and bias.dtype not in bias_types:
+        raise Unsupported(f"int16 input with an {bias.dtype} bias (TFLM takes "
+                          f"{' or '.join(bias_types)})")
+    if bias is None and o is not None and o.QuantizedBiasType() == tflite.TensorType.INT32:
+        attrs["acc"] = "int32"
+    return attrs
+
+
 @op("CONV_2D")
 def conv_2d(ctx):
     o = ctx.options(tflite.Conv2DOptions)
@@ -176,7 +194,7 @@ def conv_2d(ctx):
         raise Unsupported("grouped convolution")
     attrs = _window(ctx, o, w.shape[1:3], (o.DilationHFactor(), o.DilationWFactor()))
     attrs["activation"] = activation(o.FusedActivationFunction())
-    return ctx.node("conv2d", attrs)
+    return ctx.node("conv2d", _int16_layer(ctx, attrs, o=o))
 
 
 @op("DEPTHWISE_CONV_2D")
@@ -191,7 +209,7 @@ def depthwise_conv_2d(ctx):
     attrs = _window(ctx, o, w.shape[1:3], (o.DilationHFactor(), o.DilationWFactor()))
     attrs["depth_multiplier"] = multiplier
     attrs["activation"] = activation(o.FusedActivationFunction())
-    return ctx.node("depthwise_conv2d", attrs)
+    return ctx.node("depthwise_conv2d", _int16_layer(ctx, attrs, ("int64",)))
 
 
 @op("FULLY_CONNECTED")
@@ -202,19 +220,21 @@ def fully_connected(ctx):
     w = ctx.input(1)
     if len(w.shape) != 2:
         raise ctx.error(f"weights must be 2-D [out, in], got {w.shape}")
-    return ctx.node("fully_connected", {"activation": activation(o.FusedActivationFunction())})
+    attrs = {"activation": activation(o.FusedActivationFunction())}
+    return ctx.node("fully_connected", _int16_layer(ctx, attrs, o=o))
 
 
 @op("ADD")
 def add(ctx):
     o = ctx.options(tflite.AddOptions)
-    return ctx.node("add", {"activation": activation(o.FusedActivationFunction())})
+    # tflm: float results clamped as TFLM's (to +-FLT_MAX without an activation; q_binary.py)
+    return ctx.node("add", {"activation": activation(o.FusedActivationFunction()), "tflm": True})
 
 
 @op("MUL")
 def mul(ctx):
     o = ctx.options(tflite.MulOptions)
-    return ctx.node("mul", {"activation": activation(o.FusedActivationFunction())})
+    return ctx.node("mul", {"activation": activation(o.FusedActivationFunction()), "tflm": True})
 
 
 @op("AVERAGE_POOL_2D", "MAX_POOL_2D")
@@ -297,4 +317,6 @@ SIMPLE = {"LOGISTIC": "logistic", "TANH": "tanh", "RELU": "relu", "RELU6": "relu
 @op(*SIMPLE)
 def simple(ctx):
     """Ops without attributes: only the name changes."""
+    if ctx.code == "HARD_SWISH" and ctx.input(0).dtype == "int16":
+        raise Unsupported("int16 HARD_SWISH (tflite-micro's kernel takes float32 and int8)")
     return ctx.node(SIMPLE[ctx.code], {})

@@ -29,14 +29,22 @@ ACTIVATIONS = ("none", "relu", "relu6", "relu_n1_to_1")
 #   layer_norm may have the outputs mean and inv_std_dev after y
 #   activation is one of ACTIVATIONS, fused into the op's output clamp
 #   int8 conv2d / depthwise_conv2d / fully_connected: requant="onnxruntime" = ORT's float rescale
+#   int16 conv2d / fully_connected without a bias: acc="int32" = TFLM's int32 accumulator and
+#   32-bit requantization (TFLite's quantized_bias_type INT32); default int64
 #   constant operands (reshape's shape, pad's paddings, mean's axes) stay in Node.inputs at the
 #   framework's positions; the attribute is the source of truth
+#   matmul / conv_transpose2d / resize with tflm=True (TFLite imports): computed exactly as
+#   TFLM's reference kernel (its float summation order, its float32 / 10-bit fixed-point resize
+#   coordinates from the attrs align_corners, half_pixel_centers); such a matmul may carry
+#   adj_x / adj_y (the operand's last two axes swapped before multiplying)
 OPS = {
     "conv2d": ("stride", "dilation", "padding", "activation"),
     "depthwise_conv2d": ("stride", "dilation", "padding", "depth_multiplier", "activation"),
     "fully_connected": ("activation",),
     "add": ("activation",),
     "mul": ("activation",),
+    # add / mul's optional "tflm": True: a float result is clamped as TFLM's kernels do,
+    # v < lo ? lo : v then hi < v ? hi : v with lo, hi = +-FLT_MAX for activation "none"
     # TFLite SUB / DIV: a - b, a / b with numpy broadcasting and the fused activation clamped
     # as TFLM does (float: to +-FLT_MAX even for "none"); int8 / int16 requantized as TFLM
     "sub": ("activation",),
@@ -99,6 +107,21 @@ OPS = {
     # states [dirs, batch, hidden], gates in ONNX order; every output exists (it holds state)
     "lstm": ("hidden_size", "direction", "clip", "input_forget"),  # (x, w, r, b?, h0?, c0?, p?)
     "gru": ("hidden_size", "direction", "clip", "linear_before_reset"),  # (x, w, r, b?, h0?)
+    # stateful TFLite layers as tflite-micro computes them; outputs after y are the next values
+    # of the state inputs (Graph.state maps those to them)
+    # svdf: inputs (x [B, I], weights_feature [F, I], weights_time [F, M], bias? [U], state
+    # [B, F*M]), outputs (y [B, U], next state); F = U * rank filters, each remembering its last
+    # M feature activations, newest last: next = state shifted left by one per filter with
+    # weights_feature . x appended; y = bias + sum over a unit's rank filters of weights_time .
+    # next, then the fused activation (TFLite int8 nodes get "none": TFLM's kernel applies none);
+    # the state input is absent when M = 1 (nothing of it survives)
+    "svdf": ("rank", "activation"),
+    # lstm_tflite (UNIDIRECTIONAL_SEQUENCE_LSTM, no peepholes / projection / layer norm): inputs
+    # (x, 4 input weights [H, I], 4 recurrent weights [H, H], 4 biases [H], hidden [B, H], cell
+    # [B, H]), gates in TFLite's order input, forget, cell, output; outputs (y, next hidden, next
+    # cell). x [T, B, I] and y [T, B, H] when time_major, else [B, T, ...]; gates sigmoid, cell
+    # gate and output tanh; cell_clip > 0 clamps the cell state; int8 / int16 in TFLM's fixed point
+    "lstm_tflite": ("time_major", "cell_clip"),
 }
 # softmax, log_softmax, hardmax: an optional "axis" attr (default: the last axis)
 UNARY_FNS = frozenset({
@@ -110,7 +133,8 @@ UNARY_FNS = frozenset({
 BINARY_FNS = frozenset({
     "add", "sub", "mul", "div", "max", "min", "pow", "mod", "prelu",
     "equal", "less", "greater", "less_equal", "greater_equal", "and", "or", "xor",
-    "floor_div", "squared_difference",  # TFLite: floor(a / b) in double; (a - b) ** 2
+    "not_equal", "floor_div", "squared_difference",  # TFLite: a != b; floor(a / b) in double;
+    # (a - b) ** 2
 })
 REDUCE_FNS = frozenset({"mean", "max", "min", "sum", "prod", "l1", "l2", "sum_square",
                         "log_sum", "log_sum_exp"})

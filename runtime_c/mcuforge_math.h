@@ -13,6 +13,7 @@
 #include <stdint.h>
 
 static inline float mfm_expf(float x) { return expf(x); }
+static inline float mfm_expm1f(float x) { return expm1f(x); }
 static inline float mfm_logf(float x) { return logf(x); }
 static inline float mfm_log1pf(float x) { return log1pf(x); }
 static inline float mfm_sqrtf(float x) { return sqrtf(x); }

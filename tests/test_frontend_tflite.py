@@ -271,7 +271,7 @@ def test_binary_ops(tfl, op, cls):
     g = one_op(tfl, [T("a", [1, 4]), T("b", [4], data=np.ones(4, np.int8)), T("y", [1, 4])],
                2, (cls, {"FusedActivationFunction": 3}))
     assert (g.nodes[0].op, g.nodes[0].inputs, g.nodes[0].attrs) == (
-        op, ("a", "b"), {"activation": "relu6"})
+        op, ("a", "b"), {"activation": "relu6", "tflm": True})
 
 
 def test_reshape_and_squeeze():
@@ -397,5 +397,5 @@ def test_load_model_dispatches_on_content(tmp_path):
     path.write_bytes(small_model())  # ADD without options: no fused activation
     g = load_model(path)
     assert g.name == "model" and [(n.op, n.attrs) for n in g.nodes] == [
-        ("add", {"activation": "none"})]
+        ("add", {"activation": "none", "tflm": True})]
     assert load_tflite(small_model(), name="m").name == "m"

@@ -90,12 +90,12 @@ MATH_SIGS = {  # argument kinds: f = float, i = int32, l = int64
     "mfm_cosf": "f", "mfm_tanhf": "f", "mfm_erff": "f", "mfm_powf": "ff", "mfm_floorf": "f",
     "mfm_ceilf": "f", "mfm_fabsf": "f", "mfm_fmodf": "ff", "mfm_floor_modf": "ff",
     "mfm_roundf": "f", "mfm_maxf": "ff", "mfm_minf": "ff", "mfm_mod_i32": "ii",
-    "mfm_mod_i64": "ll", "mfm_ipow_i64": "ll",
+    "mfm_mod_i64": "ll", "mfm_ipow_i64": "ll", "mfm_expm1f": "f",
 }
 # the mirrors round the double-precision result, as glibc's float functions (nearly always)
 # do; another libm may differ in the last bit. The rest must be bit-exact.
 MATH_ULPS = dict.fromkeys(("mfm_expf", "mfm_logf", "mfm_log1pf", "mfm_sinf", "mfm_cosf",
-                           "mfm_tanhf", "mfm_erff", "mfm_powf"), 1)
+                           "mfm_tanhf", "mfm_erff", "mfm_powf", "mfm_expm1f"), 1)
 
 
 def _math_args(name: str, sig: str, rng) -> list:

@@ -36,6 +36,7 @@ SIGS = {
     "mf_max_f32": "ff", "mf_min_f32": "ff",
     "mf_srdhm": "ii", "mf_rdbpot": "ii", "mf_srmbpot": "ii", "mf_rounding_half_sum": "ii",
     "mf_mbqm": "iii", "mf_mbqm_lt1": "iii", "mf_mbqm_gt1": "iii",
+    "mf_mbqm_i64": "lii",
     "mf_exp_on_interval_between_negative_one_quarter_and_0_excl": "i",
     "mf_exp_on_negative_values": "ii", "mf_one_over_one_plus_x_for_x_in_0_1": "i",
     "mf_one_minus_x_over_one_plus_x_for_x_in_0_1": "i", "mf_logistic_q": "ii", "mf_tanh_q": "ii",
@@ -48,8 +49,20 @@ SIGS = {
     "mf_roundf": "f", "mf_round_even_f32_to_i32": "f", "mf_quantize_f32_s8": "ffi",
     "mf_dequantize_s8_f32": "bfi",
     "mf_softmax_s8": None,  # "n mult shift diff_min v0 .. v(n-1)"
+    "mf_sat_add_i32": "ii", "mf_sat_sub_i32": "ii", "mf_inv_sqrt_multiplier_exp": "i",
+    "mf_rsqrt_q": "iiiiiii", "mf_log_x_for_x_greater_than_or_equal_to_1": "iii",
+    "mf_l2norm_s8": None,  # "n zero_point v0 .. v(n-1)"
+    "mf_log_softmax_s8": None,  # "n mult shift divisor divisor_shift diff_min v0 .. v(n-1)"
+    "mf_rescale_q": "iiiii", "mf_clsb_i32": "i", "mf_div_q": "iiiiiiiii",
+    "mf_floor_div_f32": "ff",
+    "mf_sigmoid_table_u16": "i", "mf_lut_input_s16": "hii", "mf_logistic_s16": "hii",
+    "mf_tanh_s16": "hii",
+    "mf_lut_s16": None,  # "value lut0 .. lut512"
+    "mf_softmax_s16": None,  # "n mult shift exp_lut[513] recip_lut[513] v0 .. v(n-1)"
+    "mf_softmax_s8_s16": None,  # "n mult shift diff_min v0 .. v(n-1)"
 }
 FLOAT_RESULT = {"mf_max_f32", "mf_min_f32", "mf_roundf", "mf_dequantize_s8_f32"}
+FLOAT_RESULT |= {"mf_floor_div_f32"}
 
 HARNESS = r"""
 #include <stdio.h>
@@ -65,6 +78,7 @@ static unsigned long FB(float f) { uint32_t u; memcpy(&u, &f, 4); return (unsign
 int main(void) {
     static char line[65536];
     static int8_t row_in[4096], row_out[4096];
+    static int16_t row16_in[4096], row16_out[4096], lut_a[513], lut_b[513];
     while (fgets(line, sizeof line, stdin)) {
         char *tok = strtok(line, " \n"), *name = tok;
         int n = 0;
@@ -94,6 +108,7 @@ int main(void) {
         else if (IS("mf_mbqm")) OUT(mf_mbqm(I(0), I(1), I(2)));
         else if (IS("mf_mbqm_lt1")) OUT(mf_mbqm_lt1(I(0), I(1), I(2)));
         else if (IS("mf_mbqm_gt1")) OUT(mf_mbqm_gt1(I(0), I(1), I(2)));
+        else if (IS("mf_mbqm_i64")) OUT(mf_mbqm_i64(args[0], I(1), I(2)));
         else if (IS("mf_exp_on_interval_between_negative_one_quarter_and_0_excl"))
             OUT(mf_exp_on_interval_between_negative_one_quarter_and_0_excl(I(0)));
         else if (IS("mf_exp_on_negative_values")) OUT(mf_exp_on_negative_values(I(0), I(1)));
@@ -142,6 +157,51 @@ int main(void) {
             for (k = 0; k < len; ++k) printf(k ? " %d" : "%d", row_out[k]);
             printf("\n");
         }
+        else if (IS("mf_sat_add_i32")) OUT(mf_sat_add_i32(I(0), I(1)));
+        else if (IS("mf_sat_sub_i32")) OUT(mf_sat_sub_i32(I(0), I(1)));
+        else if (IS("mf_inv_sqrt_multiplier_exp")) {
+            int32_t shift, r = mf_inv_sqrt_multiplier_exp(I(0), &shift);
+            printf("%ld %ld\n", (long)r, (long)shift);
+        }
+        else if (IS("mf_rsqrt_q")) OUT(mf_rsqrt_q(I(0), I(1), I(2), I(3), I(4), I(5), I(6)));
+        else if (IS("mf_log_x_for_x_greater_than_or_equal_to_1"))
+            OUT(mf_log_x_for_x_greater_than_or_equal_to_1(I(0), I(1), I(2)));
+        else if (IS("mf_l2norm_s8") || IS("mf_log_softmax_s8")) {
+            int32_t k, len = I(0), first = IS("mf_l2norm_s8") ? 2 : 6;
+            for (k = 0; k < len; ++k) row_in[k] = (int8_t)I(first + k);
+            if (first == 2) mf_l2norm_s8(row_in, row_out, len, I(1));
+            else mf_log_softmax_s8(row_in, row_out, len, I(1), I(2), I(3), I(4), I(5));
+            for (k = 0; k < len; ++k) printf(k ? " %d" : "%d", row_out[k]);
+            printf("\n");
+        }
+        else if (IS("mf_rescale_q")) OUT(mf_rescale_q(I(0), I(1), I(2), I(3), I(4)));
+        else if (IS("mf_clsb_i32")) OUT(mf_clsb_i32(I(0)));
+        else if (IS("mf_div_q"))
+            OUT(mf_div_q(I(0), I(1), I(2), I(3), I(4), I(5), I(6), I(7), I(8)));
+        else if (IS("mf_floor_div_f32")) printf("%lu\n", FB(mf_floor_div_f32(F(0), F(1))));
+        else if (IS("mf_sigmoid_table_u16")) OUT(mf_sigmoid_table_u16(I(0)));
+        else if (IS("mf_lut_input_s16")) OUT(mf_lut_input_s16((int16_t)I(0), I(1), I(2)));
+        else if (IS("mf_logistic_s16")) OUT(mf_logistic_s16((int16_t)I(0), I(1), I(2)));
+        else if (IS("mf_tanh_s16")) OUT(mf_tanh_s16((int16_t)I(0), I(1), I(2)));
+        else if (IS("mf_lut_s16")) {
+            int32_t k;
+            for (k = 0; k < 513; ++k) lut_a[k] = (int16_t)I(1 + k);
+            OUT(mf_lut_s16(lut_a, (int16_t)I(0)));
+        }
+        else if (IS("mf_softmax_s16") || IS("mf_softmax_s8_s16")) {
+            int32_t k, len = I(0);
+            if (IS("mf_softmax_s16")) {
+                for (k = 0; k < 513; ++k) lut_a[k] = (int16_t)I(3 + k);
+                for (k = 0; k < 513; ++k) lut_b[k] = (int16_t)I(516 + k);
+                for (k = 0; k < len; ++k) row16_in[k] = (int16_t)I(1029 + k);
+                mf_softmax_s16(row16_in, row16_out, len, I(1), I(2), lut_a, lut_b);
+            } else {
+                for (k = 0; k < len; ++k) row_in[k] = (int8_t)I(4 + k);
+                mf_softmax_s8_s16(row_in, row16_out, len, I(1), I(2), I(3));
+            }
+            for (k = 0; k < len; ++k) printf(k ? " %d" : "%d", row16_out[k]);
+            printf("\n");
+        }
         else { fprintf(stderr, "unknown %s\n", name); return 2; }
     }
     return 0;
@@ -163,9 +223,25 @@ def expected(name, args):
         n, mult, shift, diff_min, *row = args
         out = m.mf_softmax_s8(np.array(row, np.int8), mult, shift, diff_min)
         return " ".join(str(v) for v in out)
+    if name == "mf_lut_s16":
+        return str(m.mf_lut_s16(args[1:], args[0]))
+    if name == "mf_softmax_s16":
+        n, mult, shift = args[:3]
+        out = m.mf_softmax_s16(np.array(args[1029:], np.int16), mult, shift, args[3:516],
+                               args[516:1029])
+        return " ".join(str(v) for v in out)
+    if name == "mf_softmax_s8_s16":
+        n, mult, shift, diff_min, *row = args
+        out = m.mf_softmax_s8_s16(np.array(row, np.int8), mult, shift, diff_min)
+        return " ".join(str(v) for v in out)
+    if name in ("mf_l2norm_s8", "mf_log_softmax_s8"):
+        n, *rest = args
+        params, row = rest[:len(rest) - n], rest[len(rest) - n:]
+        out = getattr(m, name)(np.array(row, np.int8), *params)
+        return " ".join(str(v) for v in out)
     pyargs = [bits_f(a) if k == "f" else a for a, k in zip(args, SIGS[name])]
-    if name == "mf_get_reciprocal":
-        r, bits = m.mf_get_reciprocal(*pyargs)
+    if name in ("mf_get_reciprocal", "mf_inv_sqrt_multiplier_exp"):
+        r, bits = getattr(m, name)(*pyargs)
         return f"{r} {bits}"
     r = getattr(m, name)(*pyargs)
     return str(fbits(r)) if name in FLOAT_RESULT else str(int(r))
@@ -221,6 +297,13 @@ def make_cases(rng) -> list:
         add("mf_mbqm_gt1", x, mult, max(shift, 0))
         add("mf_rdbpot", x, abs(shift))
         add("mf_srmbpot", x, shift)
+    # int64 accumulators (int16 layers) within TFLM's contract: |x| < 2^47, shift -31..7
+    r64 = np.random.default_rng(47)
+    for x in [-2**47 + 1, -2**40, -65537, -1, 0, 1, 65535, 2**40, 2**47 - 1] + \
+            list(r64.integers(-2**47 + 1, 2**47, 1500)) + list(r64.integers(-2**20, 2**20, 500)):
+        for mult, shift in [(int(r64.integers(0, 2**31)), int(r64.integers(-31, 8))),
+                            (0x7FFF0000, -20), (2**31 - 1, -31), (2**30, 0), (0, 7)]:
+            add("mf_mbqm_i64", x, mult, shift)
     for x, lo, hi in zip(r32(500), rng.integers(-300, 0, 500), rng.integers(0, 300, 500)):
         add("mf_clamp", x, lo, hi)
     sums = list(rng.integers(-2**24, 2**24, 2000)) + EDGE
@@ -328,7 +411,119 @@ def make_cases(rng) -> list:
         cases.append(("mf_softmax_s8", [n, *params, *row.tolist()]))
     row = rng.integers(-128, 128, 4000)
     cases.append(("mf_softmax_s8", [4000, *qp.softmax_params(0.05, 1.0), *row.tolist()]))
+    _math_family_cases(rng, add, cases)
+    _binary_family_cases(rng, add)
+    _stateful_family_cases(add)
+    _int16_family_cases(rng, cases)
     return cases
+
+
+def _int16_family_cases(rng, cases):
+    """TFLite's 16x8 softmax: the 513-entry table lookup (TFLM's two tables and a random one)
+    and the int16 and int8 -> int16 rows, with the tables and parameters of TFLM's Prepare."""
+    from codegen_c.lower.q_int16 import softmax_int16_luts, softmax_int16_params
+    exp_lut, recip_lut = (t.tolist() for t in softmax_int16_luts())
+    for lut in (exp_lut, recip_lut, rng.integers(-32768, 32768, 513).tolist()):
+        for v in list(range(-32768, 32768, 61)) + [-32768, -129, -128, -1, 0, 127, 32767]:
+            cases.append(("mf_lut_s16", [v, *lut]))
+    for _ in range(150):
+        mult, shift = softmax_int16_params(float(10 ** rng.uniform(-4.5, -1)),
+                                           float(rng.uniform(0.2, 3)))
+        n = int(rng.integers(1, 200))
+        row = rng.integers(-32768, 32768, n)
+        if rng.random() < 0.2:
+            row[:] = row[0]
+        cases.append(("mf_softmax_s16", [n, mult, shift, *exp_lut, *recip_lut, *row.tolist()]))
+    for _ in range(150):
+        params = qp.softmax_params(float(10 ** rng.uniform(-3, 1)), float(rng.uniform(0.1, 3)))
+        n = int(rng.integers(1, 64))
+        row = rng.integers(-128, 128, n)
+        if rng.random() < 0.2:
+            row[:] = row[0]
+        cases.append(("mf_softmax_s8_s16", [n, *params, *row.tolist()]))
+    row = rng.integers(-128, 128, 3000)
+    cases.append(("mf_softmax_s8_s16", [3000, *qp.softmax_params(0.05, 1.0), *row.tolist()]))
+
+
+def _stateful_family_cases(add):
+    """The int16 sigmoid / tanh of the integer LSTM: every int16 input, for the (multiplier,
+    shift) pairs TFLM passes (0, s) for power-of-two scales, and general multipliers."""
+    for i in range(256):
+        add("mf_sigmoid_table_u16", i)
+    params = [(0, 0), (0, 1), (0, 3), (0, 4), (3, 3), (3, 1), (24576, 2), (19661, 5)]
+    for x in range(-32768, 32768, 7):
+        for mult, shift in params:
+            add("mf_lut_input_s16", x, mult, shift)
+            add("mf_logistic_s16", x, mult, shift)
+            add("mf_tanh_s16", x, mult, shift)
+    for x in (-32768, -32767, -1, 0, 1, 32767):
+        for mult, shift in params:
+            add("mf_logistic_s16", x, mult, shift)
+            add("mf_tanh_s16", x, mult, shift)
+
+
+def _binary_family_cases(rng, add):
+    """Rescaled operands (SUB, comparisons, SQUARED_DIFFERENCE, ADD_N), int8 DIV, FLOOR_DIV."""
+    for a in EDGE + list(rng.integers(I32_MIN, I32_MAX, 300, endpoint=True)):
+        add("mf_clsb_i32", a)
+    for _ in range(60):
+        ratio = float(rng.uniform(0.01, 0.5)) if rng.random() < 0.8 else 0.5
+        mult, shift = qp.quantize_multiplier_smaller_than_one_exp(ratio)
+        left_shift = int(rng.choice([0, 7, 8, 15, 20]))
+        wide = left_shift <= 15 and rng.random() < 0.5  # int16 operands
+        lim = 32768 if wide else 128
+        offset = 0 if wide else int(rng.integers(-127, 129))
+        for x in rng.integers(-lim, lim, 60):
+            add("mf_rescale_q", x, offset, left_shift, mult, shift)
+    for _ in range(40):
+        s1, s2, so = (np.float32(10 ** rng.uniform(-3, 0)) for _ in range(3))
+        mult, shift = qp.quantize_multiplier(float(s1 / (s2 * so)))  # float32 ratio, as TFLM
+        z1, z2, zo = (int(v) for v in rng.integers(-128, 128, 3))
+        lo, hi = (-128, 127) if rng.random() < 0.7 else (zo, 127)
+        for x, y in zip(rng.integers(-128, 128, 150), rng.integers(-128, 128, 150)):
+            if y != z2:
+                add("mf_div_q", x, y, -z1, -z2, mult, shift, zo, lo, hi)
+    pairs = [(7.0, 2.0), (-7.0, 2.0), (7.0, -2.0), (1.0, 1 / 3), (-1.0, 1 / 3), (0.0, 3.0),
+             (-0.0, 3.0), (0.0, -3.0), (1e30, 1e-30), (-5.0, 0.0), (5.0, np.inf), (-5.0, np.inf),
+             (np.nan, 2.0), (3e38, 0.5), (9007199254740993.0, 1.0), (-1.5, 1.0), (4.5e15, 1.5)]
+    for a, b in pairs + list(zip(rng.standard_normal(2000) * 10 ** rng.uniform(-3, 8, 2000),
+                                 rng.standard_normal(2000) * 10 ** rng.uniform(-3, 3, 2000))):
+        add("mf_floor_div_f32", fbits(a), fbits(b))
+
+
+def _math_family_cases(rng, add, cases):
+    """Inverse square root, log and the int8 L2-normalisation / log-softmax rows."""
+    for a in EDGE + list(rng.integers(I32_MIN, I32_MAX, 500, endpoint=True)):
+        add("mf_sat_add_i32", a, EDGE[int(rng.integers(len(EDGE)))])
+        add("mf_sat_sub_i32", EDGE[int(rng.integers(len(EDGE)))], a)
+    inputs = list(range(-3, 70000)) + [2**27 - 1, 2**27, 2**29 - 1, 2**29, 2**30, I32_MAX]
+    inputs += list(rng.integers(0, 2**31, 3000))
+    for x in inputs:
+        add("mf_inv_sqrt_multiplier_exp", x)
+    for a in list(rng.integers(1, 2**31, 3000)) + [1, 2, 2**19, 2**30, I32_MAX]:
+        for in_ib, out_ib in ((12, 5), (5, 5), (0, 1), (20, 6)):
+            add("mf_log_x_for_x_greater_than_or_equal_to_1", a, in_ib, out_ib)
+    for _ in range(20):
+        s_in, s_out = (float(np.float32(10 ** rng.uniform(-4, 0))) for _ in range(2))
+        mult, shift = qp.quantize_multiplier(1.0 / float(np.sqrt(np.float32(s_in))
+                                                         * np.float32(s_out)))
+        zi, zo = (int(v) for v in rng.integers(-128, 128, 2))
+        for x in range(-128, 128):
+            add("mf_rsqrt_q", x, zi, zo, mult, shift, -128, 127)
+        for x in rng.integers(-32768, 32768, 300):
+            add("mf_rsqrt_q", x, 0, 0, mult, shift, -32768, 32767)
+    for _ in range(150):
+        n = int(rng.integers(1, 300))
+        row = rng.integers(-128, 128, n)
+        if rng.random() < 0.2:
+            row[:] = row[0]
+        cases.append(("mf_l2norm_s8", [n, int(rng.integers(-128, 128)), *row.tolist()]))
+        scale = float(np.float32(10 ** rng.uniform(-3, 1)))
+        mult, shift, diff_min = qp.softmax_params(scale, 1.0)
+        divisor, divisor_shift = qp.quantize_multiplier_smaller_than_one_exp(
+            (1 << (31 - shift)) / mult)
+        cases.append(("mf_log_softmax_s8", [n, mult, shift, divisor, divisor_shift, diff_min,
+                                            *row.tolist()]))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -376,7 +571,8 @@ def test_every_c_function_is_mirrored_and_tested():
     assert c_names == py_names
     assert c_names == set(SIGS)
     # mcuforge_math.h's mfm_ mirrors join INTRINSICS too (codegen_c/mathmirror.py)
-    assert {n for n in m.INTRINSICS if n.startswith("mf_")} == c_names - {"mf_get_reciprocal"}
+    assert {n for n in m.INTRINSICS if n.startswith("mf_")} == \
+        c_names - {"mf_get_reciprocal", "mf_inv_sqrt_multiplier_exp"}
 
 
 @pytest.mark.parametrize("name", sorted(SIGS))
@@ -600,3 +796,22 @@ def test_tflm_quantize_dequantize(tflm):
         mine = np.array([m.mf_dequantize_s8_f32(int(v), scale, zp) for v in ALL_INT8[0]],
                         np.float32)
         assert ref[0].view(np.uint32).tolist() == mine.view(np.uint32).tolist()
+
+
+def test_tflm_int16_logistic_tanh():
+    """int16 LOGISTIC / TANH in TFLM (power-of-two scales, so multiplier 0 as in the LSTM) on
+    every int16 value: the table and the interpolation of mf_logistic_s16 / mf_tanh_s16."""
+    from tflite_micro.python.tflite_micro import runtime
+
+    from mcuforge.tflite_cases import q, single, tensor
+    x = np.arange(-32768, 32768, dtype=np.int16).reshape(1, -1)
+    for op, fn, in_scale, shift in (("LOGISTIC", m.mf_logistic_s16, 2.0**-12, 0),
+                                    ("TANH", m.mf_tanh_s16, 2.0**-12, 0),
+                                    ("TANH", m.mf_tanh_s16, 2.0**-11, 1)):
+        c = single(op, "", [tensor("x", x.shape, "int16", q(in_scale))],
+                   [tensor("y", x.shape, "int16", q(2.0**-15))])
+        it = runtime.Interpreter.from_bytes(c.model(), arena_size=1 << 20)
+        it.set_input(x, 0)
+        it.invoke()
+        mine = [fn(int(v), 0, shift) for v in x.reshape(-1)]
+        assert it.get_output(0).reshape(-1).tolist() == mine, (op, in_scale)

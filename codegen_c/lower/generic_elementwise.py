@@ -59,6 +59,7 @@ FLOAT_UNARY = {
     "log": lambda x, a: fcall("mfm_logf", x),
     "sqrt": lambda x, a: fcall("mfm_sqrtf", x),
     "reciprocal": lambda x, a: ir.binop("/", fconst(1.0), x),
+    "rsqrt": lambda x, a: ir.binop("/", fconst(1.0), fcall("mfm_sqrtf", x)),
     "floor": lambda x, a: fcall("mfm_floorf", x),
     "ceil": lambda x, a: fcall("mfm_ceilf", x),
     "round": lambda x, a: fcall("mfm_roundf", x),

@@ -21,7 +21,7 @@ import numpy as np
 from frontend.tflite_flatbuffer import TflOp, TflSubgraph, TflTensor, write_model
 from mcuforge.graph import Quant
 
-FAMILIES = ("math", "binary", "reduce", "shape", "data", "layers", "int16", "state")
+FAMILIES = ("math", "binary", "reduce", "shape", "data", "layers", "int16", "state", "stateful")
 REGISTRY: dict = {}  # op -> [function returning [TflCase]]
 
 
