@@ -64,9 +64,17 @@ def top1_agreement(ref: np.ndarray, test: np.ndarray) -> float | None:
     return float(np.mean(ref.argmax(1) == test.argmax(1)))
 
 
-def figures(ref: np.ndarray, test: np.ndarray) -> dict:
+def figures(ref: np.ndarray, test: np.ndarray, classifier: bool = True) -> dict:
     test = np.asarray(test, np.float32).reshape(ref.shape)
-    return {"sqnr_db": sqnr_db(ref, test), "top1": top1_agreement(ref, test)}
+    return {"sqnr_db": sqnr_db(ref, test),
+            "top1": top1_agreement(ref, test) if classifier else None}
+
+
+def is_classifier(graph) -> bool:
+    """Whether top-1 means something: more than one output value per sample, and not as many
+    as the input has (an autoencoder reconstructs its input; its argmax is no class)."""
+    t_in, t_out = graph.tensors[graph.inputs[0]], graph.tensors[graph.outputs[0]]
+    return 1 < t_out.size != t_in.size
 
 
 # ---------------------------------------------------------------------------------------------
@@ -213,16 +221,17 @@ def bench_model(model, n_cal: int = DEFAULT_CALIBRATION, n_eval: int = DEFAULT_E
     graph = load(model)
     cal, ev, desc = input_sets(model, graph, n_cal, n_eval)
     ref = float_reference(model, graph, ev)
+    classes = is_classifier(graph)
     ort_on = "model" if model.suffix == ".onnx" else "onnx_writer export"
     row = {"model": model.name, "inputs": desc, "calibration": len(cal), "eval": len(ev),
            "method": DEFAULT_METHOD, "mcuforge": None, "onnxruntime": None,
            "onnxruntime_on": ort_on, "mlcommons": None, "mlcommons_model": None, "errors": {}}
     try:
-        row["mcuforge"] = figures(ref, mcuforge_int8(model, cal, ev))
+        row["mcuforge"] = figures(ref, mcuforge_int8(model, cal, ev), classes)
     except McuforgeError as e:
         row["errors"]["mcuforge"] = str(e)
     try:
-        row["onnxruntime"] = figures(ref, onnxruntime_int8(model, cal, ev))
+        row["onnxruntime"] = figures(ref, onnxruntime_int8(model, cal, ev), classes)
     except Exception as e:  # a reference that cannot run is reported, not fatal
         row["errors"]["onnxruntime"] = f"{type(e).__name__}: {e}"
     int8 = MLPERF_INT8.get(model.stem)
@@ -232,7 +241,7 @@ def bench_model(model, n_cal: int = DEFAULT_CALIBRATION, n_eval: int = DEFAULT_E
             row["mlcommons_model"] = f"{int8}.tflite"
             try:
                 row["mlcommons"] = figures(ref, mlcommons_int8(model.parent / f"{int8}.tflite",
-                                                               ev))
+                                                               ev), classes)
             except Exception as e:
                 row["errors"]["mlcommons"] = f"{type(e).__name__}: {e}"
     return row

@@ -31,6 +31,14 @@ def test_figures():
     assert top1_agreement(ref[:, :1], ref[:, :1]) is None  # one value per row: no top-1
 
 
+def test_classifier_means_classes_not_reconstructions():
+    from mcuforge.api import load
+    from mcuforge.bench_quant import is_classifier
+    assert not is_classifier(load(mlperf_model("ad01_fp32")))  # autoencoder: 640 in, 640 out
+    assert is_classifier(load(mlperf_model("kws_ref_model_float32")))
+    assert is_classifier(load(MODELS / "torch_lenet.onnx"))
+
+
 @pytest.fixture(scope="module")
 def rows():
     import contextlib
