@@ -16,6 +16,9 @@ conversions are dead code the optimizer removes.
 
 conv2d / depthwise_conv2d / fully_connected carry requant="onnxruntime": their kernels rescale
 as onnxruntime does (float32 scale, round half to even), not with TFLM's fixed-point multiplier.
+So do the avg_pool2d of QLinearAveragePool / QLinearGlobalAveragePool (and of QDQ AveragePool /
+GlobalAveragePool): onnxruntime's CPU kernels in one rounding (codegen_c/lower/pool_ort.py),
+with the attribute zp_offset (128 when onnxruntime rounds with a uint8 zero point).
 
 QuantizeLinear computes onnxruntime's formula exactly with generic float ops:
 saturate(round_half_even(x / scale) + zero_point).
@@ -424,14 +427,25 @@ def QLinearMul(ctx, A, A_scale, A_zero_point, B, B_scale, B_zero_point, C_scale,
               C_zero_point)
 
 
+def _zp_offset(ctx, t, zp) -> int:
+    """What the int8 twin's zero point lacks of the one onnxruntime rounds with: 128 for a
+    uint8 output or an int8 QDQ pool that onnxruntime runs as uint8 (fuse_qdq), else 0."""
+    if _qdtype(t, zp, ctx.node.op_type) == "uint8" or ctx.node.doc_string == ORT_S8_TO_U8:
+        return 128
+    return 0
+
+
 @onnx_op("QLinearAveragePool")
 def QLinearAveragePool(ctx, X, x_scale, x_zero_point, y_scale, y_zero_point=None,
                        auto_pad="NOTSET", ceil_mode=0, channels_last=0, count_include_pad=0,
                        kernel_shape=None, pads=None, strides=None):
-    """Every window of the same size (no padding, or padding counted, no ceil_mode): an int8
-    depthwise_conv2d with unit weights of scale 1/count (one rounding, like onnxruntime's
-    float mean). Otherwise int8 avg_pool2d under the input's quantization, then a requantize
-    to the output's (two roundings: up to 2 LSB apart from onnxruntime)."""
+    """int8 avg_pool2d with requant="onnxruntime": onnxruntime's QLinearAveragePool (CPU) in
+    one rounding, in and out quantization alike or not (codegen_c/lower/pool_ort.py). A window
+    over the whole plane without padding takes its global-average-pool integer path; others its
+    float one, padding counted or not, every window clipped to the input (SAME, explicit pads,
+    ceil_mode). zp_offset = 128 for a uint8 output, or an int8 QDQ pool onnxruntime runs as
+    uint8 (fuse_qdq's ORT_S8_TO_U8): onnxruntime adds the uint8 zero point in float before
+    rounding. Refused: channels_last, dilations (the com.microsoft op has none)."""
     what = "QLinearAveragePool"
     if channels_last or len(X.shape) not in (3, 4):
         raise Unsupported(f"{what}: channels_last or a {len(X.shape) - 2}-D input")
@@ -440,40 +454,56 @@ def QLinearAveragePool(ctx, X, x_scale, x_zero_point, y_scale, y_zero_point=None
     start = len(ctx.b.nodes)
     x8 = as_int8(ctx, X, _act_quant(X, x_scale, x_zero_point, what))
     y8 = out_int8(ctx, out, _act_quant(out, y_scale, y_zero_point, what))
-    n, c, *sp = out.shape
-    if not ceil_mode and (count_include_pad or not any(attrs["padding"])):
-        w = ctx.const(np.ones((1, *kernel, c), np.int8), "int8", "ones")
-        w = ctx.b.add_tensor(Tensor(w.name, w.shape, "int8", w.data,
-                                    Quant((float(np.float32(1.0 / np.prod(kernel))),), (0,), 3)))
-        _from_nhwc_q(ctx, "depthwise_conv2d", [_to_nhwc_q(ctx, x8), w], y8, **attrs,
-                     depth_multiplier=1, activation="none")
-        _emit_first(ctx, start)
-        return
-    shape = (n, *([1] * (2 - len(sp)) + sp), c)
-    t = ctx.b.add_tensor(Tensor(ctx.tmp(shape, "int8", "pool").name, shape, "int8",
-                                quant=x8.quant))
-    ctx.emit("avg_pool2d", [_to_nhwc_q(ctx, x8)], [t], filter=kernel, **attrs,
-             activation="none", count_include_pad=bool(count_include_pad))
-    t = requantize(ctx, t, y8.quant)
-    _back_to_nchw(ctx, t, y8)
+    _from_nhwc_q(ctx, "avg_pool2d", [_to_nhwc_q(ctx, x8)], y8, filter=kernel, **attrs,
+                 activation="none", count_include_pad=bool(count_include_pad),
+                 requant="onnxruntime", zp_offset=_zp_offset(ctx, out, y_zero_point))
     _emit_first(ctx, start)
 
 
 @onnx_op("QLinearGlobalAveragePool")
 def QLinearGlobalAveragePool(ctx, X, x_scale, x_zero_point, y_scale, y_zero_point=None,
                              channels_last=0):
-    """int8 mean over the spatial axes (TFLM's MEAN: one requantization to the output's
-    quantization, no intermediate rounding)."""
+    """int8 avg_pool2d over the whole plane (other spatial ranks flattened to 1 x S) with
+    requant="onnxruntime": onnxruntime's integer path, int32 sum less the zero point times the
+    count, times the float32 scale x_scale / (y_scale * count), rounded half to even."""
     what = "QLinearGlobalAveragePool"
     if len(X.shape) < 3:
         raise Unsupported(f"{what}: rank-{len(X.shape)} input")
-    rank = len(X.shape)
-    axes = tuple(range(1, rank - 1)) if channels_last else tuple(range(2, rank))
     start = len(ctx.b.nodes)
     x8 = as_int8(ctx, X, _act_quant(X, x_scale, x_zero_point, what))
-    y8 = out_int8(ctx, ctx.out(), _act_quant(ctx.out(), y_scale, y_zero_point, what))
-    ctx.emit("mean", [x8, ctx.const(np.array(axes, np.int32), "int32", "axes")], [y8],
-             axes=axes, keep_dims=True)
+    out = ctx.out()
+    y8 = out_int8(ctx, out, _act_quant(out, y_scale, y_zero_point, what))
+    if channels_last:
+        n, *sp, c = X.shape
+        xt = x8
+    else:
+        n, c, *sp = X.shape
+        xt = to_nhwc(ctx, x8)
+        xt = ctx.b.add_tensor(Tensor(xt.name, xt.shape, "int8", quant=x8.quant))
+    plane = tuple(sp) if len(sp) == 2 else (1, int(np.prod(sp)))
+    if len(sp) != 2:
+        flat = ctx.b.add_tensor(Tensor(ctx.tmp((n, *plane, c), "int8", "plane").name,
+                                       (n, *plane, c), "int8", quant=x8.quant))
+        ctx.emit("reshape", [xt], [flat])
+        xt = flat
+    if channels_last and len(sp) == 2:
+        t = y8
+    else:
+        t = ctx.b.add_tensor(Tensor(ctx.tmp((n, 1, 1, c), "int8", "pool").name, (n, 1, 1, c),
+                                    "int8", quant=y8.quant))
+    ctx.emit("avg_pool2d", [xt], [t], filter=plane, stride=(1, 1), dilation=(1, 1),
+             padding=(0, 0, 0, 0), activation="none", requant="onnxruntime",
+             zp_offset=_zp_offset(ctx, out, y_zero_point))
+    if channels_last and len(sp) != 2:
+        ctx.emit("reshape", [t], [y8])
+    elif not channels_last:
+        if len(sp) != 2:
+            shape = (n, *[1] * len(sp), c)
+            t2 = ctx.b.add_tensor(Tensor(ctx.tmp(shape, "int8", "nhwc").name, shape, "int8",
+                                         quant=y8.quant))
+            ctx.emit("reshape", [t], [t2])
+            t = t2
+        from_nhwc(ctx, t, y8)
     _emit_first(ctx, start)
 
 
@@ -517,6 +547,10 @@ def _stand_in_shape(node, known: dict):
     names = [node.input[i] for i in pos if i < len(node.input)]
     if len(names) != len(pos) or any(nm not in known for nm in names):
         return None
+    if node.op_type == "QLinearGlobalAveragePool" and any(
+            a.name == "channels_last" and a.i for a in node.attribute):
+        dims, elem = known[names[0]]  # N, spatial..., C
+        return [dims[0], *[1] * (len(dims) - 2), dims[-1]], elem
     ins = [helper.make_tensor_value_info(f"i{k}", onnx.TensorProto.FLOAT, known[nm][0])
            for k, nm in enumerate(names)]
     attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute
@@ -574,10 +608,37 @@ def record_shapes(model):
             return model
 
 
-def fuse_qdq(model):
+# doc_string of a QLinearAveragePool fused from int8 QDQ whose output onnxruntime's x86 / x64
+# builds run as uint8 (see fuse_qdq)
+ORT_S8_TO_U8 = "mcuforge: onnxruntime runs this int8 QDQ pool on uint8 (zero points + 128)"
+
+
+def _ort_s8_to_u8(q, readers: dict, outputs: set, values: dict) -> bool:
+    """Whether onnxruntime's QDQS8ToU8Transformer turns the int8 QuantizeLinear q and the one
+    DequantizeLinear reading it into uint8 (zero points + 128): q's output has that single
+    reader and is no graph output, both zero points are given, constant, scalar, int8, equal."""
+    r = readers.get(q.output[0], [])
+    if q.output[0] in outputs or len(r) != 1 or r[0].op_type != "DequantizeLinear" \
+            or r[0].domain not in ("", "ai.onnx"):
+        return False
+    zs = [n.input[2] if len(n.input) == 3 else "" for n in (q, r[0])]
+    vals = [values.get(z) for z in zs]
+    return all(v is not None and v.dtype == np.int8 and v.size == 1 for v in vals) \
+        and int(vals[0].reshape(-1)[0]) == int(vals[1].reshape(-1)[0])
+
+
+def fuse_qdq(model, s8_to_u8: bool = True):
     """Rewrite DequantizeLinear(x), DequantizeLinear(constant weights)[, DequantizeLinear(
     constant int32 bias)] -> Conv | MatMul | Gemm -> QuantizeLinear into QLinearConv |
-    QLinearMatMul | QGemm (com.microsoft) reading the quantized tensors directly.
+    QLinearMatMul | QGemm (com.microsoft) reading the quantized tensors directly, and
+    DequantizeLinear'd activations -> Add | Mul | AveragePool | GlobalAveragePool | Concat ->
+    QuantizeLinear into the com.microsoft QLinear* ops, as onnxruntime's QDQ fusion does.
+
+    s8_to_u8 (default) mirrors onnxruntime's x86 / x64 builds, where QDQIsInt8Allowed() is
+    false: QDQS8ToU8Transformer first runs int8 Q -> DQ pairs as uint8 with zero points + 128.
+    Only QLinearAveragePool's float path sees the difference (it adds the zero point in float
+    before rounding), so such fused pools get the doc_string ORT_S8_TO_U8, which the converter
+    reads. With s8_to_u8=False (onnxruntime's ARM builds) they stay int8.
 
     Guarantees: the model's inputs, outputs and the fused QuantizeLinear's output name are
     kept; DequantizeLinear nodes nothing reads any more are removed; a pattern whose float op
@@ -647,6 +708,8 @@ def fuse_qdq(model):
                 continue
             if n.op_type in ("AveragePool", "GlobalAveragePool") and ds[0].input[0] in inits:
                 continue
+            if n.op_type == "AveragePool" and any(v != 1 for v in attrs.pop("dilations", [])):
+                continue  # QLinearAveragePool has no dilations
             qs = [[d.input[0], d.input[1], zp(d)] for d in ds]
             if n.op_type == "Concat":
                 ins = qy + [v for t in qs for v in t]
@@ -658,6 +721,9 @@ def fuse_qdq(model):
                 ins = qs[0] + qy
             new = helper.make_node(_QLINEAR_MS[n.op_type], ins, [q.output[0]], n.name,
                                    domain="com.microsoft", **attrs)
+            if n.op_type == "AveragePool" and s8_to_u8 and _ort_s8_to_u8(q, readers, outputs,
+                                                                         values):
+                new.doc_string = ORT_S8_TO_U8
             replace[id(n)] = new
             drop.add(id(q))
             continue
