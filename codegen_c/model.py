@@ -1,13 +1,18 @@
-"""Graph + memory plan -> the C sources of a model (model.c, model.h) through the templates."""
+"""Graph + memory plan -> the C sources of a model (model.c, model.h) through the templates.
+
+Control flow: each subgraph of an if / while node becomes a static function `<name>_sg<k>`
+whose kernels address the arena at the node's scratch (optimizer.memory_plan); the node
+itself is C control flow around calls of those functions, with memcpy moving values between
+its tensors and the subgraphs' inputs and outputs, as tflite-micro's kernels do."""
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from mcuforge.errors import UnsupportedOpError
-from mcuforge.graph import Graph, Tensor
+from mcuforge.graph import SUBGRAPH_ATTRS, Graph, Tensor, subgraphs
 from mcuforge.resources import render
 from optimizer.memory_plan import MemoryPlan
 
@@ -42,6 +47,19 @@ class LayerCall:
     kernel_name: str
     comment: str
     args: list  # C expressions, one per kernel parameter
+    lines: list = field(default_factory=list)  # control flow: C statements instead of a call
+
+    @property
+    def statements(self) -> list:
+        return self.lines or [f"{self.kernel_name}({', '.join(self.args)});"]
+
+
+@dataclass
+class SubgraphFunction:
+    """A subgraph of a control-flow node as a static C function of its kernel calls."""
+    name: str
+    comment: str
+    calls: list  # LayerCall
 
 
 @dataclass
@@ -93,41 +111,22 @@ def _port(g: Graph, name: str, index: int, offset: int) -> Port:
 
 
 def generate(g: Graph, plan: MemoryPlan, name: str) -> GeneratedModel:
-    kernels, calls, consts = [], [], []
-    for i, node in enumerate(g.nodes):
-        kname = f"l{i:02d}_{node.op}_{short_name(node.outputs[0])}"
-        try:
-            k = lower_node(node, g, kname)
-        except (NotImplementedError, ValueError) as e:
-            raise UnsupportedOpError(
-                f"node {i} ({node.op}, output '{node.outputs[0]}') cannot be compiled: {e}. "
-                f"Change the model so this layer avoids it, or report it as a missing "
-                f"feature.") from e
-        if k is None:
-            continue
-        kernels.append(k)
-        names = {b.name: f"{k.name}_{b.name}" for b in k.consts}
-        consts += [printer.print_array(names[b.name], b.dtype, b.data) for b in k.consts]
-        args = []
-        tensors = [t for t in node.inputs if t and not g.tensors[t].is_const] + list(node.outputs)
-        for b, tname in zip(k.params, tensors):
-            const = "const " if b.kind == "in" else ""
-            args.append(f"({const}{printer.C_TYPES[b.dtype]} *){_address(plan, tname)}")
-        comment = f"{node.op} -> {node.outputs[0]}"
-        calls.append(LayerCall(k.name, comment.replace("*/", "* /"), args))
-        consts.append(printer.print_kernel(k, names))
+    em = _Emitter(name)
+    calls = em.calls(g, plan, 0, "")
+    kernels, consts = em.kernels, em.definitions
     state_copies, state_inits = _state(g, plan, consts)
     inputs = [_port(g, n, i, plan.offsets[n]) for i, n in enumerate(g.inputs)]
     outputs = [_port(g, n, i, plan.offsets[n]) for i, n in enumerate(g.outputs)]
-    macs = sum(k.macs for k in kernels)
+    macs = sum(k.macs for k in kernels)  # subgraph kernels counted once
     weight_bytes = sum(b.data.nbytes for k in kernels for b in k.consts)
     # float math (expf, erff, ...) comes from mcuforge_math.h, included only when used: int8
     # models need nothing beyond <stdint.h>, <stddef.h> and <string.h>
     uses_math = any(MATH_PREFIX in d for d in consts)
     ctx = dict(name=name, NAME=name.upper(), graph=g, plan=plan, inputs=inputs, outputs=outputs,
-               calls=calls, definitions=consts, macs=macs, weight_bytes=weight_bytes,
-               uses_math=uses_math, state_copies=state_copies, state_inits=state_inits,
-               state_size=plan.state_size, ops=sorted({n.op for n in g.nodes}))
+               calls=calls, definitions=consts, functions=em.functions, macs=macs,
+               weight_bytes=weight_bytes, uses_math=uses_math, state_copies=state_copies,
+               state_inits=state_inits, state_size=plan.state_size,
+               ops=sorted({n.op for n in _all_nodes(g)}))
     files = {
         f"{name}.h": render("model.h.j2", ctx),
         f"{name}.c": render("model.c.j2", ctx),
@@ -135,10 +134,152 @@ def generate(g: Graph, plan: MemoryPlan, name: str) -> GeneratedModel:
     return GeneratedModel(name, files, kernels, macs, weight_bytes, inputs, outputs)
 
 
-def _address(plan: MemoryPlan, tensor: str) -> str:
+def _all_nodes(g: Graph):
+    for n in g.nodes:
+        yield n
+        for s in subgraphs(n):
+            yield from _all_nodes(s)
+
+
+def _comment(text: str) -> str:
+    return " ".join(text.replace("*/", "* /").split())
+
+
+class _Emitter:
+    """The kernels, file-scope definitions and subgraph functions of a model, collected while
+    its graph and (depth first) its subgraphs are walked. Subgraph functions are listed after
+    the kernels and before the functions calling them."""
+
+    def __init__(self, name: str):
+        self.name = name
+        self.kernels, self.definitions, self.functions = [], [], []
+        self.subgraph_count = 0
+
+    def calls(self, g: Graph, plan: MemoryPlan, base: int, prefix: str) -> list:
+        """The calls running graph g, whose plan starts at arena offset `base`."""
+        calls = []
+        for i, node in enumerate(g.nodes):
+            if node.op in SUBGRAPH_ATTRS:
+                calls.append(self._control(g, plan, base, i, node))
+                continue
+            kname = f"{prefix}l{i:02d}_{node.op}_{short_name(node.outputs[0])}"
+            try:
+                k = lower_node(node, g, kname)
+            except (NotImplementedError, ValueError) as e:
+                raise UnsupportedOpError(
+                    f"node {i} ({node.op}, output '{node.outputs[0]}') cannot be compiled: {e}. "
+                    f"Change the model so this layer avoids it, or report it as a missing "
+                    f"feature.") from e
+            if k is None:
+                continue
+            self.kernels.append(k)
+            names = {b.name: f"{k.name}_{b.name}" for b in k.consts}
+            self.definitions += [printer.print_array(names[b.name], b.dtype, b.data)
+                                 for b in k.consts]
+            args = []
+            tensors = [t for t in node.inputs if t and not g.tensors[t].is_const] \
+                + list(node.outputs)
+            for b, tname in zip(k.params, tensors):
+                const = "const " if b.kind == "in" else ""
+                args.append(f"({const}{printer.C_TYPES[b.dtype]} *){_address(plan, tname, base)}")
+            comment = f"{node.op} -> {node.outputs[0]}"
+            calls.append(LayerCall(k.name, comment.replace("*/", "* /"), args))
+            self.definitions.append(printer.print_kernel(k, names))
+        return calls
+
+    def _source(self, g: Graph, plan: MemoryPlan, base: int, tensor: str) -> str:
+        """The address of a value a copy reads: a constant becomes a const array."""
+        t = g.tensors[tensor]
+        if not t.is_const:
+            return _address(plan, tensor, base)
+        name = f"{self.name}_c{len(self.definitions)}_{c_identifier(short_name(tensor), 24)}"
+        self.definitions.append(printer.print_array(name, t.dtype, t.data))
+        return name
+
+    def _control(self, g: Graph, plan: MemoryPlan, base: int, i: int, node) -> LayerCall:
+        """An if / while node: its subgraphs as functions, itself as C control flow."""
+        offset, plans = plan.subplans[i]
+        runs = []
+        for attr, sub, sub_plan in zip(SUBGRAPH_ATTRS[node.op], subgraphs(node), plans):
+            k = self.subgraph_count
+            self.subgraph_count += 1
+            run = _Run(f"{self.name}_sg{k}", sub, sub_plan, base + offset)
+            self.functions.append(SubgraphFunction(
+                run.function, _comment(f"{attr.replace('_graph', '')} of {node.op} -> "
+                                       f"{node.outputs[0]}: {sub.name}"),
+                self.calls(sub, sub_plan, run.base, f"sg{k}_")))
+            runs.append(run)
+
+        def out_of(run):
+            """The node's outputs take the subgraph's outputs."""
+            return [_copy(_address(plan, y, base), run.address(t), run.graph.tensors[t].nbytes,
+                          f"'{t}' -> '{y}'") for t, y in zip(run.graph.outputs, node.outputs)]
+
+        if node.op == "if":
+            operands = node.inputs[1:]
+            sources = [self._source(g, plan, base, v) for v in operands]
+            cond = self._source(g, plan, base, node.inputs[0])
+            lines = [f"if (*(const uint8_t *){cond} != 0) {{"]
+            for k, run in enumerate(runs):
+                if k:
+                    lines.append("} else {")
+                lines += _indent(run.into(sources, operands) + [f"{run.function}();"]
+                                 + out_of(run))
+            lines.append("}")
+            comment = f"if -> {node.outputs[0]}: then {runs[0].function}, else " \
+                      f"{runs[1].function}"
+        else:
+            # as tflite-micro: the outputs start as the inputs and carry the values; the
+            # condition's first output is read right after it runs (the body reuses its memory)
+            cond, body = runs
+            outs = [_address(plan, y, base) for y in node.outputs]
+            lines = [_copy(o, self._source(g, plan, base, x), g.tensors[y].nbytes,
+                           f"'{x}' -> '{y}'")
+                     for o, x, y in zip(outs, node.inputs, node.outputs)]
+            lines += ["for (;;) {",
+                      *_indent(cond.into(outs, node.outputs) + [f"{cond.function}();"]),
+                      f"    if (*(const uint8_t *){cond.address(cond.graph.outputs[0])} == 0) {{",
+                      "        break;",
+                      "    }",
+                      *_indent(body.into(outs, node.outputs) + [f"{body.function}();"]
+                               + out_of(body)),
+                      "}"]
+            comment = f"while -> {node.outputs[0]}: cond {cond.function}, body {body.function}"
+        return LayerCall("", _comment(comment), [], lines)
+
+
+@dataclass
+class _Run:
+    """A subgraph as a control-flow node runs it: its C function, graph and plan, and where
+    in the arena its plan starts."""
+    function: str
+    graph: Graph
+    plan: MemoryPlan
+    base: int
+
+    def address(self, tensor: str) -> str:
+        return _address(self.plan, tensor, self.base)
+
+    def into(self, sources: list, labels) -> list:
+        """memcpy lines giving the subgraph's inputs the values at `sources` (C addresses;
+        `labels` name them); an input the subgraph never reads is left alone."""
+        read = {t for n in self.graph.nodes for t in n.inputs} | set(self.graph.outputs)
+        return [_copy(self.address(t), src, self.graph.tensors[t].nbytes, f"'{v}' -> '{t}'")
+                for t, src, v in zip(self.graph.inputs, sources, labels) if t in read]
+
+
+def _copy(dst: str, src: str, nbytes: int, what: str) -> str:
+    return f"memcpy({dst}, {src}, {nbytes});  /* {_comment(what)} */"
+
+
+def _indent(lines: list) -> list:
+    return ["    " + ln for ln in lines]
+
+
+def _address(plan: MemoryPlan, tensor: str, base: int = 0) -> str:
     if tensor in plan.state_offsets:
         return f"&state.bytes[{plan.state_offsets[tensor]}]"
-    return f"&arena.bytes[{plan.offsets[tensor]}]"
+    return f"&arena.bytes[{base + plan.offsets[tensor]}]"
 
 
 def _state(g: Graph, plan: MemoryPlan, consts: list) -> tuple:

@@ -1,6 +1,8 @@
 """Read a TFLite flatbuffer into a mcuforge Graph.
 
-Only subgraph 0 is read. Operators are converted by the functions in `tflite_ops`; every
+Subgraph 0 is the model; other subgraphs are read when an operator needs them (IF / WHILE
+branches and bodies become Graphs of their own, CALL_ONCE's init runs at compile time).
+Operators are converted by the functions in `tflite_ops`; every
 failure to read the file is a `ModelError` (flatbuffer readers fail lazily, deep inside
 accessors, so the whole parse is guarded and low-level errors are re-raised as ModelError).
 """
@@ -13,12 +15,13 @@ import numpy as np
 import tflite
 
 from mcuforge.errors import ModelError, UnsupportedOpError
-from mcuforge.graph import Graph, GraphError, Node, Quant, Tensor, verify
+from mcuforge.graph import MAX_NESTING, Graph, GraphError, Node, Quant, Tensor, verify
 
 from . import (tflite_ops_binary, tflite_ops_data, tflite_ops_layers,  # noqa: F401
                tflite_ops_math, tflite_ops_reduce, tflite_ops_shape)  # (they register)
 from .tflite_ops_state import VariableBook  # (registers the state converters too)
 from . import tflite_ops_stateful  # noqa: F401  (SVDF, LSTM register)
+from . import tflite_ops_control  # noqa: F401  (IF, WHILE register)
 from .tflite_ops import CONVERTERS, OpContext, Unsupported
 
 IDENTIFIER = b"TFL3"
@@ -105,20 +108,30 @@ def unique_names(raw):
 
 
 class _Reader:
-    """One parse of a model buffer; builds tensors lazily as operators refer to them."""
+    """One parse of a model buffer; builds tensors lazily as operators refer to them.
 
-    def __init__(self, buf, source):
+    A reader of subgraph `index` > 0 (made by `subgraph_graph` for a control-flow operator)
+    shares its parent's model and names its tensors 'sg<index>/<name>', so names stay unique
+    wherever subgraphs end up; `calls` is the chain of subgraphs being read, outermost first.
+    """
+
+    def __init__(self, buf, source, index=0, parent=None):
         self.buf, self.source = buf, source
-        root = struct.unpack_from("<I", buf, 0)[0]
-        if root + 4 > len(buf):
-            raise _Truncated()
-        self.model = tflite.Model.GetRootAs(buf, 0)
-        if self._count(self.model.SubgraphsLength()) == 0:
-            raise _Corrupt("the model has no subgraphs")
-        self.sg = self.model.Subgraphs(0)
+        if parent is None:
+            root = struct.unpack_from("<I", buf, 0)[0]
+            if root + 4 > len(buf):
+                raise _Truncated()
+            self.model = tflite.Model.GetRootAs(buf, 0)
+            if self._count(self.model.SubgraphsLength()) == 0:
+                raise _Corrupt("the model has no subgraphs")
+            self.calls = (index,)
+        else:
+            self.model, self.calls = parent.model, parent.calls + (index,)
+        self.sg = self.model.Subgraphs(index)
         n = self._count(self.sg.TensorsLength())
         self.raw = [self.sg.Tensors(i) for i in range(n)]
-        self.names = unique_names([_decode(t.Name()) for t in self.raw])
+        prefix = f"sg{index}/" if index else ""
+        self.names = [prefix + nm for nm in unique_names([_decode(t.Name()) for t in self.raw])]
         self.index = {name: i for i, name in enumerate(self.names)}
         self.tensors = {}  # tensor index -> Tensor, built on first use
         self.extra = {}  # name -> Tensor: made by converters (intermediates, folded constants)
@@ -221,7 +234,44 @@ class _Reader:
             raise ModelError(f"tensor '{name}': {len(raw)} data bytes for shape {shape} {dtype}")
         return np.frombuffer(raw, item.newbyteorder("<")).reshape(shape).astype(item)  # a copy
 
+    def subgraph_graph(self, index: int) -> Graph:
+        """Subgraph `index` converted into a verified Graph, as the model is (a control-flow
+        operator's branch, condition or body). Unsupported for an operator it cannot compile,
+        state (variables) in it, or subgraphs calling themselves or nested too deep."""
+        if not 0 <= index < self._count(self.model.SubgraphsLength()):
+            raise _Corrupt(f"subgraph index {index} out of range")
+        if index in self.calls:
+            raise Unsupported(f"subgraph {index} runs itself (recursion: subgraphs "
+                              f"{' -> '.join(map(str, self.calls + (index,)))})")
+        if len(self.calls) > MAX_NESTING:
+            raise Unsupported(f"control flow nested more than {MAX_NESTING} deep")
+        child = _Reader(self.buf, self.source, index, self)
+        nodes, bad = child._nodes()
+        if bad:
+            raise Unsupported(f"subgraph {index}: " + "; ".join(bad))
+        label = _decode(child.sg.Name())
+        g = child._assemble(nodes, f"subgraph {index}" + (f" '{label}'" if label else ""))
+        if g.state:
+            raise Unsupported(f"subgraph {index} keeps state across invocations (variables); "
+                              "only the main graph may")
+        if any(g.tensors[t].is_const for t in g.inputs):
+            raise Unsupported(f"subgraph {index} has a constant input")
+        try:
+            return verify(g)
+        except GraphError as e:
+            raise ModelError(f"subgraph {index}: {e}") from None
+
     def graph(self, name) -> Graph:
+        nodes, bad = self._nodes()
+        if bad:
+            raise UnsupportedOpError(
+                f"{self.source} uses {len(bad)} unsupported operator(s):\n  "
+                + "\n  ".join(bad)
+                + "\nsupported TFLite operators: " + ", ".join(sorted(CONVERTERS)))
+        return self._assemble(nodes, name)
+
+    def _nodes(self):
+        """The subgraph's operators converted: (nodes, [what could not be, and why])."""
         codes = []
         for i in range(self._count(self.model.OperatorCodesLength())):
             c = self.model.OperatorCodes(i)
@@ -251,11 +301,10 @@ class _Reader:
                 nodes.extend(made if isinstance(made, list) else [made])
             except Unsupported as e:
                 bad.append(f"{label}: {e}")
-        if bad:
-            raise UnsupportedOpError(
-                f"{self.source} uses {len(bad)} unsupported operator(s):\n  "
-                + "\n  ".join(bad)
-                + "\nsupported TFLite operators: " + ", ".join(sorted(CONVERTERS)))
+        return nodes, bad
+
+    def _assemble(self, nodes, name) -> Graph:
+        """The Graph of the converted nodes, with the subgraph's inputs and outputs."""
         inputs = [self._name(int(j)) for j in _vector(self.sg.InputsAsNumpy())]
         outputs = [self._name(int(j)) for j in _vector(self.sg.OutputsAsNumpy())]
         for nm in outputs:  # an output folded to a constant (SHAPE, ...) is copied to the arena

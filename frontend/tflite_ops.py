@@ -64,6 +64,10 @@ class OpContext:
         """Operators of subgraph `index` (see frontend.tflite._Reader.subgraph_ops)."""
         return self._reader.subgraph_ops(index)
 
+    def subgraph_graph(self, index: int):
+        """Subgraph `index` converted into a Graph (frontend.tflite._Reader.subgraph_graph)."""
+        return self._reader.subgraph_graph(index)
+
     def new_tensor(self, suffix, shape, dtype, data=None, quant=None) -> str:
         """Add a tensor the conversion needs (an intermediate of a multi-node conversion, or
         a constant); named after the node's first output so names stay unique and readable."""

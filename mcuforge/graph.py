@@ -26,6 +26,8 @@ ACTIVATIONS = ("none", "relu", "relu6", "relu_n1_to_1")
 #   conv_transpose2d takes (x, w, bias?) with OHWI weights, I = C_in / groups;
 #   fully_connected weights are [out, in]; a bias may be absent
 #   avg_pool2d / max_pool2d may carry "dilation" (h, w); avg_pool2d "count_include_pad"
+#   int8 avg_pool2d: requant="onnxruntime" = QLinear(Global)AveragePool's arithmetic, with
+#   "zp_offset" (0 or 128) the zero point shift of onnxruntime's uint8 conversion on x86
 #   layer_norm may have the outputs mean and inv_std_dev after y
 #   activation is one of ACTIVATIONS, fused into the op's output clamp
 #   int8 conv2d / depthwise_conv2d / fully_connected: requant="onnxruntime" = ORT's float rescale
@@ -122,7 +124,22 @@ OPS = {
     # cell). x [T, B, I] and y [T, B, H] when time_major, else [B, T, ...]; gates sigmoid, cell
     # gate and output tanh; cell_clip > 0 clamps the cell state; int8 / int16 in TFLM's fixed point
     "lstm_tflite": ("time_major", "cell_clip"),
+    # ---- control flow (TFLite IF / WHILE): the attrs hold whole Graphs (subgraphs) ----
+    # Subgraphs are Graphs of their own (static shapes, no state) that read nothing of the
+    # parent but their inputs; their inputs / outputs map positionally onto the node's
+    # operands / outputs with the same dtype and byte size (values are copied as raw bytes, as
+    # tflite-micro does, so shapes and quantization may differ). Passes treat these nodes as
+    # opaque; optimizer.pipeline optimizes each subgraph on its own.
+    # if: inputs (cond: bool with one element, operands...); then_graph / else_graph take the
+    # operands and produce the node's outputs; the one cond selects runs
+    "if": ("then_graph", "else_graph"),
+    # while: inputs = loop-carried initial values, outputs = their final values (same count,
+    # dtypes and byte sizes); cond_graph takes the values and its first output is a bool
+    # (element 0 read); while it is true, body_graph maps the values to their next values
+    "while": ("cond_graph", "body_graph"),
 }
+# control-flow op -> its attributes holding subgraphs, in the order the node documents them
+SUBGRAPH_ATTRS = {"if": ("then_graph", "else_graph"), "while": ("cond_graph", "body_graph")}
 # softmax, log_softmax, hardmax: an optional "axis" attr (default: the last axis)
 UNARY_FNS = frozenset({
     "abs", "neg", "exp", "log", "sqrt", "reciprocal", "floor", "ceil", "round", "sign", "sin",
@@ -220,17 +237,77 @@ class Graph:
         return replace(self, **kw)
 
 
+def subgraphs(node: Node) -> list:
+    """The subgraphs a control-flow node runs (if: then, else; while: cond, body); [] for
+    other ops."""
+    return [node.attrs[a] for a in SUBGRAPH_ATTRS.get(node.op, ()) if a in node.attrs]
+
+
+MAX_NESTING = 8  # control flow nested deeper than this is refused (it bounds every recursion)
+
+
 class GraphError(McuforgeError, ValueError):
     """The graph breaks an IR invariant; the message names the node or tensor."""
 
 
-def verify(g: Graph) -> Graph:
+def _same_bytes(where: str, what: str, outer: list, inner: list) -> None:
+    """Values copied between a control-flow node and a subgraph: same count, dtype, bytes."""
+    if len(outer) != len(inner):
+        raise GraphError(f"{where}: {what}: {len(inner)} tensors for the node's {len(outer)}")
+    for k, (a, b) in enumerate(zip(outer, inner)):
+        if a is None or (a.dtype, a.nbytes) != (b.dtype, b.nbytes):
+            raise GraphError(f"{where}: {what} {k} ('{b.name}' {b.dtype}{list(b.shape)}) does "
+                             "not match the node's tensor "
+                             + ("(absent)" if a is None else f"{a.dtype}{list(a.shape)}"))
+
+
+def _verify_control(g: Graph, n: Node, where: str, depth: int) -> None:
+    """A control-flow node: its subgraphs are valid graphs without state, and their inputs and
+    outputs match the node's operands and outputs."""
+    if depth >= MAX_NESTING:
+        raise GraphError(f"{where}: control flow nested more than {MAX_NESTING} deep")
+    subs = {a: n.attrs[a] for a in SUBGRAPH_ATTRS[n.op]}
+    for a, s in subs.items():
+        if not isinstance(s, Graph):
+            raise GraphError(f"{where}: {a} is not a Graph")
+        if s.state:
+            raise GraphError(f"{where}: {a} keeps state across invocations (not supported "
+                             "in subgraphs)")
+        try:
+            verify(s, depth + 1)
+        except GraphError as e:
+            raise GraphError(f"{where}: {a}: {e}") from None
+    tensor = lambda name: g.tensors[name] if name else None  # noqa: E731
+    outs = [g.tensors[t] for t in n.outputs]
+    ports = lambda s, names: [s.tensors[t] for t in names]  # noqa: E731
+    if n.op == "if":
+        cond = tensor(n.inputs[0]) if n.inputs else None
+        if cond is None or cond.dtype != "bool" or cond.size != 1:
+            raise GraphError(f"{where}: the condition (input 0) must be a bool with one element")
+        operands = [tensor(t) for t in n.inputs[1:]]
+        for a, s in subs.items():
+            _same_bytes(where, f"{a} input", operands, ports(s, s.inputs))
+            _same_bytes(where, f"{a} output", outs, ports(s, s.outputs))
+        return
+    operands = [tensor(t) for t in n.inputs]
+    cond, body = subs["cond_graph"], subs["body_graph"]
+    _same_bytes(where, "output", operands, outs)
+    _same_bytes(where, "cond_graph input", operands, ports(cond, cond.inputs))
+    _same_bytes(where, "body_graph input", operands, ports(body, body.inputs))
+    _same_bytes(where, "body_graph output", outs, ports(body, body.outputs))
+    if not cond.outputs or cond.tensors[cond.outputs[0]].dtype != "bool":
+        raise GraphError(f"{where}: cond_graph's first output must be a bool")
+
+
+def verify(g: Graph, depth: int = 0) -> Graph:
     """Check the IR invariants; return the graph unchanged or raise GraphError.
 
     Guarantees on success: every referenced tensor exists; every node's inputs are graph
     inputs, state, constants or outputs of an earlier node; each state tensor's next value is
     produced and has its shape, dtype and quantization; each tensor has one producer; ops and
-    their attributes are known; dtypes are known; shapes are static positive integers.
+    their attributes are known; dtypes are known; shapes are static positive integers; the
+    subgraphs of control-flow nodes (nested at most MAX_NESTING deep; `depth` is this graph's)
+    are verified too and match their node.
     """
     known = g.sources() | {n for n, t in g.tensors.items() if t.is_const}
     for name in list(g.inputs) + list(g.outputs) + list(g.state) + list(g.state.values()):
@@ -275,6 +352,8 @@ def verify(g: Graph) -> Graph:
             if t in known:
                 raise GraphError(f"{where}: output '{t}' is produced twice")
             known.add(t)
+        if n.op in SUBGRAPH_ATTRS:
+            _verify_control(g, n, where, depth)
     for name in list(g.outputs) + list(g.state.values()):
         if name not in known:
             raise GraphError(f"graph output or next state '{name}' is never produced")

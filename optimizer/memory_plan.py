@@ -5,12 +5,17 @@ the requests from a graph (aliases such as reshape share their source's buffer) 
 the layer-wise lower bound beside the arena size. State tensors (values kept across
 invocations) are not in the arena: they get offsets in a state block of their own, and their
 next values are planned like outputs (alive until the end of the invocation, then copied).
+
+Control flow (if / while nodes): each subgraph is planned by the same planner on its own, and
+the node's scratch, one request as large as the largest of its subgraphs' arenas and live
+during the node only, holds them: the subgraphs of a node run one at a time, so they share it,
+their offsets relative to its start. The plan of a nested subgraph nests the same way.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from mcuforge.graph import ALIAS_OPS, Graph
+from mcuforge.graph import ALIAS_OPS, Graph, subgraphs
 
 ALIGN = 4
 
@@ -31,6 +36,9 @@ class MemoryPlan:
     requests: tuple
     state_offsets: dict = field(default_factory=dict)  # state tensor (or an alias of one) -> offset in the state block
     state_size: int = 0
+    # control flow: node index -> (offset of its scratch, (plan of each subgraph, ...)); the
+    # scratch is a request of its own, named '<first output>/scratch', in offsets too
+    subplans: dict = field(default_factory=dict)
 
 
 def _align(n: int) -> int:
@@ -41,9 +49,11 @@ def _live_together(a: Request, b: Request) -> bool:
     return a.first <= b.last and b.first <= a.last
 
 
-def _first_fit(order: list) -> dict:
-    placed = []  # (offset, request)
-    offsets = {}
+def _first_fit(order: list, offsets: dict | None = None, placed: list | None = None) -> dict:
+    """Each request of `order` at the lowest offset free for its lifetime, around those
+    already `placed` ((offset, request) pairs, their offsets in `offsets`)."""
+    placed = list(placed or [])  # (offset, request)
+    offsets = dict(offsets or {})
     for r in order:
         busy = sorted((o, o + _align(p.size)) for o, p in placed if _live_together(p, r))
         offset = 0
@@ -126,7 +136,16 @@ def requests_of(g: Graph) -> tuple:
 
 def plan_graph(g: Graph) -> MemoryPlan:
     reqs, root = requests_of(g)
-    offsets = plan(reqs)
+    subplans, scratch = {}, []
+    for i, n in enumerate(g.nodes):
+        subs = subgraphs(n)
+        if subs:
+            plans = tuple(plan_graph(s) for s in subs)
+            name = _scratch_name(g, n)
+            scratch.append(Request(name, max(p.arena_size for p in plans), i, i))
+            subplans[i] = (name, plans)
+    offsets = _plan_with_scratch(reqs, scratch)
+    reqs += tuple(scratch)
     state, size = {}, 0
     for name in g.state:  # model order keeps the block deterministic
         state[name] = size
@@ -137,4 +156,28 @@ def plan_graph(g: Graph) -> MemoryPlan:
         else:
             offsets[alias] = offsets[src]
     return MemoryPlan(dict(sorted(offsets.items())), arena_size(reqs, offsets),
-                      lower_bound(reqs), reqs, dict(sorted(state.items())), size)
+                      lower_bound(reqs), reqs, dict(sorted(state.items())), size,
+                      {i: (offsets[name], plans) for i, (name, plans) in subplans.items()})
+
+
+def _scratch_name(g: Graph, node) -> str:
+    name = f"{node.outputs[0]}/scratch"
+    while name in g.tensors:
+        name += "_"
+    return name
+
+
+def _plan_with_scratch(reqs: tuple, scratch: list) -> dict:
+    """Offsets for the graph's requests and its control-flow scratch: planned together, or
+    the scratch fitted around the graph's own plan, whichever arena is smaller. The second
+    bounds the arena by the graph's own plus its largest scratch."""
+    if not scratch:
+        return plan(reqs)
+    together = plan(reqs + tuple(scratch))
+    own = plan(reqs)
+    around = _first_fit(sorted(scratch, key=lambda r: (-r.size, r.name)), own,
+                        [(own[r.name], r) for r in reqs])
+    everything = reqs + tuple(scratch)
+    if arena_size(everything, around) < arena_size(everything, together):
+        return around
+    return together

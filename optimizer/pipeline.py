@@ -6,7 +6,9 @@ the layout passes (TFLite graphs are NHWC already) leave them as they are.
 """
 from __future__ import annotations
 
-from mcuforge.graph import Graph, verify
+from dataclasses import replace
+
+from mcuforge.graph import SUBGRAPH_ATTRS, Graph, verify
 
 from .fold import fold_constants
 from .fuse import fold_batch_norms, fold_scale_shift, fuse_activations
@@ -36,6 +38,19 @@ def signature(g: Graph) -> list:
     return [(n.op, n.inputs, n.outputs, repr(sorted(n.attrs.items()))) for n in g.nodes]
 
 
+def optimize_subgraphs(g: Graph) -> Graph:
+    """The subgraphs of control-flow nodes (if / while) through this same pipeline, each on
+    its own (the passes above treat those nodes as opaque and never fold them). Guarantees:
+    every subgraph keeps its input and output names, so it still matches its node."""
+    nodes = []
+    for n in g.nodes:
+        if n.op in SUBGRAPH_ATTRS:
+            n = replace(n, attrs={**n.attrs, **{a: optimize(n.attrs[a])
+                                                for a in SUBGRAPH_ATTRS[n.op]}})
+        nodes.append(n)
+    return g.replace(nodes=nodes)
+
+
 PIPELINE = [
     remove_dead_nodes,  # nodes whose outputs nothing reads
     dequantize_hybrid_weights,  # int8 weights of float layers (hybrid TFLite) -> float32
@@ -50,6 +65,7 @@ PIPELINE = [
     fold_scale_shift,  # conv/fc -> mul/add/sub by per-channel constants: the same, unfused BN
     fuse_activations,  # conv/fc/add/pool -> relu/relu6/clip: the layer's fused activation
     remove_dead_nodes,  # what the passes above left unread
+    optimize_subgraphs,  # if / while: their subgraphs through this whole list, recursively
 ]
 
 

@@ -21,7 +21,8 @@ import numpy as np
 from frontend.tflite_flatbuffer import TflOp, TflSubgraph, TflTensor, write_model
 from mcuforge.graph import Quant
 
-FAMILIES = ("math", "binary", "reduce", "shape", "data", "layers", "int16", "state", "stateful")
+FAMILIES = ("math", "binary", "reduce", "shape", "data", "layers", "int16", "state", "stateful",
+            "control")
 REGISTRY: dict = {}  # op -> [function returning [TflCase]]
 
 
