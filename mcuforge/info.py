@@ -24,7 +24,7 @@ def model_info(model, input_shapes: dict | None = None) -> dict:
 
     return {
         "model": Path(str(model)).name,
-        "ops": dict(Counter(n.op for n in g.nodes)),
+        "ops": dict(Counter(_ops(g))),
         "macs": gen.macs,
         "weight_bytes": gen.weight_bytes,
         "arena_bytes": plan.arena_size,
@@ -34,3 +34,14 @@ def model_info(model, input_shapes: dict | None = None) -> dict:
         "outputs": [port(n) for n in g.outputs],
         "tensors": len(g.tensors),
     }
+
+
+def _ops(g) -> list:
+    """Every node's op, those inside IF/WHILE subgraphs too."""
+    from .graph import subgraphs
+    out = []
+    for n in g.nodes:
+        out.append(n.op)
+        for sg in subgraphs(n):
+            out += _ops(sg)
+    return out
