@@ -6,7 +6,13 @@ graph IR's int8 conv2d / depthwise_conv2d / fully_connected with the tensors' qu
 QDQ format: `fuse_qdq(model)` rewrites DequantizeLinear -> Conv/Gemm/MatMul -> QuantizeLinear
 (and quantization-preserving ops between DQ and Q) into QLinearConv / QLinearMatMul before
 import, so the same converters run; it must see the model before constant folding (which
-would turn the int8 weights into floats).
+would turn the int8 weights into floats). It also gives the quantized ops float32 copies of
+float16 scales (exact; float32_scales).
+
+QLinearMatMul with a right operand that is batched, computed at run time or has per-column
+zero points becomes the graph IR's int8 matmul with requant="onnxruntime"
+(codegen_c/lower/matmul_ort.py: onnxruntime's int32 sums and float32 rescale); a constant 2-D
+one fully_connected as before.
 
 uint8 tensors: the int8 kernels are int8-only, so a uint8 tensor q_u (scale s, zero point z)
 is carried as its int8 twin q_i = q_u - 128 with zero point z - 128 (same real values,
@@ -350,18 +356,36 @@ def _fc(ctx, what, a, as_, az, wd, ws, wz, bias_data, ys, yz, a_zp, y_zp):
 @onnx_op("QLinearMatMul", since=10)
 def QLinearMatMul(ctx, a, a_scale, a_zero_point, b, b_scale, b_zero_point, y_scale,
                   y_zero_point):
-    """A constant 2-D right operand: fully_connected (per-column scales: per channel)."""
+    """A constant 2-D right operand with one zero point: fully_connected (per-column scales:
+    per channel). Otherwise (batched, computed at run time, per-column zero points): int8
+    matmul with requant="onnxruntime" (codegen_c/lower/matmul_ort.py), numpy broadcasting of
+    the batch dimensions; b per tensor or per column."""
     what = "QLinearMatMul"
-    if not b.is_const or len(b.shape) != 2:
-        raise Unsupported(f"{what}: the right operand must be a constant 2-D matrix (it is "
-                          "computed at run time)")
     as_, az, _ = _qparams(a_scale, a_zero_point, what)
     ys, yz, _ = _qparams(y_scale, y_zero_point, what)
+    bs, bz, _ = _qparams(b_scale, b_zero_point, what)
     if as_.size != 1 or ys.size != 1:
         raise Unsupported(f"{what}: per-axis activation quantization")
-    wd, ws, wz = _weights(b, b_scale, b_zero_point, what, 1)
-    _fc(ctx, what, a, as_, az, np.ascontiguousarray(wd.T), ws, wz, None, ys, yz, a_zero_point,
-        y_zero_point)
+    if b.is_const and len(b.shape) == 2 and np.all(bz == bz[0]):
+        wd, ws, wz = _weights(b, b_scale, b_zero_point, what, 1)
+        _fc(ctx, what, a, as_, az, np.ascontiguousarray(wd.T), ws, wz, None, ys, yz,
+            a_zero_point, y_zero_point)
+        return
+    n = b.shape[-1] if len(b.shape) > 1 else 1
+    if bs.size > 1:  # per column: [N], or b's rank with every dimension but the last 1
+        shape = tuple(b_scale.shape)
+        if len(b.shape) < 2 or bs.size != n or len(shape) > len(b.shape) \
+                or any(d != 1 for d in shape[:-1]):
+            raise Unsupported(f"{what}: b quantized with scales of shape {list(shape)} for b "
+                              f"of shape {list(b.shape)} (per tensor or per column only)")
+    out = ctx.out()
+    start = len(ctx.b.nodes)
+    a8 = as_int8(ctx, a, _quant8(as_, az, _qdtype(a, a_zero_point, what)))
+    b8 = as_int8(ctx, b, _quant8(bs, bz, _qdtype(b, b_zero_point, what),
+                                 len(b.shape) - 1 if bs.size > 1 else 0))
+    y8 = out_int8(ctx, out, _quant8(ys, yz, _qdtype(out, y_zero_point, what)))
+    ctx.emit("matmul", [a8, b8], [y8], requant="onnxruntime")
+    _emit_first(ctx, start)
 
 
 @onnx_op("QGemm")
@@ -627,10 +651,88 @@ def _ort_s8_to_u8(q, readers: dict, outputs: set, values: dict) -> bool:
         and int(vals[0].reshape(-1)[0]) == int(vals[1].reshape(-1)[0])
 
 
+# scale operands of the quantized ops (positions; QLinearConcat: also every third from 3)
+_SCALES = {"QLinearConv": (1, 4, 6), "QLinearMatMul": (1, 4, 6), "QGemm": (1, 4, 7),
+           "QLinearAdd": (1, 4, 6), "QLinearMul": (1, 4, 6), "QLinearAveragePool": (1, 3),
+           "QLinearGlobalAveragePool": (1, 3), "QLinearSigmoid": (1, 3),
+           "QLinearLeakyRelu": (1, 3), "QLinearConcat": (0,), "QuantizeLinear": (1,),
+           "DequantizeLinear": (1,)}
+
+
+def _float32_compute(node) -> bool:
+    """Whether the op computes with its scales in float32 whatever their type: the QLinear*
+    ops (integer in and out; scales are only read), a QuantizeLinear whose precision is float
+    and a DequantizeLinear whose output_dtype is float (opset 23+). Otherwise a float16 scale
+    means float16 arithmetic (QuantizeLinear divides in the scale's type, DequantizeLinear's
+    output has it), which mcuforge does not compute: those keep their float16 scales and stay
+    unsupported."""
+    import onnx
+    if node.op_type not in ("QuantizeLinear", "DequantizeLinear"):
+        return True
+    attr = "precision" if node.op_type == "QuantizeLinear" else "output_dtype"
+    return any(a.name == attr and a.i == onnx.TensorProto.FLOAT for a in node.attribute)
+
+
+def float32_scales(m):
+    """Float16 scale operands of the quantized ops (QLinear*, QGemm, and Quantize /
+    DequantizeLinear when they compute in float32: see _float32_compute) read as float32, in
+    place: a float16 initializer becomes a float32 one next to it (exact: every float16 is a
+    float32), any other float16 scale (a graph input, a computed value) goes through a Cast
+    to float32 inserted before the op (the importer folds it once the scale is known, and
+    refuses a run-time scale as it refuses a float32 one). Float16 values read by other ops
+    are left as they are. Returns the model."""
+    import onnx
+    import onnx.numpy_helper
+    from onnx import helper
+    g = m.graph
+    f16 = onnx.TensorProto.FLOAT16
+    inits = {i.name: i for i in g.initializer}
+    typed = {v.name: v.type.tensor_type.elem_type for v in (*g.input, *g.value_info)}
+    typed.update({n: i.data_type for n, i in inits.items()})
+    names = set(inits) | set(typed) | {o for n in g.node for o in n.output} | \
+        {o.name for o in g.output}
+    made, nodes = {}, []
+
+    def fresh(base):
+        name, k = f"{base}_f32", 1
+        while name in names:
+            name, k = f"{base}_f32_{k}", k + 1
+        names.add(name)
+        return name
+
+    for n in g.node:
+        pos = _SCALES.get(n.op_type) if n.domain in ("", "ai.onnx", "com.microsoft") else None
+        if pos is not None and n.op_type == "QLinearConcat":
+            pos = (0, *range(3, len(n.input), 3))
+        if pos is None or not _float32_compute(n):
+            nodes.append(n)
+            continue
+        for i in pos:
+            s = n.input[i] if i < len(n.input) else ""
+            if not s or typed.get(s) != f16:
+                continue
+            if s not in made:
+                made[s] = fresh(s)
+                if s in inits:
+                    v = onnx.numpy_helper.to_array(inits[s]).astype("float32")
+                    g.initializer.append(onnx.numpy_helper.from_array(v, made[s]))
+                else:
+                    nodes.append(helper.make_node("Cast", [s], [made[s]],
+                                                  to=onnx.TensorProto.FLOAT))
+            n.input[i] = made[s]
+        nodes.append(n)
+    if made:
+        del g.node[:]
+        g.node.extend(nodes)
+    return m
+
+
 def fuse_qdq(model, s8_to_u8: bool = True):
     """Rewrite DequantizeLinear(x), DequantizeLinear(constant weights)[, DequantizeLinear(
     constant int32 bias)] -> Conv | MatMul | Gemm -> QuantizeLinear into QLinearConv |
-    QLinearMatMul | QGemm (com.microsoft) reading the quantized tensors directly, and
+    QLinearMatMul | QGemm (com.microsoft) reading the quantized tensors directly (MatMul's
+    right operand may be an activation too, as quantize_static writes attention-like models:
+    onnxruntime fuses that into QLinearMatMul as well), and
     DequantizeLinear'd activations -> Add | Mul | AveragePool | GlobalAveragePool | Concat ->
     QuantizeLinear into the com.microsoft QLinear* ops, as onnxruntime's QDQ fusion does.
 
@@ -639,6 +741,9 @@ def fuse_qdq(model, s8_to_u8: bool = True):
     Only QLinearAveragePool's float path sees the difference (it adds the zero point in float
     before rounding), so such fused pools get the doc_string ORT_S8_TO_U8, which the converter
     reads. With s8_to_u8=False (onnxruntime's ARM builds) they stay int8.
+
+    Patterns whose Dequantize / QuantizeLinear compute in float16 (float16 scales) are not
+    fused. Float16 scales of the quantized ops are then read as float32 (float32_scales).
 
     Guarantees: the model's inputs, outputs and the fused QuantizeLinear's output name are
     kept; DequantizeLinear nodes nothing reads any more are removed; a pattern whose float op
@@ -680,6 +785,14 @@ def fuse_qdq(model, s8_to_u8: bool = True):
     def per_tensor(d):  # a Dequantize/QuantizeLinear with one constant scale
         return d is not None and sizes.get(d.input[1]) == 1
 
+    elem = {v.name: v.type.tensor_type.elem_type for v in (*g.input, *g.value_info)}
+    elem.update({i.name: i.data_type for i in g.initializer})
+
+    def in_float32(*ds):  # Dequantize/QuantizeLinear computing in float32 (float16 scales:
+        # float16 arithmetic, unless _float32_compute; such patterns are not fused)
+        return all(elem.get(d.input[1], onnx.TensorProto.FLOAT) == onnx.TensorProto.FLOAT
+                   or _float32_compute(d) for d in ds)
+
     replace, drop = {}, set()
     for n in g.node:
         if n.domain not in ("", "ai.onnx") or not n.output:
@@ -704,7 +817,7 @@ def fuse_qdq(model, s8_to_u8: bool = True):
             ds = [prod.get(i) for i in n.input]
             if not n.input or any(d is None or d.op_type != "DequantizeLinear"
                                   or d.domain not in ("", "ai.onnx") or not per_tensor(d)
-                                  for d in ds) or not per_tensor(q):
+                                  for d in ds) or not per_tensor(q) or not in_float32(q, *ds):
                 continue
             if n.op_type in ("AveragePool", "GlobalAveragePool") and ds[0].input[0] in inits:
                 continue
@@ -730,8 +843,11 @@ def fuse_qdq(model, s8_to_u8: bool = True):
         if n.op_type not in _QLINEAR or len(n.input) < 2:
             continue
         x, w = dq(n.input[0], False), dq(n.input[1], True)
+        if w is None and n.op_type == "MatMul":  # two activations (attention-like models)
+            w = dq(n.input[1], False)
         b = dq(n.input[2], True) if len(n.input) > 2 and n.input[2] else None
-        if x is None or w is None or (len(n.input) > 2 and n.input[2] and b is None):
+        if x is None or w is None or (len(n.input) > 2 and n.input[2] and b is None) \
+                or not in_float32(x, w, q):
             continue
         if n.op_type == "Gemm":
             if attrs.get("transA", 0) or attrs.get("alpha", 1.0) != 1.0 \
@@ -751,7 +867,7 @@ def fuse_qdq(model, s8_to_u8: bool = True):
         replace[id(n)] = new
         drop.add(id(q))
     if not replace:
-        return record_shapes(m)
+        return record_shapes(float32_scales(m))
     nodes = [replace.get(id(n), n) for n in g.node if id(n) not in drop]
     while True:  # DequantizeLinear nodes left unread
         read = {i for n in nodes for i in n.input} | outputs
@@ -764,4 +880,4 @@ def fuse_qdq(model, s8_to_u8: bool = True):
     if any(n.domain == "com.microsoft" for n in nodes) and not any(
             o.domain == "com.microsoft" for o in m.opset_import):
         m.opset_import.append(helper.make_opsetid("com.microsoft", 1))
-    return record_shapes(m)
+    return record_shapes(float32_scales(m))

@@ -12,8 +12,14 @@ with padding not counted). Add/Mul and concat keep TFLM's fixed-point rounding: 
 onnxruntime's x86 / x64 builds run int8 QDQ activations as uint8 (QDQS8ToU8Transformer), which
 moves the float pool's rounding ties: fuse_qdq mirrors them by default (s8_to_u8), and the
 tests ask for onnxruntime's ARM behaviour on ARM hosts.
-The ONNX backend node tests (QuantizeLinear, DequantizeLinear, QLinearConv, QLinearMatMul) run
-exactly in tests/test_onnx_conformance.py; the cases below re-check them here.
+QLinearMatMul whose right operand is batched, computed at run time or has per-column zero
+points (and QDQ MatMul of two activations) is the int8 matmul with requant="onnxruntime"
+(codegen_c/lower/matmul_ort.py): exact (measured: 0 LSB for every case below, 2-D to 4-D with
+broadcasting, int8, uint8 and uint8 x int8, rounding ties included; before, it was refused).
+Float16 scales are read as float32 (exact).
+The ONNX backend node tests (QuantizeLinear, DequantizeLinear, QLinearConv, QLinearMatMul,
+float16 scales and 3-D ones included) run exactly in tests/test_onnx_conformance.py; the cases
+below re-check them here.
 """
 import platform
 
@@ -311,12 +317,214 @@ def test_fused_qdq_runs_int8_kernels(tmp_path):
         [n.op_type for n in m.graph.node]  # idempotent
 
 
-@pytest.mark.parametrize("name", ["test_qlinearconv", "test_qlinearmatmul_2D_uint8_float32",
-                                  "test_qlinearmatmul_2D_int8_float32", "test_quantizelinear",
+@pytest.mark.parametrize("name", ["test_qlinearconv", "test_quantizelinear",
                                   "test_quantizelinear_axis", "test_dequantizelinear",
-                                  "test_dequantizelinear_axis"])
+                                  "test_dequantizelinear_axis"] + [
+    f"test_qlinearmatmul_{r}_{t}_{s}" for r in ("2D", "3D") for t in ("int8", "uint8")
+    for s in ("float32", "float16")])
 def test_onnx_node_cases_exact(name):
     from mcuforge import conformance
     cases = [c for c in conformance.load_cases("node", name) if c.name == name]
     (r,) = conformance.run_cases(cases)
     assert r.status == "passed", r.reason
+
+
+# ---- QLinearMatMul: batched, run-time and per-column right operands --------------------------
+
+_NP = {"int8": np.int8, "uint8": np.uint8}
+_ELEM = {"int8": TP.INT8, "uint8": TP.UINT8, "float32": TP.FLOAT, "float16": TP.FLOAT16}
+
+
+def _full_range(rng, shape, dtype):
+    info = np.iinfo(_NP[dtype])
+    return rng.integers(info.min, info.max + 1, shape).astype(_NP[dtype])
+
+
+def _qlinear_matmul_model(a_shape, b_shape, dtypes, b_const, scales, seed=0, b_scale_shape=(),
+                          b_zp_per_column=False, scale_type="float32"):
+    """a [, b] (quantized graph inputs; b an initializer when b_const) -> QLinearMatMul -> y.
+    scales: (a_scale, b_scale or per-column scales, y_scale)."""
+    rng = np.random.default_rng(seed)
+    (ta, tb, ty), (a_s, b_s, y_s) = dtypes, scales
+    off = {"int8": 0, "uint8": 128}
+    zp = lambda t, shape=(): np.asarray(rng.integers(-12, 13, shape) + off[t]).astype(_NP[t])
+    inits = [numpy_helper.from_array(np.asarray(v, np.dtype(scale_type)).reshape(shape), n)
+             for n, v, shape in (("a_s", a_s, ()), ("b_s", b_s, b_scale_shape), ("y_s", y_s, ()))]
+    inits += [numpy_helper.from_array(zp(ta), "a_z"), numpy_helper.from_array(zp(ty), "y_z"),
+              numpy_helper.from_array(zp(tb, b_scale_shape if b_zp_per_column else ()), "b_z")]
+    ins = [helper.make_tensor_value_info("a", _ELEM[ta], a_shape)]
+    if b_const:
+        inits.append(numpy_helper.from_array(_full_range(rng, b_shape, tb), "b"))
+    else:
+        ins.append(helper.make_tensor_value_info("b", _ELEM[tb], b_shape))
+    node = helper.make_node("QLinearMatMul",
+                            ["a", "a_s", "a_z", "b", "b_s", "b_z", "y_s", "y_z"], ["y"])
+    g = helper.make_graph([node], "qlinear_matmul", ins,
+                          [helper.make_tensor_value_info("y", _ELEM[ty], None)], inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+    m.ir_version = 8
+    return m
+
+
+def _int_lsb_diff(model, feeds: list, reference=None) -> int:
+    """Max |mcuforge - reference| of the (u)int8 output over the feeds (dicts by input name);
+    the reference is onnxruntime on `reference` (default: the model itself)."""
+    sess = ort.InferenceSession((reference or model).SerializeToString(),
+                                providers=["CPUExecutionProvider"])
+    ref = np.stack([sess.run(None, f)[0] for f in feeds])
+    names = list(feeds[0])
+    batch = {n: np.stack([f[n] for f in feeds]) for n in names}
+    got = run(model.SerializeToString(), batch if len(names) > 1 else batch[names[0]])
+    assert (got.dtype, got.shape) == (ref.dtype, ref.shape)
+    return int(np.abs(got.astype(np.int32) - ref.astype(np.int32)).max())
+
+
+def _feeds(model, rng, n=6) -> list:
+    ins = [(i.name, tuple(d.dim_value for d in i.type.tensor_type.shape.dim),
+            {TP.INT8: "int8", TP.UINT8: "uint8"}[i.type.tensor_type.elem_type])
+           for i in model.graph.input]
+    return [{nm: _full_range(rng, shape, t) for nm, shape, t in ins} for _ in range(n)]
+
+
+def _y_scale(k: int, a_s=0.02, b_s=0.02) -> float:
+    """An output scale that keeps most sums of k full-range products inside the output range
+    (so that the rescale and rounding are what is compared, not the saturation)."""
+    return float(a_s * b_s * 74 * 74 * np.sqrt(k) / 40)
+
+
+MATMUL_SHAPES = [  # (a, b): 2-D, batched 3-D, 4-D broadcasting both ways, 3-D x 2-D, 1-D
+    ((4, 16), (16, 5)), ((2, 3, 16), (2, 16, 5)), ((2, 1, 3, 16), (1, 3, 16, 5)),
+    ((2, 3, 16), (16, 5)), ((16,), (2, 16, 5)), ((3, 16), (16,)),
+]
+MATMUL_TYPES = [("int8",) * 3, ("uint8",) * 3, ("uint8", "int8", "uint8")]
+
+
+@pytest.mark.parametrize("b_const", [False, True], ids=["runtime_b", "const_b"])
+@pytest.mark.parametrize("dtypes", MATMUL_TYPES, ids="-".join)
+@pytest.mark.parametrize("shapes", MATMUL_SHAPES,
+                         ids=lambda s: "x".join(map(str, s[0])) + "@" + "x".join(map(str, s[1])))
+def test_qlinear_matmul_exact(shapes, dtypes, b_const):
+    """QLinearMatMul on full-range operands: a constant 2-D right operand is fully_connected,
+    anything else (run time, batched, 1-D) the int8 matmul with requant="onnxruntime"
+    (codegen_c/lower/matmul_ort.py): int32 sums, float32 rescale, round half to even. Exactly
+    onnxruntime (measured: 0 LSB in every case; before, all but the constant 2-D operand were
+    refused)."""
+    a_shape, b_shape = shapes
+    m = _qlinear_matmul_model(a_shape, b_shape, dtypes, b_const,
+                              (0.02, 0.02, _y_scale(a_shape[-1])), seed=len(a_shape))
+    assert _int_lsb_diff(m, _feeds(m, np.random.default_rng(4))) == 0
+
+
+@pytest.mark.parametrize("dtype", ["int8", "uint8"])
+def test_qlinear_matmul_rounding_ties_exact(dtype):
+    """a_scale * b_scale / y_scale = 1/2 and operands near their zero points: about half the
+    sums land on a half, which onnxruntime rounds to even (TFLM's fixed point: away from
+    zero)."""
+    m = _qlinear_matmul_model((2, 4, 16), (2, 16, 6), (dtype,) * 3, False, (0.5, 0.25, 0.25))
+    zp = {i.name: int(numpy_helper.to_array(i)) for i in m.graph.initializer}
+    rng = np.random.default_rng(5)
+    near = lambda z, shape: rng.integers(z - 6, z + 7, shape).astype(_NP[dtype])
+    feeds = [{"a": near(zp["a_z"], (2, 4, 16)), "b": near(zp["b_z"], (2, 16, 6))}
+             for _ in range(8)]
+    ties = sum(int(np.sum(np.matmul(f["a"].astype(int) - zp["a_z"],
+                                    f["b"].astype(int) - zp["b_z"]) % 2)) for f in feeds)
+    assert ties > 100
+    assert _int_lsb_diff(m, feeds) == 0
+
+
+@pytest.mark.parametrize("dtype", ["int8", "uint8"])
+@pytest.mark.parametrize("scale_shape", [(5,), (1, 5)])
+def test_qlinear_matmul_per_column_exact(dtype, scale_shape):
+    """Constant 2-D b with per-column scales and zero points (onnxruntime's PerColumnZeroPoints):
+    the fully_connected kernels take one weight zero point, so this is the matmul kernel with
+    per-column tables."""
+    rng = np.random.default_rng(6)
+    scales = (0.02, rng.uniform(0.01, 0.03, scale_shape), _y_scale(16))
+    m = _qlinear_matmul_model((4, 16), (16, 5), (dtype,) * 3, True, scales,
+                              b_scale_shape=scale_shape, b_zp_per_column=True)
+    from mcuforge.api import load
+    assert [n.op for n in load(m.SerializeToString()).nodes if n.op == "matmul"] == ["matmul"]
+    assert _int_lsb_diff(m, _feeds(m, rng)) == 0
+
+
+@pytest.mark.parametrize("dtypes", MATMUL_TYPES[:2], ids="-".join)
+def test_qlinear_matmul_float16_scales_exact(dtypes):
+    """Float16 scales (QLinearMatMul-21) are read as float32, exactly: the model computes as
+    the same model with the float32 values does in onnxruntime (which has no kernel for float16
+    QLinearMatMul scales)."""
+    args = ((2, 3, 16), (2, 16, 5), dtypes, False)
+    scales = tuple(float(np.float16(v)) for v in (0.02, 0.0175, _y_scale(16)))
+    m16 = _qlinear_matmul_model(*args, scales, scale_type="float16")
+    m16.opset_import[0].version = 21
+    m32 = _qlinear_matmul_model(*args, scales)
+    assert _int_lsb_diff(m16, _feeds(m32, np.random.default_rng(7)), reference=m32) == 0
+
+
+def test_float32_scales_only_where_float32_is_computed():
+    """float32_scales reads float16 scales as float32 for the QLinear* ops and for Quantize /
+    DequantizeLinear computing in float32 (precision / output_dtype FLOAT), and leaves those
+    that compute in float16 alone. The float32 ones match onnx's reference exactly."""
+    from onnx.reference import ReferenceEvaluator
+
+    from frontend.onnx_quant import float32_scales
+    s = numpy_helper.from_array(np.array(0.0137, np.float16), "s")
+    z = numpy_helper.from_array(np.array(3, np.int8), "z")
+    nodes = [helper.make_node("QuantizeLinear", ["x", "s", "z"], ["q"], precision=TP.FLOAT),
+             helper.make_node("DequantizeLinear", ["q", "s", "z"], ["y"], output_dtype=TP.FLOAT),
+             helper.make_node("DequantizeLinear", ["q", "s", "z"], ["h"])]
+    g = helper.make_graph(nodes, "qdq", [helper.make_tensor_value_info("x", TP.FLOAT, (4, 16))],
+                          [helper.make_tensor_value_info("y", TP.FLOAT, (4, 16))], [s, z])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 23)])
+    m.ir_version = 10
+    conv = float32_scales(onnx.ModelProto.FromString(m.SerializeToString()))
+    assert [n.input[1] for n in conv.graph.node] == ["s_f32", "s_f32", "s"]
+    del m.graph.node[2:]  # a float16 output: not for mcuforge
+    x = np.random.default_rng(0).normal(0, 1, (4, 16)).astype(np.float32)
+    ref = ReferenceEvaluator(m).run(None, {"x": x})[0]
+    assert np.array_equal(run(m.SerializeToString(), x), ref)
+
+
+class _AttentionReader(CalibrationDataReader):
+    def __init__(self):
+        rng = np.random.default_rng(1)
+        self.it = iter([{"x": rng.normal(0, 1, ATTN_SHAPE).astype(np.float32)}
+                        for _ in range(16)])
+
+    def get_next(self):
+        return next(self.it, None)
+
+
+ATTN_SHAPE = (1, 2, 6, 8)  # batch, heads, tokens, features
+
+
+def _attention_model():
+    """q = x Wq, k = x Wk, v = x Wv; y = (q k^T) v: two MatMuls of two activations (4-D)."""
+    rng = np.random.default_rng(5)
+    mk = helper.make_node
+    nodes = [mk("MatMul", ["x", "wq"], ["q"]), mk("MatMul", ["x", "wk"], ["k"]),
+             mk("Transpose", ["k"], ["kt"], perm=[0, 1, 3, 2]),
+             mk("MatMul", ["q", "kt"], ["s"]), mk("MatMul", ["x", "wv"], ["v"]),
+             mk("MatMul", ["s", "v"], ["y"])]
+    g = helper.make_graph(nodes, "attention",
+                          [helper.make_tensor_value_info("x", TP.FLOAT, ATTN_SHAPE)],
+                          [helper.make_tensor_value_info("y", TP.FLOAT, ATTN_SHAPE)],
+                          [_f(rng, w, (8, 8), .3) for w in ("wq", "wk", "wv")])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+    m.ir_version = 8
+    return m
+
+
+@pytest.mark.parametrize("fmt", ACTIVATIONS, ids=_id)
+def test_activation_matmuls_exact(tmp_path, fmt):
+    """quantize_static's QDQ and QOperator files of an attention-like block: MatMul of two
+    activations becomes QLinearMatMul (fuse_qdq routes DequantizeLinear'd activations on both
+    sides, as onnxruntime fuses them), then the int8 matmul with requant="onnxruntime".
+    Measured: 0 LSB, int8 and uint8."""
+    src, dst = tmp_path / "f.onnx", tmp_path / "q.onnx"
+    onnx.save(_attention_model(), src)
+    quantize_static(str(src), str(dst), _AttentionReader(), quant_format=fmt[0],
+                    activation_type=fmt[1], weight_type=QuantType.QInt8, per_channel=False)
+    m = onnx.load(str(dst))
+    assert [n.op_type for n in fuse_qdq(m).graph.node].count("QLinearMatMul") == 5
+    x = np.random.default_rng(2).normal(0, 1, (16, *ATTN_SHAPE)).astype(np.float32)
+    assert _lsb_diff(m, x) == 0.0
