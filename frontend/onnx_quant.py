@@ -26,6 +26,11 @@ So do the avg_pool2d of QLinearAveragePool / QLinearGlobalAveragePool (and of QD
 GlobalAveragePool): onnxruntime's CPU kernels in one rounding (codegen_c/lower/pool_ort.py),
 with the attribute zp_offset (128 when onnxruntime rounds with a uint8 zero point).
 
+QLinearSigmoid, QLinearLeakyRelu, QLinearWhere and QLinearSoftmax (and the QDQ patterns
+fused into them) become the graph IR's int8 logistic / leaky_relu / where / softmax with
+requant="onnxruntime" (codegen_c/lower/lut_ort.py): onnxruntime's 256-entry lookup tables built
+at compile time in its float32 arithmetic, and its softmax kernel (float exp table, float sum).
+
 QuantizeLinear computes onnxruntime's formula exactly with generic float ops:
 saturate(round_half_even(x / scale) + zero_point).
 """
@@ -546,20 +551,121 @@ def QLinearConcat(ctx, Y_scale, Y_zero_point, *inputs, axis=1):
     _emit_first(ctx, start)
 
 
+# ---- com.microsoft QLinearSigmoid / QLinearLeakyRelu / QLinearSoftmax / QLinearWhere --------
+# All become the graph IR's int8 op with requant="onnxruntime" (codegen_c/lower/lut_ort.py:
+# onnxruntime's lookup tables, built at compile time in its float32 arithmetic; QLinearSoftmax
+# as its float table-and-sum kernel). Input and output may be int8 or uint8 (int8 twins);
+# onnxruntime's kernels take one type, but the result is the same bytes either way, which lets
+# fuse_qdq route DQ -> Sigmoid | LeakyRelu | Where -> Q of mixed types through them too.
+
+def _unary_lut(ctx, op: str, X, x_scale, x_zp, y_scale, y_zp, **attrs):
+    what = ctx.node.op_type
+    if y_scale is None:
+        raise Unsupported(f"{what}: no output scale")
+    out = ctx.out()
+    start = len(ctx.b.nodes)
+    x8 = as_int8(ctx, X, _act_quant(X, x_scale, x_zp, what))
+    y8 = out_int8(ctx, out, _act_quant(out, y_scale, y_zp, what))
+    ctx.emit(op, [x8], [y8], requant="onnxruntime", **attrs)
+    _emit_first(ctx, start)
+
+
+@onnx_op("QLinearSigmoid")
+def QLinearSigmoid(ctx, X, X_scale, X_zero_point=None, Y_scale=None, Y_zero_point=None):
+    """int8 logistic, requant="onnxruntime": onnxruntime's 256-entry table of MLAS's logistic."""
+    _unary_lut(ctx, "logistic", X, X_scale, X_zero_point, Y_scale, Y_zero_point)
+
+
+@onnx_op("QLinearLeakyRelu")
+def QLinearLeakyRelu(ctx, X, X_scale, X_zero_point=None, Y_scale=None, Y_zero_point=None,
+                     alpha=0.01):
+    """int8 leaky_relu, requant="onnxruntime": onnxruntime's 256-entry table."""
+    _unary_lut(ctx, "leaky_relu", X, X_scale, X_zero_point, Y_scale, Y_zero_point,
+               alpha=float(np.float32(alpha)))
+
+
+@onnx_op("QLinearSoftmax")
+def QLinearSoftmax(ctx, X, X_scale, x_zero_point=None, y_scale=None, y_zero_point=None,
+                   axis=-1, opset=None):
+    """int8 softmax with requant="onnxruntime" (onnxruntime's table-and-sum kernel). The
+    attribute opset (required, as by onnxruntime) picks the rows: 13 and up along axis, below
+    13 over everything from axis on (reshaped to 2-D around the softmax). axis defaults to the
+    schema's -1 whatever opset says: onnxruntime reads that default (quantize_static's opset-11
+    files leave axis out; onnxruntime then runs the last axis, measured). zp_offset as for the
+    pools: 128 where onnxruntime runs the kernel on uint8 (it matters where its arithmetic
+    overflows, codegen_c/lower/lut_ort.py)."""
+    what = "QLinearSoftmax"
+    if opset is None:
+        raise Unsupported(f"{what} without its opset attribute (onnxruntime requires it)")
+    if X.dtype != ctx.out().dtype:
+        raise Unsupported(f"{what}: {X.dtype} input, {ctx.out().dtype} output")
+    if y_scale is None:
+        raise Unsupported(f"{what}: no output scale")
+    out = ctx.out()
+    rank = len(X.shape)
+    if rank == 0:
+        raise Unsupported(f"{what} of a scalar")
+    ax = axis % rank
+    start = len(ctx.b.nodes)
+    x8 = as_int8(ctx, X, _act_quant(X, X_scale, x_zero_point, what))
+    y8 = out_int8(ctx, out, _act_quant(out, y_scale, y_zero_point, what))
+    zp_offset = _zp_offset(ctx, out, y_zero_point)
+    if opset >= 13 or ax == rank - 1:
+        ctx.emit("softmax", [x8], [y8], beta=1.0, axis=ax, requant="onnxruntime",
+                 zp_offset=zp_offset)
+    else:  # rows of everything from axis on
+        shape = (int(np.prod(X.shape[:ax])), int(np.prod(X.shape[ax:])))
+        x2 = ctx.b.add_tensor(Tensor(ctx.tmp(shape, "int8", "rows").name, shape, "int8",
+                                     quant=x8.quant))
+        ctx.emit("reshape", [x8], [x2])
+        y2 = ctx.b.add_tensor(Tensor(ctx.tmp(shape, "int8", "sm").name, shape, "int8",
+                                     quant=y8.quant))
+        ctx.emit("softmax", [x2], [y2], beta=1.0, axis=1, requant="onnxruntime",
+                 zp_offset=zp_offset)
+        ctx.emit("reshape", [y2], [y8])
+    _emit_first(ctx, start)
+
+
+@onnx_op("QLinearWhere")
+def QLinearWhere(ctx, condition, X, x_scale, x_zero_point, Y, y_scale, y_zero_point, z_scale,
+                 z_zero_point):
+    """int8 where with requant="onnxruntime": each operand through onnxruntime's identity
+    lookup table to the output's quantization (none where it is quantized alike)."""
+    what = "QLinearWhere"
+    if condition.dtype != "bool":
+        raise Unsupported(f"{what}: a {condition.dtype} condition")
+    out = ctx.out()
+    start = len(ctx.b.nodes)
+    x8 = as_int8(ctx, X, _act_quant(X, x_scale, x_zero_point, what))
+    y8 = as_int8(ctx, Y, _act_quant(Y, y_scale, y_zero_point, what))
+    z8 = out_int8(ctx, out, _act_quant(out, z_scale, z_zero_point, what))
+    ctx.emit("where", [condition, x8, y8], [z8], requant="onnxruntime")
+    _emit_first(ctx, start)
+
+
 # ---- QDQ -> QOperator rewrite (ONNX level, before constant folding) -------------------------
 
 _QLINEAR = {"Conv": "QLinearConv", "MatMul": "QLinearMatMul", "Gemm": "QGemm"}
 # float ops whose DequantizeLinear'd activations and QuantizeLinear'd output fuse into a
 # com.microsoft op (every DequantizeLinear and the QuantizeLinear per tensor)
 _QLINEAR_MS = {"Add": "QLinearAdd", "Mul": "QLinearMul", "AveragePool": "QLinearAveragePool",
-               "GlobalAveragePool": "QLinearGlobalAveragePool", "Concat": "QLinearConcat"}
+               "GlobalAveragePool": "QLinearGlobalAveragePool", "Concat": "QLinearConcat",
+               "Sigmoid": "QLinearSigmoid", "LeakyRelu": "QLinearLeakyRelu",
+               "Softmax": "QLinearSoftmax", "Where": "QLinearWhere"}
 # com.microsoft op -> (the float op whose shape inference gives its output shape, the float
 # inputs' positions (None: every third from 2, QLinearConcat))
 _STAND_IN = {"QLinearAdd": ("Add", (0, 3)), "QLinearMul": ("Mul", (0, 3)),
              "QGemm": ("Gemm", (0, 3)), "QLinearAveragePool": ("AveragePool", (0,)),
              "QLinearGlobalAveragePool": ("GlobalAveragePool", (0,)),
              "QLinearConcat": ("Concat", None), "QLinearSigmoid": ("Sigmoid", (0,)),
-             "QLinearLeakyRelu": ("LeakyRelu", (0,))}
+             "QLinearLeakyRelu": ("LeakyRelu", (0,)), "QLinearSoftmax": ("Softmax", (0,)),
+             "QLinearWhere": ("Where", (0, 1, 4))}
+
+
+# com.microsoft op -> position of its output zero point (whose type is the output's)
+_OUT_ZP = {"QLinearAdd": 7, "QLinearMul": 7, "QGemm": 8, "QLinearAveragePool": 4,
+           "QLinearGlobalAveragePool": 4, "QLinearConcat": 1, "QLinearSigmoid": 4,
+           "QLinearLeakyRelu": 4, "QLinearSoftmax": 4, "QLinearWhere": 8}
 
 
 def _stand_in_shape(node, known: dict):
@@ -575,10 +681,11 @@ def _stand_in_shape(node, known: dict):
             a.name == "channels_last" and a.i for a in node.attribute):
         dims, elem = known[names[0]]  # N, spatial..., C
         return [dims[0], *[1] * (len(dims) - 2), dims[-1]], elem
-    ins = [helper.make_tensor_value_info(f"i{k}", onnx.TensorProto.FLOAT, known[nm][0])
-           for k, nm in enumerate(names)]
+    ins = [helper.make_tensor_value_info(
+        f"i{k}", onnx.TensorProto.BOOL if op == "Where" and k == 0 else onnx.TensorProto.FLOAT,
+        known[nm][0]) for k, nm in enumerate(names)]
     attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute
-             if a.name != "channels_last"}
+             if a.name not in ("channels_last", "opset")}
     if any(a.name == "channels_last" and a.i for a in node.attribute):
         return None
     g = helper.make_graph([helper.make_node(op, [i.name for i in ins], ["y"], **attrs)], "s",
@@ -591,7 +698,10 @@ def _stand_in_shape(node, known: dict):
     t = inf.graph.output[0].type.tensor_type
     if not t.HasField("shape") or any(not d.HasField("dim_value") for d in t.shape.dim):
         return None
-    elem = known[names[0]][1]
+    elem = known[names[1 if op == "Where" else 0]][1]
+    zp = _OUT_ZP.get(node.op_type)
+    if zp is not None and zp < len(node.input) and node.input[zp] in known:
+        elem = known[node.input[zp]][1]  # (fuse_qdq's Sigmoid, say, may change the type)
     if node.op_type == "QGemm" and (len(node.input) < 8 or not node.input[7]):
         elem = onnx.TensorProto.FLOAT  # no output quantization: float output
     return [d.dim_value for d in t.shape.dim], elem
@@ -632,9 +742,9 @@ def record_shapes(model):
             return model
 
 
-# doc_string of a QLinearAveragePool fused from int8 QDQ whose output onnxruntime's x86 / x64
-# builds run as uint8 (see fuse_qdq)
-ORT_S8_TO_U8 = "mcuforge: onnxruntime runs this int8 QDQ pool on uint8 (zero points + 128)"
+# doc_string of a QLinearAveragePool / QLinearSoftmax fused from int8 QDQ whose output
+# onnxruntime's x86 / x64 builds run as uint8 (see fuse_qdq)
+ORT_S8_TO_U8 = "mcuforge: onnxruntime runs this int8 QDQ node on uint8 (zero points + 128)"
 
 
 def _ort_s8_to_u8(q, readers: dict, outputs: set, values: dict) -> bool:
@@ -655,7 +765,8 @@ def _ort_s8_to_u8(q, readers: dict, outputs: set, values: dict) -> bool:
 _SCALES = {"QLinearConv": (1, 4, 6), "QLinearMatMul": (1, 4, 6), "QGemm": (1, 4, 7),
            "QLinearAdd": (1, 4, 6), "QLinearMul": (1, 4, 6), "QLinearAveragePool": (1, 3),
            "QLinearGlobalAveragePool": (1, 3), "QLinearSigmoid": (1, 3),
-           "QLinearLeakyRelu": (1, 3), "QLinearConcat": (0,), "QuantizeLinear": (1,),
+           "QLinearLeakyRelu": (1, 3), "QLinearSoftmax": (1, 3), "QLinearWhere": (2, 5, 7),
+           "QLinearConcat": (0,), "QuantizeLinear": (1,),
            "DequantizeLinear": (1,)}
 
 
@@ -733,14 +844,23 @@ def fuse_qdq(model, s8_to_u8: bool = True):
     QLinearMatMul | QGemm (com.microsoft) reading the quantized tensors directly (MatMul's
     right operand may be an activation too, as quantize_static writes attention-like models:
     onnxruntime fuses that into QLinearMatMul as well), and
-    DequantizeLinear'd activations -> Add | Mul | AveragePool | GlobalAveragePool | Concat ->
-    QuantizeLinear into the com.microsoft QLinear* ops, as onnxruntime's QDQ fusion does.
+    DequantizeLinear'd activations -> Add | Mul | AveragePool | GlobalAveragePool | Concat |
+    Sigmoid | LeakyRelu | Softmax | Where -> QuantizeLinear into the com.microsoft QLinear*
+    ops, as onnxruntime's QDQ fusion does (Where: its condition stays as it is; QLinearSoftmax
+    gets the attributes opset, the model's, and axis, the Softmax's or its opset's default).
+    Softmax is fused only where onnxruntime fuses it (the same (u)int8 type in and out after
+    the s8_to_u8 conversion below), since its float path computes otherwise. Sigmoid, LeakyRelu
+    and Where are fused whenever the pattern is per tensor: onnxruntime's float path
+    (DequantizeLinear, MLAS's logistic / the float op, MlasQuantizeLinear) computes exactly
+    its lookup tables, so the fused op is exact where onnxruntime does not fuse (mixed types,
+    say) too.
 
     s8_to_u8 (default) mirrors onnxruntime's x86 / x64 builds, where QDQIsInt8Allowed() is
     false: QDQS8ToU8Transformer first runs int8 Q -> DQ pairs as uint8 with zero points + 128.
     Only QLinearAveragePool's float path sees the difference (it adds the zero point in float
-    before rounding), so such fused pools get the doc_string ORT_S8_TO_U8, which the converter
-    reads. With s8_to_u8=False (onnxruntime's ARM builds) they stay int8.
+    before rounding), and QLinearSoftmax where its arithmetic overflows, so such fused pools and
+    softmaxes get the doc_string ORT_S8_TO_U8, which the converters read. With s8_to_u8=False
+    (onnxruntime's ARM builds) they stay int8.
 
     Patterns whose Dequantize / QuantizeLinear compute in float16 (float16 scales) are not
     fused. Float16 scales of the quantized ops are then read as float32 (float32_scales).
@@ -793,6 +913,24 @@ def fuse_qdq(model, s8_to_u8: bool = True):
         return all(elem.get(d.input[1], onnx.TensorProto.FLOAT) == onnx.TensorProto.FLOAT
                    or _float32_compute(d) for d in ds)
 
+    opset = max((o.version for o in m.opset_import if o.domain in ("", "ai.onnx")), default=1)
+
+    def qtype(d):  # the (u)int8 type of a Q's output / DQ's input, from its zero point
+        z = values.get(d.input[2]) if len(d.input) > 2 and d.input[2] else None
+        return None if z is None else z.dtype
+
+    def ort_fuses_softmax(d, q):  # onnxruntime's UnarySelector on DQ -> Softmax -> Q: the
+        # same type in and out, after QDQS8ToU8Transformer (x86) when s8_to_u8
+        t = qtype(d)
+        if t is None or t != qtype(q) or t not in (np.int8, np.uint8):
+            return False
+        if s8_to_u8 and t == np.int8:
+            src = prod.get(d.input[0])
+            conv_in = src is not None and src.op_type == "QuantizeLinear" and \
+                _ort_s8_to_u8(src, readers, outputs, values)
+            return conv_in == _ort_s8_to_u8(q, readers, outputs, values)
+        return True
+
     replace, drop = {}, set()
     for n in g.node:
         if n.domain not in ("", "ai.onnx") or not n.output:
@@ -814,11 +952,21 @@ def fuse_qdq(model, s8_to_u8: bool = True):
                 drop.add(id(q))
             continue
         if n.op_type in _QLINEAR_MS:  # activations only: com.microsoft QLinear*
-            ds = [prod.get(i) for i in n.input]
+            values_in = n.input[1:] if n.op_type == "Where" else n.input
+            if n.op_type == "Where" and len(n.input) != 3:
+                continue
+            ds = [prod.get(i) for i in values_in]
             if not n.input or any(d is None or d.op_type != "DequantizeLinear"
                                   or d.domain not in ("", "ai.onnx") or not per_tensor(d)
                                   for d in ds) or not per_tensor(q) or not in_float32(q, *ds):
                 continue
+            if n.op_type in ("Sigmoid", "LeakyRelu", "Softmax", "Where") and any(
+                    qtype(d) not in (np.int8, np.uint8) for d in (*ds, q)):
+                continue  # (u)int8 with their zero points given (int16: left in float)
+            if n.op_type == "Softmax":
+                if not ort_fuses_softmax(ds[0], q):
+                    continue
+                attrs = {"axis": attrs.get("axis", 1 if opset < 13 else -1), "opset": opset}
             if n.op_type in ("AveragePool", "GlobalAveragePool") and ds[0].input[0] in inits:
                 continue
             if n.op_type == "AveragePool" and any(v != 1 for v in attrs.pop("dilations", [])):
@@ -830,12 +978,14 @@ def fuse_qdq(model, s8_to_u8: bool = True):
                 if len(qs) != 2:
                     continue
                 ins = qs[0] + qs[1] + qy
+            elif n.op_type == "Where":
+                ins = [n.input[0]] + qs[0] + qs[1] + qy
             else:
                 ins = qs[0] + qy
             new = helper.make_node(_QLINEAR_MS[n.op_type], ins, [q.output[0]], n.name,
                                    domain="com.microsoft", **attrs)
-            if n.op_type == "AveragePool" and s8_to_u8 and _ort_s8_to_u8(q, readers, outputs,
-                                                                         values):
+            if n.op_type in ("AveragePool", "Softmax") and s8_to_u8 and \
+                    _ort_s8_to_u8(q, readers, outputs, values):
                 new.doc_string = ORT_S8_TO_U8
             replace[id(n)] = new
             drop.add(id(q))

@@ -31,6 +31,9 @@ ACTIVATIONS = ("none", "relu", "relu6", "relu_n1_to_1")
 #   layer_norm may have the outputs mean and inv_std_dev after y
 #   activation is one of ACTIVATIONS, fused into the op's output clamp
 #   int8 conv2d / depthwise_conv2d / fully_connected: requant="onnxruntime" = ORT's float rescale
+#   int8 logistic / leaky_relu / where / softmax: requant="onnxruntime" = ORT's QLinearSigmoid /
+#   QLinearLeakyRelu / QLinearWhere lookup tables and QLinearSoftmax kernel; softmax may carry
+#   "zp_offset" as avg_pool2d (codegen_c/lower/lut_ort.py)
 #   int16 conv2d / fully_connected without a bias: acc="int32" = TFLM's int32 accumulator and
 #   32-bit requantization (TFLite's quantized_bias_type INT32); default int64
 #   constant operands (reshape's shape, pad's paddings, mean's axes) stay in Node.inputs at the

@@ -17,6 +17,14 @@ points (and QDQ MatMul of two activations) is the int8 matmul with requant="onnx
 (codegen_c/lower/matmul_ort.py): exact (measured: 0 LSB for every case below, 2-D to 4-D with
 broadcasting, int8, uint8 and uint8 x int8, rounding ties included; before, it was refused).
 Float16 scales are read as float32 (exact).
+QLinearSigmoid, QLinearLeakyRelu, QLinearWhere (lookup tables) and QLinearSoftmax, from
+QOperator files and from the QDQ patterns onnxruntime fuses into them, are the int8 logistic /
+leaky_relu / where / softmax with requant="onnxruntime" (codegen_c/lower/lut_ort.py): exact
+(measured: 0 LSB in every case below; before, QOperator files were refused and QDQ ran in float,
+Softmax 1 LSB off). What quantize_static keeps as plain ops on (u)int8 tensors (MaxPool,
+Transpose, Reshape, Flatten, Resize nearest, Split, Pad; Slice / Gather in QDQ) is exact too.
+Not covered: Resize linear on (u)int8 (QOperator: refused; onnxruntime runs its integer bilinear
+kernel) and QDQ Resize linear (onnxruntime keeps it float: 1 LSB, the float resize's rounding).
 The ONNX backend node tests (QuantizeLinear, DequantizeLinear, QLinearConv, QLinearMatMul,
 float16 scales and 3-D ones included) run exactly in tests/test_onnx_conformance.py; the cases
 below re-check them here.
@@ -65,10 +73,53 @@ def _f(rng, name, shape, std):
     return numpy_helper.from_array(rng.normal(0, std, shape).astype(np.float32), name)
 
 
-def _float_model(kind: str):
+def _i64(name, values):
+    return numpy_helper.from_array(np.array(values, np.int64), name)
+
+
+# conv, then one op on its (quantized) output: kind -> (nodes reading "c", initializers, output
+# shape). quantize_static writes com.microsoft QLinearSigmoid / QLinearLeakyRelu /
+# QLinearSoftmax for the first three (QOperator), and QDQ around them that onnxruntime fuses
+# into the same; the others are kept as plain ops on the (u)int8 tensors (QOperator), or have
+# their DequantizeLinear / QuantizeLinear dropped by onnxruntime (QDQ; Pad stays float there).
+CONV_THEN = {
+    "conv_sigmoid": (lambda mk: [mk("Sigmoid", ["c"], ["y"])], [], X_SHAPE),
+    "conv_leaky_relu": (lambda mk: [mk("LeakyRelu", ["c"], ["y"], alpha=0.15)], [], X_SHAPE),
+    "conv_softmax": (lambda mk: [mk("Softmax", ["c"], ["y"], axis=1)], [], X_SHAPE),
+    "conv_softmax_last": (lambda mk: [mk("Softmax", ["c"], ["y"])], [], X_SHAPE),
+    "conv_clip": (lambda mk: [mk("Clip", ["c", "lo", "hi"], ["y"])],
+                  [numpy_helper.from_array(np.float32(0), "lo"),
+                   numpy_helper.from_array(np.float32(1), "hi")], X_SHAPE),
+    "conv_transpose": (lambda mk: [mk("Transpose", ["c"], ["y"], perm=[0, 2, 3, 1])], [],
+                       (1, 8, 8, 3)),
+    "conv_reshape": (lambda mk: [mk("Reshape", ["c", "s"], ["y"])], [_i64("s", [1, 24, 8])],
+                     (1, 24, 8)),
+    "conv_flatten": (lambda mk: [mk("Flatten", ["c"], ["y"])], [], (1, 192)),
+    "conv_resize": (lambda mk: [mk("Resize", ["c", "", "sc"], ["y"], mode="nearest")],
+                    [numpy_helper.from_array(np.array([1, 1, 2, 2], np.float32), "sc")],
+                    (1, 3, 16, 16)),
+    "conv_split": (lambda mk: [mk("Split", ["c", "sp"], ["y", "s2"], axis=1)],
+                   [_i64("sp", [1, 2])], (1, 1, 8, 8)),
+    "conv_slice": (lambda mk: [mk("Slice", ["c", "st", "en", "ax"], ["y"])],
+                   [_i64("st", [1]), _i64("en", [7]), _i64("ax", [3])], (1, 3, 8, 6)),
+    "conv_gather": (lambda mk: [mk("Gather", ["c", "ix"], ["y"], axis=1)], [_i64("ix", [2, 0])],
+                    (1, 2, 8, 8)),
+    "conv_pad": (lambda mk: [mk("Pad", ["c", "p"], ["y"])], [_i64("p", [0, 0, 1, 2, 0, 0, 2, 1])],
+                 (1, 3, 11, 11)),
+    "conv_where": (lambda mk: [mk("Greater", ["c", "z"], ["g"]),
+                               mk("Where", ["g", "c", "x"], ["y"])],
+                   [numpy_helper.from_array(np.float32(0), "z")], X_SHAPE),
+}
+
+
+def _float_model(kind: str, opset: int = 13):
     rng = np.random.default_rng(len(kind))
     mk = helper.make_node
-    if kind == "conv_relu":
+    if kind in CONV_THEN:
+        then, extra, out = CONV_THEN[kind]
+        nodes = [mk("Conv", ["x", "w", "b"], ["c"], pads=[1, 1, 1, 1]), *then(mk)]
+        inits = [_f(rng, "w", (3, 3, 3, 3), .3), _f(rng, "b", (3,), .1), *extra]
+    elif kind == "conv_relu":
         nodes = [mk("Conv", ["x", "w", "b"], ["c"], pads=[1, 1, 1, 1]), mk("Relu", ["c"], ["y"])]
         inits, out = [_f(rng, "w", (4, 3, 3, 3), .3), _f(rng, "b", (4,), .1)], (1, 4, 8, 8)
     elif kind == "depthwise":
@@ -117,7 +168,7 @@ def _float_model(kind: str):
         out = (1, 6, 8, 8)
     g = helper.make_graph(nodes, kind, [helper.make_tensor_value_info("x", TP.FLOAT, X_SHAPE)],
                           [helper.make_tensor_value_info("y", TP.FLOAT, out)], inits)
-    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
     m.ir_version = 8
     return m
 
@@ -131,21 +182,30 @@ class _Reader(CalibrationDataReader):
         return next(self.it, None)
 
 
-def _quantized(tmp_path, kind, fmt, act, per_channel):
+def _quantized(tmp_path, kind, fmt, act, per_channel, opset=13, **extra_options):
     src, dst = tmp_path / "f.onnx", tmp_path / "q.onnx"
-    onnx.save(_float_model(kind), src)
+    onnx.save(_float_model(kind, opset), src)
     quantize_static(str(src), str(dst), _Reader(), quant_format=fmt, activation_type=act,
-                    weight_type=QuantType.QInt8, per_channel=per_channel)
+                    weight_type=QuantType.QInt8, per_channel=per_channel,
+                    extra_options=extra_options)
     return onnx.load(str(dst))
+
+
+def _out_scale(model) -> float:
+    """The scale of the DequantizeLinear y comes from (through data-movement ops)."""
+    prod = {o: n for n in model.graph.node for o in n.output}
+    n = prod["y"]
+    while n.op_type != "DequantizeLinear":
+        n = prod[n.input[0]]
+    return next(float(numpy_helper.to_array(i)) for i in model.graph.initializer
+                if i.name == n.input[1])
 
 
 def _lsb_diff(model, x=None, s8_to_u8: bool = S8_TO_U8) -> float:
     """Max |mcuforge - onnxruntime| on random inputs (or x, a batch), in units of the output's
     scale."""
     fused = fuse_qdq(model, s8_to_u8)
-    out_dq = next(n for n in fused.graph.node if n.output[0] == "y")
-    scale = next(numpy_helper.to_array(i) for i in fused.graph.initializer
-                 if i.name == out_dq.input[1])
+    scale = _out_scale(fused)
     if x is None:
         x = np.random.default_rng(2).normal(0, 1, (16, *X_SHAPE)).astype(np.float32)
     sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
@@ -528,3 +588,313 @@ def test_activation_matmuls_exact(tmp_path, fmt):
     assert [n.op_type for n in fuse_qdq(m).graph.node].count("QLinearMatMul") == 5
     x = np.random.default_rng(2).normal(0, 1, (16, *ATTN_SHAPE)).astype(np.float32)
     assert _lsb_diff(m, x) == 0.0
+
+
+# ---- QLinearSigmoid / QLinearLeakyRelu / QLinearSoftmax / QLinearWhere ------------------------
+
+def _ms_model(op, shape, dtype, scales, zps, out_dtype=None, **attrs):
+    """x ((u)int8 graph input) -> com.microsoft op (x, x_scale, x_zp, y_scale, y_zp) -> y."""
+    out_dtype = out_dtype or dtype
+    inits = [numpy_helper.from_array(np.array(v, np.float32), n)
+             for n, v in zip(("xs", "ys"), scales)]
+    inits += [numpy_helper.from_array(np.array(v, _NP[t]), n)
+              for n, v, t in zip(("xz", "yz"), zps, (dtype, out_dtype))]
+    node = helper.make_node(op, ["x", "xs", "xz", "ys", "yz"], ["y"], domain="com.microsoft",
+                            **attrs)
+    g = helper.make_graph([node], op, [helper.make_tensor_value_info("x", _ELEM[dtype], shape)],
+                          [helper.make_tensor_value_info("y", _ELEM[out_dtype], None)], inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13),
+                                            helper.make_opsetid("com.microsoft", 1)])
+    m.ir_version = 8
+    return m
+
+
+def _all_values(dtype):
+    info = np.iinfo(_NP[dtype])
+    return {"x": np.arange(info.min, info.max + 1).astype(_NP[dtype])}
+
+
+def _ort_table(op, dtype, scales, zps, **attrs):
+    m = _ms_model(op, (256,), dtype, scales, zps, **attrs)
+    sess = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
+    return sess.run(None, _all_values(dtype))[0].astype(np.int32)
+
+
+def _table(op, dtype, scales, zps, **attrs):
+    """lut_ort's table as the (u)int8 values of the model's own types."""
+    from codegen_c.lower import lut_ort
+    off = 128 if dtype == "uint8" else 0
+    fn = lut_ort.mlas_logistic if op == "QLinearSigmoid" else lut_ort._leaky(attrs["alpha"])
+    t = lut_ort.lookup_table(fn, (scales[0], zps[0] - off), (scales[1], zps[1] - off))
+    return t.astype(np.int32) + off
+
+
+# (x_scale, y_scale) where a table entry's logistic, computed with FMA or without, lands on
+# either side of a rounding boundary (x_zp 0: the entry at q = 1 is x_scale itself)
+FMA_SENSITIVE = [(2.1052145957946777, 0.3565635681152344),
+                 (12.198953628540039, 0.22222109138965607),
+                 (8.093452453613281, 0.22215433418750763),
+                 (9.61940860748291, 0.09523176401853561),
+                 (15.565351486206055, 0.3999999165534973)]
+
+
+def test_lookup_tables_are_onnxruntimes(monkeypatch):
+    """lut_ort's compile-time tables equal onnxruntime's QLinearSigmoid / QLinearLeakyRelu on all
+    256 inputs for 120 random quantizations, int8 and uint8 (scales over three decades, zero
+    points anywhere, softmax-like outputs 1/256 too). MLAS's logistic is its FMA kernel: the
+    tables differ from the unfused arithmetic's in the FMA_SENSITIVE cases, and there
+    onnxruntime (x86-64 FMA3, ARM64 NEON) is the fused one."""
+    from codegen_c.lower import lut_ort
+    rng = np.random.default_rng(8)
+    for k in range(120):
+        dtype = ("int8", "uint8")[k % 2]
+        off = 128 if dtype == "uint8" else 0
+        scales = (float(np.float32(10 ** rng.uniform(-3, 0))),
+                  1 / 256 if k % 5 == 0 else float(np.float32(10 ** rng.uniform(-3.5, -1))))
+        zps = (int(rng.integers(-128, 128)) + off,
+               -128 + off if k % 5 == 0 else int(rng.integers(-128, 128)) + off)
+        for op, attrs in (("QLinearSigmoid", {}),
+                          ("QLinearLeakyRelu", {"alpha": float(rng.uniform(0.001, 0.5))})):
+            assert np.array_equal(_table(op, dtype, scales, zps, **attrs),
+                                  _ort_table(op, dtype, scales, zps, **attrs)), (op, scales, zps)
+    for scales in FMA_SENSITIVE:
+        ref = _ort_table("QLinearSigmoid", "int8", scales, (0, -128))
+        assert np.array_equal(_table("QLinearSigmoid", "int8", scales, (0, -128)), ref)
+        unfused = lambda a, b, c: (np.float32(a) * np.float32(b) + np.float32(c)).astype(np.float32)
+        with monkeypatch.context() as mp:
+            mp.setattr(lut_ort, "fma_f32", unfused)
+            assert not np.array_equal(_table("QLinearSigmoid", "int8", scales, (0, -128)), ref)
+
+
+LUT_QUANT = {"alike": ((0.05, 0.05), (3, 3)), "other": ((0.08, 1 / 256), (-7, -128))}
+
+
+@pytest.mark.parametrize("quant", LUT_QUANT)
+@pytest.mark.parametrize("dtype", ["int8", "uint8"])
+@pytest.mark.parametrize("op", ["QLinearSigmoid", "QLinearLeakyRelu"])
+def test_qlinear_lut_nodes_exact(op, dtype, quant):
+    """com.microsoft QLinearSigmoid / QLinearLeakyRelu on every (u)int8 value: the int8
+    logistic / leaky_relu with requant="onnxruntime" (one table lookup per element), exactly
+    onnxruntime (measured: 0; before, refused)."""
+    from mcuforge.api import load
+    scales, zps = LUT_QUANT[quant]
+    off = 128 if dtype == "uint8" else 0
+    attrs = {"alpha": 0.2} if op == "QLinearLeakyRelu" else {}
+    m = _ms_model(op, (4, 64), dtype, scales, (zps[0] + off, zps[1] + off), **attrs)
+    (node,) = [n for n in load(m.SerializeToString()).nodes if n.op in ("logistic", "leaky_relu")]
+    assert node.attrs["requant"] == "onnxruntime"
+    x = _all_values(dtype)["x"].reshape(4, 64)
+    assert _int_lsb_diff(m, [{"x": x}, {"x": x[::-1].copy()}]) == 0
+
+
+SOFTMAX_CASES = [  # (shape, attrs)
+    ((6, 10), dict(opset=13)),
+    ((2, 5, 3, 4), dict(opset=13, axis=1)),
+    ((3, 7), dict(opset=13, axis=0)),
+    ((2, 5, 3, 4), dict(opset=11, axis=1)),  # rows of everything from axis on
+    ((2, 5, 3, 4), dict(opset=11)),  # the schema's default axis -1, as onnxruntime reads it
+    ((4, 300), dict(opset=13)),
+]
+SOFTMAX_QUANT = {"1/256": ((0.07, 1 / 256), (3, -128)), "1/255": ((0.2, 1 / 255), (-20, -128)),
+                 "fine": ((0.013, 0.0011), (0, -100))}
+
+
+@pytest.mark.parametrize("quant", SOFTMAX_QUANT)
+@pytest.mark.parametrize("dtype", ["int8", "uint8"])
+@pytest.mark.parametrize("case", SOFTMAX_CASES,
+                         ids=lambda c: "x".join(map(str, c[0])) + "-" +
+                         "-".join(f"{k}{v}" for k, v in c[1].items()))
+def test_qlinear_softmax_exact(case, dtype, quant):
+    """com.microsoft QLinearSoftmax: onnxruntime's kernel (float32 exp table from double exp with
+    logf's bit shift, float32 row sum in order, nearbyintf(t * floor(1 / y_scale) / sum) + y_zp,
+    at most the type's maximum), along any axis, opset 11 rows, long rows; inputs over the whole
+    range and rows near their maximum (many ties of the max). Measured: 0 LSB (before: refused)."""
+    shape, attrs = case
+    scales, zps = SOFTMAX_QUANT[quant]
+    off = 128 if dtype == "uint8" else 0
+    m = _ms_model("QLinearSoftmax", shape, dtype, scales, (zps[0] + off, zps[1] + off), **attrs)
+    rng = np.random.default_rng(9)
+    info = np.iinfo(_NP[dtype])
+    feeds = _feeds(m, rng, n=4) + [
+        {"x": np.clip(info.max - rng.integers(0, 12, shape), info.min, info.max).astype(_NP[dtype])}
+        for _ in range(4)]
+    assert _int_lsb_diff(m, feeds) == 0
+
+
+@pytest.mark.parametrize("dtype", ["int8", "uint8"])
+@pytest.mark.parametrize("y_zp", [-128, -3, 0, 90])
+def test_qlinear_softmax_overflow_as_onnxruntime_x86(dtype, y_zp):
+    """Rows of one element with y_scale 1/256, or rows of 5 with y_scale 1/1000: onnxruntime's
+    exp table times floor(1 / y_scale) overflows float32 near the row maximum and its float ->
+    int conversion of the infinity, undefined in C++, gives on x86-64 the zero point (uint8)
+    or 127 / -128 (int8, zero point negative / not): the kernel gives the same there (and
+    computes the rest). Measured: 0."""
+    if platform.machine().lower() not in ("x86_64", "amd64"):
+        pytest.skip("onnxruntime's result is x86-64's conversion of an infinity")
+    off = 128 if dtype == "uint8" else 0
+    zps = (3 + off, max(y_zp, -128) + off)
+    rng = np.random.default_rng(12)
+    for shape, ys in (((6, 1), 1 / 256), ((6, 5), 0.001)):
+        m = _ms_model("QLinearSoftmax", shape, dtype, (0.05, ys), zps, opset=13)
+        assert _int_lsb_diff(m, _feeds(m, rng, n=4)) == 0
+
+
+def _where_model(shapes, dtype, scales, zps):
+    """(cond, a, b) graph inputs -> QLinearWhere -> y; scales / zero points of a, b, y."""
+    names = ("a", "b", "y")
+    inits = [numpy_helper.from_array(np.array(s, np.float32), f"{n}_s")
+             for n, s in zip(names, scales)]
+    inits += [numpy_helper.from_array(np.array(z, _NP[dtype]), f"{n}_z")
+              for n, z in zip(names, zps)]
+    node = helper.make_node("QLinearWhere", ["c", "a", "a_s", "a_z", "b", "b_s", "b_z", "y_s",
+                                             "y_z"], ["y"], domain="com.microsoft")
+    ins = [helper.make_tensor_value_info("c", TP.BOOL, shapes[0])] + \
+        [helper.make_tensor_value_info(n, _ELEM[dtype], s) for n, s in zip("ab", shapes[1:])]
+    g = helper.make_graph([node], "where", ins,
+                          [helper.make_tensor_value_info("y", _ELEM[dtype], None)], inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13),
+                                            helper.make_opsetid("com.microsoft", 1)])
+    m.ir_version = 8
+    return m
+
+
+@pytest.mark.parametrize("quant", ["alike", "other"])
+@pytest.mark.parametrize("dtype", ["int8", "uint8"])
+def test_qlinear_where_exact(dtype, quant):
+    """com.microsoft QLinearWhere, broadcasting condition and operands: each operand through
+    onnxruntime's requantization table (none when quantized as the output). Measured: 0."""
+    off = 128 if dtype == "uint8" else 0
+    scales, zps = {"alike": ((0.03, 0.03, 0.03), (5, 5, 5)),
+                   "other": ((0.03, 0.011, 0.02), (5, -40, 17))}[quant]
+    shapes = ((2, 1, 6), (2, 3, 6), (3, 1))
+    m = _where_model(shapes, dtype, scales, tuple(z + off for z in zps))
+    rng = np.random.default_rng(10)
+    feeds = [{"c": rng.integers(0, 2, shapes[0]).astype(bool),
+              "a": _full_range(rng, shapes[1], dtype), "b": _full_range(rng, shapes[2], dtype)}
+             for _ in range(6)]
+    assert _int_lsb_diff(m, feeds) == 0
+
+
+@pytest.mark.parametrize("kind", ["conv_sigmoid", "conv_leaky_relu", "conv_softmax",
+                                  "conv_softmax_last"])
+@pytest.mark.parametrize("fmt", ACTIVATIONS, ids=_id)
+def test_quantized_activations_exact(tmp_path, kind, fmt):
+    """quantize_static's QOperator files (QLinearSigmoid / QLinearLeakyRelu / QLinearSoftmax)
+    and QDQ files (DQ -> op -> Q, which onnxruntime fuses into the same ops: fuse_qdq does too),
+    int8 and uint8: exactly onnxruntime (measured: 0 LSB; before, QOperator was refused and QDQ
+    ran in float: Sigmoid / LeakyRelu 0 on these inputs, Softmax 1)."""
+    from mcuforge.api import load
+    m = _quantized(tmp_path, kind, *fmt)
+    op = {"conv_sigmoid": "QLinearSigmoid", "conv_leaky_relu": "QLinearLeakyRelu"}.get(
+        kind, "QLinearSoftmax")
+    assert op in [n.op_type for n in fuse_qdq(m).graph.node]
+    ir_op = {"QLinearSigmoid": "logistic", "QLinearLeakyRelu": "leaky_relu"}.get(op, "softmax")
+    g = load(m.SerializeToString())
+    (node,) = [n for n in g.nodes if n.op == ir_op]
+    assert node.attrs["requant"] == "onnxruntime" and g.tensors[node.outputs[0]].dtype == "int8"
+    assert _lsb_diff(m) == 0.0
+
+
+@pytest.mark.parametrize("kind", ["conv_softmax", "conv_softmax_last"])
+@pytest.mark.parametrize("fmt", [f for f in FORMATS if not f[2]], ids=_id)  # (per channel: 13+)
+def test_quantized_softmax_opset11_exact(tmp_path, kind, fmt):
+    """Opset-11 Softmax (rows: everything from axis on; axis 1 by default). QDQ: onnxruntime's
+    fusion writes opset 11 and the axis (1 by default); QOperator: quantize_static writes
+    opset 11 and only an explicit axis, and onnxruntime then reads the schema's default -1 (the
+    last axis, not the float op's 1): mirrored (measured: 0)."""
+    m = _quantized(tmp_path, kind, *fmt, opset=11)
+    (sm,) = [n for n in fuse_qdq(m).graph.node if n.op_type == "QLinearSoftmax"]
+    assert {a.name: a.i for a in sm.attribute}["opset"] == 11
+    assert _lsb_diff(m) == 0.0
+
+
+def test_qdq_softmax_left_float_where_onnxruntime_does():
+    """onnxruntime's x86 build converts int8 Q -> DQ pairs to uint8 pair by pair; a Softmax
+    whose input is converted and output not (its Q has two readers) has mixed types and is not
+    fused: fuse_qdq leaves it too (QLinearSoftmax's arithmetic is not the float softmax's)."""
+    s = numpy_helper.from_array(np.float32(0.05), "s")
+    z = numpy_helper.from_array(np.int8(0), "z")
+    so = numpy_helper.from_array(np.float32(1 / 256), "so")
+    zo = numpy_helper.from_array(np.int8(-128), "zo")
+    mk = helper.make_node
+    nodes = [mk("QuantizeLinear", ["x", "s", "z"], ["q"]),
+             mk("DequantizeLinear", ["q", "s", "z"], ["d"]), mk("Softmax", ["d"], ["p"]),
+             mk("QuantizeLinear", ["p", "so", "zo"], ["pq"]),
+             mk("DequantizeLinear", ["pq", "so", "zo"], ["y"]),
+             mk("DequantizeLinear", ["pq", "so", "zo"], ["y2"])]
+    g = helper.make_graph(nodes, "sm", [helper.make_tensor_value_info("x", TP.FLOAT, (2, 8))],
+                          [helper.make_tensor_value_info(n, TP.FLOAT, (2, 8)) for n in ("y", "y2")],
+                          [s, z, so, zo])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+    ops = lambda model: [n.op_type for n in model.graph.node]
+    assert "Softmax" in ops(fuse_qdq(m, s8_to_u8=True))
+    assert "QLinearSoftmax" in ops(fuse_qdq(m, s8_to_u8=False))
+
+
+@pytest.mark.parametrize("fmt", [(QuantFormat.QDQ, QuantType.QUInt8),
+                                 (QuantFormat.QOperator, QuantType.QInt8),
+                                 (QuantFormat.QOperator, QuantType.QUInt8)],
+                         ids=lambda f: f[0].name + "-" + f[1].name)
+def test_quantized_where_exact(tmp_path, fmt):
+    """Where of a conv's output and the input: QLinearWhere (QOperator with
+    ForceQuantizeNoInputCheck; QDQ uint8, which onnxruntime fuses). Measured: 0. (int8 QDQ is
+    left out: onnxruntime's x86 build leaves the conv reading the shared input in float.)"""
+    m = _quantized(tmp_path, "conv_where", *fmt, False, ForceQuantizeNoInputCheck=True)
+    assert "QLinearWhere" in [n.op_type for n in fuse_qdq(m).graph.node]
+    assert _lsb_diff(m) == 0.0
+
+
+@pytest.mark.parametrize("kind", ["conv_clip", "conv_transpose", "conv_reshape", "conv_flatten",
+                                  "conv_resize", "conv_split", "conv_slice", "conv_gather",
+                                  "conv_pad"])
+@pytest.mark.parametrize("fmt", ACTIVATIONS, ids=_id)
+def test_quantized_data_movement_exact(tmp_path, kind, fmt):
+    """What quantize_static keeps as plain ops on the quantized tensors (QOperator: Transpose,
+    Reshape, Flatten, Resize nearest, Split, Pad on (u)int8; Clip / Relu folded into the conv's
+    output range; Slice and Gather left float) and their QDQ forms (onnxruntime drops the Q / DQ
+    around the data movement, keeps Pad float): exactly onnxruntime (measured: 0)."""
+    assert _lsb_diff(_quantized(tmp_path, kind, *fmt)) == 0.0
+
+
+@pytest.mark.parametrize("op", ["Sigmoid", "LeakyRelu"])
+def test_qdq_lut_mixed_types_exact(op):
+    """DQ (int8) -> Sigmoid | LeakyRelu -> Q (uint8): onnxruntime does not fuse mixed types and
+    runs DequantizeLinear, the float op (MLAS's logistic) and MlasQuantizeLinear, which is
+    its lookup table's arithmetic: fuse_qdq fuses it anyway and the table is exact (measured:
+    0; mcuforge's float logistic, TFLM's formula with expf, is not MLAS's)."""
+    mk = helper.make_node
+    inits = [numpy_helper.from_array(np.float32(0.06), "s"),
+             numpy_helper.from_array(np.int8(-9), "z"),
+             numpy_helper.from_array(np.float32(0.0041), "so"),
+             numpy_helper.from_array(np.uint8(20), "zo")]
+    nodes = [mk("QuantizeLinear", ["x", "s", "z"], ["q"]),
+             mk("DequantizeLinear", ["q", "s", "z"], ["d"]),
+             mk(op, ["d"], ["p"], **({"alpha": 0.3} if op == "LeakyRelu" else {})),
+             mk("QuantizeLinear", ["p", "so", "zo"], ["pq"]),
+             mk("DequantizeLinear", ["pq", "so", "zo"], ["y"])]
+    g = helper.make_graph(nodes, "mixed", [helper.make_tensor_value_info("x", TP.FLOAT, X_SHAPE)],
+                          [helper.make_tensor_value_info("y", TP.FLOAT, X_SHAPE)], inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+    m.ir_version = 8
+    assert f"QLinear{op}" in [n.op_type for n in fuse_qdq(m).graph.node]
+    assert _lsb_diff(m, _on_grid(X_SHAPE, 0.06, -9, "int8", n=4)) == 0.0
+
+
+def test_int16_qdq_activations_stay_float():
+    """int16 QDQ: no QLinear* op takes int16, so DQ -> Sigmoid | Softmax -> Q is left as it is
+    and imports (in float)."""
+    from mcuforge.api import load
+    mk = helper.make_node
+    inits = [numpy_helper.from_array(np.float32(0.001), "s"),
+             numpy_helper.from_array(np.int16(0), "z")]
+    for op in ("Sigmoid", "Softmax"):
+        nodes = [mk("QuantizeLinear", ["x", "s", "z"], ["q"]),
+                 mk("DequantizeLinear", ["q", "s", "z"], ["d"]), mk(op, ["d"], ["p"]),
+                 mk("QuantizeLinear", ["p", "s", "z"], ["pq"]),
+                 mk("DequantizeLinear", ["pq", "s", "z"], ["y"])]
+        g = helper.make_graph(nodes, "i16", [helper.make_tensor_value_info("x", TP.FLOAT, (2, 8))],
+                              [helper.make_tensor_value_info("y", TP.FLOAT, (2, 8))], inits)
+        m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 21)])
+        m.ir_version = 10
+        assert op in [n.op_type for n in fuse_qdq(m).graph.node]
+        load(m.SerializeToString())
