@@ -114,17 +114,21 @@ def check_fits(b, arena: int, weights: int) -> None:
 def compile(model, out_dir, board: str = "host", name: str | None = None,
             vectors=None, input_shapes: dict | None = None, quantize: str | None = None,
             calibration=None, calibration_method: str | None = None,
-            quantize_io: str = "int8", emit_tflite=None) -> CompileResult:
+            quantize_io: str = "int8", emit_tflite=None,
+            int16_budget: int | None = 0) -> CompileResult:
     """Compile `model` (a .tflite or .onnx path, or bytes) into a C project in `out_dir`.
     `quantize="int8"` quantizes a float model first, calibrated on `calibration` (a .npy /
     .npz / folder of .npy, or arrays; see optimizer.quantize), with a progress bar on stderr;
-    `emit_tflite` also writes that int8 model as a .tflite file.
+    `emit_tflite` also writes that int8 model as a .tflite file; `int16_budget` > 0 (bytes of
+    arena growth, None: automatic) keeps the activations that matter most in int16 (TFLite's
+    16x8 scheme).
 
     Everything is generated in memory first, so a failure leaves no partial directory."""
     from optimizer.quantize import quantize_for_compile
     graph = load(model, input_shapes)
     graph = quantize_for_compile(graph, quantize, calibration, calibration_method, quantize_io,
-                                 emit_tflite, progress=sys.stderr)
+                                 emit_tflite, progress=sys.stderr,
+                                 int16_budget_bytes=int16_budget)
     name = default_name(model) if name is None else name
     files, plan, gen, graph = generate_project(graph, name, board, vectors)
     out_dir = Path(out_dir)

@@ -140,14 +140,15 @@ def float_reference(model: Path, graph, x: np.ndarray) -> np.ndarray:
     return np.stack(rows)
 
 
-def mcuforge_int8(model: Path, cal: np.ndarray, x: np.ndarray) -> np.ndarray:
+def mcuforge_int8(model: Path, cal: np.ndarray, x: np.ndarray, int16_budget=0) -> np.ndarray:
     """mcuforge's int8 model (default calibration method, float32 edges so the output is the
     dequantized int8 output) built as C and run on `x`."""
     from optimizer.calibrate import run_graph
     from optimizer.quantize import quantize_for_compile
 
     from .api import load
-    q = quantize_for_compile(load(model), "int8", cal, None, io="float")
+    q = quantize_for_compile(load(model), "int8", cal, None, io="float",
+                             int16_budget_bytes=int16_budget)
     return run_graph(q, [x])[0]
 
 
@@ -210,7 +211,8 @@ def mlcommons_int8(int8_model: Path, x: np.ndarray) -> np.ndarray:
 # The benchmark
 
 
-def bench_model(model, n_cal: int = DEFAULT_CALIBRATION, n_eval: int = DEFAULT_EVAL) -> dict:
+def bench_model(model, n_cal: int = DEFAULT_CALIBRATION, n_eval: int = DEFAULT_EVAL,
+                int16_budget=0) -> dict:
     """One row of the table (see the module docstring); a failing part records its error."""
     from optimizer.quantize import DEFAULT_METHOD
 
@@ -227,7 +229,7 @@ def bench_model(model, n_cal: int = DEFAULT_CALIBRATION, n_eval: int = DEFAULT_E
            "method": DEFAULT_METHOD, "mcuforge": None, "onnxruntime": None,
            "onnxruntime_on": ort_on, "mlcommons": None, "mlcommons_model": None, "errors": {}}
     try:
-        row["mcuforge"] = figures(ref, mcuforge_int8(model, cal, ev), classes)
+        row["mcuforge"] = figures(ref, mcuforge_int8(model, cal, ev, int16_budget), classes)
     except McuforgeError as e:
         row["errors"]["mcuforge"] = str(e)
     try:
@@ -248,12 +250,12 @@ def bench_model(model, n_cal: int = DEFAULT_CALIBRATION, n_eval: int = DEFAULT_E
 
 
 def bench_quant(models, n_cal: int = DEFAULT_CALIBRATION, n_eval: int = DEFAULT_EVAL,
-                progress=None) -> list:
+                progress=None, int16_budget=0) -> list:
     rows = []
     for m in models:
         if progress is not None:
             print(f"bench-quant: {Path(m).name} ...", file=progress, flush=True)
-        rows.append(bench_model(m, n_cal, n_eval))
+        rows.append(bench_model(m, n_cal, n_eval, int16_budget))
     return rows
 
 

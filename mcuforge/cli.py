@@ -31,7 +31,8 @@ def _cmd_compile(a) -> int:
     r = compile_model(a.model, a.output, board=a.board, name=a.name,
                       input_shapes=a.input_shapes, quantize=a.quantize,
                       calibration=a.calibration, calibration_method=a.calibration_method,
-                      quantize_io=a.quantize_io, emit_tflite=a.emit_tflite)
+                      quantize_io=a.quantize_io, emit_tflite=a.emit_tflite,
+                      int16_budget=a.int16_budget)
     print(f"wrote {len(r.files)} files to {r.out_dir}: {', '.join(r.files)}")
     if a.quantize:  # the user quantizes inputs / dequantizes outputs with these
         from optimizer.quantize import io_params
@@ -118,7 +119,8 @@ def _cmd_bench(a) -> int:
 
 def _cmd_bench_quant(a) -> int:
     from .bench_quant import bench_quant, format_table
-    rows = bench_quant(a.models, a.calibration, a.eval, progress=None if a.json else sys.stderr)
+    rows = bench_quant(a.models, a.calibration, a.eval, progress=None if a.json else sys.stderr,
+                       int16_budget=a.int16_budget)
     print(json.dumps(rows, indent=2) if a.json else format_table(rows))
     return 0
 
@@ -139,6 +141,18 @@ def _cmd_conformance(a) -> int:
         except OSError as e:
             raise McuforgeError(f"cannot write {a.json}: {e.strerror or e}") from None
     return 1 if summary(results)["failed"] else 0
+
+
+def _int16_budget(text: str):
+    if text == "auto":
+        return None
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"'{text}' is not a number of bytes >= 0 or 'auto'")
+    return value
 
 
 def _input_shape(text: str) -> tuple:
@@ -211,6 +225,10 @@ def parser() -> argparse.ArgumentParser:
                         "the edges")
     c.add_argument("--emit-tflite", metavar="FILE",
                    help="also write the int8 model mcuforge compiles as a .tflite")
+    c.add_argument("--int16-budget", type=_int16_budget, default=0, metavar="BYTES|auto",
+                   help="keep the activations whose rounding hurts the output most in int16 "
+                        "(TFLite's 16x8 scheme, run by tflite-micro) while the arena grows by "
+                        "at most BYTES; auto: 2%% of the int8 arena (default: 0, all int8)")
     c.set_defaults(fn=_cmd_compile)
 
     r = command("run", "compile, build and run a model on inputs from a .npy/.npz")
@@ -246,6 +264,9 @@ def parser() -> argparse.ArgumentParser:
                    help="calibration samples (default: 200)")
     q.add_argument("--eval", type=_positive, default=360, metavar="N",
                    help="evaluation samples (default: 360)")
+    q.add_argument("--int16-budget", type=_int16_budget, default=0, metavar="BYTES|auto",
+                   help="as for compile: mcuforge's model may keep some activations in int16 "
+                        "(default: 0, all int8)")
     q.add_argument("--json", action="store_true", help="print a JSON list, one object per model")
     q.set_defaults(fn=_cmd_bench_quant)
 

@@ -144,10 +144,13 @@ def _load(path: Path):
 # Recording activations
 
 
-def record(g: Graph, samples: list, progress=None, seed: int = 0, moments: bool = False):
+def record(g: Graph, samples: list, progress=None, seed: int = 0, moments: bool = False,
+           keep: dict | None = None, keep_samples: int | None = None):
     """{tensor name: Stats} for every node output of the float graph `g` over all samples.
     A tensor that only softmax reads keeps its whole rows too (Stats.rows). With `moments`,
-    returns (stats, {weighted node's output: InputMoments of its input patches})."""
+    returns (stats, {weighted node's output: InputMoments of its input patches}). `keep`, a
+    dict keyed by tensor names, gets each of those tensors' values on all samples ([N, ...]),
+    or on the first `keep_samples`."""
     arrays = stack_samples(g, samples)
     names = list(dict.fromkeys(t for n in g.nodes for t in n.outputs
                                if g.tensors[t].dtype == "float32"))
@@ -162,7 +165,7 @@ def record(g: Graph, samples: list, progress=None, seed: int = 0, moments: bool 
             m = InputMoments.of(g, n)
             if m is not None:
                 layers[n.outputs[0]] = (n.inputs[0], m)
-    total = len(arrays[0])
+    total, parts = len(arrays[0]), {}
     with tempfile.TemporaryDirectory(prefix="mcuforge-calib-") as d:
         exe, compiled = build_graph(probe, d)
         for start in range(0, total, CHUNK):
@@ -174,8 +177,13 @@ def record(g: Graph, samples: list, progress=None, seed: int = 0, moments: bool 
                 stats[t].add(v, total)
             for x, m in layers.values():
                 m.add(values[x])
+            room = total if keep_samples is None else max(0, keep_samples - start)
+            for t in keep or ():
+                parts.setdefault(t, []).append(np.asarray(values[t])[:room])
             bar.step(len(part[0]))
     bar.done()
+    if keep is not None:
+        keep.update({t: np.concatenate(v) for t, v in parts.items()})
     if moments:
         return stats, {t: m for t, (_, m) in layers.items()}
     return stats

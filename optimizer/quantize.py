@@ -18,13 +18,21 @@ quantization specification exactly as mcuforge's int8 kernels (and TFLM's) expec
   - max/avg pool, reshape, transpose, pad and relu6 keep their input's parameters; concat inputs share one
     range (the union), and an input quantized otherwise is requantized by a "quantize" node;
   - add / mul inputs may differ; constant operands of add / mul are quantized per tensor;
-  - reduce mean becomes the int8 mean op (own output range).
+  - reduce mean becomes the int8 mean op (own output range);
+  - a few activations may stay int16 instead (TFLite's 16x8 scheme, which TFLM runs): those
+    whose measured effect on the output is largest, within an arena budget (int16.py). An
+    int16 activation is symmetric (zero point 0) over its whole calibrated range; the layers
+    producing or reading it run their int16 kernels (int8 weights as above, int64 bias at
+    input_scale * weight_scale; softmax / logistic / tanh output 2^-15, or 2^-16 with zero
+    point -32768 for softmax of an int8 input), and "quantize" nodes convert between int8
+    (exactly: scale / 128) and int16 (to the tensor's calibrated int8 parameters).
 
 io="int8" makes the graph inputs and outputs int8 (quantize inputs with their scale / zero
 point); io="float" keeps float32 inputs and outputs with quantize / dequantize nodes at the
-edges. Guarantees: the returned graph verifies, keeps the input and output names, and every
-node is one the int8 lowering and TFLite's int8 kernels accept; a node that cannot be quantized
-raises McuforgeError naming it, before any calibration work.
+edges; either way the tensors at the edges are int8. Guarantees: the returned graph
+verifies, keeps the input and output names, and every node is one the int8 / int16 lowering
+and TFLite's int8 / 16x8 kernels accept; a node that cannot be quantized raises McuforgeError
+naming it, before any calibration work.
 """
 from __future__ import annotations
 
@@ -33,7 +41,7 @@ import numpy as np
 from mcuforge.errors import McuforgeError
 from mcuforge.graph import Graph, Node, Quant, Tensor, verify
 
-from . import calibrate
+from . import calibrate, int16
 from .calibrate import METHODS, asymmetric_params
 from .rounding import gptq_round, output_error
 
@@ -48,16 +56,25 @@ FIXED_OUTPUT = {"softmax": Quant((1.0 / 256,), (-128,)), "logistic": Quant((1.0 
 OWN_RANGE = ("add", "mul", "mean", "relu", "leaky_relu", "hard_swish", "concat")
 SUPPORTED = tuple(WEIGHTED) + KEEP_INPUT_QUANT + tuple(FIXED_OUTPUT) + OWN_RANGE + ("reduce",)
 INT32_MAX = 2**31 - 1
+BIAS_TYPE = {"int8": "int32", "int16": "int64"}  # the bias of an int8 / int16 (16x8) layer
+BIAS_MAX = {"int32": INT32_MAX, "int64": 2**63 - 1024}  # (float64 can hold 2^63 - 1024)
 
 
 def quantize_graph(g: Graph, samples: list, method: str = DEFAULT_METHOD, io: str = "int8",
                    progress=None, rounding: str = DEFAULT_ROUNDING,
-                   bias_correction: bool = True) -> Graph:
+                   bias_correction: bool = True, int16_budget_bytes: int | None = 0,
+                   int16_tensors=None) -> Graph:
     """Quantize the optimized float graph `g` to int8, calibrated on `samples` (a list of
-    {input name: array}). `progress`: a text stream for the calibration progress bar.
+    {input name: array}). `progress`: a text stream for the calibration progress bar (and a
+    line on the activations kept in int16).
     `rounding` ("gptq" or "nearest") and `bias_correction`: how weights are rounded and whether
     biases absorb the mean output error of quantization (both use the calibration data; see
-    the module docstring)."""
+    the module docstring). `int16_budget_bytes`: how many bytes the arena may grow by to keep
+    the activations that matter most for the output in int16 (chosen by their measured
+    effect, see int16.py); 0, the default: every activation int8, as TFLite's int8 scheme;
+    None: int16.DEFAULT_BUDGET of the all-int8 graph's arena. `int16_tensors`: instead of that search, the activations
+    to keep in int16 (names of the float graph's tensors; int16.moves lists the candidates;
+    the layers reading them go to int16 too)."""
     if method not in METHODS:
         raise McuforgeError(f"unknown calibration method '{method}': use one of "
                             f"{', '.join(METHODS)}")
@@ -66,23 +83,177 @@ def quantize_graph(g: Graph, samples: list, method: str = DEFAULT_METHOD, io: st
     if rounding not in ROUNDINGS:
         raise McuforgeError(f"unknown weight rounding '{rounding}': use one of "
                             f"{', '.join(ROUNDINGS)}")
+    budget = int16_budget_bytes
+    if budget is not None and (not isinstance(budget, (int, np.integer)) or budget < 0):
+        raise McuforgeError(f"the int16 budget must be a number of bytes >= 0 (or None), "
+                            f"not {budget!r}")
     check_quantizable(g)
+    wide = None if int16_tensors is None else _moves_of(g, int16_tensors)
+    if wide is not None:
+        budget = 0  # no search
     with _one_blas_thread():  # small matrices: threads only contend (with each other, tests)
-        moments = {}
+        moments, keep = {}, None
+        if budget != 0:
+            keep = dict.fromkeys(list(g.outputs) + [n.inputs[0] for n in _final_weighted(g)])
         if rounding == "gptq" or bias_correction:
-            stats, moments = calibrate.record(g, samples, progress, moments=True)
+            stats, moments = calibrate.record(g, samples, progress, moments=True, keep=keep,
+                                              keep_samples=int16.EVAL_SAMPLES)
         else:
-            stats = calibrate.record(g, samples, progress)
+            stats = calibrate.record(g, samples, progress, keep=keep,
+                                     keep_samples=int16.EVAL_SAMPLES)
         ranges = {t: calibrate.choose_range(s, method) for t, s in stats.items()}
         if method == "mse":
             _softmax_input_ranges(g, stats, ranges)
         _share_concat_ranges(g, ranges)
-        q = _Quantizer(g, ranges, moments, rounding, bias_correction).run()
-        if bias_correction:
-            q = _correct_final_biases(g, q, samples, moments)
+        extent = {t: (s.lo, s.hi) for t, s in stats.items()}
+        cache = {}
+
+        def build(wide):
+            return _Quantizer(g, ranges, moments, rounding, bias_correction, wide, extent,
+                              cache).run()
+
+        if budget != 0:
+            q = _with_int16(g, samples, moments, bias_correction, keep, build, budget,
+                            progress)
+        else:
+            q = build(wide or frozenset())
+            if bias_correction:
+                q = _correct_final_biases(g, q, samples, moments)
     if io == "float":
         q = _float_edges(q)
     return verify(q)
+
+
+def _moves_of(g: Graph, names) -> frozenset:
+    """The int16 tensors keeping `names` in int16 means (int16.moves), or McuforgeError."""
+    cands = int16.moves(g)
+    for t in names:
+        if t not in cands:
+            why = "not a tensor of the graph" if t not in g.tensors else (
+                "a graph input or output" if t in g.inputs or t in g.outputs else
+                "not the output of a layer with an int16 kernel computing a new value")
+            raise McuforgeError(f"cannot keep '{t}' in int16: {why} (candidates: "
+                                f"{', '.join(cands) or 'none'})")
+    return frozenset().union(*(cands[t] for t in names))
+
+
+def _with_int16(g: Graph, samples: list, moments: dict, bias_correction: bool, ref: dict,
+                build, budget: int, progress) -> Graph:
+    """The quantized graph (final biases corrected with `bias_correction`) with the activations
+    int16.choose picks kept in int16. Candidates are compared on the first calibration samples
+    by the error of the last weighted layers' outputs (int16.layer_error; float inputs in
+    `ref`), or without such layers by the graph outputs' error (float outputs in `ref`)."""
+    from mcuforge.errors import BuildError
+
+    from .memory_plan import plan_graph
+    from .pipeline import optimize
+    arrays = calibrate.stack_samples(g, samples)
+    n_eval = min(len(arrays[0]), int16.EVAL_SAMPLES)
+    arrays = [a[:n_eval] for a in arrays]
+    finals = [n for n in _final_weighted(g)
+              if n.outputs[0] in moments and n.inputs[0] not in g.inputs]
+    tails = {n.outputs[0]: int16.output_tail(g, n) for n in finals}
+    reached = [tail.output for tail in tails.values()]
+    # when the last layers lead straight to the outputs, the evaluated error of the int8
+    # graph can be set against its whole output error
+    whole = bool(finals) and None not in reached and sorted(reached) == sorted(g.outputs)
+    seen = {}  # id of an evaluated graph -> what its final layers read (all samples only)
+    errors, totals = {}, {}  # id of an evaluated graph -> its error; its whole output error
+    failures = (McuforgeError, BuildError, NotImplementedError, ValueError)
+
+    def error(q, outs: dict) -> float:
+        made = {n.outputs[0]: n for n in q.nodes}
+        if whole:
+            totals[id(q)] = int16.output_error(ref, [outs[t] for t in g.outputs], g.outputs)
+        if not finals:
+            return int16.output_error(ref, [outs[t] for t in g.outputs], g.outputs)
+        if n_eval == len(samples):
+            seen[id(q)] = outs
+        err = 0.0
+        for n in finals:
+            qn, m = made[n.outputs[0]], moments[n.outputs[0]]
+            x = qn.inputs[0]
+            err += int16.layer_error(m, _dequantized(q.tensors[x], outs[x]), ref[n.inputs[0]],
+                                     _real_weights(g, n, q, qn), center=bias_correction,
+                                     tail=tails[n.outputs[0]])
+        return err
+
+    def probe(q) -> Graph:
+        """q with float edges, its outputs what its final layers read and its outputs."""
+        made = {n.outputs[0]: n for n in q.nodes}
+        reads = [made[n.outputs[0]].inputs[0] for n in finals]
+        p = _float_edges(q)
+        return p.replace(outputs=list(dict.fromkeys(reads + list(p.outputs))))
+
+    def evaluate(qs: list) -> list:
+        """The error of each graph in qs (None where it cannot be built), all built and run
+        as one program when they can be."""
+        todo = [q for q in qs if id(q) not in errors]
+        probes = [probe(q) for q in todo]
+        try:
+            outs = calibrate.run_graph(int16.merge(probes), arrays) if todo else []
+        except failures:  # an int16 kernel refusing some graph's parameters: each alone
+            for q in todo:
+                errors[id(q)] = None if len(todo) == 1 else evaluate([q])[0]
+            return [errors[id(q)] for q in qs]
+        for q, p in zip(todo, probes):
+            errors[id(q)] = error(q, dict(zip(p.outputs, outs[:len(p.outputs)])))
+            outs = outs[len(p.outputs):]
+        return [errors[id(q)] for q in qs]
+
+    def arena(q):
+        try:
+            return plan_graph(optimize(q)).arena_size
+        except failures:
+            return None
+
+    graphs = {}
+
+    def build_kept(wide):
+        if wide not in graphs:
+            try:
+                graphs[wide] = build(wide)
+            except failures:  # an int16 kernel refusing these parameters: not a candidate
+                graphs[wide] = None
+        return graphs[wide]
+
+    evaluate([build_kept(frozenset())])
+    choice = int16.choose(g, build_kept, evaluate, arena, budget,
+                          totals.get(id(graphs[frozenset()])))
+    q = graphs[choice.wide]
+    if bias_correction:
+        q = _correct_final_biases(g, q, samples, moments, seen.get(id(q)))
+    if progress is not None:
+        progress.write(int16.summary(choice, "the last layers' outputs" if finals else
+                                     "the outputs"))
+        progress.flush()
+    return q
+
+
+def _dequantized(t: Tensor, values: np.ndarray) -> np.ndarray:
+    q = t.quant
+    return ((values.astype(np.float64) - q.zero_point[0]) * q.scale[0]).astype(np.float32)
+
+
+def _real_weights(g: Graph, n: Node, q: Graph, qn: Node) -> tuple:
+    """((float weights, float bias), (the quantized node's weights and bias as reals)) of a
+    weighted node; a missing bias is 0."""
+    def real(t):
+        if t.quant is None:
+            return t.data.astype(np.float64)
+        scale = np.asarray(t.quant.scale, np.float64)
+        shape = [1] * t.data.ndim
+        if scale.size > 1:
+            shape[t.quant.axis] = -1
+        return t.data.astype(np.float64) * scale.reshape(shape)
+
+    def pair(node, graph):
+        w = real(graph.tensors[node.inputs[1]])
+        b = real(graph.tensors[node.inputs[2]]).reshape(-1) \
+            if len(node.inputs) > 2 and node.inputs[2] else np.zeros(1)
+        return w, b
+
+    return pair(n, g), pair(qn, q)
 
 
 def _one_blas_thread():
@@ -153,17 +324,44 @@ def quant_of_range(lo: float, hi: float) -> Quant:
     return Quant((scale,), (zp,))
 
 
+def _int16_quant(lo: float, hi: float) -> Quant:
+    """int16 as the 16x8 scheme has it: symmetric, zero point 0, max(|lo|, |hi|) at 32767."""
+    amax = max(abs(float(lo)), abs(float(hi)))
+    return Quant((float(np.float32(amax if amax > 0 else 1e-3) / np.float32(32767)),), (0,))
+
+
+def is_global_pool(g: Graph, n: Node) -> bool:
+    """An average pool over the whole image without padding or activation (quantized as a
+    mean op, with its own output range)."""
+    x, y = g.tensors[n.inputs[0]], g.tensors[n.outputs[0]]
+    return (n.op == "avg_pool2d" and tuple(n.attrs["filter"]) == tuple(x.shape[1:3])
+            and tuple(y.shape[1:3]) == (1, 1) and not any(n.attrs["padding"])
+            and n.attrs.get("activation", "none") == "none"
+            and not n.attrs.get("count_include_pad", False))
+
+
 class _Quantizer:
-    """One pass over the nodes in order: each node's inputs are quantized before it."""
+    """One pass over the nodes in order: each node's inputs are quantized before it.
+
+    `wide`: the tensors kept in int16 (TFLite's 16x8 scheme; see int16.py). A node whose
+    output is one of them runs its int16 kernel: it reads int16 versions of its inputs (a
+    lossless int8 -> int16 "quantize" copy for an int8 one) and writes int16; an int8 node
+    reading an int16 tensor reads an int8 copy of it (its calibrated int8 quantization).
+    `extent`: each tensor's calibrated (min, max), the range of an int16 one. `cache`: the
+    weight rounding of each layer, shared between quantizers of one graph (it does not depend
+    on which activations are int16)."""
 
     def __init__(self, g: Graph, ranges: dict, moments=None, rounding: str = "nearest",
-                 bias_correction: bool = False):
+                 bias_correction: bool = False, wide=(), extent=None, cache=None):
         self.g, self.ranges = g, ranges
         self.moments, self.rounding, self.bias_correction = moments or {}, rounding, \
             bias_correction
+        self.wide, self.extent = frozenset(wide), extent or {}
+        self.cache = {} if cache is None else cache
         self.tensors = dict(g.tensors)
         self.nodes = []
-        self.quant = {}  # activation tensor -> its int8 Quant
+        self.quant = {}  # activation tensor -> its Quant (int8 or int16)
+        self.copies = {}  # (tensor, dtype) -> its converted copy
         self.names = set(g.tensors)
 
     def run(self) -> Graph:
@@ -175,9 +373,9 @@ class _Quantizer:
 
     # -- helpers -------------------------------------------------------------------------------
 
-    def _set(self, name: str, quant: Quant) -> None:
+    def _set(self, name: str, quant: Quant, dtype: str = "int8") -> None:
         t = self.tensors[name]
-        self.tensors[name] = Tensor(t.name, t.shape, "int8", quant=quant)
+        self.tensors[name] = Tensor(t.name, t.shape, dtype, quant=quant)
         self.quant[name] = quant
 
     def _fresh(self, base: str) -> str:
@@ -193,31 +391,66 @@ class _Quantizer:
                                     quant=quant)
         return name
 
-    def _activation_input(self, name: str) -> str:
-        """An activation input, or a constant one quantized per tensor over its own range."""
-        if name in self.quant:
+    def _dtype(self, n: Node) -> str:
+        return "int16" if n.outputs[0] in self.wide else "int8"
+
+    def _as(self, name: str, dtype: str) -> str:
+        """Activation tensor `name` in `dtype`: itself, or a converted copy made by a quantize
+        node (once per tensor and dtype). int8 -> int16 is exact: scale / 128, zero point 0
+        (|q - zero point| <= 255, times 128 fits int16, and the requantization multiplier is
+        exactly 128); int16 -> int8 takes the tensor's calibrated int8 quantization."""
+        t = self.tensors[name]
+        if t.dtype == dtype:
             return name
+        if (name, dtype) not in self.copies:
+            if dtype == "int16":
+                quant = Quant((float(np.float32(t.quant.scale[0]) / np.float32(128)),), (0,))
+            else:
+                quant = self._range_quant(name)
+            copy = self._fresh(f"{name}/{dtype}")
+            self.tensors[copy] = Tensor(copy, t.shape, dtype, quant=quant)
+            self.quant[copy] = quant
+            self.nodes.append(Node("quantize", (name,), (copy,), {}, copy))
+            self.copies[(name, dtype)] = copy
+        return self.copies[(name, dtype)]
+
+    def _activation_input(self, name: str, dtype: str = "int8") -> str:
+        """An activation input in `dtype`, or a constant one quantized per tensor over its own
+        range (int16: symmetric, zero point 0)."""
+        if name in self.quant:
+            return self._as(name, dtype)
         t = self.g.tensors[name]
         if not t.is_const:
             raise McuforgeError(f"tensor '{name}' has no quantization")  # unreachable: checked
         data = t.data.astype(np.float32)
+        if dtype == "int16":
+            q = _int16_quant(float(data.min(initial=0.0)), float(data.max(initial=0.0)))
+            values = np.clip(np.round(data / q.scale[0]), -32768, 32767)
+            return self._const(name + "/int16", values, "int16", q)
         q = quant_of_range(float(data.min(initial=0.0)), float(data.max(initial=0.0)))
         values = np.clip(np.round(data / q.scale[0]) + q.zero_point[0], -128, 127)
         return self._const(name + "/int8", values, "int8", q)
 
-    def _emit(self, n: Node, inputs, out_quant: Quant) -> None:
-        self._set(n.outputs[0], out_quant)
+    def _emit(self, n: Node, inputs, out_quant: Quant, dtype: str = "int8") -> None:
+        self._set(n.outputs[0], out_quant, dtype)
         self.nodes.append(Node(n.op, tuple(inputs), n.outputs, dict(n.attrs), n.name))
 
     def _range_quant(self, name: str) -> Quant:
         return quant_of_range(*self.ranges[name])
 
+    def _out_quant(self, name: str, dtype: str) -> Quant:
+        """int8: the calibrated range; int16: symmetric over everything calibration saw."""
+        if dtype == "int16":
+            return _int16_quant(*self.extent.get(name, self.ranges[name]))
+        return self._range_quant(name)
+
     # -- ops -----------------------------------------------------------------------------------
 
     def _own_range(self, n: Node) -> None:
         """add, mul, mean, relu, leaky_relu, hard_swish: the output's calibrated range."""
-        ins = [self._activation_input(t) if t else t for t in n.inputs]
-        self._emit(n, ins, self._range_quant(n.outputs[0]))
+        dtype = self._dtype(n)
+        ins = [self._activation_input(t, dtype) if t else t for t in n.inputs]
+        self._emit(n, ins, self._out_quant(n.outputs[0], dtype), dtype)
 
     def _reduce(self, n: Node) -> None:
         """reduce mean (ONNX ReduceMean, GlobalAveragePool) -> the int8 mean op."""
@@ -225,28 +458,27 @@ class _Quantizer:
         self._mean(Node("mean", n.inputs[:1], n.outputs, attrs, n.name))
 
     def _mean(self, n: Node) -> None:
-        self._emit(n, n.inputs, self._range_quant(n.outputs[0]))  # inputs[1]: the axes
+        dtype = self._dtype(n)  # inputs[1]: the axes, kept as they are
+        self._emit(n, (self._as(n.inputs[0], dtype),) + tuple(n.inputs[1:]),
+                   self._out_quant(n.outputs[0], dtype), dtype)
 
     def _keep(self, n: Node) -> None:
         """pools, reshape, pad, relu6: the output is quantized like the input."""
+        dtype = self._dtype(n)
         ins = list(n.inputs)
+        ins[0] = self._as(ins[0], dtype)
         q = self.quant[ins[0]]
         if n.op == "pad" and len(ins) > 2 and ins[2]:  # the pad value, quantized like x
             v = self.g.tensors[ins[2]].data.astype(np.float32)
             ins[2] = self._const(ins[2] + "/int8",
                                  np.clip(np.round(v / q.scale[0]) + q.zero_point[0], -128, 127),
                                  "int8", q)
-        self._emit(n, ins, q)
+        self._emit(n, ins, q, dtype)
 
     def _avg_pool2d(self, n: Node) -> None:
         """A global average pool becomes the int8 mean op, whose output gets its own (finer)
         range; other average pools keep their input's quantization, as TFLite requires."""
-        x, y = self.g.tensors[n.inputs[0]], self.g.tensors[n.outputs[0]]
-        is_global = (tuple(n.attrs["filter"]) == tuple(x.shape[1:3])
-                     and tuple(y.shape[1:3]) == (1, 1) and not any(n.attrs["padding"])
-                     and n.attrs.get("activation", "none") == "none"
-                     and not n.attrs.get("count_include_pad", False))
-        if not is_global:
+        if not is_global_pool(self.g, n):
             return self._keep(n)
         self._mean(Node("mean", n.inputs[:1], n.outputs, dict(axes=(1, 2), keep_dims=True),
                         n.name))
@@ -254,7 +486,15 @@ class _Quantizer:
     _max_pool2d = _reshape = _pad = _relu6 = _keep
 
     def _fixed(self, n: Node) -> None:
-        self._emit(n, n.inputs, FIXED_OUTPUT[n.op])
+        """softmax, logistic, tanh: the output quantization their kernels fix. In int16:
+        scale 2^-15, zero point 0 -- but softmax of an int8 input (TFLM's int8 -> int16
+        softmax) 2^-16, zero point -32768."""
+        if self._dtype(n) == "int8":
+            return self._emit(n, (self._as(n.inputs[0], "int8"),), FIXED_OUTPUT[n.op])
+        x = n.inputs[0]
+        if n.op == "softmax" and self.tensors[x].dtype == "int8":
+            return self._emit(n, (x,), Quant((1.0 / 65536,), (-32768,)), "int16")
+        self._emit(n, (self._as(x, "int16"),), Quant((1.0 / 32768,), (0,)), "int16")
 
     _softmax = _logistic = _tanh = _fixed
 
@@ -262,8 +502,9 @@ class _Quantizer:
         out_q = self._range_quant(n.outputs[0])
         ins = []
         for t in n.inputs:
-            t = self._activation_input(t)
-            if self.tensors[t].quant != out_q:  # requantize to the shared parameters
+            if not (t in self.quant and self.tensors[t].dtype == "int16"):
+                t = self._activation_input(t)  # (an int16 input is requantized in one step)
+            if self.tensors[t].quant != out_q or self.tensors[t].dtype != "int8":
                 r = self._fresh(t + "/requant")
                 self.tensors[r] = Tensor(r, self.tensors[t].shape, "int8", quant=out_q)
                 self.nodes.append(Node("quantize", (t,), (r,), {}, r))
@@ -272,27 +513,33 @@ class _Quantizer:
         self._emit(n, ins, out_q)
 
     def _weighted(self, n: Node) -> None:
-        x = n.inputs[0]
+        dtype = self._dtype(n)
+        x = self._as(n.inputs[0], dtype)
         in_scale = np.float32(self.quant[x].scale[0])
         w = self.g.tensors[n.inputs[1]].data.astype(np.float32)
         axis = WEIGHTED[n.op]
         bias_name = n.inputs[2] if len(n.inputs) > 2 else ""
         b = self.g.tensors[bias_name].data.astype(np.float32).reshape(-1) if bias_name else None
-        wq, w_scale = quantize_weights(w, axis, in_scale, b)
+        # an int64 bias (int16 layers) always fits: no weight scale needs widening for it
+        wq, w_scale = quantize_weights(w, axis, in_scale, b if dtype == "int8" else None)
         m = self.moments.get(n.outputs[0])
         if m is not None:
-            wq, b = self._with_calibration(m, w, wq, w_scale, b)
+            key = (n.outputs[0], w_scale.tobytes())
+            if key not in self.cache:  # the rounding does not depend on the input's scale
+                self.cache[key] = self._with_calibration(m, w, wq, w_scale, b)
+            wq, b = self.cache[key]
             if b is not None and not bias_name:
                 bias_name = self._fresh(n.outputs[0] + "/bias")
         w_quant = Quant(tuple(float(s) for s in w_scale), (0,) * len(w_scale), axis)
         ins = [x, self._const(n.inputs[1], wq, "int8", w_quant)]
         if b is not None:
             b_scale = in_scale * w_scale  # float32, as TFLite forms it
+            b_type = BIAS_TYPE[dtype]
             bq = np.clip(np.round(b.astype(np.float64) / b_scale.astype(np.float64)),
-                         -INT32_MAX, INT32_MAX)
+                         -BIAS_MAX[b_type], BIAS_MAX[b_type])
             b_quant = Quant(tuple(float(s) for s in b_scale), (0,) * len(b_scale), 0)
-            ins.append(self._const(bias_name, bq, "int32", b_quant))
-        self._emit(n, ins, self._range_quant(n.outputs[0]))
+            ins.append(self._const(bias_name, bq, b_type, b_quant))
+        self._emit(n, ins, self._out_quant(n.outputs[0], dtype), dtype)
 
     _conv2d = _depthwise_conv2d = _fully_connected = _weighted
 
@@ -331,13 +578,9 @@ def _final_weighted(g: Graph) -> list:
     return [n for n in g.nodes if n.op in WEIGHTED and not any(leads(t) for t in n.outputs)]
 
 
-def _correct_final_biases(g: Graph, q: Graph, samples: list, moments: dict) -> Graph:
-    """Empirical bias correction of the last weighted layers: run the int8 graph on the
-    calibration samples, take the mean patch mu_q of what such a layer really reads, and give
-    it the bias b + W mu - Wq mu_q, so that its pre-activation output has the float layer's
-    mean (mu: the float input's mean patch). This also absorbs the mean error that activation
-    quantization (clipping, rounding through ReLUs) piles up on the way; layers further up
-    keep the analytic correction, so that no correction is counted twice."""
+def _final_targets(g: Graph, q: Graph, moments: dict) -> list:
+    """(float node, quantized node, input moments) of the last weighted layers whose bias
+    _correct_final_biases sets."""
     made = {n.outputs[0]: n for n in q.nodes}
     todo = []
     for n in _final_weighted(g):
@@ -346,12 +589,26 @@ def _correct_final_biases(g: Graph, q: Graph, samples: list, moments: dict) -> G
                 or qn.inputs[0] in q.inputs or qn.inputs[0] in q.outputs:
             continue
         todo.append((n, qn, m))
+    return todo
+
+
+def _correct_final_biases(g: Graph, q: Graph, samples: list, moments: dict,
+                          values: dict | None = None) -> Graph:
+    """Empirical bias correction of the last weighted layers: run the int8 graph on the
+    calibration samples, take the mean patch mu_q of what such a layer really reads, and give
+    it the bias b + W mu - Wq mu_q, so that its pre-activation output has the float layer's
+    mean (mu: the float input's mean patch). This also absorbs the mean error that activation
+    quantization (clipping, rounding through ReLUs) piles up on the way; layers further up
+    keep the analytic correction, so that no correction is counted twice. `values`: what
+    those layers read on the calibration samples ({tensor: [N, ...]}), when already run."""
+    todo = _final_targets(g, q, moments)
     if not todo:
         return q
-    probe = _float_edges(q).replace(
-        outputs=list(dict.fromkeys(qn.inputs[0] for _, qn, _ in todo)))
-    arrays = calibrate.stack_samples(g, samples)
-    values = dict(zip(probe.outputs, calibrate.run_graph(probe, arrays)))
+    if values is None:
+        probe = _float_edges(q).replace(
+            outputs=list(dict.fromkeys(qn.inputs[0] for _, qn, _ in todo)))
+        arrays = calibrate.stack_samples(g, samples)
+        values = dict(zip(probe.outputs, calibrate.run_graph(probe, arrays)))
     tensors = dict(q.tensors)
     for n, qn, m in todo:
         xq = q.tensors[qn.inputs[0]].quant
@@ -366,8 +623,9 @@ def _correct_final_biases(g: Graph, q: Graph, samples: list, moments: dict) -> G
              if len(n.inputs) > 2 and n.inputs[2] else 0.0)
         b = b + m.channels(np.einsum("grk,gk->gr", w, m.mean())
                            - np.einsum("grk,gk->gr", wq, mu_q))
-        bq = np.clip(np.round(b / np.asarray(bt.quant.scale, np.float64)), -INT32_MAX, INT32_MAX)
-        tensors[bt.name] = Tensor(bt.name, bt.shape, "int32", data=bq.astype("int32"),
+        bq = np.clip(np.round(b / np.asarray(bt.quant.scale, np.float64)),
+                     -BIAS_MAX[bt.dtype], BIAS_MAX[bt.dtype])
+        tensors[bt.name] = Tensor(bt.name, bt.shape, bt.dtype, data=bq.astype(bt.dtype),
                                   quant=bt.quant)
     return q.replace(tensors=tensors)
 
@@ -430,10 +688,12 @@ def _float_edges(g: Graph) -> Graph:
 
 def quantize_for_compile(g: Graph, scheme, calibration, method=None, io: str = "int8",
                          emit_tflite=None, progress=None, rounding: str = DEFAULT_ROUNDING,
-                         bias_correction: bool = True) -> Graph:
+                         bias_correction: bool = True,
+                         int16_budget_bytes: int | None = 0) -> Graph:
     """What `mcuforge compile --quantize int8 --calibration DATA ...` does to the loaded graph:
-    optimize, calibrate and quantize; with `emit_tflite` also write the int8 graph as a .tflite
-    (the graph mcuforge compiles, so TFLM runs the same arithmetic)."""
+    optimize, calibrate and quantize (`int16_budget_bytes`: see quantize_graph); with
+    `emit_tflite` also write the int8 graph as a .tflite (the graph mcuforge compiles, so TFLM
+    runs the same arithmetic)."""
     from .pipeline import optimize
     if scheme is None:
         if calibration is not None or emit_tflite is not None or method is not None:
@@ -448,7 +708,7 @@ def quantize_for_compile(g: Graph, scheme, calibration, method=None, io: str = "
     g = optimize(g)
     samples = calibrate.load_samples(calibration, g)
     q = quantize_graph(g, samples, method or DEFAULT_METHOD, io, progress, rounding,
-                       bias_correction)
+                       bias_correction, int16_budget_bytes)
     if emit_tflite is not None:
         from frontend.tflite_writer import write_tflite
         try:

@@ -216,3 +216,13 @@ def test_no_or_unknown_command_is_a_usage_error(tmp_path):
     for args in ((), ("frobnicate",)):
         r = mcuforge(*args, cwd=tmp_path)
         assert r.returncode == 2 and "usage: mcuforge" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_bad_option_values_are_usage_errors(tmp_path):
+    """argparse rejects malformed option values with exit 2 and names the option."""
+    for option, value in (("--int16-budget", "lots"), ("--int16-budget", "-5"),
+                          ("--input-shape", "x=1,0")):
+        r = mcuforge("compile", "model.tflite", "-o", "out", option, value, cwd=tmp_path)
+        assert r.returncode == 2 and "Traceback" not in r.stderr
+        assert f"argument {option}" in r.stderr and f"'{value}'" in r.stderr, r.stderr
+        assert not (tmp_path / "out").exists()
