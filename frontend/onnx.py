@@ -425,3 +425,4 @@ def from_nhwc(ctx: OnnxContext, y_nhwc: Tensor, out: Tensor) -> None:
 
 def _load_converters():
     from . import onnx_ops  # noqa: F401  (registers converters)
+    from . import onnx_quant_lut  # noqa: F401  (registers converters)

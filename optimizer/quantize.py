@@ -113,8 +113,9 @@ def quantize_graph(g: Graph, samples: list, method: str = DEFAULT_METHOD, io: st
                               cache).run()
 
         if budget != 0:
-            q = _with_int16(g, samples, moments, bias_correction, keep, build, budget,
-                            progress)
+            q = int16.with_int16(g, samples, moments, bias_correction, keep, build, budget,
+                                 progress, _final_weighted, _float_edges,
+                                 _correct_final_biases)
         else:
             q = build(wide or frozenset())
             if bias_correction:
@@ -135,125 +136,6 @@ def _moves_of(g: Graph, names) -> frozenset:
             raise McuforgeError(f"cannot keep '{t}' in int16: {why} (candidates: "
                                 f"{', '.join(cands) or 'none'})")
     return frozenset().union(*(cands[t] for t in names))
-
-
-def _with_int16(g: Graph, samples: list, moments: dict, bias_correction: bool, ref: dict,
-                build, budget: int, progress) -> Graph:
-    """The quantized graph (final biases corrected with `bias_correction`) with the activations
-    int16.choose picks kept in int16. Candidates are compared on the first calibration samples
-    by the error of the last weighted layers' outputs (int16.layer_error; float inputs in
-    `ref`), or without such layers by the graph outputs' error (float outputs in `ref`)."""
-    from mcuforge.errors import BuildError
-
-    from .memory_plan import plan_graph
-    from .pipeline import optimize
-    arrays = calibrate.stack_samples(g, samples)
-    n_eval = min(len(arrays[0]), int16.EVAL_SAMPLES)
-    arrays = [a[:n_eval] for a in arrays]
-    finals = [n for n in _final_weighted(g)
-              if n.outputs[0] in moments and n.inputs[0] not in g.inputs]
-    tails = {n.outputs[0]: int16.output_tail(g, n) for n in finals}
-    reached = [tail.output for tail in tails.values()]
-    # when the last layers lead straight to the outputs, the evaluated error of the int8
-    # graph can be set against its whole output error
-    whole = bool(finals) and None not in reached and sorted(reached) == sorted(g.outputs)
-    seen = {}  # id of an evaluated graph -> what its final layers read (all samples only)
-    errors, totals = {}, {}  # id of an evaluated graph -> its error; its whole output error
-    failures = (McuforgeError, BuildError, NotImplementedError, ValueError)
-
-    def error(q, outs: dict) -> float:
-        made = {n.outputs[0]: n for n in q.nodes}
-        if whole:
-            totals[id(q)] = int16.output_error(ref, [outs[t] for t in g.outputs], g.outputs)
-        if not finals:
-            return int16.output_error(ref, [outs[t] for t in g.outputs], g.outputs)
-        if n_eval == len(samples):
-            seen[id(q)] = outs
-        err = 0.0
-        for n in finals:
-            qn, m = made[n.outputs[0]], moments[n.outputs[0]]
-            x = qn.inputs[0]
-            err += int16.layer_error(m, _dequantized(q.tensors[x], outs[x]), ref[n.inputs[0]],
-                                     _real_weights(g, n, q, qn), center=bias_correction,
-                                     tail=tails[n.outputs[0]])
-        return err
-
-    def probe(q) -> Graph:
-        """q with float edges, its outputs what its final layers read and its outputs."""
-        made = {n.outputs[0]: n for n in q.nodes}
-        reads = [made[n.outputs[0]].inputs[0] for n in finals]
-        p = _float_edges(q)
-        return p.replace(outputs=list(dict.fromkeys(reads + list(p.outputs))))
-
-    def evaluate(qs: list) -> list:
-        """The error of each graph in qs (None where it cannot be built), all built and run
-        as one program when they can be."""
-        todo = [q for q in qs if id(q) not in errors]
-        probes = [probe(q) for q in todo]
-        try:
-            outs = calibrate.run_graph(int16.merge(probes), arrays) if todo else []
-        except failures:  # an int16 kernel refusing some graph's parameters: each alone
-            for q in todo:
-                errors[id(q)] = None if len(todo) == 1 else evaluate([q])[0]
-            return [errors[id(q)] for q in qs]
-        for q, p in zip(todo, probes):
-            errors[id(q)] = error(q, dict(zip(p.outputs, outs[:len(p.outputs)])))
-            outs = outs[len(p.outputs):]
-        return [errors[id(q)] for q in qs]
-
-    def arena(q):
-        try:
-            return plan_graph(optimize(q)).arena_size
-        except failures:
-            return None
-
-    graphs = {}
-
-    def build_kept(wide):
-        if wide not in graphs:
-            try:
-                graphs[wide] = build(wide)
-            except failures:  # an int16 kernel refusing these parameters: not a candidate
-                graphs[wide] = None
-        return graphs[wide]
-
-    evaluate([build_kept(frozenset())])
-    choice = int16.choose(g, build_kept, evaluate, arena, budget,
-                          totals.get(id(graphs[frozenset()])))
-    q = graphs[choice.wide]
-    if bias_correction:
-        q = _correct_final_biases(g, q, samples, moments, seen.get(id(q)))
-    if progress is not None:
-        progress.write(int16.summary(choice, "the last layers' outputs" if finals else
-                                     "the outputs"))
-        progress.flush()
-    return q
-
-
-def _dequantized(t: Tensor, values: np.ndarray) -> np.ndarray:
-    q = t.quant
-    return ((values.astype(np.float64) - q.zero_point[0]) * q.scale[0]).astype(np.float32)
-
-
-def _real_weights(g: Graph, n: Node, q: Graph, qn: Node) -> tuple:
-    """((float weights, float bias), (the quantized node's weights and bias as reals)) of a
-    weighted node; a missing bias is 0."""
-    def real(t):
-        if t.quant is None:
-            return t.data.astype(np.float64)
-        scale = np.asarray(t.quant.scale, np.float64)
-        shape = [1] * t.data.ndim
-        if scale.size > 1:
-            shape[t.quant.axis] = -1
-        return t.data.astype(np.float64) * scale.reshape(shape)
-
-    def pair(node, graph):
-        w = real(graph.tensors[node.inputs[1]])
-        b = real(graph.tensors[node.inputs[2]]).reshape(-1) \
-            if len(node.inputs) > 2 and node.inputs[2] else np.zeros(1)
-        return w, b
-
-    return pair(n, g), pair(qn, q)
 
 
 def _one_blas_thread():
