@@ -416,29 +416,31 @@ def mf_dequantize_s8_f32(q, scale, zero_point):
 
 # ---- rows ----------------------------------------------------------------------------------
 
-def mf_softmax_s8(row: np.ndarray, input_beta_multiplier: int, input_beta_left_shift: int,
-                  diff_min: int) -> np.ndarray:
-    """One softmax row, int8 in -> int8 out (the C version writes into `out` instead)."""
+def softmax_s8_row(row, input_beta_multiplier: int, input_beta_left_shift: int, diff_min: int,
+                   bits: int) -> list:
+    """mfi_softmax_s8_row: one softmax row, int8 in, `bits` (8 or 16) wide out, as ints."""
     vals = [int(v) for v in np.asarray(row).reshape(-1)]
     max_in_row = max([INT8_MIN] + vals)
-    exps = []
-    for v in vals:
-        diff = v - max_in_row
-        if diff >= diff_min:
-            scaled = mf_mbqm_gt1(diff, input_beta_multiplier, input_beta_left_shift)
-            exps.append(mf_exp_on_negative_values(scaled, 5))
-        else:
-            exps.append(None)
+    exps = [mf_exp_on_negative_values(mf_mbqm_gt1(v - max_in_row, input_beta_multiplier,
+                                                  input_beta_left_shift), 5)
+            if v - max_in_row >= diff_min else None for v in vals]
     sum_of_exps = 0
     for e in exps:
         if e is not None:
             sum_of_exps = wrap32(sum_of_exps + mf_rdbpot(e, 12))
     shifted_scale, num_bits_over_unit = mf_get_reciprocal(sum_of_exps, 12)
-    exponent = mf_clamp(num_bits_over_unit + 31 - 8, 0, 31)
-    out = [INT8_MIN if e is None else
-           mf_clamp(mf_rdbpot(mf_srdhm(shifted_scale, e), exponent) - 128, INT8_MIN, INT8_MAX)
-           for e in exps]
-    return np.array(out, dtype=np.int8)
+    exponent = mf_clamp(num_bits_over_unit + 31 - bits, 0, 31)
+    lo, hi = -(1 << (bits - 1)), (1 << (bits - 1)) - 1
+    return [lo if e is None else
+            mf_clamp(mf_rdbpot(mf_srdhm(shifted_scale, e), exponent) + lo, lo, hi)
+            for e in exps]
+
+
+def mf_softmax_s8(row: np.ndarray, input_beta_multiplier: int, input_beta_left_shift: int,
+                  diff_min: int) -> np.ndarray:
+    """One softmax row, int8 in -> int8 out (the C version writes into `out` instead)."""
+    return np.array(softmax_s8_row(row, input_beta_multiplier, input_beta_left_shift,
+                                   diff_min, 8), dtype=np.int8)
 
 
 def _softmax_s8_call(inp, out, n, input_beta_multiplier, input_beta_left_shift, diff_min):

@@ -16,7 +16,8 @@ import numpy as np
 from .qmath import (INT8_MAX, INT8_MIN, INT16_MAX, INT16_MIN, INT32_MAX, INT32_MIN, _int_args,
                     _tdiv, mf_clamp, mf_clz_u32, mf_exp_on_negative_values, mf_get_reciprocal,
                     mf_mbqm, mf_mbqm_gt1, mf_mbqm_lt1, mf_one_over_one_plus_x_for_x_in_0_1,
-                    mf_rdbpot, mf_rounding_half_sum, mf_srdhm, mf_srmbpot, wrap16, wrap32)
+                    mf_rdbpot, mf_rounding_half_sum, mf_srdhm, mf_srmbpot, softmax_s8_row, wrap16,
+                    wrap32)
 
 
 # ---- inverse square root and log (RSQRT, L2_NORMALIZATION, LOG_SOFTMAX) ----------------------
@@ -258,21 +259,8 @@ def mf_softmax_s16(row: np.ndarray, input_multiplier: int, input_left_shift: int
 def mf_softmax_s8_s16(row: np.ndarray, input_beta_multiplier: int, input_beta_left_shift: int,
                       diff_min: int) -> np.ndarray:
     """One softmax row, int8 in -> int16 out (the C version writes into `out` instead)."""
-    vals = [int(v) for v in np.asarray(row).reshape(-1)]
-    max_in_row = max([INT8_MIN] + vals)
-    exps = [mf_exp_on_negative_values(mf_mbqm_gt1(v - max_in_row, input_beta_multiplier,
-                                                  input_beta_left_shift), 5)
-            if v - max_in_row >= diff_min else None for v in vals]
-    sum_of_exps = 0
-    for e in exps:
-        if e is not None:
-            sum_of_exps = wrap32(sum_of_exps + mf_rdbpot(e, 12))
-    shifted_scale, num_bits_over_unit = mf_get_reciprocal(sum_of_exps, 12)
-    exponent = mf_clamp(num_bits_over_unit + 31 - 16, 0, 31)
-    out = [INT16_MIN if e is None else
-           mf_clamp(mf_rdbpot(mf_srdhm(shifted_scale, e), exponent) - 32768, INT16_MIN, INT16_MAX)
-           for e in exps]
-    return np.array(out, dtype=np.int16)
+    return np.array(softmax_s8_row(row, input_beta_multiplier, input_beta_left_shift,
+                                   diff_min, 16), dtype=np.int16)
 
 
 def _softmax_s16_call(inp, out, n, *params):

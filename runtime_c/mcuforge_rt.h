@@ -465,12 +465,15 @@ static inline float mf_dequantize_s8_f32(int8_t q, float scale, int32_t zero_poi
 
 /* ---- rows ------------------------------------------------------------------------------- */
 
-/* reference_ops::Softmax<int8_t, int8_t> for one row of n values (output zero point -128,
- * scale 1/256). Fixed-point exp in Q5.26, sum in Q12.19, reciprocal via GetReciprocal. */
-static inline void mf_softmax_s8(const int8_t *in, int8_t *out, int32_t n,
-                                 int32_t input_beta_multiplier, int32_t input_beta_left_shift,
-                                 int32_t diff_min) {
+/* reference_ops::Softmax with int8 input for one row of n values, into out8 (int8, zero point
+ * -128, scale 1/256) or out16 (int16, zero point -32768, scale 1/65536); the other is NULL.
+ * Fixed-point exp in Q5.26, sum in Q12.19, reciprocal via GetReciprocal. Internal (no mf_
+ * prefix): tested through mf_softmax_s8 and mf_softmax_s8_s16. */
+static inline void mfi_softmax_s8_row(const int8_t *in, int8_t *out8, int16_t *out16,
+                                      int32_t n, int32_t input_beta_multiplier,
+                                      int32_t input_beta_left_shift, int32_t diff_min) {
     int32_t max_in_row = INT8_MIN, sum_of_exps = 0, num_bits_over_unit, shifted_scale, exponent;
+    int32_t lo = out8 ? INT8_MIN : INT16_MIN, hi = out8 ? INT8_MAX : INT16_MAX;
     int32_t c;
     for (c = 0; c < n; ++c) max_in_row = mf_max_i32(max_in_row, in[c]);
     for (c = 0; c < n; ++c) {
@@ -482,19 +485,31 @@ static inline void mf_softmax_s8(const int8_t *in, int8_t *out, int32_t n,
         }
     }
     shifted_scale = mf_get_reciprocal(sum_of_exps, 12, &num_bits_over_unit);
-    /* TFLM aborts (TFLITE_CHECK) outside [0, 31]: only for rows of 512+ values at the max */
-    exponent = mf_clamp(num_bits_over_unit + 31 - 8, 0, 31);
+    /* TFLM aborts (TFLITE_CHECK) outside [0, 31]: only for rows of 512+ (int8 out) or 2^17+
+     * (int16 out) values at the max */
+    exponent = mf_clamp(num_bits_over_unit + 31 - (out8 ? 8 : 16), 0, 31);
     for (c = 0; c < n; ++c) {
-        int32_t diff = (int32_t)in[c] - max_in_row;
+        int32_t diff = (int32_t)in[c] - max_in_row, v = lo;
         if (diff >= diff_min) {
             int32_t scaled = mf_mbqm_gt1(diff, input_beta_multiplier, input_beta_left_shift);
             int32_t e = mf_exp_on_negative_values(scaled, 5);
-            int32_t unsat = mf_rdbpot(mf_srdhm(shifted_scale, e), exponent);
-            out[c] = (int8_t)mf_clamp(unsat - 128, INT8_MIN, INT8_MAX);
+            v = mf_clamp(mf_rdbpot(mf_srdhm(shifted_scale, e), exponent) + lo, lo, hi);
+        }
+        if (out8) {
+            out8[c] = (int8_t)v;
         } else {
-            out[c] = INT8_MIN;
+            out16[c] = (int16_t)v;
         }
     }
+}
+
+/* reference_ops::Softmax<int8_t, int8_t> for one row of n values (output zero point -128,
+ * scale 1/256). */
+static inline void mf_softmax_s8(const int8_t *in, int8_t *out, int32_t n,
+                                 int32_t input_beta_multiplier, int32_t input_beta_left_shift,
+                                 int32_t diff_min) {
+    mfi_softmax_s8_row(in, out, NULL, n, input_beta_multiplier, input_beta_left_shift,
+                       diff_min);
 }
 
 /* ---- inverse square root and log (RSQRT, L2_NORMALIZATION, LOG_SOFTMAX) ------------------- */
@@ -825,35 +840,12 @@ static inline void mf_softmax_s16(const int16_t *in, int16_t *out, int32_t n,
 }
 
 /* reference_ops::Softmax<int8_t, int16_t> for one row (output zero point -32768, scale
- * 1/65536): mf_softmax_s8's fixed-point pipeline, its result 16 bits wide. */
+ * 1/65536). */
 static inline void mf_softmax_s8_s16(const int8_t *in, int16_t *out, int32_t n,
                                      int32_t input_beta_multiplier,
                                      int32_t input_beta_left_shift, int32_t diff_min) {
-    int32_t max_in_row = INT8_MIN, sum_of_exps = 0, num_bits_over_unit, shifted_scale, exponent;
-    int32_t c;
-    for (c = 0; c < n; ++c) max_in_row = mf_max_i32(max_in_row, in[c]);
-    for (c = 0; c < n; ++c) {
-        int32_t diff = (int32_t)in[c] - max_in_row;
-        if (diff >= diff_min) {
-            int32_t scaled = mf_mbqm_gt1(diff, input_beta_multiplier, input_beta_left_shift);
-            sum_of_exps = mf_wrap_add_i32(
-                sum_of_exps, mf_rdbpot(mf_exp_on_negative_values(scaled, 5), 12));
-        }
-    }
-    shifted_scale = mf_get_reciprocal(sum_of_exps, 12, &num_bits_over_unit);
-    /* TFLM aborts (TFLITE_CHECK) outside [0, 31]: only for rows of 2^17+ values at the max */
-    exponent = mf_clamp(num_bits_over_unit + 31 - 16, 0, 31);
-    for (c = 0; c < n; ++c) {
-        int32_t diff = (int32_t)in[c] - max_in_row;
-        if (diff >= diff_min) {
-            int32_t scaled = mf_mbqm_gt1(diff, input_beta_multiplier, input_beta_left_shift);
-            int32_t e = mf_exp_on_negative_values(scaled, 5);
-            int32_t unsat = mf_rdbpot(mf_srdhm(shifted_scale, e), exponent);
-            out[c] = (int16_t)mf_clamp(unsat - 32768, INT16_MIN, INT16_MAX);
-        } else {
-            out[c] = INT16_MIN;
-        }
-    }
+    mfi_softmax_s8_row(in, NULL, out, n, input_beta_multiplier, input_beta_left_shift,
+                       diff_min);
 }
 
 #endif /* MCUFORGE_RT_H */
