@@ -61,7 +61,10 @@ def test_generated_api_has_reset_and_copies_state():
     assert "acc_reset();" in init and "state0_init" in init
 
 
-def test_board_ram_check_counts_the_state(tmp_path):
+def test_board_ram_check_counts_the_state(monkeypatch):
+    """A board with RAM for the arena and the stack but not the state block is refused."""
+    from dataclasses import replace
+
     from mcuforge import api
     from mcuforge.errors import McuforgeError
     t = {n: Tensor(n, (1000,), "float32") for n in ("x", "acc", "acc_next")}
@@ -69,7 +72,12 @@ def test_board_ram_check_counts_the_state(tmp_path):
                      ["acc_next"], state={"acc": "acc_next"}))
     plan = plan_graph(g)
     assert plan.state_size == 4000
-    with pytest.raises(McuforgeError, match="arena"):
-        api.check_fits(type("B", (), {"ram_size": plan.arena_size + 4096 + 100, "min_stack": 4096,
-                                      "flash_size": None, "name": "tiny"})(),
-                       plan.arena_size + plan.state_size, 0)
+    host = api.load_board("host")
+    for extra, fits in ((plan.state_size - 100, False), (plan.state_size, True)):
+        small = replace(host, ram_size=plan.arena_size + host.min_stack + extra)
+        monkeypatch.setattr(api, "load_board", lambda name, b=small: b)
+        if fits:
+            api.generate_project(g, "acc", "host")
+        else:
+            with pytest.raises(McuforgeError, match="bytes of RAM"):
+                api.generate_project(g, "acc", "host")
