@@ -402,15 +402,7 @@ def make_cases(rng) -> list:
             scale = np.float32(10 ** rng.uniform(-10, 3))
             add("mf_dequantize_s8_f32", q, fbits(scale), int(rng.integers(-128, 128)))
     # softmax rows with TFLM-prepared parameters
-    for _ in range(150):
-        params = qp.softmax_params(float(10 ** rng.uniform(-3, 1)), float(rng.uniform(0.1, 3)))
-        n = int(rng.integers(1, 64))
-        row = rng.integers(-128, 128, n)
-        if rng.random() < 0.2:
-            row[:] = row[0]
-        cases.append(("mf_softmax_s8", [n, *params, *row.tolist()]))
-    row = rng.integers(-128, 128, 4000)
-    cases.append(("mf_softmax_s8", [4000, *qp.softmax_params(0.05, 1.0), *row.tolist()]))
+    _softmax_s8_rows(rng, cases, "mf_softmax_s8", 4000)
     _math_family_cases(rng, add, cases)
     _binary_family_cases(rng, add)
     _stateful_family_cases(add)
@@ -434,15 +426,21 @@ def _int16_family_cases(rng, cases):
         if rng.random() < 0.2:
             row[:] = row[0]
         cases.append(("mf_softmax_s16", [n, mult, shift, *exp_lut, *recip_lut, *row.tolist()]))
+    _softmax_s8_rows(rng, cases, "mf_softmax_s8_s16", 3000)
+
+
+def _softmax_s8_rows(rng, cases, name, long_row):
+    """int8 softmax rows with TFLM-prepared parameters: short random rows (a fifth constant)
+    and one row of `long_row` values."""
     for _ in range(150):
         params = qp.softmax_params(float(10 ** rng.uniform(-3, 1)), float(rng.uniform(0.1, 3)))
         n = int(rng.integers(1, 64))
         row = rng.integers(-128, 128, n)
         if rng.random() < 0.2:
             row[:] = row[0]
-        cases.append(("mf_softmax_s8_s16", [n, *params, *row.tolist()]))
-    row = rng.integers(-128, 128, 3000)
-    cases.append(("mf_softmax_s8_s16", [3000, *qp.softmax_params(0.05, 1.0), *row.tolist()]))
+        cases.append((name, [n, *params, *row.tolist()]))
+    row = rng.integers(-128, 128, long_row)
+    cases.append((name, [long_row, *qp.softmax_params(0.05, 1.0), *row.tolist()]))
 
 
 def _stateful_family_cases(add):
