@@ -8,6 +8,10 @@ it must see the model before constant folding (which would turn the int8 weights
 It also gives the quantized ops float32 copies of float16 scales (exact; float32_scales), and
 records the output shapes of com.microsoft nodes that onnx's shape inference does not know
 (record_shapes). ORT_S8_TO_U8 marks fused nodes onnxruntime's x86 builds run as uint8.
+
+Version followed: onnxruntime 1.31.1, the version pinned in pyproject.toml's test extra
+(tests/test_onnx_quant.py compares with it bit for bit); recheck these formulas when the pin
+moves (1.32.0 computes com.microsoft QLinearSoftmax differently).
 """
 from __future__ import annotations
 

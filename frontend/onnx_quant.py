@@ -32,6 +32,10 @@ are in frontend/onnx_quant_lut.py.
 
 QuantizeLinear computes onnxruntime's formula exactly with generic float ops:
 saturate(round_half_even(x / scale) + zero_point).
+
+Version followed: onnxruntime 1.31.1, the version pinned in pyproject.toml's test extra
+(tests/test_onnx_quant.py compares with it bit for bit); recheck these formulas when the pin
+moves (1.32.0 computes com.microsoft QLinearSoftmax differently).
 """
 from __future__ import annotations
 

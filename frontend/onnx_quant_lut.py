@@ -5,6 +5,10 @@ They become the graph IR's int8 logistic / leaky_relu / where / softmax with
 requant="onnxruntime" (codegen_c/lower/lut_ort.py): onnxruntime's 256-entry lookup tables built
 at compile time in its float32 arithmetic, and its softmax kernel (float exp table, float sum).
 uint8 operands are carried as int8 twins (frontend/onnx_quant.py).
+
+Version followed: onnxruntime 1.31.1, the version pinned in pyproject.toml's test extra
+(tests/test_onnx_quant.py compares with it bit for bit); recheck these formulas when the pin
+moves (1.32.0 computes com.microsoft QLinearSoftmax differently).
 """
 from __future__ import annotations
 

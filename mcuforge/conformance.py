@@ -11,14 +11,12 @@ one program, each under its own C prefix, with a harness that dispatches by case
 """
 from __future__ import annotations
 
-import concurrent.futures as cf
 import json
 import multiprocessing
 import os
 import re
 import shutil
 import subprocess
-import sys
 import tempfile
 import time
 import warnings
@@ -28,10 +26,13 @@ from pathlib import Path
 
 import numpy as np
 
+from .errors import McuforgeError
+
 KINDS = ("node", "simple", "pytorch-converted", "pytorch-operator")
 CFLAGS = ["-O0", "-std=c99", "-Wall", "-Wextra", "-Werror", "-pedantic"]
 RUN_TIMEOUT = 30  # seconds per case: a runaway loop must not stall the suite
 BUILD_TIMEOUT = 600  # seconds per batch
+POOL_TIMEOUT = 2 * BUILD_TIMEOUT  # seconds without any batch finishing: a worker hung
 
 # Known exclusions: case name -> why it is expected not to pass. Listed cases still run and are
 # reported in a section of their own (never hidden); they do not count as failures. Every entry
@@ -564,13 +565,25 @@ def run_cases(cases: list, jobs: int | None = None, progress=None, batch: int = 
             out.update((r.name, r) for r in rs)
             bar.update(rs)
     else:
-        ctx = multiprocessing.get_context("fork" if sys.platform == "linux" else None)
-        with cf.ProcessPoolExecutor(jobs, mp_context=ctx, initializer=_warm_up) as pool:
-            for fut in cf.as_completed([pool.submit(run_batch, b) for b in batches]):
-                rs = fut.result()
-                out.update((r.name, r) for r in rs)
-                bar.update(rs)
+        for rs in pool_map(run_batch, batches, jobs, initializer=_warm_up):
+            out.update((r.name, r) for r in rs)
+            bar.update(rs)
     return [out[c.name] for c in cases]
+
+
+def pool_map(fn, items: list, jobs: int, timeout: float = POOL_TIMEOUT, initializer=None):
+    """fn(item) for every item on `jobs` worker processes, yielded as they finish. McuforgeError
+    when none finishes for `timeout` seconds; the workers are then terminated, hung or not."""
+    # spawn, not fork: a forked child inherits the parent's locks in whatever state its other
+    # threads left them (onnxruntime's thread pool, in a pytest worker), and once hung there
+    with multiprocessing.get_context("spawn").Pool(jobs, initializer=initializer) as pool:
+        results = pool.imap_unordered(fn, items)
+        for _ in items:
+            try:
+                yield results.next(timeout=timeout)
+            except multiprocessing.TimeoutError:
+                raise McuforgeError(f"no worker finished a task in {timeout:g} s: one hung "
+                                    "(run with --jobs 1 to see where)") from None
 
 
 def _warm_up():

@@ -2,14 +2,12 @@
 outputs equal tflite-micro's, the instruction counter is calibrated on a loop of known length,
 counts repeat exactly run to run, the bundled memcpy/memmove/memset/memcmp are right, and a
 trap ends the emulator with a message instead of hanging it."""
-import os
-import shutil
 import subprocess
 
 import numpy as np
 import pytest
 
-from conftest import MLPERF_INT8, mlperf_model
+from conftest import MLPERF_INT8, mlperf_model, require_tools
 from mcuforge import runner, tflm
 from mcuforge.api import compile as compile_model, load
 from mcuforge.boards import load_board
@@ -22,9 +20,7 @@ BOARD = "riscv32-virt"
 
 @pytest.fixture(autouse=True)
 def _tools():
-    for tool in ("riscv64-unknown-elf-gcc", "qemu-system-riscv32"):
-        if shutil.which(tool) is None:
-            (pytest.fail if os.environ.get("CI") else pytest.skip)(f"{tool} is not installed")
+    require_tools("riscv64-unknown-elf-gcc", "qemu-system-riscv32")
 
 
 def _inputs(model, n, seed):

@@ -1,13 +1,11 @@
 """Firmware on the emulated Cortex-M boards: outputs equal tflite-micro's, the instruction
 counter is validated on a loop of known length, and counts repeat exactly run to run."""
-import os
-import shutil
 import subprocess
 
 import numpy as np
 import pytest
 
-from conftest import MLPERF_INT8, mlperf_model
+from conftest import MLPERF_INT8, mlperf_model, require_tools
 from mcuforge import runner, tflm
 from mcuforge.api import compile as compile_model, load
 from mcuforge.boards import load_board
@@ -19,9 +17,7 @@ ARM_BOARDS = ("mps2-an385", "mps2-an386", "mps2-an500", "mps3-an547")
 
 @pytest.fixture(autouse=True)
 def _tools():
-    for tool in ("arm-none-eabi-gcc", "qemu-system-arm"):
-        if shutil.which(tool) is None:
-            (pytest.fail if os.environ.get("CI") else pytest.skip)(f"{tool} is not installed")
+    require_tools("arm-none-eabi-gcc", "qemu-system-arm")
 
 
 def _inputs(path, n, seed):

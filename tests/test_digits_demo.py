@@ -10,6 +10,7 @@ import onnx
 import pytest
 
 from mcuforge import digits_demo
+from conftest import unavailable
 
 TRAIN_SCRIPT = Path(__file__).parent / "models" / "train_digits.py"
 
@@ -28,7 +29,7 @@ def test_float_c_is_accurate_and_matches_onnxruntime(result):
 
 def test_int8_within_one_point_of_float(result):
     if not digits_demo.quantizer_available():
-        pytest.skip("mcuforge's quantizer (optimizer.quantize) is not in this tree")
+        unavailable("mcuforge's quantizer (optimizer.quantize) is not in this tree")
     assert result.int8_accuracy >= result.float_accuracy - 0.01
     assert result.tflm_equal  # the int8 C logits equal tflite-micro's on every image
     assert result.int8_weight_bytes < result.float_weight_bytes / 3  # int8 weights, int32 bias

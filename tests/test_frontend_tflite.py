@@ -1,12 +1,12 @@
 """frontend.tflite: the MLPerf Tiny models against independent readers, every op's attributes
 on hand-built one-op models, and every way a file can fail to be a usable model."""
-import os
 from pathlib import Path
 
 import flatbuffers
 import numpy as np
 import pytest
 import tflite
+from conftest import MLPERF_DIR, unavailable
 
 from frontend import load_model
 from frontend.tflite import load_tflite
@@ -14,8 +14,7 @@ from frontend.tflite_ops import CONVERTERS, resolve_padding
 from mcuforge.errors import ModelError, UnsupportedOpError
 from mcuforge.graph import Quant, verify
 
-REPO = Path(__file__).resolve().parents[1]
-MODELS = REPO.parent / "shared" / "models" / "mlperf_tiny"
+MODELS = MLPERF_DIR
 OP_NAMES = {v: k for k, v in vars(tflite.BuiltinOperator).items() if not k.startswith("_")}
 # TFLite op -> mcuforge op, written out independently of the frontend
 EXPECTED_OP = {"CONV_2D": "conv2d", "DEPTHWISE_CONV_2D": "depthwise_conv2d",
@@ -26,8 +25,7 @@ EXPECTED_OP = {"CONV_2D": "conv2d", "DEPTHWISE_CONV_2D": "depthwise_conv2d",
 def need(path):
     """The path of a shared model; skip when absent, fail when absent under CI."""
     if path is None or not path.exists():
-        fail_or_skip = pytest.fail if os.environ.get("CI") else pytest.skip
-        fail_or_skip(f"MLPerf Tiny models not found in {MODELS}")
+        unavailable(f"MLPerf Tiny models not found in {MODELS}")
     return path
 
 

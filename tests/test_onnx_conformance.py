@@ -11,6 +11,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 
 import numpy as np
 import onnx
@@ -19,8 +20,12 @@ from onnx import TensorProto, helper
 
 from mcuforge import conformance
 from mcuforge.conformance import Case, Progress, Result, compare, report, run_cases, summary
+from mcuforge.errors import McuforgeError
 
 MIN_PASS_RATE = 0.95
+# one xdist worker runs this file (.ci/test: --dist loadgroup), so the module fixture's whole
+# run (itself on every core) happens once, not once per worker
+pytestmark = pytest.mark.xdist_group("onnx_conformance")
 
 
 @pytest.fixture(scope="module")
@@ -48,6 +53,17 @@ def test_exclusions_name_real_cases_and_say_why(node_results):
 
 
 # ---- the runner's parts, on small cases made here ----------------------------------------
+
+def test_pool_map_yields_every_result():
+    assert sorted(conformance.pool_map(abs, [-3, -1, -2], jobs=2)) == [1, 2, 3]
+
+
+def test_pool_map_fails_on_a_hung_worker_instead_of_waiting():
+    start = time.monotonic()
+    with pytest.raises(McuforgeError, match="no worker finished a task in 3 s"):
+        list(conformance.pool_map(time.sleep, [0, 600], jobs=2, timeout=3))
+    assert time.monotonic() - start < 60  # the sleeping worker was terminated, not awaited
+
 
 def _case(name, nodes, inputs, outputs, feeds, expected, opset=13, rtol=1e-3, atol=1e-7):
     g = helper.make_graph(nodes, name, inputs, outputs)

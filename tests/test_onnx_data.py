@@ -8,6 +8,7 @@ import warnings
 import numpy as np
 import pytest
 from onnx import helper, numpy_helper
+from conftest import require
 
 from codegen_c.evaluate import run_graph
 from frontend.onnx import Unsupported, load_onnx
@@ -15,7 +16,7 @@ from mcuforge import runner
 from mcuforge.errors import UnsupportedOpError
 from optimizer.pipeline import optimize
 
-ort = pytest.importorskip("onnxruntime")
+ort = require("onnxruntime")
 
 F32, I64 = np.float32, np.int64
 RNG = np.random.default_rng(7)

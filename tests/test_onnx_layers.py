@@ -13,13 +13,14 @@ import zlib
 import numpy as np
 import pytest
 from onnx import TensorProto, helper, numpy_helper
+from conftest import require, unavailable
 
 from codegen_c.evaluate import run_graph
 from frontend.onnx import CONVERTERS, load_onnx
 from mcuforge import runner
 from mcuforge.errors import ModelError, UnsupportedOpError
 
-ort = pytest.importorskip("onnxruntime")
+ort = require("onnxruntime")
 
 RTOL, ATOL = 1e-4, 1e-5
 
@@ -62,7 +63,7 @@ def _needs(*ops):
     """Models mixing in operators other converters provide run when those exist."""
     missing = [op for op in ops if op not in CONVERTERS]
     if missing:
-        pytest.skip(f"no converter for {missing} in this tree")
+        unavailable(f"no converter for {missing} in this tree")
 
 
 # ---- single-operator models -------------------------------------------------------------

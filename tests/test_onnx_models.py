@@ -23,12 +23,13 @@ import numpy as np
 import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
+from conftest import require
 
 import mcuforge
 from mcuforge import runner
 from mcuforge.api import generate_project, load
 
-ort = pytest.importorskip("onnxruntime")
+ort = require("onnxruntime")
 
 MODELS_DIR = Path(__file__).resolve().parent / "models"
 MODELS = sorted(MODELS_DIR.glob("*.onnx"))

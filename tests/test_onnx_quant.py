@@ -35,13 +35,14 @@ import numpy as np
 import onnx
 import pytest
 from onnx import TensorProto as TP, helper, numpy_helper
+from conftest import require
 
 import codegen_c.model  # noqa: F401  (imported before onnxruntime.quantization, which puts
 import optimizer.pipeline  # noqa: F401  onnxruntime/transformers, with its optimizer.py, on sys.path)
 from frontend.onnx_quant import ORT_S8_TO_U8, fuse_qdq
 from mcuforge.runner import run
 
-ort = pytest.importorskip("onnxruntime")
+ort = require("onnxruntime")
 from onnxruntime.quantization import (CalibrationDataReader, QuantFormat,  # noqa: E402
                                       QuantType, quantize_static)
 

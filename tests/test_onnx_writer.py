@@ -17,7 +17,7 @@ import numpy as np
 import onnx
 import pytest
 
-from conftest import mlperf_model  # tests/ has no __init__.py: pytest puts it on sys.path
+from conftest import mlperf_model, require  # tests/ has no __init__.py: pytest puts it on sys.path
 from frontend.onnx_writer import write_onnx
 from frontend.tflite_writer import write_tflite
 from mcuforge.api import load
@@ -25,7 +25,7 @@ from mcuforge.graph import Graph, Node, Quant, Tensor, verify
 from optimizer.calibrate import run_graph
 from optimizer.pipeline import optimize
 
-ort = pytest.importorskip("onnxruntime")
+ort = require("onnxruntime")
 
 TOLERANCE = 1e-5  # of max|reference output|
 MLPERF = ["ad01_fp32", "kws_ref_model_float32", "pretrainedResnet", "vww_96_float"]

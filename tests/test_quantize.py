@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import mlperf_model
+from conftest import mlperf_model, require_tflm
 
 from frontend.tflite_writer import write_tflite
 from mcuforge import tflm
@@ -25,7 +25,7 @@ from optimizer.pipeline import optimize
 from optimizer.quantize import WEIGHTED, quantize_for_compile, quantize_graph
 from optimizer.rounding import gptq_round
 
-pytestmark = pytest.mark.skipif(not tflm.available(), reason="tflite-micro not installed")
+require_tflm()
 MODELS = Path(__file__).parent / "models"
 N_CAL, N_TEST = 50, 20
 # float model -> (MLCommons' int8 model, SQNR floor in dB). Measured with the defaults on these

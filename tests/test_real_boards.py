@@ -10,7 +10,6 @@ rodata + data) within the flash size and RAM use (data + bss) plus a 4 KB stack 
 size. A model that does not fit must be refused by `mcuforge compile` with exit status 2 and the
 numbers; all five fit all three boards, so a board shrunk to one byte too small stands in."""
 import dataclasses
-import os
 import re
 import shutil
 import struct
@@ -20,7 +19,7 @@ from pathlib import Path
 import pytest
 
 import mcuforge.api
-from conftest import MLPERF_INT8, mlperf_model
+from conftest import MLPERF_INT8, mlperf_model, require_tools
 from mcuforge import cli
 from mcuforge.api import check_fits, default_name
 from mcuforge.boards import board_dir, load_board
@@ -34,8 +33,7 @@ STACK = 4096  # RAM kept free for the stack, at least
 
 @pytest.fixture
 def arm_gcc():
-    if shutil.which(CROSS + "gcc") is None:
-        (pytest.fail if os.environ.get("CI") else pytest.skip)(f"{CROSS}gcc is not installed")
+    require_tools(CROSS + "gcc")
 
 
 def tool(*args) -> str:

@@ -5,10 +5,12 @@ import numpy as np
 import pytest
 
 from frontend.tflite_flatbuffer import TflOp, TflSubgraph, write_model
-from mcuforge import conformance, conformance_tflite, tflm
+from mcuforge import conformance, conformance_tflite
 from mcuforge.tflite_cases import all_cases, q, single, tensor
+from conftest import require_tflm
 
-pytestmark = pytest.mark.skipif(not tflm.available(), reason="tflite-micro is not installed")
+require_tflm()
+pytestmark = pytest.mark.xdist_group("tflite_conformance")  # the module fixture runs once
 
 
 @pytest.fixture(scope="module")

@@ -6,11 +6,12 @@ import numpy as np
 import pytest
 
 from frontend.tflite import load_tflite
-from mcuforge import conformance, conformance_tflite, tflm
+from mcuforge import conformance, conformance_tflite
 from mcuforge.graph import Graph, Node, Tensor
 from mcuforge.tflite_cases import shape as shape_cases
 from optimizer.fold import fold_constants
 from optimizer.pipeline import optimize
+from conftest import require_tflm
 
 CASES = [shape_cases.flatten_by_shape_case(), shape_cases.flatten_by_concat_case()]
 
@@ -55,8 +56,8 @@ def test_the_optimizer_folds_slice_concat_and_tile():
     assert g.tensors["d"].data.tolist() == [2, 4, -1, 2, 4, -1]
 
 
-@pytest.mark.skipif(not tflm.available(), reason="tflite-micro is not installed")
 def test_outputs_equal_tflm():
+    require_tflm()
     cases = conformance_tflite.load_cases("flatten_by")
     assert sorted(c.name for c in cases) == sorted(c.name for c in CASES)
     for c in cases:  # the reference really is the input reshaped

@@ -8,7 +8,9 @@ shows up as a mismatch against tflite-micro.
 import numpy as np
 import pytest
 import tflite
+from conftest import require
 
+from frontend.tflite import load_tflite
 from frontend.tflite_writer import write_tflite
 from mcuforge.demo import demo_model, demo_tflite_bytes
 from mcuforge.graph import Graph, Node, Tensor
@@ -213,7 +215,7 @@ def test_demo_model_runs_and_is_not_degenerate():
 @pytest.mark.parametrize("name,graph", CASES, ids=[c[0] for c in CASES])
 def test_case_runs_in_litert_like_tflm(name, graph):
     # the full TFLite interpreter is stricter than TFLM in places (e.g. int8 CONV_2D needs a bias)
-    litert = pytest.importorskip("ai_edge_litert.interpreter")
+    litert = require("ai_edge_litert.interpreter")
     buf = write_tflite(graph)
     it = litert.Interpreter(model_content=buf,
                             experimental_op_resolver_type=litert.OpResolverType.BUILTIN_REF)
@@ -229,8 +231,7 @@ def test_case_runs_in_litert_like_tflm(name, graph):
 
 @pytest.mark.parametrize("name,graph", CASES, ids=[c[0] for c in CASES])
 def test_round_trip_through_reader(name, graph):
-    reader = pytest.importorskip("frontend.tflite")
-    back = reader.load_tflite(write_tflite(graph))
+    back = load_tflite(write_tflite(graph))
     assert [n.op for n in back.nodes] == [n.op for n in graph.nodes]
     for want, got in zip(graph.nodes, back.nodes):
         for key, value in want.attrs.items():

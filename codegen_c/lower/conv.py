@@ -3,7 +3,12 @@ acc = bias + sum((x - x_zp) * w), then per-channel MultiplyByQuantizedMultiplier
 Nodes with requant="onnxruntime" (quantized ONNX imports) rescale as onnxruntime does instead:
 float32 acc * scale, round half to even (see _requant_ort).
 Float tensors take the same loops with float arithmetic. conv2d may be grouped (ONNX): weights
-OHWI with I = C / groups, output channel group g reading input channels g*I .. g*I + I-1."""
+OHWI with I = C / groups, output channel group g reading input channels g*I .. g*I + I-1.
+
+Version followed: onnxruntime 1.31.1, the version pinned in pyproject.toml's test extra
+(tests/test_onnx_quant.py compares with it bit for bit); recheck these formulas when the pin
+moves (1.32.0 computes com.microsoft QLinearSoftmax differently).
+"""
 from __future__ import annotations
 
 import numpy as np

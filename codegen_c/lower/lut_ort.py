@@ -47,6 +47,10 @@ Softmax (qlinear_softmax.cc, EXP_OUT_DTYPE float), rows along "axis":
   otherwise).
 
 Index arithmetic stays in int32; the float statements are single operations (no contraction).
+
+Version followed: onnxruntime 1.31.1, the version pinned in pyproject.toml's test extra
+(tests/test_onnx_quant.py compares with it bit for bit); recheck these formulas when the pin
+moves (1.32.0 computes com.microsoft QLinearSoftmax differently).
 """
 from __future__ import annotations
 

@@ -18,6 +18,10 @@ move with the zero point).
 Quantization read from the tensors (mcuforge.graph.Quant): a and y per tensor; b per tensor or
 per column, i.e. per axis on its last axis (scales and zero points N long). No new node
 attribute: the node carries only requant="onnxruntime".
+
+Version followed: onnxruntime 1.31.1, the version pinned in pyproject.toml's test extra
+(tests/test_onnx_quant.py compares with it bit for bit); recheck these formulas when the pin
+moves (1.32.0 computes com.microsoft QLinearSoftmax differently).
 """
 from __future__ import annotations
 

@@ -20,6 +20,10 @@ Two paths, chosen as onnxruntime chooses them:
 The float path keeps the product and the sum in separate statements, so no compiler contracts
 them into a fused multiply-add (onnxruntime's x86 build does not). No libm: the rounding is
 mf_round_even_f32_to_i32. The fused activation, if any, is the clamp of the int8 result.
+
+Version followed: onnxruntime 1.31.1, the version pinned in pyproject.toml's test extra
+(tests/test_onnx_quant.py compares with it bit for bit); recheck these formulas when the pin
+moves (1.32.0 computes com.microsoft QLinearSoftmax differently).
 """
 from __future__ import annotations
 
