@@ -1,6 +1,5 @@
 """frontend.tflite: the MLPerf Tiny models against independent readers, every op's attributes
 on hand-built one-op models, and every way a file can fail to be a usable model."""
-from pathlib import Path
 
 import flatbuffers
 import numpy as np
