@@ -10,6 +10,8 @@ from pathlib import Path
 
 import numpy as np
 
+from codegen_c.names import printable
+
 from .errors import McuforgeError, ModelNote
 
 DESCRIPTION = """\
@@ -37,7 +39,7 @@ def _cmd_compile(a) -> int:
     if a.quantize:  # the user quantizes inputs / dequantizes outputs with these
         from optimizer.quantize import io_params
         for kind, tname, dtype, q in io_params(r.graph):
-            print(f"{kind} '{tname}': {dtype}, int8 scale {q.scale[0]!r} "
+            print(f"{kind} '{printable(tname)}': {dtype}, int8 scale {q.scale[0]!r} "
                   f"zero point {q.zero_point[0]}")
     if a.emit_tflite:
         print(f"wrote {a.emit_tflite}")
@@ -93,7 +95,7 @@ def _cmd_info(a) -> int:
     if a.json:
         print(json.dumps(info, indent=2))
         return 0
-    print(f"model {info['model']}")
+    print(f"model {printable(info['model'])}")
     print(f"  ops: {', '.join(f'{k} x{v}' for k, v in info['ops'].items())}")
     print(f"  MACs: {info['macs']:,}")
     print(f"  weights: {info['weight_bytes']:,} bytes")
@@ -104,7 +106,7 @@ def _cmd_info(a) -> int:
     for kind in ("inputs", "outputs"):
         for t in info[kind]:
             q = "" if t["scale"] is None else f" scale {t['scale']} zero point {t['zero_point']}"
-            print(f"  {kind[:-1]} '{t['name']}': {t['dtype']}{t['shape']}{q}")
+            print(f"  {kind[:-1]} '{printable(t['name'])}': {t['dtype']}{t['shape']}{q}")
     print(f"  tensors: {info['tensors']}")
     return 0
 
@@ -295,7 +297,7 @@ def parser() -> argparse.ArgumentParser:
 
 def _show_note(message, category, *args, **kwargs):
     if issubclass(category, ModelNote):
-        print(f"mcuforge: note: {message}", file=sys.stderr)
+        print(f"mcuforge: note: {printable(message, keep_newlines=True)}", file=sys.stderr)
     else:
         _default_showwarning(message, category, *args, **kwargs)
 
@@ -309,7 +311,8 @@ def main(argv=None) -> int:
     try:
         return a.fn(a)
     except McuforgeError as e:
-        print(f"mcuforge: error: {e}", file=sys.stderr)
+        # messages quote model strings (tensor names): no escape sequence reaches the terminal
+        print(f"mcuforge: error: {printable(e, keep_newlines=True)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return 130
