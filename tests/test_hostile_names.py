@@ -236,3 +236,37 @@ def test_c_identifier_safe_and_unique():
 def test_printable():
     assert printable("a\x1b[31mb\nc\u202e") == "a\\x1b[31mb\\x0ac\\u202e"
     assert printable("caf\u00e9\nx", keep_newlines=True) == "caf\u00e9\nx"
+
+
+def test_tflite_control_flow_hostile_subgraph_names(tmp_path):
+    """IF: subgraph names and the tensors copied in and out reach comments of their own."""
+    from ai_edge_litert.interpreter import Interpreter
+    from frontend.tflite_flatbuffer import TflOp, TflSubgraph, write_model
+    from mcuforge.tflite_cases import tensor
+    c, a, y = HOSTILE[0], HOSTILE[1], HOSTILE[3]
+    main = [tensor(c, (1,), "bool"), tensor(a, (4,), "float32"), tensor(y, (4,), "float32")]
+    ops = [TflOp("IF", (c, a), (y,), {"then_subgraph_index": 1, "else_subgraph_index": 2})]
+
+    def branch(name, op):
+        p, out = HOSTILE[4], HOSTILE[5]
+        return TflSubgraph([tensor(p, (4,), "float32"), tensor(out, (4,), "float32")],
+                           [TflOp(op, (p,), (out,))], [p], [out], name)
+    data = write_model([TflSubgraph(main, ops, [c, a], [y], HOSTILE[6]),
+                        branch(HOSTILE[7], "ABS"), branch(HOSTILE[8], "NEG")])
+    out = tmp_path / "out"
+    mcuforge.compile(data, out, name="cf")
+    check_project(out)
+    build_project(out)
+    model = tmp_path / "cf.tflite"
+    model.write_bytes(data)
+    x = np.array([1.5, -2.0, 0.0, 3.25], np.float32)
+    for cond in (True, False):
+        it = Interpreter(model_content=data)
+        it.allocate_tensors()
+        ins = it.get_input_details()
+        it.set_tensor(ins[0]["index"], np.array([cond]))
+        it.set_tensor(ins[1]["index"], x)
+        it.invoke()
+        want = it.get_tensor(it.get_output_details()[0]["index"])
+        got = run(model, {c: np.array([cond]), a: x})
+        np.testing.assert_array_equal(got, want)
