@@ -75,13 +75,23 @@ def _load_npy(path: str):
 def _cmd_run(a) -> int:
     from .api import load
     from .runner import run
-    load(a.model, a.input_shapes)  # a missing or broken model file is reported by its path
+    graph = load(a.model, a.input_shapes)  # a missing or broken model is reported by its path
+    suffix = Path(a.output).suffix.lower()
+    if suffix not in (".npy", ".npz"):
+        raise McuforgeError(f"cannot write outputs to {a.output}: give --output a .npy or .npz "
+                            "file name")
+    if suffix == ".npy" and len(graph.outputs) > 1:
+        raise McuforgeError(f"the model has {len(graph.outputs)} outputs: give --output a .npz "
+                            f"file name (a .npy holds one array)")
     outputs = run(a.model, _load_npy(a.input), board=a.board, input_shapes=a.input_shapes)
-    try:
-        if isinstance(outputs, dict):
-            np.savez(a.output, **outputs)
-        else:
-            np.save(a.output, outputs)
+    if not isinstance(outputs, dict) and suffix == ".npz":
+        outputs = {graph.outputs[0]: outputs}
+    try:  # through a file object: numpy would append .npy / .npz to a name
+        with open(a.output, "wb") as f:
+            if suffix == ".npz":
+                np.savez(f, **outputs)
+            else:
+                np.save(f, outputs)
     except OSError as e:
         raise McuforgeError(f"cannot write outputs to {a.output}: {e.strerror or e}") from None
     print(f"wrote {a.output}")
@@ -238,7 +248,9 @@ def parser() -> argparse.ArgumentParser:
     r.add_argument("--input", required=True,
                    help=".npy with one input, or a batch along a new leading axis; "
                         ".npz keyed by input name for several inputs")
-    r.add_argument("--output", required=True, help=".npy (.npz for several outputs)")
+    r.add_argument("--output", required=True,
+                   help="where to write the outputs, exactly this file: a .npy (one output), or a "
+                        ".npz keyed by output name (any number of outputs)")
     r.add_argument("--board", default="host", help="target board (default: host)")
     _add_input_shape(r)
     r.set_defaults(fn=_cmd_run)

@@ -62,11 +62,15 @@ def split_inputs(graph, inputs) -> tuple:
         inputs = [inputs]
     elif isinstance(inputs, dict):
         names = list(graph.inputs)
-        keyed = [inputs.get(n, inputs.get(f"arr_{i}")) for i, n in enumerate(names)]
-        if any(k is None for k in keyed):
+        keys = [n if n in inputs else f"arr_{i}" for i, n in enumerate(names)]
+        if any(k not in inputs for k in keys):
             raise McuforgeError(f"inputs must be named {names} (or arr_0, arr_1, ...); "
                                 f"got {sorted(inputs)}")
-        inputs = keyed
+        extra = sorted(set(inputs) - set(keys))
+        if extra:  # a misspelt or stale array would otherwise be dropped silently
+            raise McuforgeError(f"{extra} are not inputs of the model (its inputs: {names}); "
+                                "remove them")
+        inputs = [inputs[k] for k in keys]
     if len(inputs) != len(graph.inputs):
         raise McuforgeError(f"the model has {len(graph.inputs)} inputs, got {len(inputs)}")
     batched = None
