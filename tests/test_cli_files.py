@@ -75,3 +75,78 @@ def test_run_refuses_input_arrays_the_model_does_not_have(work):
     np.savez(work / "good.npz", x=X)  # the control: the same without the extras
     r = mcuforge("run", "relu.tflite", "--input", "good.npz", "--output", "y.npy", cwd=work)
     assert r.returncode == 0, r.stderr
+
+
+# --- the build cache (item 18) ----------------------------------------------------------------
+
+def _env(cache, path_prefix=None):
+    env = os.environ.copy()
+    env["MCUFORGE_CACHE"] = str(cache)
+    if path_prefix:
+        env["PATH"] = f"{path_prefix}{os.pathsep}{env['PATH']}"
+    return env
+
+
+def _run(work, cache, out, **kw):
+    import subprocess
+    import sys
+    return subprocess.Popen([sys.executable, "-m", "mcuforge.cli", "run", "relu.tflite",
+                             "--input", "x.npy", "--output", out], cwd=work,
+                            env=_env(cache, **kw), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+
+
+@pytest.mark.parametrize("damage", ["half_exe", "no_exe", "only_makefile", "garbage_file"])
+def test_a_damaged_cache_entry_is_rebuilt(work, monkeypatch, damage):
+    from mcuforge.runner import run
+    monkeypatch.setenv("MCUFORGE_CACHE", str(work / "cache"))
+    want = np.maximum(X, 0)
+    np.testing.assert_array_equal(run(work / "relu.tflite", X), want)
+    [entry] = [p for p in (work / "cache").iterdir() if p.is_dir()]
+    exe = entry / "model"
+    if damage == "half_exe":  # killed while linking
+        exe.write_bytes(exe.read_bytes()[:exe.stat().st_size // 2])
+    elif damage == "no_exe":
+        exe.unlink()
+    elif damage == "only_makefile":
+        for p in entry.iterdir():
+            if p.name != "Makefile":
+                p.unlink()
+    else:
+        exe.write_bytes(b"#!/bin/sh\nexit 3\n")
+    np.testing.assert_array_equal(run(work / "relu.tflite", X), want)
+
+
+def test_a_run_killed_while_linking_does_not_break_later_runs(work, tmp_path):
+    """A `make` that leaves a partial executable and hangs: SIGKILL the run, then run again."""
+    import signal
+    import time
+    fake = tmp_path / "fakebin"
+    fake.mkdir()
+    (fake / "make").write_text('#!/bin/sh\nwhile [ "$1" != "-C" ]; do shift; done\n'
+                               'printf "\\177ELF partial" > "$2/model"\nchmod +x "$2/model"\n'
+                               'sleep 120\n')
+    (fake / "make").chmod(0o755)
+    cache = work / "cache"
+    p = _run(work, cache, "y.npy", path_prefix=fake)
+    deadline = time.time() + 60
+    while not list(cache.rglob("model")) and time.time() < deadline and p.poll() is None:
+        time.sleep(0.05)
+    assert list(cache.rglob("model")), p.communicate()
+    os.killpg(p.pid, signal.SIGKILL)
+    p.communicate()
+    r = _run(work, cache, "y.npy")
+    out, err = r.communicate(timeout=120)
+    assert r.returncode == 0, err
+    np.testing.assert_array_equal(np.load(work / "y.npy"), np.maximum(X, 0))
+
+
+def test_concurrent_runs_of_one_model_share_the_cache(work):
+    cache = work / "cache"
+    procs = [_run(work, cache, f"y{k}.npy") for k in range(3)]
+    for p in procs:
+        out, err = p.communicate(timeout=300)
+        assert p.returncode == 0, err
+    for k in range(3):
+        np.testing.assert_array_equal(np.load(work / f"y{k}.npy"), np.maximum(X, 0))
+    assert len([p for p in cache.iterdir() if p.is_dir()]) == 1  # no temporary left over
