@@ -6,7 +6,6 @@ itself is C control flow around calls of those functions, with memcpy moving val
 its tensors and the subgraphs' inputs and outputs, as tflite-micro's kernels do."""
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -17,6 +16,7 @@ from mcuforge.resources import render
 from optimizer.memory_plan import MemoryPlan
 
 from . import printer
+from .names import c_comment, c_identifier
 from .lower import lower_node
 
 
@@ -91,16 +91,11 @@ class GeneratedModel:
     outputs: list
 
 
-def c_identifier(text: str, limit: int = 40) -> str:
-    s = re.sub(r"[^0-9A-Za-z]+", "_", text).strip("_")
-    return (s[:limit].rstrip("_") or "t")
-
-
 def short_name(tensor_name: str) -> str:
     """A readable C fragment of a framework tensor name ('a/b/Relu;a/b/BiasAdd' -> 'b_Relu')."""
     first = tensor_name.split(";")[0]
     parts = [p for p in first.split("/") if p]
-    return c_identifier("_".join(parts[-2:]) if parts else first, 32)
+    return c_identifier("_".join(parts[-2:]) if parts else first, limit=32)
 
 
 def _port(g: Graph, name: str, index: int, offset: int) -> Port:
@@ -141,10 +136,6 @@ def _all_nodes(g: Graph):
             yield from _all_nodes(s)
 
 
-def _comment(text: str) -> str:
-    return " ".join(text.replace("*/", "* /").split())
-
-
 class _Emitter:
     """The kernels, file-scope definitions and subgraph functions of a model, collected while
     its graph and (depth first) its subgraphs are walked. Subgraph functions are listed after
@@ -183,7 +174,7 @@ class _Emitter:
                 const = "const " if b.kind == "in" else ""
                 args.append(f"({const}{printer.C_TYPES[b.dtype]} *){_address(plan, tname, base)}")
             comment = f"{node.op} -> {node.outputs[0]}"
-            calls.append(LayerCall(k.name, comment.replace("*/", "* /"), args))
+            calls.append(LayerCall(k.name, c_comment(comment), args))
             self.definitions.append(printer.print_kernel(k, names))
         return calls
 
@@ -192,7 +183,7 @@ class _Emitter:
         t = g.tensors[tensor]
         if not t.is_const:
             return _address(plan, tensor, base)
-        name = f"{self.name}_c{len(self.definitions)}_{c_identifier(short_name(tensor), 24)}"
+        name = f"{self.name}_c{len(self.definitions)}_{c_identifier(short_name(tensor), limit=24)}"
         self.definitions.append(printer.print_array(name, t.dtype, t.data))
         return name
 
@@ -205,7 +196,7 @@ class _Emitter:
             self.subgraph_count += 1
             run = _Run(f"{self.name}_sg{k}", sub, sub_plan, base + offset)
             self.functions.append(SubgraphFunction(
-                run.function, _comment(f"{attr.replace('_graph', '')} of {node.op} -> "
+                run.function, c_comment(f"{attr.replace('_graph', '')} of {node.op} -> "
                                        f"{node.outputs[0]}: {sub.name}"),
                 self.calls(sub, sub_plan, run.base, f"sg{k}_")))
             runs.append(run)
@@ -245,7 +236,7 @@ class _Emitter:
                                + out_of(body)),
                       "}"]
             comment = f"while -> {node.outputs[0]}: cond {cond.function}, body {body.function}"
-        return LayerCall("", _comment(comment), [], lines)
+        return LayerCall("", c_comment(comment), [], lines)
 
 
 @dataclass
@@ -269,7 +260,7 @@ class _Run:
 
 
 def _copy(dst: str, src: str, nbytes: int, what: str) -> str:
-    return f"memcpy({dst}, {src}, {nbytes});  /* {_comment(what)} */"
+    return f"memcpy({dst}, {src}, {nbytes});  /* {c_comment(what)} */"
 
 
 def _indent(lines: list) -> list:
@@ -290,14 +281,14 @@ def _state(g: Graph, plan: MemoryPlan, consts: list) -> tuple:
     for k, (name, nxt) in enumerate(g.state.items()):
         t = g.tensors[name]
         dst = _address(plan, name)
-        label = f"state '{name}' {t.dtype}{list(t.shape)}"
+        label = c_comment(f"state '{name}' {t.dtype}{list(t.shape)}")
         if g.tensors[nxt].is_const:
             src = f"state{k}_next"
             consts.append(printer.print_array(src, t.dtype, g.tensors[nxt].data))
         else:
             src = _address(plan, nxt)
         if src != dst:
-            copies.append(StateCopy(f"{label} <- '{nxt}'", dst, src, t.nbytes))
+            copies.append(StateCopy(f"{label} <- '{c_comment(nxt)}'", dst, src, t.nbytes))
         # tflite-micro's default: the zero point byte for int8 state, else zeros
         default = int(t.quant.zero_point[0]) & 0xFF if t.dtype == "int8" and t.quant else 0
         init = g.state_init.get(name)

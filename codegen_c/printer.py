@@ -10,6 +10,7 @@ import math
 import numpy as np
 
 from . import loop_ir as ir
+from .names import c_comment
 
 C_TYPES = {"int8": "int8_t", "uint8": "uint8_t", "int16": "int16_t", "int32": "int32_t",
            "int64": "int64_t", "float32": "float", "bool": "uint8_t"}
@@ -147,7 +148,7 @@ class Printer:
             elif t is ir.CallStmt:
                 out.append(f"{pad}{s.fn}({', '.join(self.text(a) for a in s.args)});")
             elif t is ir.Comment:
-                out.append(f"{pad}/* {s.text} */")
+                out.append(f"{pad}/* {c_comment(s.text)} */")
             else:
                 raise TypeError(f"cannot print {s!r}")
         return out
@@ -165,7 +166,7 @@ def print_kernel(k: ir.Kernel, const_names: dict) -> str:
     """The C function of one kernel; const buffers are referred to by their file-scope names."""
     lines = []
     if k.doc:
-        lines.append("/* " + "\n * ".join(k.doc.splitlines()) + " */")
+        lines.append("/* " + "\n * ".join(map(c_comment, k.doc.splitlines())) + " */")
     lines.append(kernel_signature(k) + " {")
     lines += Printer(const_names).stmts(k.body, 1)
     lines.append("}")

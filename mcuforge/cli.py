@@ -10,6 +10,8 @@ from pathlib import Path
 
 import numpy as np
 
+from codegen_c.names import printable
+
 from .errors import McuforgeError, ModelNote
 
 DESCRIPTION = """\
@@ -37,7 +39,7 @@ def _cmd_compile(a) -> int:
     if a.quantize:  # the user quantizes inputs / dequantizes outputs with these
         from optimizer.quantize import io_params
         for kind, tname, dtype, q in io_params(r.graph):
-            print(f"{kind} '{tname}': {dtype}, int8 scale {q.scale[0]!r} "
+            print(f"{kind} '{printable(tname)}': {dtype}, int8 scale {q.scale[0]!r} "
                   f"zero point {q.zero_point[0]}")
     if a.emit_tflite:
         print(f"wrote {a.emit_tflite}")
@@ -73,13 +75,23 @@ def _load_npy(path: str):
 def _cmd_run(a) -> int:
     from .api import load
     from .runner import run
-    load(a.model, a.input_shapes)  # a missing or broken model file is reported by its path
+    graph = load(a.model, a.input_shapes)  # a missing or broken model is reported by its path
+    suffix = Path(a.output).suffix.lower()
+    if suffix not in (".npy", ".npz"):
+        raise McuforgeError(f"cannot write outputs to {a.output}: give --output a .npy or .npz "
+                            "file name")
+    if suffix == ".npy" and len(graph.outputs) > 1:
+        raise McuforgeError(f"the model has {len(graph.outputs)} outputs: give --output a .npz "
+                            f"file name (a .npy holds one array)")
     outputs = run(a.model, _load_npy(a.input), board=a.board, input_shapes=a.input_shapes)
-    try:
-        if isinstance(outputs, dict):
-            np.savez(a.output, **outputs)
-        else:
-            np.save(a.output, outputs)
+    if not isinstance(outputs, dict) and suffix == ".npz":
+        outputs = {graph.outputs[0]: outputs}
+    try:  # through a file object: numpy would append .npy / .npz to a name
+        with open(a.output, "wb") as f:
+            if suffix == ".npz":
+                np.savez(f, **outputs)
+            else:
+                np.save(f, outputs)
     except OSError as e:
         raise McuforgeError(f"cannot write outputs to {a.output}: {e.strerror or e}") from None
     print(f"wrote {a.output}")
@@ -93,7 +105,7 @@ def _cmd_info(a) -> int:
     if a.json:
         print(json.dumps(info, indent=2))
         return 0
-    print(f"model {info['model']}")
+    print(f"model {printable(info['model'])}")
     print(f"  ops: {', '.join(f'{k} x{v}' for k, v in info['ops'].items())}")
     print(f"  MACs: {info['macs']:,}")
     print(f"  weights: {info['weight_bytes']:,} bytes")
@@ -104,7 +116,7 @@ def _cmd_info(a) -> int:
     for kind in ("inputs", "outputs"):
         for t in info[kind]:
             q = "" if t["scale"] is None else f" scale {t['scale']} zero point {t['zero_point']}"
-            print(f"  {kind[:-1]} '{t['name']}': {t['dtype']}{t['shape']}{q}")
+            print(f"  {kind[:-1]} '{printable(t['name'])}': {t['dtype']}{t['shape']}{q}")
     print(f"  tensors: {info['tensors']}")
     return 0
 
@@ -236,7 +248,9 @@ def parser() -> argparse.ArgumentParser:
     r.add_argument("--input", required=True,
                    help=".npy with one input, or a batch along a new leading axis; "
                         ".npz keyed by input name for several inputs")
-    r.add_argument("--output", required=True, help=".npy (.npz for several outputs)")
+    r.add_argument("--output", required=True,
+                   help="where to write the outputs, exactly this file: a .npy (one output), or a "
+                        ".npz keyed by output name (any number of outputs)")
     r.add_argument("--board", default="host", help="target board (default: host)")
     _add_input_shape(r)
     r.set_defaults(fn=_cmd_run)
@@ -295,7 +309,7 @@ def parser() -> argparse.ArgumentParser:
 
 def _show_note(message, category, *args, **kwargs):
     if issubclass(category, ModelNote):
-        print(f"mcuforge: note: {message}", file=sys.stderr)
+        print(f"mcuforge: note: {printable(message, keep_newlines=True)}", file=sys.stderr)
     else:
         _default_showwarning(message, category, *args, **kwargs)
 
@@ -309,7 +323,8 @@ def main(argv=None) -> int:
     try:
         return a.fn(a)
     except McuforgeError as e:
-        print(f"mcuforge: error: {e}", file=sys.stderr)
+        # messages quote model strings (tensor names): no escape sequence reaches the terminal
+        print(f"mcuforge: error: {printable(e, keep_newlines=True)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return 130

@@ -16,10 +16,14 @@ def data_dir(package: str) -> Path:
 
 @functools.lru_cache(maxsize=1)
 def _env() -> jinja2.Environment:
-    return jinja2.Environment(
+    from codegen_c.names import c_comment, c_string
+    env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(str(data_dir("templates"))),
         undefined=jinja2.StrictUndefined, keep_trailing_newline=True,
         trim_blocks=True, lstrip_blocks=True, autoescape=False)
+    # model strings (names) go through these in every template: see codegen_c/names.py
+    env.filters.update(c_comment=c_comment, c_string=c_string)
+    return env
 
 
 def render(template: str, context: dict) -> str:

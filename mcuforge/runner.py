@@ -1,9 +1,13 @@
 """Build a generated project and run it on numpy inputs (host board), with a compile cache."""
 from __future__ import annotations
 
+import fcntl
 import hashlib
+import json
 import os
+import shutil
 import subprocess
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -48,12 +52,67 @@ def compiled_project(model, board: str = "host", sanitize: bool = False, graph=N
     shapes = sorted((k, tuple(v)) for k, v in (input_shapes or {}).items())
     key = hashlib.sha256(data + f"|{board}|{sanitize}|{shapes}|".encode()
                          + _code_hash().encode())
-    project = cache_root() / key.hexdigest()[:24]
-    exe = project / "model"
-    if not exe.is_file():
+
+    def make(project: Path) -> None:
         compile_model(data, project, board=board, name="model", input_shapes=input_shapes)
         build(project, "model", sanitize)
-    return project, exe, graph
+
+    project = cache_entry(cache_root() / key.hexdigest()[:24], make)
+    return project, project / "model", graph
+
+
+_DONE = ".mcuforge-done"  # in a finished cache entry: {file: sha256} of what it was made of
+
+
+@contextmanager
+def cache_lock(entry: Path):
+    """Holds an exclusive lock on a cache entry (a lock file beside it) for the block."""
+    entry.parent.mkdir(parents=True, exist_ok=True)
+    with open(entry.with_name(entry.name + ".lock"), "a+b") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def _digests(folder: Path) -> dict:
+    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(folder.rglob("*")) if p.is_file() and p.name != _DONE}
+
+
+def _intact(entry: Path) -> bool:
+    """A finished entry whose files are all still as they were made."""
+    try:
+        done = json.loads((entry / _DONE).read_text())
+        return all(hashlib.sha256((entry / f).read_bytes()).hexdigest() == h
+                   for f, h in done.items())
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
+def cache_entry(entry: Path, make) -> Path:
+    """The cache folder `entry`, made by `make(folder)` unless a finished, intact one is there.
+    Made under a per-entry lock (concurrent runs of one model build it once) in a temporary
+    sibling renamed into place when complete, so a run killed while building leaves at most a
+    temporary folder, removed by the next build, never an entry that looks finished."""
+    with cache_lock(entry):
+        if _intact(entry):
+            return entry
+        for old in entry.parent.glob(entry.name + ".tmp-*"):  # left by killed runs
+            shutil.rmtree(old, ignore_errors=True)
+        tmp = entry.with_name(f"{entry.name}.tmp-{os.getpid()}")
+        try:
+            make(tmp)
+            (tmp / _DONE).write_text(json.dumps(_digests(tmp)))
+            if entry.exists():  # an unfinished or damaged entry (older mcuforge, disk full)
+                trash = entry.with_name(f"{entry.name}.tmp-{os.getpid()}-old")
+                os.rename(entry, trash)
+                shutil.rmtree(trash, ignore_errors=True)
+            os.rename(tmp, entry)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+    return entry
 
 
 def split_inputs(graph, inputs) -> tuple:
@@ -62,11 +121,15 @@ def split_inputs(graph, inputs) -> tuple:
         inputs = [inputs]
     elif isinstance(inputs, dict):
         names = list(graph.inputs)
-        keyed = [inputs.get(n, inputs.get(f"arr_{i}")) for i, n in enumerate(names)]
-        if any(k is None for k in keyed):
+        keys = [n if n in inputs else f"arr_{i}" for i, n in enumerate(names)]
+        if any(k not in inputs for k in keys):
             raise McuforgeError(f"inputs must be named {names} (or arr_0, arr_1, ...); "
                                 f"got {sorted(inputs)}")
-        inputs = keyed
+        extra = sorted(set(inputs) - set(keys))
+        if extra:  # a misspelt or stale array would otherwise be dropped silently
+            raise McuforgeError(f"{extra} are not inputs of the model (its inputs: {names}); "
+                                "remove them")
+        inputs = [inputs[k] for k in keys]
     if len(inputs) != len(graph.inputs):
         raise McuforgeError(f"the model has {len(graph.inputs)} inputs, got {len(inputs)}")
     batched = None
@@ -101,7 +164,11 @@ def run_executable(exe: Path, graph, arrays: list) -> list:
     in_path, out_path = work / f"in-{tag}-{os.getpid()}.bin", work / f"out-{tag}-{os.getpid()}.bin"
     in_path.write_bytes(blob)
     try:
-        r = subprocess.run([str(exe), str(in_path), str(out_path)], capture_output=True, text=True)
+        try:
+            r = subprocess.run([str(exe), str(in_path), str(out_path)], capture_output=True,
+                               text=True)
+        except OSError as e:  # not an executable (say, a file damaged outside mcuforge)
+            raise BuildError(f"cannot run {exe}: {e.strerror or e}") from None
         if r.returncode != 0:
             raise BuildError(f"{exe} failed (exit {r.returncode}):\n{r.stdout}{r.stderr}")
         raw = out_path.read_bytes()

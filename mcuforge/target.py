@@ -2,6 +2,7 @@
 firmware's printed lines give back the outputs, counter ticks and the stack high-water mark."""
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import shutil
 import subprocess
@@ -80,17 +81,21 @@ def parse_output(text: str, graph, board: Board) -> tuple:
 
 def run_on_board(model, arrays: list, board_name: str, workdir: Path | None = None) -> TargetRun:
     """Run [N, ...] input arrays (one per model input) on the board under QEMU."""
-    from .runner import cache_root
+    from .runner import cache_lock, cache_root
     board = load_board(board_name)
     n = len(arrays[0])
     vectors = [[a[i] for a in arrays] for i in range(n)]
+    lock = contextlib.nullcontext()
     if workdir is None:
         data = Path(model).read_bytes() if not isinstance(model, bytes) else model
         key = hashlib.sha256(data + board_name.encode()
                              + b"".join(a.tobytes() for a in arrays)).hexdigest()[:24]
         workdir = cache_root() / "fw" / key
-    _, elf, graph = build_firmware(model, board, vectors, Path(workdir))
-    outs, ticks, stack = parse_output(run_elf(board, elf), graph, board)
+        lock = cache_lock(workdir)  # concurrent runs of one model and input take turns
+    with lock:  # each build rewrites the sources, so `make` never keeps a half-linked elf
+        _, elf, graph = build_firmware(model, board, vectors, Path(workdir))
+        text = run_elf(board, elf)
+    outs, ticks, stack = parse_output(text, graph, board)
     if len(ticks) != n or any(len(o) != n for o in outs):
         raise BuildError(f"the firmware reported {len(ticks)} of {n} inferences")
     return TargetRun(outs, ticks, [board.instructions(t) for t in ticks], stack, elf)

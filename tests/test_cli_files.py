@@ -1,0 +1,152 @@
+"""What `mcuforge` does with the user's files: `run --output` writes exactly the file named,
+`run --input` refuses arrays the model does not have, `compile` replaces only files it wrote
+itself (a manifest), and the build cache survives killed and concurrent runs."""
+import os
+
+import numpy as np
+import pytest
+
+from test_cli_errors import assert_user_error, mcuforge
+from test_frontend_tflite import T, build
+
+F = dict(type="FLOAT32")
+X = np.array([[1.5, -2.0, 0.0, 3.25]], np.float32)
+
+
+def relu_model() -> bytes:
+    return build([T("x", [1, 4], **F), T("y", [1, 4], **F)], [("RELU", [0], [1])], [0], [1])
+
+
+def two_output_model() -> bytes:
+    return build([T("x", [1, 4], **F), T("r", [1, 4], **F), T("a", [1, 4], **F)],
+                 [("RELU", [0], [1]), ("ABS", [0], [2])], [0], [1, 2])
+
+
+@pytest.fixture
+def work(tmp_path):
+    (tmp_path / "relu.tflite").write_bytes(relu_model())
+    (tmp_path / "two.tflite").write_bytes(two_output_model())
+    np.save(tmp_path / "x.npy", X)
+    return tmp_path
+
+
+# --- run --output / --input (item 21) ---------------------------------------------------------
+
+def test_run_writes_exactly_the_named_npy(work):
+    r = mcuforge("run", "relu.tflite", "--input", "x.npy", "--output", "res.npy", cwd=work)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "wrote res.npy"
+    np.testing.assert_array_equal(np.load(work / "res.npy"), np.maximum(X, 0))
+
+
+@pytest.mark.parametrize("out", ["y.txt", "y", "y.npy.bak"])
+def test_run_refuses_an_output_name_it_cannot_honour(work, out):
+    before = sorted(os.listdir(work))
+    r = mcuforge("run", "relu.tflite", "--input", "x.npy", "--output", out, cwd=work)
+    assert_user_error(r, out, ".npy or .npz")
+    assert sorted(os.listdir(work)) == before  # neither y.txt nor y.txt.npy
+
+
+def test_run_npz_output_keyed_by_output_name(work):
+    r = mcuforge("run", "relu.tflite", "--input", "x.npy", "--output", "one.npz", cwd=work)
+    assert r.returncode == 0, r.stderr
+    with np.load(work / "one.npz") as z:
+        assert z.files == ["y"]
+        np.testing.assert_array_equal(z["y"], np.maximum(X, 0))
+    r = mcuforge("run", "two.tflite", "--input", "x.npy", "--output", "both.npz", cwd=work)
+    assert r.returncode == 0, r.stderr
+    with np.load(work / "both.npz") as z:
+        assert sorted(z.files) == ["a", "r"]
+        np.testing.assert_array_equal(z["r"], np.maximum(X, 0))
+        np.testing.assert_array_equal(z["a"], np.abs(X))
+
+
+def test_run_several_outputs_need_an_npz(work):
+    r = mcuforge("run", "two.tflite", "--input", "x.npy", "--output", "y.npy", cwd=work)
+    assert_user_error(r, "2 outputs", ".npz")
+    assert not (work / "y.npy").exists() and not (work / "y.npy.npz").exists()
+
+
+def test_run_refuses_input_arrays_the_model_does_not_have(work):
+    np.savez(work / "extra.npz", x=X, mask=np.ones(4, np.float32), arr_7=X)
+    r = mcuforge("run", "relu.tflite", "--input", "extra.npz", "--output", "y.npy", cwd=work)
+    assert_user_error(r, "'mask'", "'arr_7'", "['x']")
+    assert not (work / "y.npy").exists()
+    np.savez(work / "good.npz", x=X)  # the control: the same without the extras
+    r = mcuforge("run", "relu.tflite", "--input", "good.npz", "--output", "y.npy", cwd=work)
+    assert r.returncode == 0, r.stderr
+
+
+# --- the build cache (item 18) ----------------------------------------------------------------
+
+def _env(cache, path_prefix=None):
+    env = os.environ.copy()
+    env["MCUFORGE_CACHE"] = str(cache)
+    if path_prefix:
+        env["PATH"] = f"{path_prefix}{os.pathsep}{env['PATH']}"
+    return env
+
+
+def _run(work, cache, out, **kw):
+    import subprocess
+    import sys
+    return subprocess.Popen([sys.executable, "-m", "mcuforge.cli", "run", "relu.tflite",
+                             "--input", "x.npy", "--output", out], cwd=work,
+                            env=_env(cache, **kw), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+
+
+@pytest.mark.parametrize("damage", ["half_exe", "no_exe", "only_makefile", "garbage_file"])
+def test_a_damaged_cache_entry_is_rebuilt(work, monkeypatch, damage):
+    from mcuforge.runner import run
+    monkeypatch.setenv("MCUFORGE_CACHE", str(work / "cache"))
+    want = np.maximum(X, 0)
+    np.testing.assert_array_equal(run(work / "relu.tflite", X), want)
+    [entry] = [p for p in (work / "cache").iterdir() if p.is_dir()]
+    exe = entry / "model"
+    if damage == "half_exe":  # killed while linking
+        exe.write_bytes(exe.read_bytes()[:exe.stat().st_size // 2])
+    elif damage == "no_exe":
+        exe.unlink()
+    elif damage == "only_makefile":
+        for p in entry.iterdir():
+            if p.name != "Makefile":
+                p.unlink()
+    else:
+        exe.write_bytes(b"#!/bin/sh\nexit 3\n")
+    np.testing.assert_array_equal(run(work / "relu.tflite", X), want)
+
+
+def test_a_run_killed_while_linking_does_not_break_later_runs(work, tmp_path):
+    """A `make` that leaves a partial executable and hangs: SIGKILL the run, then run again."""
+    import signal
+    import time
+    fake = tmp_path / "fakebin"
+    fake.mkdir()
+    (fake / "make").write_text('#!/bin/sh\nwhile [ "$1" != "-C" ]; do shift; done\n'
+                               'printf "\\177ELF partial" > "$2/model"\nchmod +x "$2/model"\n'
+                               'sleep 120\n')
+    (fake / "make").chmod(0o755)
+    cache = work / "cache"
+    p = _run(work, cache, "y.npy", path_prefix=fake)
+    deadline = time.time() + 60
+    while not list(cache.rglob("model")) and time.time() < deadline and p.poll() is None:
+        time.sleep(0.05)
+    assert list(cache.rglob("model")), p.communicate()
+    os.killpg(p.pid, signal.SIGKILL)
+    p.communicate()
+    r = _run(work, cache, "y.npy")
+    out, err = r.communicate(timeout=120)
+    assert r.returncode == 0, err
+    np.testing.assert_array_equal(np.load(work / "y.npy"), np.maximum(X, 0))
+
+
+def test_concurrent_runs_of_one_model_share_the_cache(work):
+    cache = work / "cache"
+    procs = [_run(work, cache, f"y{k}.npy") for k in range(3)]
+    for p in procs:
+        out, err = p.communicate(timeout=300)
+        assert p.returncode == 0, err
+    for k in range(3):
+        np.testing.assert_array_equal(np.load(work / f"y{k}.npy"), np.maximum(X, 0))
+    assert len([p for p in cache.iterdir() if p.is_dir()]) == 1  # no temporary left over
