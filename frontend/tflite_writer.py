@@ -5,7 +5,8 @@ emit the int8 model it compiles (`--emit-tflite`), so that anyone can check the 
 against TensorFlow Lite for Microcontrollers.
 
 Only what the graph IR can express is written: one subgraph, builtin operators, affine
-quantization. The graph is mapped onto `tflite_flatbuffer`'s plain descriptions, which do the
+quantization. Every attribute of a node is either written exactly or the node is refused
+(ValueError naming it): `_refusal` lists what TFLite (or tflite-micro) has no way to say. The graph is mapped onto `tflite_flatbuffer`'s plain descriptions, which do the
 serializing. The output is deterministic: the same graph gives the same bytes.
 """
 from __future__ import annotations
@@ -24,11 +25,31 @@ SIMPLE_OPS = {  # ops with no builtin options
 }
 
 
+# op -> the attributes add_node writes; any other attribute must be at its neutral value
+# (NEUTRAL) or the node is refused, so nothing a node says is silently dropped
+WRITTEN = {
+    "conv2d": ("stride", "dilation", "padding", "activation"),
+    "depthwise_conv2d": ("stride", "dilation", "padding", "depth_multiplier", "activation"),
+    "fully_connected": ("activation",),
+    "add": ("activation", "tflm"), "mul": ("activation", "tflm"),  # tflm: TFLite's own clamp
+    "avg_pool2d": ("filter", "stride", "padding", "activation"),
+    "max_pool2d": ("filter", "stride", "padding", "activation"),
+    "reshape": (), "softmax": ("beta", "axis"), "concat": ("axis", "activation"),
+    "pad": ("pads", "mode"), "mean": ("axes", "keep_dims"), "leaky_relu": ("alpha",),
+    "transpose": ("perm",), **{op: () for op in SIMPLE_OPS},
+}
+NEUTRAL = {"dilation": (1, 1), "count_include_pad": False}
+
+
 def write_tflite(graph: Graph) -> bytes:
     """Serialize `graph` as a .tflite flatbuffer; raise ValueError if TFLite cannot express it."""
     verify(graph)
     plan = _Plan(graph)
     for node in graph.nodes:
+        why = _refusal(graph, node)
+        if why:
+            raise ValueError(f"tflite writer: {node.op} node '{node.name or node.outputs[0]}' "
+                             f"{why}")
         plan.add_node(node)
     tensors = [TflTensor(t.name, tuple(t.shape), t.dtype, t.data, t.quant)
                for t in plan.tensors]
@@ -84,7 +105,7 @@ class _Plan:
 
     def _data_inputs(self, n) -> tuple:
         """Inputs that carry data; shape/paddings/axes inputs are rebuilt from the attributes."""
-        if n.op in ("reshape", "mean"):
+        if n.op in ("reshape", "mean", "transpose"):
             return n.inputs[:1]
         if n.op == "pad":
             return (n.inputs[0],) + tuple(t for t in n.inputs[2:3] if t)
@@ -138,6 +159,9 @@ class _Plan:
         if n.op == "pad":
             pads = np.array(a["pads"], dtype=np.int32).reshape(-1, 2)
             new = [ins[0], self._const(n.outputs[0] + "/paddings", pads)]
+            mode = a.get("mode", "constant")
+            if mode != "constant":  # _refusal let only reflect / symmetric through
+                return self._emit("MIRROR_PAD", new, outs, {"mode": mode.upper()})
             if len(ins) > 1:  # an explicit pad value needs PADV2
                 return self._emit("PADV2", new + [ins[1]], outs)
             return self._emit("PAD", new, outs)
@@ -145,9 +169,50 @@ class _Plan:
             axes = np.array(a["axes"], dtype=np.int32).reshape(-1)
             ins = [ins[0], self._const(n.outputs[0] + "/axes", axes)]
             return self._emit("MEAN", ins, outs, {"keep_dims": bool(a["keep_dims"])})
+        if n.op == "transpose":
+            perm = np.array(a["perm"], dtype=np.int32)
+            return self._emit("TRANSPOSE", [ins[0], self._const(n.outputs[0] + "/perm", perm)],
+                              outs)
         if n.op == "leaky_relu":
             return self._emit("LEAKY_RELU", ins, outs, {"alpha": a["alpha"]})
         raise ValueError(f"tflite writer: op '{n.op}' has no TFLite mapping")
+
+
+def _refusal(g: Graph, n) -> str:
+    """Why TFLite cannot express node `n` exactly, or "" when add_node writes all it says."""
+    if n.op not in WRITTEN:
+        return "has no TFLite mapping"
+    a = n.attrs
+    for k, v in a.items():
+        if k in WRITTEN[n.op]:
+            continue
+        if k in NEUTRAL and (v == NEUTRAL[k] or tuple(np.atleast_1d(v)) == NEUTRAL[k]):
+            continue
+        if k == "count_include_pad" and not any(a["padding"]):
+            continue  # no padded tap: both counts are the same
+        if k == "requant":
+            return (f"computes as {v} does (requant={v!r}), which no TFLite kernel does; "
+                    "quantize the float model with mcuforge instead")
+        return f"has {k}={v!r}, which the TFLite {n.op} cannot express"
+    x = g.tensors[n.inputs[0]] if n.inputs and n.inputs[0] else None
+    if n.op == "conv2d" and g.tensors[n.inputs[1]].shape[3] != x.shape[3]:
+        return "is a grouped convolution, which tflite-micro's CONV_2D does not run"
+    if n.op == "softmax" and a.get("axis", -1) not in (-1, len(x.shape) - 1):
+        return f"works on axis {a['axis']}; TFLite's SOFTMAX works on the last axis only"
+    if n.op == "pad":
+        mode, pads = a.get("mode", "constant"), [tuple(p) for p in a["pads"]]
+        if any(b < 0 or e < 0 for b, e in pads):
+            return f"has negative pads {pads} (a crop), which TFLite's PAD cannot express"
+        if mode not in ("constant", "reflect", "symmetric"):
+            return (f"pads in mode '{mode}', which TFLite has no operator for (its MIRROR_PAD "
+                    "does reflect and symmetric)")
+        if mode != "constant":
+            for d, (size, (b, e)) in enumerate(zip(x.shape, pads)):
+                widest = size - 1 if mode == "reflect" else size
+                if max(b, e) > widest:
+                    return (f"pads axis {d} (size {size}) by {(b, e)} in mode '{mode}': "
+                            f"MIRROR_PAD mirrors at most {widest}")
+    return ""
 
 
 def _padding_mode(pads, in_hw, filt_hw, stride, dilation, out_hw, node) -> str:
