@@ -79,11 +79,15 @@ class _Plan:
         self.tensors.append(t)
         return t.name
 
-    def _const(self, base: str, data: np.ndarray, dtype="int32", quant=None) -> str:
+    def _new(self, base: str, shape, dtype, data=None, quant=None) -> str:
+        """A tensor the graph does not have, under a fresh name."""
         name = base
         while name in self.graph.tensors or name in self.names:
             name += "_"
-        return self._add_tensor(Tensor(name, tuple(data.shape), dtype, data=data, quant=quant))
+        return self._add_tensor(Tensor(name, tuple(shape), dtype, data=data, quant=quant))
+
+    def _const(self, base: str, data: np.ndarray, dtype="int32", quant=None) -> str:
+        return self._new(base, data.shape, dtype, data, quant)
 
     def _zero_bias(self, n, x: Tensor, w: Tensor) -> str:
         """A zero bias for a conv without one: TFLite's int8 CONV_2D requires a bias, TFLM's
@@ -111,6 +115,22 @@ class _Plan:
             return (n.inputs[0],) + tuple(t for t in n.inputs[2:3] if t)
         return n.inputs
 
+    def _explicit_pad(self, n, x: Tensor, value) -> str:
+        """A PAD (PADV2 with `value`) of x's H and W by the node's explicit padding, so that
+        the node itself runs VALID: the name of the padded tensor."""
+        t, b, l, r = n.attrs["padding"]
+        pads = np.array([[0, 0], [t, b], [l, r], [0, 0]], dtype=np.int32)
+        shape = (x.shape[0], x.shape[1] + t + b, x.shape[2] + l + r, x.shape[3])
+        y = self._new(n.outputs[0] + "/padded", shape, x.dtype, quant=x.quant)
+        ins = [x.name, self._const(n.outputs[0] + "/paddings", pads)]
+        if value is None:
+            self._emit("PAD", ins, [y])
+        else:
+            v = np.array([value], dtype=x.dtype)
+            self._emit("PADV2", ins + [self._const(n.outputs[0] + "/pad_value", v, x.dtype,
+                                                   x.quant)], [y])
+        return y
+
     def _emit(self, op, ins, outs, options=None, options_type=None):
         self.ops.append(TflOp(op, tuple(ins), tuple(outs), options or {}, options_type))
 
@@ -125,6 +145,8 @@ class _Plan:
             x, w = g.tensors[n.inputs[0]], g.tensors[n.inputs[1]]
             pad = _padding_mode(a["padding"], x.shape[1:3], w.shape[1:3], a["stride"],
                                 a["dilation"], out.shape[1:3], n)
+            if pad is None:  # zero padding: in int8 the zero point, which PAD fills with
+                ins[0], pad = self._explicit_pad(n, x, None), "VALID"
             if len(ins) < 3:
                 ins.append(self._zero_bias(n, x, w))
             opts = {"padding": pad, "stride_h": a["stride"][0], "stride_w": a["stride"][1],
@@ -138,6 +160,12 @@ class _Plan:
             x = g.tensors[n.inputs[0]]
             pad = _padding_mode(a["padding"], x.shape[1:3], a["filter"], a["stride"], (1, 1),
                                 out.shape[1:3], n)
+            if pad is None and n.op == "max_pool2d":  # padded taps never win: the lowest value
+                low = -np.inf if x.dtype == "float32" else np.iinfo(x.dtype).min
+                ins[0], pad = self._explicit_pad(n, x, low), "VALID"
+            if pad is None:  # TFLite's average leaves padded taps out of the count
+                raise ValueError(_padding_error(a["padding"], x.shape[1:3], a["filter"],
+                                                a["stride"], (1, 1), n))
             opts = {"padding": pad, "stride_h": a["stride"][0], "stride_w": a["stride"][1],
                     "filter_height": a["filter"][0], "filter_width": a["filter"][1], **act}
             return self._emit("AVERAGE_POOL_2D" if n.op == "avg_pool2d" else "MAX_POOL_2D",
@@ -215,19 +243,37 @@ def _refusal(g: Graph, n) -> str:
     return ""
 
 
-def _padding_mode(pads, in_hw, filt_hw, stride, dilation, out_hw, node) -> str:
-    """The TFLite padding whose resolved pads equal the explicit `pads` (t, b, l, r)."""
+def _padding_mode(pads, in_hw, filt_hw, stride, dilation, out_hw, node):
+    """The TFLite padding whose resolved pads equal the explicit `pads` (t, b, l, r), or None
+    when neither does (the caller pads explicitly and runs VALID)."""
     eff = [(f - 1) * d + 1 for f, d in zip(filt_hw, dilation)]
     valid_out = [(i - e) // s + 1 for i, e, s in zip(in_hw, eff, stride)]
     if tuple(pads) == (0, 0, 0, 0) and list(out_hw) == valid_out:
         return "VALID"
-    same_out = [-(-i // s) for i, s in zip(in_hw, stride)]
+    if list(out_hw) == _same_out(in_hw, stride) and \
+            tuple(_same_pads(in_hw, eff, stride)) == tuple(pads):
+        return "SAME"
+    padded = [i + p0 + p1 for i, p0, p1 in zip(in_hw, pads[::2], pads[1::2])]
+    if any(p < 0 for p in pads) or \
+            [(i - e) // s + 1 for i, e, s in zip(padded, eff, stride)] != list(out_hw):
+        raise ValueError(_padding_error(pads, in_hw, filt_hw, stride, dilation, node))
+    return None
+
+
+def _same_out(in_hw, stride) -> list:
+    return [-(-i // s) for i, s in zip(in_hw, stride)]
+
+
+def _same_pads(in_hw, eff, stride) -> list:
     same_pads = []
-    for i, e, s, o in zip(in_hw, eff, stride, same_out):
+    for i, e, s, o in zip(in_hw, eff, stride, _same_out(in_hw, stride)):
         total = max((o - 1) * s + e - i, 0)
         same_pads += [total // 2, total - total // 2]
-    if list(out_hw) == same_out and tuple(same_pads) == tuple(pads):
-        return "SAME"
-    raise ValueError(f"tflite writer: {node.op} '{node.name or node.outputs[0]}' has padding "
-                     f"{tuple(pads)} that is neither SAME {tuple(same_pads)} nor VALID; "
-                     "insert an explicit pad op")
+    return same_pads
+
+
+def _padding_error(pads, in_hw, filt_hw, stride, dilation, node) -> str:
+    eff = [(f - 1) * d + 1 for f, d in zip(filt_hw, dilation)]
+    return (f"tflite writer: {node.op} '{node.name or node.outputs[0]}' has padding "
+            f"{tuple(pads)} that is neither SAME {tuple(_same_pads(in_hw, eff, stride))} nor "
+            "VALID; insert an explicit pad op")

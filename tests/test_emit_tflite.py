@@ -39,13 +39,14 @@ def onnx_model(nodes, x_shape, y_shape, inits=(), opset=18) -> bytes:
 
 def ort_run(model: bytes, x: np.ndarray) -> np.ndarray:
     s = ort.InferenceSession(model, providers=["CPUExecutionProvider"])
-    return np.stack([s.run(None, {"x": row})[0] for row in x])  # x: a batch of model inputs
+    name = s.get_inputs()[0].name
+    return np.stack([s.run(None, {name: row})[0] for row in x])  # x: a batch of model inputs
 
 
 def emit(model: bytes, cal: np.ndarray, tmp_path) -> tuple:
     """(int8 graph, emitted .tflite bytes) as `compile --quantize int8 --emit-tflite` makes."""
     path = tmp_path / "q.tflite"
-    q = quantize_for_compile(load(model), "int8", cal, emit_tflite=path)
+    q = quantize_for_compile(load(model), "int8", cal, "minmax", emit_tflite=path)
     return q, path.read_bytes()
 
 
@@ -154,3 +155,119 @@ def test_every_unwritable_attribute_is_refused(case):
     make, words = UNWRITABLE[case]
     with pytest.raises(ValueError, match=f"node 'n1'.*{words}"):
         write_tflite(make())
+
+
+# ---------------------------------------------------------------------------------------------
+# Layout transposes and every op the quantizer produces (item: NCHW models could not be emitted)
+
+
+def conv_w(rng, cout, cin, k):
+    return rng.normal(0, 0.4, (cout, cin, k, k)).astype(np.float32)
+
+
+def single_op_models():
+    """name -> (ONNX model, NCHW input shape): one of each op the quantizer writes."""
+    rng = np.random.default_rng(7)
+    x4, y4 = [1, 3, 8, 8], [1, 4, 8, 8]
+    conv = helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[1, 1, 1, 1])
+    cw = [("w", conv_w(rng, 4, 3, 3)), ("b", rng.normal(0, 0.3, 4).astype(np.float32))]
+
+    def after_conv(nodes, y_shape, inits=(), opset=18):
+        return onnx_model([conv] + nodes, x4, y_shape, cw + list(inits), opset), x4
+
+    def unary(op, **kw):  # on the input itself: only the op's own rounding is compared
+        return onnx_model([helper.make_node(op, ["x"], ["y"], **kw)], x4, x4), x4
+
+    m = {
+        "conv_relu": after_conv([helper.make_node("Relu", ["c"], ["y"])], y4),
+        "conv_relu6": after_conv([helper.make_node("Clip", ["c", "lo", "hi"], ["y"])], y4,
+                                 [("lo", np.float32(0)), ("hi", np.float32(6))]),
+        "sigmoid": unary("Sigmoid"), "tanh": unary("Tanh"),
+        "leaky_relu": unary("LeakyRelu", alpha=0.2), "hard_swish": unary("HardSwish"),
+        "softmax_channels_last": (onnx_model(
+            [helper.make_node("Softmax", ["x"], ["y"], axis=-1)], [2, 10], [2, 10]), [2, 10]),
+        "conv_stride2_pads": (onnx_model(
+            [helper.make_node("Conv", ["x", "w"], ["y"], pads=[1, 1, 1, 1], strides=[2, 2])],
+            x4, [1, 4, 4, 4], [("w", conv_w(rng, 4, 3, 3))]), x4),
+        "depthwise_stride2": (onnx_model(
+            [helper.make_node("Conv", ["x", "w"], ["y"], pads=[1, 1, 1, 1], strides=[2, 2],
+                              group=3)], x4, [1, 3, 4, 4], [("w", conv_w(rng, 3, 1, 3))]), x4),
+        "maxpool_pads": (onnx_model(
+            [helper.make_node("MaxPool", ["x"], ["y"], kernel_shape=[3, 3], strides=[2, 2],
+                              pads=[1, 1, 1, 1])], x4, [1, 3, 4, 4]), x4),
+        "avgpool": (onnx_model(
+            [helper.make_node("AveragePool", ["x"], ["y"], kernel_shape=[2, 2], strides=[2, 2])],
+            x4, [1, 3, 4, 4]), x4),
+        "global_avgpool": after_conv([helper.make_node("GlobalAveragePool", ["c"], ["y"])],
+                                     [1, 4, 1, 1]),
+        "add_mul": after_conv([helper.make_node("Mul", ["c", "x0"], ["m"]),
+                               helper.make_node("Add", ["m", "c"], ["y"])], y4,
+                              [("x0", rng.normal(0, 1, (1, 4, 1, 1)).astype(np.float32))]),
+        "concat": after_conv([helper.make_node("Relu", ["c"], ["r"]),
+                              helper.make_node("Concat", ["c", "r"], ["y"], axis=1)],
+                             [1, 8, 8, 8]),
+        "pad_constant": after_conv([helper.make_node("Pad", ["c", "p"], ["y"])], [1, 4, 10, 9],
+                                   [("p", np.array([0, 0, 1, 0, 0, 0, 1, 1], np.int64))]),
+        "transpose_flatten_gemm": after_conv(
+            [helper.make_node("Flatten", ["c"], ["f"]),
+             helper.make_node("Gemm", ["f", "fw", "fb"], ["y"], transB=1)], [1, 5],
+            [("fw", rng.normal(0, 0.1, (5, 256)).astype(np.float32)),
+             ("fb", rng.normal(0, 0.1, 5).astype(np.float32))]),
+    }
+    return m
+
+
+SINGLE = single_op_models()
+
+
+@pytest.mark.parametrize("name", sorted(SINGLE))
+def test_every_quantizer_op_is_emitted_bit_exact(name, tmp_path):
+    model, shape = SINGLE[name]
+    check_emitted(model, shape, tmp_path, steps=3.0, lo=-3.0, hi=3.0)
+
+
+def test_float_io_edges_are_emitted(tmp_path):
+    """io="float": QUANTIZE / DEQUANTIZE at the edges of an NCHW conv."""
+    from optimizer.quantize import quantize_graph
+    model, shape = SINGLE["conv_relu"]
+    rng = np.random.default_rng(3)
+    cal = rng.uniform(-3, 3, (30,) + tuple(shape)).astype(np.float32)
+    q = quantize_graph(optimize(load(model)), [{"x": c} for c in cal], io="float")
+    test = cal[:6]
+    c_out = run_graph(q, [test])[0]
+    np.testing.assert_array_equal(c_out, tflm.run(write_tflite(q), [test])[0].reshape(
+        c_out.shape))
+
+
+def sqnr(ref, got):
+    ref, got = ref.astype(np.float64), got.astype(np.float64).reshape(ref.shape)
+    return 10 * np.log10(np.sum(ref ** 2) / max(np.sum((ref - got) ** 2), 1e-30))
+
+
+@pytest.mark.parametrize("stem", ["torch_lenet", "torch_mobile_block", "torch_resblock",
+                                  "torch_conv_bn_relu"])
+def test_readme_quantize_workflow_on_cnns(stem, tmp_path, capsys):
+    """`mcuforge compile model.onnx -o out/ --quantize int8 --calibration samples.npy
+    --emit-tflite q.tflite` on NCHW CNNs: the .tflite runs in tflite-micro, bit-exact with
+    the C mcuforge compiles, and close to onnxruntime's float model."""
+    path = MODELS / f"{stem}.onnx"
+    shape = [d.dim_value for d in onnx.load(path).graph.input[0].type.tensor_type.shape.dim]
+    rng = np.random.default_rng(11)
+    samples = rng.uniform(-2, 2, (40,) + tuple(shape)).astype(np.float32)
+    np.save(tmp_path / "samples.npy", samples)
+    out = tmp_path / "q.tflite"
+    rc = main(["compile", str(path), "-o", str(tmp_path / "out"), "--quantize", "int8",
+               "--calibration", str(tmp_path / "samples.npy"), "--emit-tflite", str(out)])
+    assert rc == 0, capsys.readouterr().err
+    emitted = load(out)  # the emitted model, read back: int8 in and out
+    iq = emitted.tensors[emitted.inputs[0]].quant
+    oq = emitted.tensors[emitted.outputs[0]].quant
+    test = rng.uniform(-2, 2, (6,) + tuple(shape)).astype(np.float32)
+    x8 = np.clip(np.round(test / iq.scale[0]) + iq.zero_point[0], -128, 127).astype(np.int8)
+    ref = tflm.run(out.read_bytes(), [x8])[0]
+    q = quantize_for_compile(load(path), "int8", samples)  # what compile built the C from
+    c_out = run_graph(q, [x8])[0]
+    np.testing.assert_array_equal(c_out, ref.reshape(c_out.shape))
+    want = ort_run(path.read_bytes(), test)
+    got = (c_out.astype(np.float64) - oq.zero_point[0]) * oq.scale[0]
+    assert sqnr(want, got) > 25.0
