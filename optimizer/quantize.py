@@ -345,7 +345,8 @@ class _Quantizer:
                    self._out_quant(n.outputs[0], dtype), dtype)
 
     def _keep(self, n: Node) -> None:
-        """pools, reshape, pad, relu6: the output is quantized like the input."""
+        """pools, reshape, pad, relu6, transpose: the output is quantized like the input (their
+        kernels move bytes; they do not requantize)."""
         dtype = self._dtype(n)
         ins = list(n.inputs)
         ins[0] = self._as(ins[0], dtype)
@@ -365,7 +366,7 @@ class _Quantizer:
         self._mean(Node("mean", n.inputs[:1], n.outputs, dict(axes=(1, 2), keep_dims=True),
                         n.name))
 
-    _max_pool2d = _reshape = _pad = _relu6 = _keep
+    _max_pool2d = _reshape = _pad = _relu6 = _transpose = _keep
 
     def _fixed(self, n: Node) -> None:
         """softmax, logistic, tanh: the output quantization their kernels fix. In int16:

@@ -182,10 +182,27 @@ def test_per_channel_quantization_is_written():
     assert not q.ZeroPointAsNumpy().any()
 
 
-def test_unexpressible_padding_raises():
-    name, g = CASES[0]  # 3x3 stride 1 SAME conv: pads (1, 1, 1, 1)
+@pytest.mark.parametrize("case", [CASES[0][0], "dw_3x3_m2_s1_same_none_pc"])
+def test_explicit_padding_is_written_as_pad_and_valid(case):
+    """Pads that are neither SAME nor VALID become PAD (the input's zero point) + VALID,
+    checked against the reference, which pads by the attribute itself."""
+    g = dict(CASES)[case]  # 3x3 stride 1 SAME: pads (1, 1, 1, 1)
     node = g.nodes[0]
     bad = Node(node.op, node.inputs, node.outputs, {**node.attrs, "padding": (2, 0, 1, 1)})
+    g = g.replace(nodes=[bad])
+    buf = write_tflite(g)
+    ops = tflite.Model.GetRootAsModel(buf, 0).Subgraphs(0).OperatorsLength()
+    assert ops == 2
+    inputs = random_inputs(g)
+    diff = np.abs(run_tflm(buf, inputs)[0].astype(np.int64)
+                  - reference(g, inputs)[0].astype(np.int64))
+    assert diff.max() <= MAX_STEPS
+
+
+def test_unexpressible_padding_raises():
+    name, g = CASES[0]
+    node = g.nodes[0]  # pads that do not give the output size: no PAD + VALID either
+    bad = Node(node.op, node.inputs, node.outputs, {**node.attrs, "padding": (0, 0, 1, 1)})
     with pytest.raises(ValueError, match="padding"):
         write_tflite(g.replace(nodes=[bad]))
 
