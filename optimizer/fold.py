@@ -20,6 +20,10 @@ UNARY = {
 # Ops that only move elements: on quantized tensors they copy the raw values (as TFLite's
 # kernels do), so folding them is exact when the quantization does not change on the way
 MOVES = {"transpose", "slice", "concat", "tile", "reshape", "broadcast_to"}
+# Ops whose lowerings read input 0 from the arena (layers over activations, weights after it):
+# a constant there (a folded FILL of an initial state, say) is first copied into the arena
+ARENA_INPUT = {"conv2d", "depthwise_conv2d", "fully_connected", "avg_pool2d", "max_pool2d",
+               "softmax", "log_softmax", "hardmax", "transpose", "svdf", "lstm_tflite"}
 FLOAT_ONLY = {"exp", "log", "sqrt", "floor", "ceil", "round", "reciprocal", "div"}
 BINARY = {
     "add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.divide,
@@ -108,4 +112,21 @@ def fold_constants(g: Graph) -> Graph:
             nodes.append(Node("broadcast_to", (name,), (out.name,), {}, n.name))
         tensors[name] = replace(constant(name, value.reshape(out.shape), dtype=out.dtype),
                                 quant=out.quant)
-    return g.replace(nodes=nodes, tensors=tensors)
+    return g.replace(nodes=_copy_constant_inputs(nodes, tensors), tensors=tensors)
+
+
+def _copy_constant_inputs(nodes, tensors) -> list:
+    """A copy into the arena before each ARENA_INPUT node whose input 0 is a constant."""
+    out = []
+    for n in nodes:
+        src = tensors.get(n.inputs[0]) if n.op in ARENA_INPUT and n.inputs else None
+        if src is not None and src.is_const:
+            name = f"{src.name}/copy"
+            while name in tensors and tensors[name].is_const:
+                name += "_"
+            if name not in tensors:
+                tensors[name] = replace(src, name=name, data=None)
+                out.append(Node("broadcast_to", (src.name,), (name,), {}))
+            n = Node(n.op, (name,) + tuple(n.inputs[1:]), n.outputs, n.attrs, n.name)
+        out.append(n)
+    return out
