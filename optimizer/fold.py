@@ -4,9 +4,11 @@ plain arithmetic). Others (transcendental functions beyond exp/log/sqrt, reducti
 are left to the generated code."""
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 
-from mcuforge.graph import Graph
+from mcuforge.graph import Graph, Node
 
 from .passes import constant
 
@@ -15,6 +17,13 @@ UNARY = {
     "floor": np.floor, "ceil": np.ceil, "round": np.round,  # numpy rounds half to even, as ONNX
     "sign": np.sign, "not": np.logical_not,
 }
+# Ops that only move elements: on quantized tensors they copy the raw values (as TFLite's
+# kernels do), so folding them is exact when the quantization does not change on the way
+MOVES = {"transpose", "slice", "concat", "tile", "reshape", "broadcast_to"}
+# Ops whose lowerings read input 0 from the arena (layers over activations, weights after it):
+# a constant there (a folded FILL of an initial state, say) is first copied into the arena
+ARENA_INPUT = {"conv2d", "depthwise_conv2d", "fully_connected", "avg_pool2d", "max_pool2d",
+               "softmax", "log_softmax", "hardmax", "transpose", "svdf", "lstm_tflite"}
 FLOAT_ONLY = {"exp", "log", "sqrt", "floor", "ceil", "round", "reciprocal", "div"}
 BINARY = {
     "add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.divide,
@@ -25,7 +34,7 @@ BINARY = {
 }
 
 
-def _evaluate(node, args: list):
+def _evaluate(node, args: list, node_shape=()):
     """The node's output as a numpy array, or None when this pass does not fold it."""
     op, a = node.op, node.attrs
     fn = a.get("fn")
@@ -37,6 +46,8 @@ def _evaluate(node, args: list):
         return np.concatenate(args, a["axis"])
     if op == "tile":
         return np.tile(args[0], a["repeats"])
+    if op == "broadcast_to":
+        return np.broadcast_to(args[0], node_shape) if len(args) == 1 else None
     if op in ("reshape", "cast"):
         return args[0]  # reshaped and cast to the output below
     if op in ("add", "mul") and a.get("activation", "none") == "none":
@@ -59,25 +70,63 @@ def _evaluate(node, args: list):
     return None
 
 
+def _exact(n, ins, out) -> bool:
+    """Whether numpy's value is the run time's: no quantization anywhere, or a move of raw
+    values (TFLite's kernels copy them whatever the quantizations; a concat only when its
+    inputs are quantized like its output, else it requantizes or is refused)."""
+    if n.op in MOVES:
+        return n.op != "concat" or all(t.quant == out.quant for t in ins)
+    return all(t.quant is None for t in ins + [out])
+
+
 def fold_constants(g: Graph) -> Graph:
     """Replace each node whose inputs are all constant (transpose, reshape, cast, relu, clip,
     unary and binary arithmetic, in one sweep in graph order so chains fold too) by a constant
-    output tensor. Guarantees: no quantized tensor is folded (their arithmetic is the
-    runtime's); a graph output stays computed by a node (generated code returns outputs from
-    the arena); the folded values are numpy's in the output dtype."""
+    output tensor. Guarantees: quantized tensors fold only through ops that move elements
+    (`_exact`); their arithmetic is the runtime's. A move whose output is a graph output (or
+    next state) becomes a copy of the folded constant: lowerings expect an arena input, and
+    a reshape of a constant would alias arena memory nobody writes. Other graph outputs stay
+    computed by their node (generated code returns outputs from the arena). The folded
+    values are numpy's in the output dtype."""
     tensors, nodes = dict(g.tensors), []
+    sinks = g.sinks()
     for n in g.nodes:
         ins = [tensors[t] for t in n.inputs if t]
         outs = [tensors[t] for t in n.outputs]
         value = None
-        if (ins and len(outs) == 1 and all(t.is_const and t.quant is None for t in ins)
-                and outs[0].quant is None and outs[0].name not in g.sinks()):
+        if (ins and len(outs) == 1 and all(t.is_const for t in ins)
+                and _exact(n, ins, outs[0])
+                and (n.op in MOVES or outs[0].name not in sinks)):
             with np.errstate(all="ignore"):
-                value = _evaluate(n, [t.data for t in ins])
+                value = _evaluate(n, [t.data for t in ins], outs[0].shape)
                 value = None if value is None else np.asarray(value).astype(outs[0].dtype)
         if value is None or value.size != outs[0].size:
             nodes.append(n)
             continue
         out = outs[0]
-        tensors[out.name] = constant(out.name, value.reshape(out.shape), dtype=out.dtype)
-    return g.replace(nodes=nodes, tensors=tensors)
+        name = out.name
+        if name in sinks:
+            name = f"{out.name}/value"
+            while name in tensors:
+                name += "_"
+            nodes.append(Node("broadcast_to", (name,), (out.name,), {}, n.name))
+        tensors[name] = replace(constant(name, value.reshape(out.shape), dtype=out.dtype),
+                                quant=out.quant)
+    return g.replace(nodes=_copy_constant_inputs(nodes, tensors), tensors=tensors)
+
+
+def _copy_constant_inputs(nodes, tensors) -> list:
+    """A copy into the arena before each ARENA_INPUT node whose input 0 is a constant."""
+    out = []
+    for n in nodes:
+        src = tensors.get(n.inputs[0]) if n.op in ARENA_INPUT and n.inputs else None
+        if src is not None and src.is_const:
+            name = f"{src.name}/copy"
+            while name in tensors and tensors[name].is_const:
+                name += "_"
+            if name not in tensors:
+                tensors[name] = replace(src, name=name, data=None)
+                out.append(Node("broadcast_to", (src.name,), (name,), {}))
+            n = Node(n.op, (name,) + tuple(n.inputs[1:]), n.outputs, n.attrs, n.name)
+        out.append(n)
+    return out

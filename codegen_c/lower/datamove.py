@@ -17,6 +17,24 @@ def _same_quant(a, b) -> bool:
             and tuple(a.quant.zero_point) == tuple(b.quant.zero_point))
 
 
+def _rescale_uint8(t, y):
+    """The value a concat input contributes: its raw value, or for a uint8 input quantized
+    unlike the output LiteRT's ConcatenationWithScaling: roundf(q * (s_in * (1 / s_out)) +
+    -zp_in * that) + zp_out, clamped to [0, 255], in float32 (legacy uint8 models)."""
+    if y.dtype != "uint8" or _same_quant(t, y):
+        return lambda v: v
+    f = np.float32
+    scale = f(t.quant.scale[0]) * (f(1.0) / f(y.quant.scale[0]))
+    bias = f(-int(t.quant.zero_point[0])) * scale
+
+    def value(v):
+        r = ir.call("mf_roundf", ir.cast(v, "float32") * ir.Const(float(scale), "float32")
+                    + ir.Const(float(bias), "float32"), dtype="float32")
+        q = ir.cast(r, "int32") + int(y.quant.zero_point[0])
+        return ir.cast(ir.clamp(q, ir.Const(0), ir.Const(255)), "uint8")
+    return value
+
+
 @lowers("concat")
 def concat(ctx: OpContext) -> ir.Kernel:
     y = ctx.output()
@@ -29,12 +47,13 @@ def concat(ctx: OpContext) -> ir.Kernel:
     body, offset = [], 0
     for i, nm in enumerate(names):
         t = ctx.input(i)
-        if y.dtype == "int8" and not _same_quant(t, y):
-            raise NotImplementedError("int8 concat of inputs quantized unlike the output "
-                                      "(TFLM requires equal scales and zero points)")
+        value = _rescale_uint8(t, y)
+        if y.dtype in ("int8", "int16") and not _same_quant(t, y):
+            raise NotImplementedError(f"{y.dtype} concat of inputs quantized unlike the output "
+                                      "(TFLM and LiteRT require equal scales and zero points)")
         inner = int(np.prod(t.shape[axis:], dtype=np.int64))
-        body += ir.loops([("o", outer), ("j", inner)], lambda o, j, nm=nm, inner=inner, off=offset: [
-            ir.Store("y", o * out_inner + off + j, ir.Load(nm, o * inner + j, t.dtype))])
+        body += ir.loops([("o", outer), ("j", inner)], lambda o, j, nm=nm, inner=inner, off=offset, t=t, value=value: [
+            ir.Store("y", o * out_inner + off + j, value(ir.Load(nm, o * inner + j, t.dtype)))])
         offset += inner
     return ir.Kernel(ctx.name, tuple(ctx.io_buffers() + consts), tuple(body),
                      describe(ctx, f"axis {axis}"))
