@@ -106,7 +106,7 @@ def hostile_onnx() -> onnx.ModelProto:
          helper.make_tensor_value_info(x1, TensorProto.FLOAT, shape)],
         [helper.make_tensor_value_info(o, TensorProto.FLOAT, shape) for o in outputs],
         [numpy_helper.from_array(np.array([[0.5, -1.5, 2.0]] * 2, np.float32), w)])
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
 
 
 @pytest.fixture(scope="module")
