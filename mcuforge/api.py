@@ -1,6 +1,7 @@
 """The public Python API: load, compile, and the pieces the CLI is made of."""
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import shutil
@@ -115,7 +116,7 @@ def compile(model, out_dir, board: str = "host", name: str | None = None,
             vectors=None, input_shapes: dict | None = None, quantize: str | None = None,
             calibration=None, calibration_method: str | None = None,
             quantize_io: str = "int8", emit_tflite=None,
-            int16_budget: int | None = 0) -> CompileResult:
+            int16_budget: int | None = 0, force: bool = False) -> CompileResult:
     """Compile `model` (a .tflite or .onnx path, or bytes) into a C project in `out_dir`.
     `quantize="int8"` quantizes a float model first, calibrated on `calibration` (a .npy /
     .npz / folder of .npy, or arrays; see optimizer.quantize), with a progress bar on stderr;
@@ -123,7 +124,11 @@ def compile(model, out_dir, board: str = "host", name: str | None = None,
     arena growth, None: automatic) keeps the activations that matter most in int16 (TFLite's
     16x8 scheme).
 
-    Everything is generated in memory first, so a failure leaves no partial directory."""
+    Everything is generated in memory first, so a failure leaves no partial directory. A
+    manifest (.mcuforge-manifest) lists what was written: a later compile into the same folder
+    replaces those files and removes the ones it no longer writes, but refuses to overwrite
+    any other file (the user's own main.c, or a generated file the user changed) unless
+    `force`."""
     from optimizer.quantize import quantize_for_compile
     graph = load(model, input_shapes)
     graph = quantize_for_compile(graph, quantize, calibration, calibration_method, quantize_io,
@@ -132,16 +137,63 @@ def compile(model, out_dir, board: str = "host", name: str | None = None,
     name = default_name(model) if name is None else name
     files, plan, gen, graph = generate_project(graph, name, board, vectors)
     out_dir = Path(out_dir)
-    write_files(out_dir, files)
+    write_files(out_dir, files, force)
     return CompileResult(out_dir, name, graph, plan.arena_size, plan.lower_bound,
                          gen.weight_bytes, gen.macs, sorted(files), plan.state_size)
 
 
-def write_files(out_dir: Path, files: dict) -> None:
-    """Write through a temporary sibling directory, then move into place."""
+MANIFEST = ".mcuforge-manifest"  # what mcuforge wrote in a project: "sha256  file" lines
+
+
+def _sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def read_manifest(out_dir: Path) -> dict:
+    """{file: sha256} of the files mcuforge wrote in `out_dir` last time (empty if none)."""
+    try:
+        lines = (out_dir / MANIFEST).read_text().splitlines()
+    except (OSError, UnicodeDecodeError):
+        return {}
+    pairs = (ln.split("  ", 1) for ln in lines)
+    return {f: h for h, f in (p for p in pairs if len(p) == 2)}
+
+
+def _plan_writes(out_dir: Path, files: dict, force: bool) -> list:
+    """Check what writing `files` would overwrite; returns mcuforge's own files of an earlier
+    compile that this one no longer writes (unchanged since, so safe to remove). Files
+    mcuforge did not write, or that were changed after it wrote them, are replaced only with
+    `force`."""
+    if not out_dir.is_dir():
+        return []
+    ours = read_manifest(out_dir)
+
+    def unchanged(f: str, new: str | None = None) -> bool:
+        """As mcuforge wrote it, or already just what it would write now."""
+        try:
+            h = _sha256((out_dir / f).read_bytes())
+        except OSError:
+            return False
+        return h == ours.get(f) or (new is not None and h == _sha256(new.encode()))
+    foreign = sorted(f for f, text in files.items()
+                     if (out_dir / f).exists() and not unchanged(f, text))
+    if foreign and not force:
+        raise McuforgeError(
+            f"{out_dir} already holds {', '.join(foreign)}, not written by mcuforge or changed "
+            f"since it wrote them; compile into another folder, or pass --force (force=True) "
+            f"to overwrite them")
+    return [f for f in ours if f not in files and Path(f).name == f and unchanged(f)]
+
+
+def write_files(out_dir: Path, files: dict, force: bool = False) -> None:
+    """Write through a temporary sibling directory, then move into place, with a manifest of
+    what was written; files of an earlier compile that this one does not write are removed."""
     if out_dir.exists() and not out_dir.is_dir():
         raise McuforgeError(f"cannot write the C project to {out_dir}: it is a file, not a "
                             "directory")
+    stale = _plan_writes(out_dir, files, force)
+    manifest = "".join(f"{_sha256(text.encode())}  {f}\n" for f, text in sorted(files.items()))
+    files = {**files, MANIFEST: manifest}
     try:
         out_dir.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=".mcuforge-", dir=out_dir.parent))
@@ -153,9 +205,11 @@ def write_files(out_dir: Path, files: dict) -> None:
                             f"{e.strerror or e}") from None
     try:
         for fname, text in files.items():
-            (tmp / fname).write_text(text)
+            (tmp / fname).write_bytes(text.encode())
         out_dir.mkdir(exist_ok=True)
-        for fname in files:
+        for fname in stale:
+            (out_dir / fname).unlink(missing_ok=True)
+        for fname in files:  # the manifest last: it lists only files already in place
             os.replace(tmp / fname, out_dir / fname)
     except OSError as e:
         raise McuforgeError(f"cannot write the C project to {out_dir}: "

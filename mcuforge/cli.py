@@ -34,7 +34,7 @@ def _cmd_compile(a) -> int:
                       input_shapes=a.input_shapes, quantize=a.quantize,
                       calibration=a.calibration, calibration_method=a.calibration_method,
                       quantize_io=a.quantize_io, emit_tflite=a.emit_tflite,
-                      int16_budget=a.int16_budget)
+                      int16_budget=a.int16_budget, force=a.force)
     print(f"wrote {len(r.files)} files to {r.out_dir}: {', '.join(r.files)}")
     if a.quantize:  # the user quantizes inputs / dequantizes outputs with these
         from optimizer.quantize import io_params
@@ -223,6 +223,9 @@ def parser() -> argparse.ArgumentParser:
     c.add_argument("model", help="the .tflite model")
     c.add_argument("-o", "--output", required=True, help="directory of the C project")
     c.add_argument("--board", default="host", help="target board (default: host)")
+    c.add_argument("--force", action="store_true",
+                   help="overwrite files in the output folder that mcuforge did not write (or "
+                        "that were changed since); without it they are an error")
     c.add_argument("--name", help="C name prefix of the API (default: from the file name)")
     _add_input_shape(c)
     c.add_argument("--quantize", choices=["int8"],

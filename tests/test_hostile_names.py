@@ -106,7 +106,7 @@ def hostile_onnx() -> onnx.ModelProto:
          helper.make_tensor_value_info(x1, TensorProto.FLOAT, shape)],
         [helper.make_tensor_value_info(o, TensorProto.FLOAT, shape) for o in outputs],
         [numpy_helper.from_array(np.array([[0.5, -1.5, 2.0]] * 2, np.float32), w)])
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
 
 
 @pytest.fixture(scope="module")
@@ -270,3 +270,20 @@ def test_tflite_control_flow_hostile_subgraph_names(tmp_path):
         want = it.get_tensor(it.get_output_details()[0]["index"])
         got = run(model, {c: np.array([cond]), a: x})
         np.testing.assert_array_equal(got, want)
+
+
+def test_error_messages_quote_hostile_names_without_control_characters(tmp_path, capsys):
+    """An input of the wrong dtype: the message names the input, escaped for the terminal."""
+    names = [HOSTILE[12], HOSTILE[2]]  # an ANSI escape sequence, a CR
+    g = helper.make_graph([helper.make_node("Relu", [names[0]], [names[1]])], "g",
+                          [helper.make_tensor_value_info(names[0], TensorProto.FLOAT, [4])],
+                          [helper.make_tensor_value_info(names[1], TensorProto.FLOAT, [4])])
+    model = tmp_path / "m.onnx"
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8),
+              model)
+    np.save(tmp_path / "x.npy", np.zeros(4, np.float64))
+    assert cli_main(["run", str(model), "--input", str(tmp_path / "x.npy"),
+                     "--output", str(tmp_path / "y.npy")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("mcuforge: error: input '\\x1b[31m */ int injected_m;")
+    assert all(ch == "\n" or unicodedata.category(ch)[0] != "C" for ch in err)
