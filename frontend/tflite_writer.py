@@ -36,7 +36,9 @@ WRITTEN = {
     "max_pool2d": ("filter", "stride", "padding", "activation"),
     "reshape": (), "softmax": ("beta", "axis"), "concat": ("axis", "activation"),
     "pad": ("pads", "mode"), "mean": ("axes", "keep_dims"), "leaky_relu": ("alpha",),
-    "transpose": ("perm",), **{op: () for op in SIMPLE_OPS},
+    "transpose": ("perm",), "slice": ("starts", "ends", "steps"),
+    "binary": ("fn", "tflm"),  # max / min only
+    **{op: () for op in SIMPLE_OPS},
 }
 NEUTRAL = {"dilation": (1, 1), "count_include_pad": False}
 
@@ -201,6 +203,17 @@ class _Plan:
             perm = np.array(a["perm"], dtype=np.int32)
             return self._emit("TRANSPOSE", [ins[0], self._const(n.outputs[0] + "/perm", perm)],
                               outs)
+        if n.op == "slice":  # an end of None: up to the edge, whichever the direction
+            ends = a["ends"]
+            mask = sum(1 << d for d, e in enumerate(ends) if e is None)
+            vecs = [np.array(a["starts"], np.int32),
+                    np.array([0 if e is None else e for e in ends], np.int32),
+                    np.array(a["steps"], np.int32)]
+            ins = [ins[0]] + [self._const(n.outputs[0] + "/" + k, v)
+                              for k, v in zip(("begin", "end", "strides"), vecs)]
+            return self._emit("STRIDED_SLICE", ins, outs, {"end_mask": mask})
+        if n.op == "binary":
+            return self._emit("MAXIMUM" if a["fn"] == "max" else "MINIMUM", ins, outs)
         if n.op == "leaky_relu":
             return self._emit("LEAKY_RELU", ins, outs, {"alpha": a["alpha"]})
         raise ValueError(f"tflite writer: op '{n.op}' has no TFLite mapping")
@@ -225,6 +238,8 @@ def _refusal(g: Graph, n) -> str:
     x = g.tensors[n.inputs[0]] if n.inputs and n.inputs[0] else None
     if n.op == "conv2d" and g.tensors[n.inputs[1]].shape[3] != x.shape[3]:
         return "is a grouped convolution, which tflite-micro's CONV_2D does not run"
+    if n.op == "binary" and a["fn"] not in ("max", "min"):
+        return f"computes binary {a['fn']}, which the writer has no TFLite mapping for"
     if n.op == "softmax" and a.get("axis", -1) not in (-1, len(x.shape) - 1):
         return f"works on axis {a['axis']}; TFLite's SOFTMAX works on the last axis only"
     if n.op == "pad":

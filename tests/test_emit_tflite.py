@@ -26,11 +26,12 @@ pytestmark = pytest.mark.skipif(not tflm.available(), reason="tflite-micro not i
 MODELS = Path(__file__).parent / "models"
 
 
-def onnx_model(nodes, x_shape, y_shape, inits=(), opset=18) -> bytes:
+def onnx_model(nodes, x_shape, y_shape, inits=(), opset=18, infos=()) -> bytes:
     g = helper.make_graph(
         nodes, "m", [helper.make_tensor_value_info("x", TensorProto.FLOAT, x_shape)],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, y_shape)],
-        [numpy_helper.from_array(np.asarray(v), k) for k, v in inits])
+        [numpy_helper.from_array(np.asarray(v), k) for k, v in inits],
+        value_info=[helper.make_tensor_value_info(k, TensorProto.FLOAT, v) for k, v in infos])
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
     m.ir_version = 8
     onnx.checker.check_model(m)
