@@ -202,11 +202,25 @@ def _softmax_input_ranges(g: Graph, stats: dict, ranges: dict) -> None:
 
 def _share_concat_ranges(g: Graph, ranges: dict) -> None:
     """Every concat's inputs and output get one range, the union of theirs (TFLite's int8
-    concat needs equal parameters; inputs that still differ are requantized later)."""
+    concat needs equal parameters; inputs that still differ are requantized later). The range
+    also goes back through the transposes / reshapes that lead to an input (the layout
+    transposes of an NCHW model), which keep their input's parameters, when nothing else reads
+    what they move: otherwise such an input would always need requantizing."""
+    producer = {t: n for n in g.nodes for t in n.outputs}
+    readers = {}
+    for n in g.nodes:
+        for t in n.inputs:
+            readers[t] = readers.get(t, 0) + 1
     for n in g.nodes:
         if n.op != "concat":
             continue
         group = [t for t in n.inputs if t in ranges] + [n.outputs[0]]
+        for t in n.inputs:
+            p = producer.get(t)
+            while p is not None and p.op in ("transpose", "reshape") and p.inputs[0] in ranges \
+                    and readers.get(p.inputs[0]) == 1 and p.inputs[0] not in g.outputs:
+                group.append(p.inputs[0])
+                p = producer.get(p.inputs[0])
         lo = min(ranges[t][0] for t in group)
         hi = max(ranges[t][1] for t in group)
         for t in group:
