@@ -140,6 +140,42 @@ class _Plan:
                                                    x.quant)], [y])
         return y
 
+    def _pad_by_concat(self, n, x: Tensor, mode: str) -> None:
+        """edge / wrap padding, which TFLite has no operator for, exactly as data movement:
+        per padded axis, a CONCATENATION of the input with STRIDED_SLICEs of it (edge: the
+        first / last element repeated; wrap: the last b / first e elements)."""
+        pads = [tuple(p) for p in n.attrs["pads"]]
+        last = max(d for d, p in enumerate(pads) if p != (0, 0))
+        cur, shape = x.name, list(x.shape)
+        for d, (b, e) in enumerate(pads):
+            if (b, e) == (0, 0):
+                continue
+            size = shape[d]
+            if mode == "edge":
+                head = [self._slice_of(cur, shape, x, d, 0, 1)] * b
+                tail = [self._slice_of(cur, shape, x, d, size - 1, size)] * e
+            else:
+                head = [self._slice_of(cur, shape, x, d, size - b, size)] if b else []
+                tail = [self._slice_of(cur, shape, x, d, 0, e)] if e else []
+            shape[d] += b + e
+            out = n.outputs[0] if d == last else self._new(
+                f"{n.outputs[0]}/{mode}_axis{d}", shape, x.dtype, quant=x.quant)
+            self._emit("CONCATENATION", head + [cur] + tail, [out],
+                       {"axis": d, "fused_activation_function": "NONE"})
+            cur = out
+
+    def _slice_of(self, src: str, shape, x: Tensor, axis: int, start: int, stop: int) -> str:
+        """A STRIDED_SLICE of `src` (shape `shape`, quantized like x) to [start, stop) on axis."""
+        begin, end = [0] * len(shape), list(shape)
+        begin[axis], end[axis] = start, stop
+        part = list(shape)
+        part[axis] = stop - start
+        y = self._new(f"{src}/slice{axis}_{start}_{stop}", part, x.dtype, quant=x.quant)
+        ins = [src] + [self._const(f"{y}/{k}", np.array(v, np.int32)) for k, v in
+                       (("begin", begin), ("end", end), ("strides", [1] * len(shape)))]
+        self._emit("STRIDED_SLICE", ins, [y], {})
+        return y
+
     def _emit(self, op, ins, outs, options=None, options_type=None):
         self.ops.append(TflOp(op, tuple(ins), tuple(outs), options or {}, options_type))
 
@@ -197,7 +233,9 @@ class _Plan:
             pads = np.array(a["pads"], dtype=np.int32).reshape(-1, 2)
             new = [ins[0], self._const(n.outputs[0] + "/paddings", pads)]
             mode = a.get("mode", "constant")
-            if mode != "constant":  # _refusal let only reflect / symmetric through
+            if mode in ("edge", "wrap"):
+                return self._pad_by_concat(n, g.tensors[n.inputs[0]], mode)
+            if mode != "constant":  # reflect / symmetric (_refusal checked the widths)
                 return self._emit("MIRROR_PAD", new, outs, {"mode": mode.upper()})
             if len(ins) > 1:  # an explicit pad value needs PADV2
                 return self._emit("PADV2", new + [ins[1]], outs)
@@ -256,15 +294,15 @@ def _refusal(g: Graph, n) -> str:
         mode, pads = a.get("mode", "constant"), [tuple(p) for p in a["pads"]]
         if any(b < 0 or e < 0 for b, e in pads):
             return f"has negative pads {pads} (a crop), which TFLite's PAD cannot express"
-        if mode not in ("constant", "reflect", "symmetric"):
-            return (f"pads in mode '{mode}', which TFLite has no operator for (its MIRROR_PAD "
-                    "does reflect and symmetric)")
-        if mode != "constant":
+        if mode not in ("constant", "reflect", "symmetric", "edge", "wrap"):
+            return f"pads in mode '{mode}', which the writer has no TFLite mapping for"
+        if mode in ("reflect", "symmetric", "wrap"):
             for d, (size, (b, e)) in enumerate(zip(x.shape, pads)):
                 widest = size - 1 if mode == "reflect" else size
                 if max(b, e) > widest:
+                    how = "a wrap takes" if mode == "wrap" else "MIRROR_PAD mirrors"
                     return (f"pads axis {d} (size {size}) by {(b, e)} in mode '{mode}': "
-                            f"MIRROR_PAD mirrors at most {widest}")
+                            f"{how} at most {widest}")
     return ""
 
 

@@ -98,18 +98,40 @@ def test_pad_reflect_is_mirror_pad(pads, tmp_path):
     np.testing.assert_array_equal(got, ort_run(m, x[None])[0])
 
 
-def test_pad_edge_is_refused_naming_the_node(tmp_path, capsys):
-    m = onnx.load_from_string(pad_model("edge", (0, 1, 1, 0, 1, 1)))
-    m.graph.node[0].name = "edge_pad"
+@pytest.mark.parametrize("mode,pads,opset", [("edge", (0, 2, 1, 0, 1, 3), 18),
+                                             ("edge", (0, 0, 0, 0, 3, 0), 18),
+                                             ("wrap", (0, 2, 1, 0, 3, 6), 19)])
+def test_pad_edge_and_wrap_are_written_as_slices_and_concat(mode, pads, opset, tmp_path):
+    """TFLite has no edge / wrap pad: the writer spells them with STRIDED_SLICE and
+    CONCATENATION, exact data movement (int8: bit-exact; float: equal to onnxruntime)."""
+    m = onnx.load_from_string(pad_model(mode, pads))
+    m.opset_import[0].version = opset
+    m = m.SerializeToString()
+    check_emitted(m, (1, 5, 6), tmp_path, steps=0.5)
+    from ai_edge_litert.interpreter import Interpreter
+    it = Interpreter(model_content=write_tflite(optimize(load(m))))
+    it.allocate_tensors()
+    x = np.random.default_rng(1).normal(size=(1, 5, 6)).astype(np.float32)
+    it.set_tensor(it.get_input_details()[0]["index"], x)
+    it.invoke()
+    got = it.get_tensor(it.get_output_details()[0]["index"])
+    np.testing.assert_array_equal(got, ort_run(m, x[None])[0])
+
+
+def test_unwritable_node_is_refused_by_name_in_the_cli(tmp_path, capsys):
+    """An average pool counting its padded taps (count_include_pad=1): the C is right, TFLite
+    leaves padded taps out, so --emit-tflite refuses naming the node, writes no file."""
+    node = helper.make_node("AveragePool", ["x"], ["y"], kernel_shape=[3, 3], pads=[1, 1, 1, 1],
+                            count_include_pad=1, name="avg_with_pads")
     path = tmp_path / "m.onnx"
-    onnx.save(m, path)
+    path.write_bytes(onnx_model([node], [1, 2, 6, 6], [1, 2, 6, 6]))
     cal = tmp_path / "cal.npy"
-    np.save(cal, np.random.default_rng(0).normal(size=(4, 1, 5, 6)).astype(np.float32))
+    np.save(cal, np.random.default_rng(0).normal(size=(4, 1, 2, 6, 6)).astype(np.float32))
     rc = main(["compile", str(path), "-o", str(tmp_path / "out"), "--quantize", "int8",
                "--calibration", str(cal), "--emit-tflite", str(tmp_path / "q.tflite")])
     err = capsys.readouterr().err
     assert rc != 0 and "Traceback" not in err
-    assert "mcuforge: error:" in err and "edge_pad" in err and "'edge'" in err
+    assert "mcuforge: error:" in err and "avg_with_pads" in err and "count_include_pad" in err
     assert not (tmp_path / "q.tflite").exists()
 
 
@@ -146,8 +168,9 @@ UNWRITABLE = {  # each would have been written as something else
     "softmax_axis": (lambda: _graph("softmax", dict(beta=1.0, axis=2)), "last axis"),
     "negative_pad": (lambda: _graph("pad", dict(pads=((0, 0), (-1, 0), (0, 0), (0, 0))),
                                     y_shape=(1, 3, 4, 2)), "negative"),
-    "wrap_pad": (lambda: _graph("pad", dict(pads=((0, 0), (1, 0), (0, 0), (0, 0)), mode="wrap"),
-                                y_shape=(1, 5, 4, 2)), "'wrap'"),
+    "wrap_pad_too_wide": (lambda: _graph("pad", dict(pads=((0, 0), (5, 0), (0, 0), (0, 0)),
+                                                     mode="wrap"), y_shape=(1, 9, 4, 2)),
+                          "'wrap': a wrap takes at most 4"),
     "grouped_conv": (lambda: _graph("conv2d", dict(stride=(1, 1), dilation=(1, 1),
                                                    padding=(0, 0, 0, 0), activation="none"),
                                     x_shape=(1, 4, 4, 4),
