@@ -36,9 +36,18 @@ WRITTEN = {
     "max_pool2d": ("filter", "stride", "padding", "activation"),
     "reshape": (), "softmax": ("beta", "axis"), "concat": ("axis", "activation"),
     "pad": ("pads", "mode"), "mean": ("axes", "keep_dims"), "leaky_relu": ("alpha",),
-    "transpose": ("perm",), **{op: () for op in SIMPLE_OPS},
+    "transpose": ("perm",), "slice": ("starts", "ends", "steps"),
+    "binary": ("fn", "tflm"),  # max / min only
+    **{op: () for op in SIMPLE_OPS},
 }
 NEUTRAL = {"dilation": (1, 1), "count_include_pad": False}
+# int8 kernels that move or compare bytes: TFLite assumes (TFLM does not always check) that
+# their output is quantized like their input; a graph saying otherwise cannot be written
+SAME_QUANT = ("reshape", "transpose", "slice", "pad", "max_pool2d", "avg_pool2d", "relu6",
+              "binary", "concat")
+# int8 outputs TFLM's kernels fix whatever the tensor says: (scale, zero point)
+FIXED_INT8_OUT = {"logistic": (1.0 / 256, -128), "softmax": (1.0 / 256, -128),
+                  "tanh": (1.0 / 128, 0)}
 
 
 def write_tflite(graph: Graph) -> bytes:
@@ -131,6 +140,42 @@ class _Plan:
                                                    x.quant)], [y])
         return y
 
+    def _pad_by_concat(self, n, x: Tensor, mode: str) -> None:
+        """edge / wrap padding, which TFLite has no operator for, exactly as data movement:
+        per padded axis, a CONCATENATION of the input with STRIDED_SLICEs of it (edge: the
+        first / last element repeated; wrap: the last b / first e elements)."""
+        pads = [tuple(p) for p in n.attrs["pads"]]
+        last = max(d for d, p in enumerate(pads) if p != (0, 0))
+        cur, shape = x.name, list(x.shape)
+        for d, (b, e) in enumerate(pads):
+            if (b, e) == (0, 0):
+                continue
+            size = shape[d]
+            if mode == "edge":
+                head = [self._slice_of(cur, shape, x, d, 0, 1)] * b
+                tail = [self._slice_of(cur, shape, x, d, size - 1, size)] * e
+            else:
+                head = [self._slice_of(cur, shape, x, d, size - b, size)] if b else []
+                tail = [self._slice_of(cur, shape, x, d, 0, e)] if e else []
+            shape[d] += b + e
+            out = n.outputs[0] if d == last else self._new(
+                f"{n.outputs[0]}/{mode}_axis{d}", shape, x.dtype, quant=x.quant)
+            self._emit("CONCATENATION", head + [cur] + tail, [out],
+                       {"axis": d, "fused_activation_function": "NONE"})
+            cur = out
+
+    def _slice_of(self, src: str, shape, x: Tensor, axis: int, start: int, stop: int) -> str:
+        """A STRIDED_SLICE of `src` (shape `shape`, quantized like x) to [start, stop) on axis."""
+        begin, end = [0] * len(shape), list(shape)
+        begin[axis], end[axis] = start, stop
+        part = list(shape)
+        part[axis] = stop - start
+        y = self._new(f"{src}/slice{axis}_{start}_{stop}", part, x.dtype, quant=x.quant)
+        ins = [src] + [self._const(f"{y}/{k}", np.array(v, np.int32)) for k, v in
+                       (("begin", begin), ("end", end), ("strides", [1] * len(shape)))]
+        self._emit("STRIDED_SLICE", ins, [y], {})
+        return y
+
     def _emit(self, op, ins, outs, options=None, options_type=None):
         self.ops.append(TflOp(op, tuple(ins), tuple(outs), options or {}, options_type))
 
@@ -188,7 +233,9 @@ class _Plan:
             pads = np.array(a["pads"], dtype=np.int32).reshape(-1, 2)
             new = [ins[0], self._const(n.outputs[0] + "/paddings", pads)]
             mode = a.get("mode", "constant")
-            if mode != "constant":  # _refusal let only reflect / symmetric through
+            if mode in ("edge", "wrap"):
+                return self._pad_by_concat(n, g.tensors[n.inputs[0]], mode)
+            if mode != "constant":  # reflect / symmetric (_refusal checked the widths)
                 return self._emit("MIRROR_PAD", new, outs, {"mode": mode.upper()})
             if len(ins) > 1:  # an explicit pad value needs PADV2
                 return self._emit("PADV2", new + [ins[1]], outs)
@@ -201,6 +248,17 @@ class _Plan:
             perm = np.array(a["perm"], dtype=np.int32)
             return self._emit("TRANSPOSE", [ins[0], self._const(n.outputs[0] + "/perm", perm)],
                               outs)
+        if n.op == "slice":  # an end of None: up to the edge, whichever the direction
+            ends = a["ends"]
+            mask = sum(1 << d for d, e in enumerate(ends) if e is None)
+            vecs = [np.array(a["starts"], np.int32),
+                    np.array([0 if e is None else e for e in ends], np.int32),
+                    np.array(a["steps"], np.int32)]
+            ins = [ins[0]] + [self._const(n.outputs[0] + "/" + k, v)
+                              for k, v in zip(("begin", "end", "strides"), vecs)]
+            return self._emit("STRIDED_SLICE", ins, outs, {"end_mask": mask})
+        if n.op == "binary":
+            return self._emit("MAXIMUM" if a["fn"] == "max" else "MINIMUM", ins, outs)
         if n.op == "leaky_relu":
             return self._emit("LEAKY_RELU", ins, outs, {"alpha": a["alpha"]})
         raise ValueError(f"tflite writer: op '{n.op}' has no TFLite mapping")
@@ -223,23 +281,50 @@ def _refusal(g: Graph, n) -> str:
                     "quantize the float model with mcuforge instead")
         return f"has {k}={v!r}, which the TFLite {n.op} cannot express"
     x = g.tensors[n.inputs[0]] if n.inputs and n.inputs[0] else None
+    why = _quant_refusal(g, n, x)
+    if why:
+        return why
     if n.op == "conv2d" and g.tensors[n.inputs[1]].shape[3] != x.shape[3]:
         return "is a grouped convolution, which tflite-micro's CONV_2D does not run"
+    if n.op == "binary" and a["fn"] not in ("max", "min"):
+        return f"computes binary {a['fn']}, which the writer has no TFLite mapping for"
     if n.op == "softmax" and a.get("axis", -1) not in (-1, len(x.shape) - 1):
         return f"works on axis {a['axis']}; TFLite's SOFTMAX works on the last axis only"
     if n.op == "pad":
         mode, pads = a.get("mode", "constant"), [tuple(p) for p in a["pads"]]
         if any(b < 0 or e < 0 for b, e in pads):
             return f"has negative pads {pads} (a crop), which TFLite's PAD cannot express"
-        if mode not in ("constant", "reflect", "symmetric"):
-            return (f"pads in mode '{mode}', which TFLite has no operator for (its MIRROR_PAD "
-                    "does reflect and symmetric)")
-        if mode != "constant":
+        if mode not in ("constant", "reflect", "symmetric", "edge", "wrap"):
+            return f"pads in mode '{mode}', which the writer has no TFLite mapping for"
+        if mode in ("reflect", "symmetric", "wrap"):
             for d, (size, (b, e)) in enumerate(zip(x.shape, pads)):
                 widest = size - 1 if mode == "reflect" else size
                 if max(b, e) > widest:
+                    how = "a wrap takes" if mode == "wrap" else "MIRROR_PAD mirrors"
                     return (f"pads axis {d} (size {size}) by {(b, e)} in mode '{mode}': "
-                            f"MIRROR_PAD mirrors at most {widest}")
+                            f"{how} at most {widest}")
+    return ""
+
+
+def _quant_refusal(g: Graph, n, x) -> str:
+    y = g.tensors[n.outputs[0]]
+    if y.quant is None or y.dtype not in ("int8", "int16"):
+        return ""
+    if n.op in SAME_QUANT:
+        ins = [g.tensors[t] for t in n.inputs if t and not g.tensors[t].is_const] \
+            if n.op == "concat" else [x]
+        for t in ins:
+            if t.quant != y.quant:
+                return (f"moves {t.dtype} values of '{t.name}' (scale {t.quant.scale}, zero "
+                        f"point {t.quant.zero_point}) into '{y.name}' quantized otherwise "
+                        f"(scale {y.quant.scale}, zero point {y.quant.zero_point}); TFLite's "
+                        f"kernel does not requantize: add a quantize node")
+    fixed = FIXED_INT8_OUT.get(n.op)
+    if fixed and y.dtype == "int8" and \
+            (np.float32(y.quant.scale[0]), y.quant.zero_point[0]) != (np.float32(fixed[0]),
+                                                                       fixed[1]):
+        return (f"has int8 output scale {y.quant.scale[0]}, zero point {y.quant.zero_point[0]}"
+                f"; TFLite's int8 {n.op} always gives scale {fixed[0]}, zero point {fixed[1]}")
     return ""
 
 

@@ -15,8 +15,12 @@ quantization specification exactly as mcuforge's int8 kernels (and TFLM's) expec
     maximum but its low end only reaches as far as can still move softmax's int8 output
     (calibrate.softmax_input_range);
   - fixed outputs: softmax and logistic (1/256, -128), tanh (1/128, 0);
-  - max/avg pool, reshape, transpose, pad and relu6 keep their input's parameters; concat inputs share one
-    range (the union), and an input quantized otherwise is requantized by a "quantize" node;
+  - max/avg pool, reshape, transpose, pad, slice and relu6 keep their input's parameters;
+    concat inputs share one range (the union), and an input quantized otherwise is requantized
+    by a "quantize" node;
+  - batch_norm, softmax off the last axis and clip are first rewritten in float into ops that
+    have int8 kernels (int8_forms.py); clip's max / min against a constant keep their input's
+    parameters, the constant quantized with them (so the clamp is exact on the integers);
   - add / mul inputs may differ; constant operands of add / mul are quantized per tensor;
   - reduce mean becomes the int8 mean op (own output range);
   - a few activations may stay int16 instead (TFLite's 16x8 scheme, which TFLM runs): those
@@ -41,7 +45,7 @@ import numpy as np
 from mcuforge.errors import McuforgeError
 from mcuforge.graph import Graph, Node, Quant, Tensor, verify
 
-from . import calibrate, int16
+from . import calibrate, int16, int8_forms
 from .calibrate import METHODS, asymmetric_params
 from .rounding import gptq_round, output_error
 
@@ -50,7 +54,8 @@ ROUNDINGS = ("gptq", "nearest")
 DEFAULT_ROUNDING = "gptq"
 IO_MODES = ("int8", "float")
 WEIGHTED = {"conv2d": 0, "depthwise_conv2d": 3, "fully_connected": 0}  # op -> channel axis
-KEEP_INPUT_QUANT = ("avg_pool2d", "max_pool2d", "reshape", "pad", "relu6", "transpose")
+KEEP_INPUT_QUANT = ("avg_pool2d", "max_pool2d", "reshape", "pad", "relu6", "transpose", "slice",
+                    "binary")  # binary: max / min with a constant (clip, int8_forms.py)
 FIXED_OUTPUT = {"softmax": Quant((1.0 / 256,), (-128,)), "logistic": Quant((1.0 / 256,), (-128,)),
                 "tanh": Quant((1.0 / 128,), (0,))}
 OWN_RANGE = ("add", "mul", "mean", "relu", "leaky_relu", "hard_swish", "concat")
@@ -87,6 +92,7 @@ def quantize_graph(g: Graph, samples: list, method: str = DEFAULT_METHOD, io: st
     if budget is not None and (not isinstance(budget, (int, np.integer)) or budget < 0):
         raise McuforgeError(f"the int16 budget must be a number of bytes >= 0 (or None), "
                             f"not {budget!r}")
+    g = int8_forms.rewrite(g)
     check_quantizable(g)
     wide = None if int16_tensors is None else _moves_of(g, int16_tensors)
     if wide is not None:
@@ -148,7 +154,8 @@ def _one_blas_thread():
 
 
 def check_quantizable(g: Graph) -> None:
-    """Raise McuforgeError naming the first node the int8 quantizer cannot handle."""
+    """Raise McuforgeError naming the first node the int8 quantizer cannot handle (in a graph
+    int8_forms.rewrite has rewritten)."""
     for name in list(g.inputs) + list(g.outputs):
         if g.tensors[name].dtype != "float32":
             raise McuforgeError(f"graph input/output '{name}' is {g.tensors[name].dtype}: "
@@ -165,6 +172,11 @@ def check_quantizable(g: Graph) -> None:
             if n.attrs.get("axis", rank - 1) not in (-1, rank - 1):
                 raise McuforgeError(f"cannot quantize {where}: int8 softmax works on the last "
                                     "axis only")
+        if n.op == "binary" and (n.attrs["fn"] not in ("max", "min") or len(n.inputs) != 2
+                                 or not g.tensors[n.inputs[1]].is_const
+                                 or g.tensors[n.inputs[1]].size != 1):
+            raise McuforgeError(f"cannot quantize {where}: of the binary ops only max / min "
+                                "with a constant scalar (a clip) have an int8 kernel")
         if n.op == "reduce" and n.attrs["fn"] != "mean":
             raise McuforgeError(f"cannot quantize {where}: reduce {n.attrs['fn']} has no int8 "
                                 "kernel (reduce mean has)")
@@ -190,11 +202,25 @@ def _softmax_input_ranges(g: Graph, stats: dict, ranges: dict) -> None:
 
 def _share_concat_ranges(g: Graph, ranges: dict) -> None:
     """Every concat's inputs and output get one range, the union of theirs (TFLite's int8
-    concat needs equal parameters; inputs that still differ are requantized later)."""
+    concat needs equal parameters; inputs that still differ are requantized later). The range
+    also goes back through the transposes / reshapes that lead to an input (the layout
+    transposes of an NCHW model), which keep their input's parameters, when nothing else reads
+    what they move: otherwise such an input would always need requantizing."""
+    producer = {t: n for n in g.nodes for t in n.outputs}
+    readers = {}
+    for n in g.nodes:
+        for t in n.inputs:
+            readers[t] = readers.get(t, 0) + 1
     for n in g.nodes:
         if n.op != "concat":
             continue
         group = [t for t in n.inputs if t in ranges] + [n.outputs[0]]
+        for t in n.inputs:
+            p = producer.get(t)
+            while p is not None and p.op in ("transpose", "reshape") and p.inputs[0] in ranges \
+                    and readers.get(p.inputs[0]) == 1 and p.inputs[0] not in g.outputs:
+                group.append(p.inputs[0])
+                p = producer.get(p.inputs[0])
         lo = min(ranges[t][0] for t in group)
         hi = max(ranges[t][1] for t in group)
         for t in group:
@@ -345,17 +371,20 @@ class _Quantizer:
                    self._out_quant(n.outputs[0], dtype), dtype)
 
     def _keep(self, n: Node) -> None:
-        """pools, reshape, pad, relu6, transpose: the output is quantized like the input (their
-        kernels move bytes; they do not requantize)."""
+        """pools, reshape, pad, relu6, transpose, slice, max / min with a constant: the output
+        is quantized like the input (their kernels move or compare bytes; no requantizing)."""
         dtype = self._dtype(n)
         ins = list(n.inputs)
         ins[0] = self._as(ins[0], dtype)
         q = self.quant[ins[0]]
-        if n.op == "pad" and len(ins) > 2 and ins[2]:  # the pad value, quantized like x
-            v = self.g.tensors[ins[2]].data.astype(np.float32)
-            ins[2] = self._const(ins[2] + "/int8",
-                                 np.clip(np.round(v / q.scale[0]) + q.zero_point[0], -128, 127),
-                                 "int8", q)
+        # the pad value, clip's bound: a constant quantized like x
+        k = 2 if n.op == "pad" else 1 if n.op == "binary" else None
+        if k is not None and len(ins) > k and ins[k]:
+            v = self.g.tensors[ins[k]].data.astype(np.float32)
+            lo, hi = (-128, 127) if dtype == "int8" else (-32768, 32767)
+            ins[k] = self._const(ins[k] + "/" + dtype,
+                                 np.clip(np.round(v / q.scale[0]) + q.zero_point[0], lo, hi),
+                                 dtype, q)
         self._emit(n, ins, q, dtype)
 
     def _avg_pool2d(self, n: Node) -> None:
@@ -366,7 +395,7 @@ class _Quantizer:
         self._mean(Node("mean", n.inputs[:1], n.outputs, dict(axes=(1, 2), keep_dims=True),
                         n.name))
 
-    _max_pool2d = _reshape = _pad = _relu6 = _transpose = _keep
+    _max_pool2d = _reshape = _pad = _relu6 = _transpose = _slice = _binary = _keep
 
     def _fixed(self, n: Node) -> None:
         """softmax, logistic, tanh: the output quantization their kernels fix. In int16:

@@ -26,11 +26,12 @@ pytestmark = pytest.mark.skipif(not tflm.available(), reason="tflite-micro not i
 MODELS = Path(__file__).parent / "models"
 
 
-def onnx_model(nodes, x_shape, y_shape, inits=(), opset=18) -> bytes:
+def onnx_model(nodes, x_shape, y_shape, inits=(), opset=18, infos=()) -> bytes:
     g = helper.make_graph(
         nodes, "m", [helper.make_tensor_value_info("x", TensorProto.FLOAT, x_shape)],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, y_shape)],
-        [numpy_helper.from_array(np.asarray(v), k) for k, v in inits])
+        [numpy_helper.from_array(np.asarray(v), k) for k, v in inits],
+        value_info=[helper.make_tensor_value_info(k, TensorProto.FLOAT, v) for k, v in infos])
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
     m.ir_version = 8
     onnx.checker.check_model(m)
@@ -97,18 +98,40 @@ def test_pad_reflect_is_mirror_pad(pads, tmp_path):
     np.testing.assert_array_equal(got, ort_run(m, x[None])[0])
 
 
-def test_pad_edge_is_refused_naming_the_node(tmp_path, capsys):
-    m = onnx.load_from_string(pad_model("edge", (0, 1, 1, 0, 1, 1)))
-    m.graph.node[0].name = "edge_pad"
+@pytest.mark.parametrize("mode,pads,opset", [("edge", (0, 2, 1, 0, 1, 3), 18),
+                                             ("edge", (0, 0, 0, 0, 3, 0), 18),
+                                             ("wrap", (0, 2, 1, 0, 3, 6), 19)])
+def test_pad_edge_and_wrap_are_written_as_slices_and_concat(mode, pads, opset, tmp_path):
+    """TFLite has no edge / wrap pad: the writer spells them with STRIDED_SLICE and
+    CONCATENATION, exact data movement (int8: bit-exact; float: equal to onnxruntime)."""
+    m = onnx.load_from_string(pad_model(mode, pads))
+    m.opset_import[0].version = opset
+    m = m.SerializeToString()
+    check_emitted(m, (1, 5, 6), tmp_path, steps=0.5)
+    from ai_edge_litert.interpreter import Interpreter
+    it = Interpreter(model_content=write_tflite(optimize(load(m))))
+    it.allocate_tensors()
+    x = np.random.default_rng(1).normal(size=(1, 5, 6)).astype(np.float32)
+    it.set_tensor(it.get_input_details()[0]["index"], x)
+    it.invoke()
+    got = it.get_tensor(it.get_output_details()[0]["index"])
+    np.testing.assert_array_equal(got, ort_run(m, x[None])[0])
+
+
+def test_unwritable_node_is_refused_by_name_in_the_cli(tmp_path, capsys):
+    """An average pool counting its padded taps (count_include_pad=1): the C is right, TFLite
+    leaves padded taps out, so --emit-tflite refuses naming the node, writes no file."""
+    node = helper.make_node("AveragePool", ["x"], ["y"], kernel_shape=[3, 3], pads=[1, 1, 1, 1],
+                            count_include_pad=1, name="avg_with_pads")
     path = tmp_path / "m.onnx"
-    onnx.save(m, path)
+    path.write_bytes(onnx_model([node], [1, 2, 6, 6], [1, 2, 6, 6]))
     cal = tmp_path / "cal.npy"
-    np.save(cal, np.random.default_rng(0).normal(size=(4, 1, 5, 6)).astype(np.float32))
+    np.save(cal, np.random.default_rng(0).normal(size=(4, 1, 2, 6, 6)).astype(np.float32))
     rc = main(["compile", str(path), "-o", str(tmp_path / "out"), "--quantize", "int8",
                "--calibration", str(cal), "--emit-tflite", str(tmp_path / "q.tflite")])
     err = capsys.readouterr().err
     assert rc != 0 and "Traceback" not in err
-    assert "mcuforge: error:" in err and "edge_pad" in err and "'edge'" in err
+    assert "mcuforge: error:" in err and "avg_with_pads" in err and "count_include_pad" in err
     assert not (tmp_path / "q.tflite").exists()
 
 
@@ -129,6 +152,13 @@ def _graph(op, attrs, x_shape=(1, 4, 4, 2), y_shape=(1, 4, 4, 2), consts=()):
                  ["x"], ["y"])
 
 
+def _int8_graph(op, attrs, in_q, out_q, shape=(1, 4, 4, 2), out_shape=None):
+    from mcuforge.graph import Graph, Node, Quant, Tensor
+    ts = {"x": Tensor("x", shape, "int8", quant=Quant((in_q[0],), (in_q[1],))),
+          "y": Tensor("y", out_shape or shape, "int8", quant=Quant((out_q[0],), (out_q[1],)))}
+    return Graph(ts, [Node(op, ("x",), ("y",), attrs, "n1")], ["x"], ["y"])
+
+
 POOL = dict(filter=(3, 3), stride=(1, 1), padding=(1, 1, 1, 1), activation="none")
 UNWRITABLE = {  # each would have been written as something else
     "count_include_pad": (lambda: _graph("avg_pool2d", dict(POOL, count_include_pad=True)),
@@ -138,14 +168,23 @@ UNWRITABLE = {  # each would have been written as something else
     "softmax_axis": (lambda: _graph("softmax", dict(beta=1.0, axis=2)), "last axis"),
     "negative_pad": (lambda: _graph("pad", dict(pads=((0, 0), (-1, 0), (0, 0), (0, 0))),
                                     y_shape=(1, 3, 4, 2)), "negative"),
-    "wrap_pad": (lambda: _graph("pad", dict(pads=((0, 0), (1, 0), (0, 0), (0, 0)), mode="wrap"),
-                                y_shape=(1, 5, 4, 2)), "'wrap'"),
+    "wrap_pad_too_wide": (lambda: _graph("pad", dict(pads=((0, 0), (5, 0), (0, 0), (0, 0)),
+                                                     mode="wrap"), y_shape=(1, 9, 4, 2)),
+                          "'wrap': a wrap takes at most 4"),
     "grouped_conv": (lambda: _graph("conv2d", dict(stride=(1, 1), dilation=(1, 1),
                                                    padding=(0, 0, 0, 0), activation="none"),
                                     x_shape=(1, 4, 4, 4),
                                     consts=[("w", np.ones((2, 1, 1, 2), np.float32))]),
                      "grouped"),
     "ort_requant": (lambda: _graph("logistic", dict(requant="onnxruntime")), "onnxruntime"),
+    # int8 byte movers whose output the graph quantizes otherwise (TFLite would relabel bytes)
+    "transpose_requant": (lambda: _int8_graph("transpose", dict(perm=(0, 2, 1, 3)),
+                                              (0.05, 3), (0.04, 3)), "does not requantize"),
+    "maxpool_requant": (lambda: _int8_graph("max_pool2d", dict(POOL), (0.05, 3), (0.05, 0)),
+                        "does not requantize"),
+    # an int8 output TFLM's kernel fixes: tanh always writes scale 1/128, zero point 0
+    "tanh_output_quant": (lambda: _int8_graph("tanh", {}, (0.05, 3), (1.0 / 256, -128)),
+                          "always gives scale"),
 }
 
 
