@@ -119,6 +119,9 @@ def _cmd_bench(a) -> int:
 
 def _cmd_bench_quant(a) -> int:
     from .bench_quant import bench_quant, format_table
+    if isinstance(a.calibration, int) != isinstance(a.eval, int):  # one error, not one a model
+        raise McuforgeError("bench-quant: give both --calibration DATA and --eval DATA, or "
+                            "neither")
     rows = bench_quant(a.models, a.calibration, a.eval, progress=None if a.json else sys.stderr,
                        int16_budget=a.int16_budget,
                        warn=sys.stderr if a.json else None)  # the table says it otherwise

@@ -153,3 +153,11 @@ def test_user_data_with_labels(tmp_path, capsys):
                      [(images.astype(np.int16) - 128).astype(np.int8)[:, None]])[0]
         ml = np.asarray(y).reshape(len(images), -1).argmax(1)
         assert r["mlcommons"]["accuracy"] == pytest.approx(np.mean(ml == labels))
+
+
+def test_data_for_one_set_only_is_one_error(tmp_path, capsys):
+    np.save(tmp_path / "cal.npy", np.zeros((2, 1, 28, 28), np.float32))
+    status = main(["bench-quant", str(MODELS / "torch_lenet.onnx"),
+                   "--calibration", str(tmp_path / "cal.npy")])
+    err = capsys.readouterr().err
+    assert status == 2 and err.count("mcuforge: error:") == 1 and "--eval DATA" in err
