@@ -131,10 +131,14 @@ def _cmd_bench(a) -> int:
 
 def _cmd_bench_quant(a) -> int:
     from .bench_quant import bench_quant, format_table
+    if isinstance(a.calibration, int) != isinstance(a.eval, int):  # one error, not one a model
+        raise McuforgeError("bench-quant: give both --calibration DATA and --eval DATA, or "
+                            "neither")
     rows = bench_quant(a.models, a.calibration, a.eval, progress=None if a.json else sys.stderr,
-                       int16_budget=a.int16_budget)
+                       int16_budget=a.int16_budget,
+                       warn=sys.stderr if a.json else None)  # the table says it otherwise
     print(json.dumps(rows, indent=2) if a.json else format_table(rows))
-    return 0
+    return 1 if any("model" in r["errors"] for r in rows) else 0  # the others still printed
 
 
 def _cmd_conformance(a) -> int:
@@ -184,6 +188,11 @@ def _positive(text: str) -> int:
     if not text.isdigit() or int(text) < 1:
         raise argparse.ArgumentTypeError(f"'{text}' is not a positive whole number")
     return int(text)
+
+
+def _count_or_data(text: str):
+    """bench-quant's --calibration / --eval: a number of generated samples, or a data path."""
+    return _positive(text) if text.isdigit() else text
 
 
 class _ShapeDict(argparse.Action):
@@ -277,10 +286,12 @@ def parser() -> argparse.ArgumentParser:
                 "model (TFLite models exported to ONNX by mcuforge) and, for the MLPerf Tiny "
                 "float models, MLCommons' own int8 model")
     q.add_argument("models", nargs="+", help="the float .onnx / .tflite models")
-    q.add_argument("--calibration", type=_positive, default=200, metavar="N",
-                   help="calibration samples (default: 200)")
-    q.add_argument("--eval", type=_positive, default=360, metavar="N",
-                   help="evaluation samples (default: 360)")
+    q.add_argument("--calibration", type=_count_or_data, default=200, metavar="N|DATA",
+                   help="calibration data as compile takes it, or a number of random inputs "
+                        "(default: 200, with a warning: figures on noise)")
+    q.add_argument("--eval", type=_count_or_data, default=360, metavar="N|DATA",
+                   help="evaluation data (a .npz may add `labels`: top-1 accuracy is then "
+                        "reported too), or a number of random inputs (default: 360)")
     q.add_argument("--int16-budget", type=_int16_budget, default=0, metavar="BYTES|auto",
                    help="as for compile: mcuforge's model may keep some activations in int16 "
                         "(default: 0, all int8)")

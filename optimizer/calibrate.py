@@ -77,11 +77,17 @@ def stack_samples(g: Graph, samples: list) -> list:
 def load_samples(data, g: Graph) -> list:
     """Calibration data -> a list of {input name: array}. `data` is a .npy path (a batch along
     axis 0), a .npz path (keyed by input name, batch along axis 0), a folder of .npy files (each
-    one sample or a batch), an array, a {name: batch} dict or already a list of dicts."""
+    one sample or a batch), an array, a {name: batch} dict or already a list of dicts. A
+    single-input model also takes a .npz / dict whose one array of the input's shape has
+    another key (`images` beside `labels`, say). Values of any numeric dtype become float32
+    as they are (uint8 pixels 0-255 stay 0.0-255.0: scale them yourself if the model expects
+    otherwise)."""
     if isinstance(data, list) and all(isinstance(s, dict) for s in data):
         return data
     if isinstance(data, (str, os.PathLike)):
         data = _read(Path(data), g)
+    if isinstance(data, dict) and len(g.inputs) == 1 and g.inputs[0] not in data:
+        data = _only_batch_of_input(data, g)
     if isinstance(data, np.ndarray):
         if len(g.inputs) != 1:
             raise McuforgeError(f"the model has {len(g.inputs)} inputs: give calibration data "
@@ -101,6 +107,28 @@ def load_samples(data, g: Graph) -> list:
         raise McuforgeError(f"calibration inputs have different sample counts: "
                             f"{ {k: len(v) for k, v in batches.items()} }")
     return [{k: v[i] for k, v in batches.items()} for i in range(n.pop())]
+
+
+def _only_batch_of_input(data: dict, g: Graph) -> dict:
+    """{input name: the one array of `data` shaped like a batch of the single input}, or the
+    error naming the keys."""
+    name = g.inputs[0]
+    shape = tuple(g.tensors[name].shape)
+    fits = [k for k, v in data.items() if _fits(np.shape(v), shape)]
+    if len(fits) != 1:
+        why = "none has" if not fits else f"{', '.join(sorted(fits))} all have"
+        raise McuforgeError(f"calibration data has no input '{name}' (it has {sorted(data)}) "
+                            f"and {why} the input's shape (N, {', '.join(map(str, shape))}): "
+                            f"key the batch '{name}'")
+    return {name: data[fits[0]]}
+
+
+def _fits(a_shape: tuple, shape: tuple) -> bool:
+    """Whether an array of `a_shape` is something _as_batch takes for `shape`."""
+    a_shape = tuple(a_shape)
+    return (a_shape == shape and bool(shape) and shape[0] == 1 or a_shape[1:] == shape
+            or bool(shape) and shape[0] == 1 and (a_shape == shape[1:]
+                                                  or a_shape[1:] == shape[1:]))
 
 
 def _as_batch(a: np.ndarray, shape: tuple, name: str) -> np.ndarray:

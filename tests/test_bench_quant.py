@@ -90,3 +90,74 @@ def test_format_table_columns():
                                 "top-1"]
     assert lines[2].split() == ["m.tflite", "4/8", "30.00", "50.0%", "25.12", "-", "-", "-"]
     assert lines[-1] == "m.tflite: mlcommons: boom"
+
+
+def test_failing_model_keeps_the_others(tmp_path, capsys):
+    """A missing and a broken model each get a row with their error; the good model's figures
+    stay, and the exit status says something failed. Without data: a warning (random inputs)."""
+    broken = tmp_path / "broken.onnx"
+    broken.write_bytes(b"not a model")
+    good = MODELS / "torch_lenet.onnx"
+    status = main(["bench-quant", str(tmp_path / "missing.tflite"), str(good), str(broken),
+                   "--calibration", "16", "--eval", "16"])
+    out = capsys.readouterr().out
+    assert status == 1
+    lines = out.splitlines()
+    assert lines[2].split()[:3] == ["missing.tflite", "-", "-"]
+    assert lines[3].split()[0] == "torch_lenet.onnx" and lines[3].split()[2] != "-"
+    assert lines[4].split()[:3] == ["broken.onnx", "-", "-"]
+    assert any(x.startswith("missing.tflite: model: ") and "does not exist" in x for x in lines)
+    assert any(x.startswith("broken.onnx: model: ") for x in lines)
+    assert any(x.startswith("warning: torch_lenet.onnx: no calibration / eval data given")
+               for x in lines)
+
+
+def test_user_data_with_labels(tmp_path, capsys):
+    """The user's calibration and eval sets (an .npz with `images` and `labels`): no random-input
+    warning, and the accuracy against the labels of the float model, mcuforge and MLCommons'
+    int8 model, each checked against argmax computed here from LiteRT / tflite-micro."""
+    from ai_edge_litert.interpreter import Interpreter
+    model = mlperf_model("pretrainedResnet")
+    data = model.parents[2] / "data" / "cifar10"
+    if not (data / "eval.npz").is_file():
+        pytest.skip(f"{data} not found")
+    ev = np.load(data / "eval.npz")
+    images, labels = ev["images"][:24], ev["labels"][:24]
+    cal = np.load(data / "calibration.npz")["images"][:24]
+    np.savez(tmp_path / "cal.npz", images=cal)
+    np.savez(tmp_path / "eval.npz", images=images, labels=labels)
+    status = main(["bench-quant", str(model), "--calibration", str(tmp_path / "cal.npz"),
+                   "--eval", str(tmp_path / "eval.npz"), "--json"])
+    captured = capsys.readouterr()
+    assert status == 0 and "warning" not in captured.err
+    r = json.loads(captured.out)[0]
+    assert not r["errors"] and r["labels"] and not r["random_inputs"]
+    assert (r["calibration"], r["eval"]) == (24, 24)
+    it = Interpreter(model_path=str(model))
+    it.allocate_tensors()
+    inp, outp = it.get_input_details()[0], it.get_output_details()[0]
+    top = []
+    for x in images:
+        it.set_tensor(inp["index"], x[None].astype(np.float32))  # raw pixels 0-255
+        it.invoke()
+        top.append(int(it.get_tensor(outp["index"]).argmax()))
+    assert r["float"]["accuracy"] == pytest.approx(np.mean(np.array(top) == labels))
+    for col in ("mcuforge", "onnxruntime", "mlcommons"):
+        acc, agree = r[col]["accuracy"], r[col]["top1"]
+        # accuracy and agreement of one model on the same rows: they differ by at most
+        # the rows where it disagrees with float
+        assert abs(acc - r["float"]["accuracy"]) <= 1 - agree + 1e-9, (col, r[col])
+    from mcuforge import tflm
+    if tflm.available():  # MLCommons' int8 model: input pixel - 128 (scale 1, zero point -128)
+        y = tflm.run((model.parent / "pretrainedResnet_quant.tflite").read_bytes(),
+                     [(images.astype(np.int16) - 128).astype(np.int8)[:, None]])[0]
+        ml = np.asarray(y).reshape(len(images), -1).argmax(1)
+        assert r["mlcommons"]["accuracy"] == pytest.approx(np.mean(ml == labels))
+
+
+def test_data_for_one_set_only_is_one_error(tmp_path, capsys):
+    np.save(tmp_path / "cal.npy", np.zeros((2, 1, 28, 28), np.float32))
+    status = main(["bench-quant", str(MODELS / "torch_lenet.onnx"),
+                   "--calibration", str(tmp_path / "cal.npy")])
+    err = capsys.readouterr().err
+    assert status == 2 and err.count("mcuforge: error:") == 1 and "--eval DATA" in err

@@ -187,6 +187,25 @@ def test_calibration_data_errors(tmp_path):
         quantize_for_compile(g, "int8", None)
 
 
+def test_calibration_npz_with_other_keys(tmp_path):
+    """A single-input model takes a .npz whose one array of the input's shape has another key
+    (CIFAR-10's `images` beside `labels`); uint8 pixels become the same float32 values."""
+    g = load(mlperf_model("pretrainedResnet"))  # input float32 (1, 32, 32, 3)
+    images = np.random.default_rng(0).integers(0, 256, (3, 32, 32, 3), dtype=np.uint8)
+    np.savez(tmp_path / "cal.npz", images=images, labels=np.arange(3))
+    samples = calibrate.load_samples(str(tmp_path / "cal.npz"), g)
+    assert len(samples) == 3 and list(samples[0]) == list(g.inputs)
+    got = np.stack([s[g.inputs[0]] for s in samples])
+    assert got.dtype == np.float32
+    np.testing.assert_array_equal(got.reshape(images.shape), images.astype(np.float64))
+    np.savez(tmp_path / "two.npz", a=images, b=images)  # which one? say so
+    with pytest.raises(McuforgeError, match="a, b all have the input's shape"):
+        calibrate.load_samples(str(tmp_path / "two.npz"), g)
+    np.savez(tmp_path / "none.npz", labels=np.arange(3))
+    with pytest.raises(McuforgeError, match="none has the input's shape \\(N, 1, 32, 32, 3\\)"):
+        calibrate.load_samples(str(tmp_path / "none.npz"), g)
+
+
 # ---------------------------------------------------------------------------------------------
 # Calibrated weight rounding, bias correction and the softmax input range
 
