@@ -5,7 +5,9 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-MLPERF_DIR = REPO.parent / "shared" / "models" / "mlperf_tiny"
+# $MCUFORGE_MLPERF_DIR overrides it (a checkout elsewhere, e.g. a git worktree)
+MLPERF_DIR = Path(os.environ.get("MCUFORGE_MLPERF_DIR")
+                  or REPO.parent / "shared" / "models" / "mlperf_tiny")
 MLPERF_INT8 = ("ad01_int8", "kws_ref_model", "pretrainedResnet_quant", "vww_96_int8",
                "str_ww_ref_model")
 
