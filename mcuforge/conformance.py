@@ -30,6 +30,15 @@ from .errors import McuforgeError
 
 KINDS = ("node", "simple", "pytorch-converted", "pytorch-operator")
 CFLAGS = ["-O0", "-std=c99", "-Wall", "-Wextra", "-Werror", "-pedantic"]
+
+
+def cflags() -> list:
+    """CFLAGS, with $MCUFORGE_OPT's optimisation flags instead of -O0 when it is set."""
+    from .runner import opt_flags
+    opt = opt_flags()
+    return CFLAGS if opt is None else [*opt.split(), *CFLAGS[1:]]
+
+
 RUN_TIMEOUT = 30  # seconds per case: a runaway loop must not stall the suite
 BUILD_TIMEOUT = 600  # seconds per batch
 POOL_TIMEOUT = 2 * BUILD_TIMEOUT  # seconds without any batch finishing: a worker hung
@@ -346,7 +355,7 @@ def _build(work: Path, ready: list, results: dict) -> list:
     """Compile every model (a failing one fails only its case), then link the harness."""
     cc = os.environ.get("CC", "gcc")
     try:
-        r = subprocess.run([cc, *CFLAGS, "-c", *[f"{b.prefix}.c" for b in ready]], cwd=work,
+        r = subprocess.run([cc, *cflags(), "-c", *[f"{b.prefix}.c" for b in ready]], cwd=work,
                            capture_output=True, text=True, timeout=BUILD_TIMEOUT)
     except subprocess.TimeoutExpired:
         for b in ready:
@@ -364,7 +373,7 @@ def _build(work: Path, ready: list, results: dict) -> list:
     if not kept:
         return []
     (work / "main.c").write_text(_harness(kept))
-    r = subprocess.run([cc, *CFLAGS, "-o", "batch", "main.c", *[f"{b.prefix}.o" for b in kept],
+    r = subprocess.run([cc, *cflags(), "-o", "batch", "main.c", *[f"{b.prefix}.o" for b in kept],
                         "-lm"], cwd=work, capture_output=True, text=True)
     if r.returncode != 0:
         for b in kept:

@@ -34,9 +34,19 @@ def _code_hash() -> str:
     return h.hexdigest()
 
 
-def build(project: Path, name: str, sanitize: bool = False) -> Path:
-    """`make` the project; returns the executable."""
+def opt_flags(opt: str | None = None) -> str | None:
+    """The optimisation flags a host build uses: `opt`, else $MCUFORGE_OPT, else None (the
+    generated Makefile's own default, -O2). Any gcc flags: "-O0", "-Os", "-O2 -march=native"."""
+    opt = opt if opt is not None else os.environ.get("MCUFORGE_OPT")
+    return opt.strip() if opt and opt.strip() else None
+
+
+def build(project: Path, name: str, sanitize: bool = False, opt: str | None = None) -> Path:
+    """`make` the project (with OPT=`opt` when given, see opt_flags); returns the executable."""
     args = ["make", "-s", "-C", str(project)] + (["SANITIZE=1"] if sanitize else [])
+    opt = opt_flags(opt)
+    if opt:
+        args.append(f"OPT={opt}")
     r = subprocess.run(args, capture_output=True, text=True)
     if r.returncode != 0:
         raise BuildError(f"building {project} failed:\n{r.stdout}{r.stderr}")
@@ -44,18 +54,21 @@ def build(project: Path, name: str, sanitize: bool = False) -> Path:
 
 
 def compiled_project(model, board: str = "host", sanitize: bool = False, graph=None,
-                     input_shapes: dict | None = None) -> tuple:
-    """(project dir, executable, graph), compiling and building only on a cache miss."""
+                     input_shapes: dict | None = None, opt: str | None = None) -> tuple:
+    """(project dir, executable, graph), compiling and building only on a cache miss.
+    `opt`: the C compiler's optimisation flags (see opt_flags)."""
     from .api import compile as compile_model, load
     graph = graph or load(model, input_shapes)  # a missing or broken model fails here
     data = Path(model).read_bytes() if not isinstance(model, bytes) else model
     shapes = sorted((k, tuple(v)) for k, v in (input_shapes or {}).items())
-    key = hashlib.sha256(data + f"|{board}|{sanitize}|{shapes}|".encode()
+    opt = opt_flags(opt)
+    # the generated Makefile's default is -O2: one cache entry for both spellings
+    key = hashlib.sha256(data + f"|{board}|{sanitize}|{shapes}|{opt or '-O2'}|".encode()
                          + _code_hash().encode())
 
     def make(project: Path) -> None:
         compile_model(data, project, board=board, name="model", input_shapes=input_shapes)
-        build(project, "model", sanitize)
+        build(project, "model", sanitize, opt)
 
     project = cache_entry(cache_root() / key.hexdigest()[:24], make)
     return project, project / "model", graph
@@ -189,15 +202,16 @@ def run_executable(exe: Path, graph, arrays: list) -> list:
 
 
 def run(model, inputs, board: str = "host", sanitize: bool = False,
-        input_shapes: dict | None = None):
+        input_shapes: dict | None = None, opt: str | None = None):
     """Run `model` on `inputs` (an array, a batch along a new leading axis, or a dict for
     several inputs). Returns one array, or a dict by output name for several outputs.
-    `input_shapes` ({input name: shape}) fixes dynamic dimensions of ONNX inputs."""
+    `input_shapes` ({input name: shape}) fixes dynamic dimensions of ONNX inputs; `opt`: the
+    host build's optimisation flags (default $MCUFORGE_OPT, else the Makefile's -O2)."""
     from .api import load
     graph = load(model, input_shapes)
     arrays, batched = split_inputs(graph, inputs)  # bad inputs fail before any build
     if board == "host":
-        _, exe, graph = compiled_project(model, board, sanitize, graph, input_shapes)
+        _, exe, graph = compiled_project(model, board, sanitize, graph, input_shapes, opt)
         outs = run_executable(exe, graph, arrays)
     else:
         if input_shapes:  # target.run_on_board compiles the model from its file alone

@@ -39,7 +39,10 @@ def build_firmware(model, board: Board, vectors, workdir: Path, name: str = "mod
     from .api import compile as compile_model
     require_tool(board.cross + "gcc")
     result = compile_model(model, workdir, board=board.name, name=name, vectors=vectors)
-    r = subprocess.run(["make", "-s", "-C", str(workdir)], capture_output=True, text=True)
+    from .runner import opt_flags
+    opt = opt_flags()  # $MCUFORGE_OPT, else the Makefile's own -O2
+    r = subprocess.run(["make", "-s", "-C", str(workdir)] + ([f"OPT={opt}"] if opt else []),
+                       capture_output=True, text=True)
     if r.returncode != 0:
         raise BuildError(f"building the firmware in {workdir} failed:\n{r.stdout}{r.stderr}")
     return workdir, workdir / f"{name}.elf", result.graph

@@ -1,0 +1,135 @@
+"""The generated C gives the same results at every optimisation level users build it with.
+
+Users compile the generated C with their own flags, and gcc's optimisations rely on what C
+promises (restrict, strict aliasing, no signed overflow): code that breaks a promise can run
+right at -O0 and wrong at -O2. The host builds take their flags from OPT (the generated
+Makefile's variable, default -O2), set by `runner.run(..., opt=...)` or $MCUFORGE_OPT; the
+conformance runner takes $MCUFORGE_OPT too (default -O0). Here, at -O0, -O2, -O3 and -Os:
+
+1. An NCHW -> NHWC transpose of a [1, 3, 6, 4] input (source and destination in one arena,
+   restrict pointers), and the same input through a Conv, against numpy and onnxruntime.
+2. Three float ONNX models of tests/models (PyTorch and Keras exports) against onnxruntime.
+3. The five MLPerf Tiny int8 models, every output byte equal to tflite-micro's.
+4. A subset of ONNX's backend node tests (transpose, conv, pooling, matmul, gemm, softmax):
+   no case fails (test_onnx_conformance runs them all at -O0; whether a case is supported is
+   decided before any C is built).
+5. The knob itself: OPT reaches the compiler (the executables differ), and every pointer pair
+   a kernel receives is disjoint where one of them is written (what restrict promises).
+"""
+import zlib
+from pathlib import Path
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from conftest import MLPERF_INT8, mlperf_model
+from mcuforge import conformance, runner, tflm
+from mcuforge.api import load
+from mcuforge.graph import ALIAS_OPS, SUBGRAPH_ATTRS
+from optimizer.memory_plan import plan_graph
+from optimizer.pipeline import optimize
+
+ort = pytest.importorskip("onnxruntime")
+
+LEVELS = ("-O0", "-O2", "-O3", "-Os")
+MODELS_DIR = Path(__file__).resolve().parent / "models"
+FLOAT_MODELS = ("torch_resblock", "torch_lenet", "keras_small_cnn")
+CONFORMANCE_SUBSET = ("test_transpose", "test_conv_", "test_maxpool", "test_averagepool",
+                      "test_matmul", "test_gemm", "test_softmax")
+
+
+def _info(name, shape=None):
+    return helper.make_tensor_value_info(name, TensorProto.FLOAT, shape)
+
+
+def _model(nodes, inits=None, shape=(1, 3, 6, 4)):
+    g = helper.make_graph(nodes, "m", [_info("x", list(shape))], [_info("y")],
+                          [numpy_helper.from_array(v, k) for k, v in (inits or {}).items()])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+
+def _ort(model, x):
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    return np.stack([sess.run(None, {"x": xi})[0] for xi in x])
+
+
+@pytest.mark.parametrize("opt", LEVELS)
+def test_nchw_to_nhwc_transpose_3x6x4(opt):
+    x = np.random.default_rng(3).standard_normal((4, 1, 3, 6, 4)).astype(np.float32)
+    model = _model([helper.make_node("Transpose", ["x"], ["y"], perm=[0, 2, 3, 1])])
+    got = runner.run(model.SerializeToString(), x, opt=opt)
+    np.testing.assert_array_equal(got, np.transpose(x, (0, 1, 3, 4, 2)))
+    # the Conv path: NCHW input -> NHWC conv -> NCHW output, transposes on both sides
+    w = np.random.default_rng(4).standard_normal((5, 3, 3, 3)).astype(np.float32)
+    model = _model([helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
+                    helper.make_node("Transpose", ["c"], ["y"], perm=[0, 2, 3, 1])], {"w": w})
+    got = runner.run(model.SerializeToString(), x, opt=opt)
+    np.testing.assert_allclose(got, _ort(model, x), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("opt", LEVELS)
+@pytest.mark.parametrize("stem", FLOAT_MODELS)
+def test_float_onnx_models_match_onnxruntime(stem, opt):
+    path = MODELS_DIR / f"{stem}.onnx"
+    sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    inp = sess.get_inputs()[0]
+    shape = [d if isinstance(d, int) else 1 for d in inp.shape]
+    rng = np.random.default_rng(zlib.crc32(stem.encode()))
+    xs = rng.standard_normal((4, *shape)).astype(np.float32)
+    ref = np.stack([sess.run(None, {inp.name: x})[0] for x in xs])
+    got = runner.run(path, xs, opt=opt)
+    assert float(np.abs(got - ref).max() / np.abs(ref).max()) <= 1e-4
+
+
+@pytest.mark.parametrize("opt", LEVELS)
+@pytest.mark.parametrize("stem", MLPERF_INT8)
+def test_mlperf_int8_bit_exact_with_tflm(stem, opt):
+    path = mlperf_model(stem)
+    t = load(path).tensors[load(path).inputs[0]]
+    info = np.iinfo(t.dtype)
+    rng = np.random.default_rng(zlib.crc32(stem.encode()))
+    x = rng.integers(info.min, info.max + 1, size=(4, *t.shape)).astype(t.dtype)
+    got = runner.run(path, x, opt=opt)
+    ref = tflm.run(path.read_bytes(), [x])[0]
+    assert got.dtype == ref.dtype and got.shape == ref.shape
+    assert np.array_equal(got, ref), f"{int((got != ref).sum())} of {got.size} bytes differ"
+
+
+def test_conformance_subset(monkeypatch):
+    """One test for the three levels: loading ONNX's cases takes long, once is enough."""
+    cases = [c for c in conformance.load_cases("node") if c.name.startswith(CONFORMANCE_SUBSET)]
+    for opt in LEVELS[1:]:
+        monkeypatch.setenv("MCUFORGE_OPT", opt)
+        results = conformance.run_cases(cases, jobs=1)
+        failed = [f"{r.name}: {r.reason}" for r in results if r.status == "failed"]
+        assert not failed, f"{opt}:\n" + "\n".join(failed)
+        assert sum(r.status == "passed" for r in results) > 60, opt
+
+
+def test_opt_reaches_the_compiler():
+    model = _model([helper.make_node("Transpose", ["x"], ["y"], perm=[0, 2, 3, 1])])
+    exes = {opt: runner.compiled_project(model.SerializeToString(), opt=opt)[1].read_bytes()
+            for opt in ("-O0", "-O3")}
+    assert exes["-O0"] != exes["-O3"]
+
+
+@pytest.mark.parametrize("source", ["mlperf", "onnx"])
+def test_written_pointers_never_overlap_another_argument(source):
+    """restrict: every buffer a kernel writes is disjoint from every other buffer it gets."""
+    paths = ([mlperf_model(s) for s in MLPERF_INT8] if source == "mlperf"
+             else sorted(MODELS_DIR.glob("*.onnx")))
+    for path in paths:
+        g = optimize(load(path))
+        plan = plan_graph(g)
+        for i, n in enumerate(g.nodes):
+            if n.op in ALIAS_OPS or n.op in SUBGRAPH_ATTRS:
+                continue
+            args = [(t, False) for t in n.inputs if t and not g.tensors[t].is_const]
+            args += [(t, True) for t in n.outputs]
+            spans = [(plan.offsets[t], plan.offsets[t] + g.tensors[t].nbytes, w)
+                     for t, w in args]
+            for a in range(len(spans)):
+                for b in range(a + 1, len(spans)):
+                    (s0, e0, w0), (s1, e1, w1) = spans[a], spans[b]
+                    assert not ((w0 or w1) and s0 < e1 and s1 < e0), (path.name, i, n.op)
