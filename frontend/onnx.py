@@ -187,6 +187,9 @@ def load_onnx(source, input_shapes: dict | None = None, name: str | None = None,
     import onnx
     from onnx import numpy_helper
     model = _parse(source)
+    from .onnx_check import check_model, explain_invalid
+    check_model(model)  # malformed data and structure, named before anything reads them
+    original = model
     from .onnx_quant import fuse_qdq
     model = fuse_qdq(model)  # before folding: int8 weights must stay int8
     notes = notes if notes is not None else []
@@ -216,6 +219,9 @@ def load_onnx(source, input_shapes: dict | None = None, name: str | None = None,
         except Unsupported as e:
             problems.append((i, node, str(e)))
     if problems or missing:
+        invalid = explain_invalid(original)  # an invalid model is no unsupported one
+        if invalid:
+            raise ModelError(f"invalid ONNX model: {invalid}")
         raise UnsupportedOpError(_unsupported_message(missing, problems))
     init_names = set(consts)
     inputs = [i.name for i in model.graph.input if i.name not in init_names]
@@ -405,7 +411,10 @@ def _unsupported_message(missing: list, problems: list) -> str:
                      f" -> '{n.output[0] if n.output else ''}'")
     for i, n, why in problems:
         lines.append(f"  node {i}: {n.op_type} -> '{n.output[0] if n.output else ''}': {why}")
-    lines.append("supported ONNX operators: " + ", ".join(sorted(CONVERTERS)))
+    if len(lines) == 2 and not missing:  # one variant refused: one line, no operator list
+        return f"cannot compile {lines[1].strip()}"
+    if missing:
+        lines.append("supported ONNX operators: " + ", ".join(sorted(CONVERTERS)))
     return "\n".join(lines)
 
 

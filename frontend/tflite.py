@@ -143,11 +143,12 @@ class _Reader:
             raise _Truncated()
         return n
 
-    def _name(self, i, optional=False):
+    def _name(self, i, optional=False, where="a tensor reference"):
         if i == -1 and optional:
             return ""
         if not 0 <= i < len(self.raw):
-            raise _Corrupt(f"tensor index {i} out of range ({len(self.raw)} tensors)")
+            raise _Corrupt(f"{where} is tensor index {i}, out of range "
+                           f"({len(self.raw)} tensors)")
         return self.names[i]
 
     def tensor(self, name) -> Tensor:
@@ -173,8 +174,11 @@ class _Reader:
             raise ModelError(f"{where} has type {kind}, which mcuforge does not support")
         if t.Sparsity() is not None:
             raise ModelError(f"{where} is sparse; sparse tensors are not supported")
-        shape = tuple(int(d) for d in t.ShapeAsNumpy()) if t.ShapeLength() else ()
-        sig = [int(d) for d in t.ShapeSignatureAsNumpy()] if t.ShapeSignatureLength() else []
+        shape = tuple(int(d) for d in t.ShapeAsNumpy()) if self._count(t.ShapeLength()) else ()
+        sig = ([int(d) for d in t.ShapeSignatureAsNumpy()]
+               if self._count(t.ShapeSignatureLength()) else [])
+        if any(d < 0 for d in shape):
+            raise ModelError(f"{where} has a negative dimension in its shape {list(shape)}")
         if any(d == -1 and not (i == 0 and shape[:1] == (1,)) for i, d in enumerate(sig)):
             raise ModelError(f"{where} has a dynamic shape {sig}; only static shapes "
                              "(a batch of 1) are supported")
@@ -285,10 +289,10 @@ class _Reader:
                 raise _Corrupt(f"node {i} has opcode index {raw.OpcodeIndex()} "
                                f"({len(codes)} opcodes)")
             code = codes[raw.OpcodeIndex()]
-            ins = [self._name(int(j), True)
-                   for j in (raw.InputsAsNumpy() if self._count(raw.InputsLength()) else [])]
-            outs = [self._name(int(j))
-                    for j in (raw.OutputsAsNumpy() if self._count(raw.OutputsLength()) else [])]
+            ins = [self._name(int(j), True, f"node {i} ({code}) input {k}") for k, j in
+                   enumerate(raw.InputsAsNumpy() if self._count(raw.InputsLength()) else [])]
+            outs = [self._name(int(j), False, f"node {i} ({code}) output {k}") for k, j in
+                    enumerate(raw.OutputsAsNumpy() if self._count(raw.OutputsLength()) else [])]
             label = f"node {i}: {code} (output '{outs[0] if outs else '?'}')"
             if code not in CONVERTERS:
                 bad.append(label)
@@ -305,8 +309,10 @@ class _Reader:
 
     def _assemble(self, nodes, name) -> Graph:
         """The Graph of the converted nodes, with the subgraph's inputs and outputs."""
-        inputs = [self._name(int(j)) for j in _vector(self.sg.InputsAsNumpy())]
-        outputs = [self._name(int(j)) for j in _vector(self.sg.OutputsAsNumpy())]
+        inputs = [self._name(int(j), where=f"graph input {k}")
+                  for k, j in enumerate(_vector(self.sg.InputsAsNumpy()))]
+        outputs = [self._name(int(j), where=f"graph output {k}")
+                   for k, j in enumerate(_vector(self.sg.OutputsAsNumpy()))]
         for nm in outputs:  # an output folded to a constant (SHAPE, ...) is copied to the arena
             t = self.tensor(nm)
             if t.is_const:

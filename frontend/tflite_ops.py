@@ -110,7 +110,8 @@ class OpContext:
         if kind == 0 or table is None:
             return _defaults(cls)
         if kind != getattr(tflite.BuiltinOptions, cls.__name__):
-            raise self.error(f"options have type {kind}, expected {cls.__name__}")
+            raise self.error(f"options have type {kind}, expected {cls.__name__} (the operator "
+                             "code and its options disagree)")
         opts = cls()
         opts.Init(table.Bytes, table.Pos)
         return opts

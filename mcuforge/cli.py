@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import warnings
 import zipfile
@@ -342,6 +343,13 @@ def main(argv=None) -> int:
         return 2
     except KeyboardInterrupt:
         return 130
+    except Exception as e:  # noqa: BLE001 - a bug in mcuforge, not in the input: say so
+        if os.environ.get("MCUFORGE_TRACEBACK"):
+            raise
+        text = " ".join(str(e).split())[:300]
+        print(f"mcuforge: internal error: {type(e).__name__}: {text} (please report this "
+              "with the model; MCUFORGE_TRACEBACK=1 shows where)", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

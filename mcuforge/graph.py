@@ -9,6 +9,7 @@ documented per op in `OPS` so that every frontend produces the same thing.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field, replace
 from typing import Optional
 
@@ -302,6 +303,29 @@ def _verify_control(g: Graph, n: Node, where: str, depth: int) -> None:
         raise GraphError(f"{where}: cond_graph's first output must be a bool")
 
 
+def _verify_quant(t: Tensor) -> None:
+    """An integer tensor's scales are positive finite numbers and its zero points fit its
+    dtype (a float tensor's quantization is only carried along)."""
+    q = t.quant
+    if len(q.scale) != len(q.zero_point):
+        raise GraphError(f"tensor '{t.name}': scale and zero point lengths differ")
+    if not np.issubdtype(np.dtype(t.dtype), np.integer):
+        return
+    for s in q.scale:
+        if not (math.isfinite(s) and s > 0):
+            raise GraphError(f"tensor '{t.name}': quantization scale {s} is not a positive "
+                             "finite number")
+    info = np.iinfo(np.dtype(t.dtype))
+    for z in q.zero_point:
+        if not info.min <= z <= info.max:
+            raise GraphError(f"tensor '{t.name}': zero point {z} is outside {t.dtype}'s "
+                             f"range [{info.min}, {info.max}]")
+    if q.per_axis and not (t.shape and 0 <= q.axis < len(t.shape)
+                           and t.shape[q.axis] == len(q.scale)):
+        raise GraphError(f"tensor '{t.name}': {len(q.scale)} per-channel scales along axis "
+                         f"{q.axis} of shape {t.shape}")
+
+
 def verify(g: Graph, depth: int = 0) -> Graph:
     """Check the IR invariants; return the graph unchanged or raise GraphError.
 
@@ -328,8 +352,8 @@ def verify(g: Graph, depth: int = 0) -> Graph:
             raise GraphError(f"tensor '{t.name}': unknown dtype {t.dtype}")
         if any((not isinstance(d, (int, np.integer))) or d <= 0 for d in t.shape):
             raise GraphError(f"tensor '{t.name}': shape {t.shape} is not static and positive")
-        if t.quant is not None and len(t.quant.scale) != len(t.quant.zero_point):
-            raise GraphError(f"tensor '{t.name}': scale and zero point lengths differ")
+        if t.quant is not None:
+            _verify_quant(t)
     for i, n in enumerate(g.nodes):
         where = f"node {i} ({n.op} '{n.name or (n.outputs[0] if n.outputs else '')}')"
         if not n.outputs:

@@ -295,8 +295,8 @@ def test_unsupported_variants_are_reported():
     rng = _rng("unsupported")
     pool_idx = helper.make_node("MaxPool", ["x"], ["y", "i"], kernel_shape=[2, 2])
     conv3d = helper.make_node("Conv", ["x", "w"], ["y"])
-    bn_train = helper.make_node("BatchNormalization", ["x", "s", "b", "m", "v"], ["y"],
-                                training_mode=1)
+    bn_train = helper.make_node("BatchNormalization", ["x", "s", "b", "m", "v"],
+                                ["y", "running_mean", "running_var"], training_mode=1)
     for node, inits, shape in (
             (pool_idx, {}, (1, 1, 4, 4)),
             (conv3d, {"w": rng.standard_normal((1, 1, 2, 2, 2))}, (1, 1, 3, 3, 3)),

@@ -1,0 +1,163 @@
+"""Checks of an ONNX model's structure before import, so a malformed file gets an error naming
+the tensor or node and the real cause (not a numpy traceback, not "unsupported operator").
+
+check_model(model): initializers whose data disagrees with their dims or type (raw_data size,
+negative dims, an int8 value stored as 300), quantization scales that are not positive finite
+numbers and zero points outside their type, node inputs nothing produces, cycles. The nodes are
+put in topological order when they are not (the spec asks for it; a cycle is an error).
+explain_invalid(model): the reason onnx's strict type and shape inference gives for a model it
+rejects (a bool tensor into Conv, Gemm on a 4-D input), or None.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from mcuforge.errors import ModelError
+
+# element type -> (numpy dtype, the protobuf field its values sit in when not in raw_data)
+_STORAGE = {1: (np.float32, "float_data"), 2: (np.uint8, "int32_data"),
+            3: (np.int8, "int32_data"), 4: (np.uint16, "int32_data"),
+            5: (np.int16, "int32_data"), 6: (np.int32, "int32_data"),
+            7: (np.int64, "int64_data"), 9: (np.bool_, "int32_data"),
+            10: (np.float16, "int32_data"), 11: (np.float64, "double_data"),
+            12: (np.uint32, "uint64_data"), 13: (np.uint64, "uint64_data")}
+_RANGED = {2: np.uint8, 3: np.int8, 4: np.uint16, 5: np.int16, 9: np.bool_}
+# quantized ops -> positions of their scale operands (their zero points follow each one)
+_SCALES = {"QuantizeLinear": (1,), "DequantizeLinear": (1,), "QLinearConv": (1, 4, 6),
+           "QLinearMatMul": (1, 4, 6), "QGemm": (1, 4, 7), "QLinearAdd": (1, 4, 6),
+           "QLinearMul": (1, 4, 6), "QLinearAveragePool": (1, 3),
+           "QLinearGlobalAveragePool": (1, 3), "QLinearSigmoid": (1, 3),
+           "QLinearLeakyRelu": (1, 3), "QLinearSoftmax": (1, 3), "QLinearWhere": (2, 5, 7),
+           "DynamicQuantizeLinear": ()}
+
+
+def check_model(model) -> None:
+    """Raise ModelError for the first structural defect; may reorder model.graph.node."""
+    inits = {}
+    for t in model.graph.initializer:
+        _check_initializer(t, "initializer")
+        inits[t.name] = t
+    for n in model.graph.node:  # Constant nodes hold tensors too
+        if n.op_type == "Constant":
+            for a in n.attribute:
+                if a.name == "value" and a.HasField("t"):
+                    _check_initializer(a.t, f"Constant node '{n.name or n.output[0]}'")
+                    inits.setdefault(n.output[0] if n.output else "", a.t)
+    _check_order(model)
+    _check_quant_operands(model, inits)
+
+
+def _check_initializer(t, what: str) -> None:
+    where = f"{what} '{t.name}'" if what == "initializer" else what
+    if any(d < 0 for d in t.dims):
+        raise ModelError(f"{where} has a negative dimension in its dims {list(t.dims)}")
+    if t.data_type not in _STORAGE or t.data_location == 1:  # external data: read elsewhere
+        return
+    dtype, field = _STORAGE[t.data_type]
+    count = int(np.prod(list(t.dims), dtype=np.int64))
+    if t.HasField("raw_data"):
+        want = count * np.dtype(dtype).itemsize
+        if len(t.raw_data) != want:
+            raise ModelError(f"{where}: raw_data has {len(t.raw_data)} bytes, but dims "
+                             f"{list(t.dims)} of {np.dtype(dtype).name} need {want}")
+        return
+    values = getattr(t, field)
+    if len(values) != count and not (count == 0 and len(values) == 0):
+        raise ModelError(f"{where}: {len(values)} values in {field}, but dims "
+                         f"{list(t.dims)} need {count}")
+    if t.data_type in _RANGED and len(values):
+        info = np.iinfo(_RANGED[t.data_type]) if t.data_type != 9 else None
+        lo, hi = (0, 1) if info is None else (info.min, info.max)
+        bad = [int(v) for v in values if not lo <= v <= hi]
+        if bad:
+            name = np.dtype(_RANGED[t.data_type]).name
+            raise ModelError(f"{where}: value {bad[0]} is outside {name}'s range "
+                             f"[{lo}, {hi}]")
+
+
+def _check_order(model) -> None:
+    """Every node input is produced by a node, an initializer or a graph input; no cycles.
+    Nodes out of order (but acyclic) are sorted."""
+    g = model.graph
+    available = {i.name for i in g.input} | {t.name for t in g.initializer} | {""}
+    producer = {}
+    for k, n in enumerate(g.node):
+        for o in n.output:
+            if o and (o in producer or o in available - {""}):
+                raise ModelError(f"{_label(n, k)}: output '{o}' is produced twice")
+            if o:
+                producer[o] = k
+    for k, n in enumerate(g.node):
+        for name in n.input:
+            if name not in available and name not in producer:
+                raise ModelError(f"{_label(n, k)}: input '{name}' is produced by no node, "
+                                 "initializer or graph input")
+    for o in g.output:
+        if o.name not in available and o.name not in producer:
+            raise ModelError(f"graph output '{o.name}' is produced by no node, initializer "
+                             "or graph input")
+    done, order = set(available), []
+    pending = list(range(len(g.node)))
+    while pending:
+        ready = [k for k in pending if all(i in done for i in g.node[k].input)]
+        if not ready:
+            raise ModelError("the graph has a cycle: " + _cycle(g, pending, producer))
+        for k in ready:
+            order.append(k)
+            done.update(g.node[k].output)
+        pending = [k for k in pending if k not in set(ready)]
+    if order != sorted(order):
+        nodes = [g.node[k] for k in order]
+        copies = []
+        for n in nodes:
+            c = type(n)()
+            c.CopyFrom(n)
+            copies.append(c)
+        del g.node[:]
+        g.node.extend(copies)
+
+
+def _cycle(g, pending: list, producer: dict) -> str:
+    """One cycle among the nodes that can never run, as 'a -> b -> a' (node names)."""
+    left = set(pending)
+    k, path = pending[0], []
+    while k not in path:
+        path.append(k)
+        k = next(producer[i] for i in g.node[k].input if producer.get(i) in left)
+    loop = path[path.index(k):] + [k]
+    return " -> ".join(f"'{g.node[j].name or g.node[j].output[0]}' ({g.node[j].op_type})"
+                       for j in reversed(loop))
+
+
+def _label(n, k: int) -> str:
+    return f"node {k} ({n.op_type} '{n.name or (n.output[0] if n.output else '')}')"
+
+
+def _check_quant_operands(model, inits: dict) -> None:
+    from onnx import numpy_helper
+    for k, n in enumerate(model.graph.node):
+        for pos in _SCALES.get(n.op_type, ()):
+            if pos >= len(n.input) or n.input[pos] not in inits:
+                continue
+            name = n.input[pos]
+            scale = numpy_helper.to_array(inits[name]).astype(np.float64)
+            bad = scale[~(np.isfinite(scale) & (scale > 0))]
+            if bad.size:
+                raise ModelError(f"{_label(n, k)}: scale '{name}' is {float(bad.flat[0])}; a "
+                                 "quantization scale must be a positive finite number")
+
+
+def explain_invalid(model):
+    """onnx's strict inference's reason for rejecting the model (types, ranks), or None."""
+    import onnx
+    try:
+        onnx.shape_inference.infer_shapes(model, check_type=True, strict_mode=True)
+    except Exception as e:  # noqa: BLE001 - onnx raises several types; the text is the point
+        text = " ".join(str(e).split())
+        if "Inference error(s): " in text:  # several: the first is the cause of the rest
+            first = text.split("Inference error(s): ", 1)[1]
+            text = "(op_type:" + first.split(" (op_type:")[0].split("(op_type:", 1)[-1]
+        if "existing" in text:  # "inferred ... differs from existing": a declaration
+            return None  # the inference overrides, as the importer does: not the cause
+        return text or type(e).__name__
+    return None
