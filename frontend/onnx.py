@@ -118,16 +118,21 @@ def _np_dtype_name(dt) -> str:
 
 def _fix_dims(model, input_shapes: dict, notes: list):
     """Give every graph input a static shape: --input-shape values, else batch 1."""
+    from . import check_input_shapes
     init_names = {i.name for i in model.graph.initializer}
+    check_input_shapes({i.name: [d.dim_value if d.dim_value > 0 else None
+                                 for d in i.type.tensor_type.shape.dim]
+                        if i.type.tensor_type.HasField("shape") else None
+                        for i in model.graph.input if i.name not in init_names}, input_shapes)
     for inp in model.graph.input:
         if inp.name in init_names:
             continue
         dims = inp.type.tensor_type.shape.dim
         if inp.name in input_shapes:
             shape = input_shapes[inp.name]
-            if len(shape) != len(dims):
-                raise ModelError(f"--input-shape {inp.name}: rank {len(shape)}, the model "
-                                 f"says {len(dims)}")
+            if not dims:
+                for _ in shape:
+                    dims.add()
             for d, v in zip(dims, shape):
                 d.ClearField("dim_param")
                 d.dim_value = int(v)

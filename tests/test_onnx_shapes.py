@@ -7,10 +7,13 @@ the dimensions a model leaves open.
 Every model is built with onnx.helper (or onnxruntime's quantizer on one) and compared with
 onnxruntime, or refused with a ModelError naming the node / input.
 """
+from pathlib import Path
+
 import numpy as np
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
+from frontend import load_model
 from frontend.onnx import load_onnx
 from mcuforge import runner
 from mcuforge.errors import ModelError
@@ -186,3 +189,63 @@ def test_mnist_ir3_opset8():
     x = np.random.default_rng(1).normal(size=(1, 1, 28, 28)).astype(np.float32)
     _check(model, {"x": x}, rtol=1e-4, atol=1e-4)
 
+
+# ---- item: --input-shape may set only the dimensions the model leaves open ------------------
+
+LENET = Path(__file__).parent / "models" / "torch_lenet.onnx"  # input 'input' [1, 3, 32, 32]
+
+
+@pytest.mark.parametrize("given, words", [
+    ({"input": (1, 1, 32, 32)}, ["'input'", "[1, 3, 32, 32]", "input=1,1,32,32"]),
+    ({"input": (1, 3, 32)}, ["'input'", "[1, 3, 32, 32]", "input=1,3,32"]),
+    ({"image": (1, 3, 32, 32)}, ["no input 'image'", "'input' [1, 3, 32, 32]"]),
+])
+def test_input_shape_conflicts_refused(given, words):
+    """A static dimension given otherwise (LeNet's 3 channels as 1 used to build a grouped
+    convolution), another rank, or an unknown name: one ModelError naming it."""
+    with pytest.raises(ModelError) as e:
+        load_model(LENET, input_shapes=given)
+    for w in words:
+        assert w in str(e.value)
+
+
+def test_input_shape_as_declared_accepted():
+    g = load_model(LENET, input_shapes={"input": (1, 3, 32, 32)})
+    assert g.tensors["input"].shape == (1, 3, 32, 32)
+
+
+def test_input_shape_sets_open_dims():
+    """Symbolic batch and length set from --input-shape; the result agrees with
+    onnxruntime on that shape."""
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1]),
+             helper.make_node("Relu", ["c"], ["y"])]
+    w = np.random.default_rng(0).normal(size=(4, 2, 3)).astype(np.float32)
+    model = _model(nodes, {"x": ["N", 2, "L"]}, {"w": w}, {"y": ["N", 4, "L"]})
+    x = np.random.default_rng(1).normal(size=(3, 2, 7)).astype(np.float32)
+    ref = _ort(model, {"x": x})[0]
+    got = runner.run(model.SerializeToString(), x[:, None],  # a batch of 3 [1, 2, 7] inputs
+                     input_shapes={"x": (1, 2, 7)})
+    np.testing.assert_allclose(got[:, 0], ref, rtol=1e-5, atol=1e-5)
+    with pytest.raises(ModelError, match=r"'x' is declared \[\?, 2, \?\]"):
+        load_onnx(model, input_shapes={"x": (1, 3, 7)})
+
+
+def test_input_shape_cli_error(tmp_path):
+    from test_cli_errors import assert_user_error, mcuforge
+    r = mcuforge("compile", LENET, "-o", tmp_path / "out", "--input-shape", "input=1,1,32,32",
+                 cwd=tmp_path)
+    assert_user_error(r, "'input'", "[1, 3, 32, 32]")
+    assert not (tmp_path / "out").exists()
+
+
+def test_input_shape_tflite():
+    """.tflite: an unknown name or a static dimension given otherwise is an error too (the
+    batch, -1 in shape_signature, is open)."""
+    from conftest import mlperf_model
+    path = mlperf_model("ad01_int8")  # input_1 [1, 640], signature [-1, 640]
+    with pytest.raises(ModelError, match=r"no input 'x'.*'input_1' \[\?, 640\]"):
+        load_model(path, input_shapes={"x": (1, 640)})
+    with pytest.raises(ModelError, match=r"'input_1' is declared \[\?, 640\]"):
+        load_model(path, input_shapes={"input_1": (1, 64)})
+    assert load_model(path, input_shapes={"input_1": (1, 640)}).tensors["input_1"].shape \
+        == (1, 640)
