@@ -17,8 +17,11 @@ import numpy as np
 from mcuforge.errors import ModelError, ModelNote, UnsupportedOpError
 from mcuforge.graph import Graph, GraphError, Node, Tensor, verify
 
+from .onnx_shapes import In, ShapeError, output_elem, output_shapes
+
 CONVERTERS: dict = {}  # op_type -> [(since_version, fn)], sorted by version
 _DTYPES = {1: "float32", 2: "uint8", 3: "int8", 5: "int16", 6: "int32", 7: "int64", 9: "bool"}
+_ELEM = {v: k for k, v in _DTYPES.items()}
 
 
 def onnx_op(*names, since: int = 1):
@@ -115,16 +118,21 @@ def _np_dtype_name(dt) -> str:
 
 def _fix_dims(model, input_shapes: dict, notes: list):
     """Give every graph input a static shape: --input-shape values, else batch 1."""
+    from . import check_input_shapes
     init_names = {i.name for i in model.graph.initializer}
+    check_input_shapes({i.name: [d.dim_value if d.dim_value > 0 else None
+                                 for d in i.type.tensor_type.shape.dim]
+                        if i.type.tensor_type.HasField("shape") else None
+                        for i in model.graph.input if i.name not in init_names}, input_shapes)
     for inp in model.graph.input:
         if inp.name in init_names:
             continue
         dims = inp.type.tensor_type.shape.dim
         if inp.name in input_shapes:
             shape = input_shapes[inp.name]
-            if len(shape) != len(dims):
-                raise ModelError(f"--input-shape {inp.name}: rank {len(shape)}, the model "
-                                 f"says {len(dims)}")
+            if not dims:
+                for _ in shape:
+                    dims.add()
             for d, v in zip(dims, shape):
                 d.ClearField("dim_param")
                 d.dim_value = int(v)
@@ -190,6 +198,7 @@ def load_onnx(source, input_shapes: dict | None = None, name: str | None = None,
     from .onnx_check import check_model, explain_invalid
     check_model(model)  # malformed data and structure, named before anything reads them
     original = model
+    declared = _value_infos(model)  # what the file says, before any inference adds to it
     from .onnx_quant import fuse_qdq
     model = fuse_qdq(model)  # before folding: int8 weights must stay int8
     notes = notes if notes is not None else []
@@ -214,7 +223,7 @@ def load_onnx(source, input_shapes: dict | None = None, name: str | None = None,
     problems, missing = [], []
     for i, node in enumerate(model.graph.node):
         try:
-            if not _convert(b, node, infos, consts):
+            if not _convert(b, node, infos, consts, declared):
                 missing.append((i, node))
         except Unsupported as e:
             problems.append((i, node, str(e)))
@@ -306,6 +315,8 @@ def _const_tensor(b: Builder, name: str, value) -> Tensor:
 
 def _static_shape(b: Builder, infos: dict, consts: dict, name: str):
     """(shape, dtype) of a tensor when known before it is computed, else None."""
+    if name in b.tensors:
+        return b.tensors[name].shape, np.dtype(b.tensors[name].dtype)
     if name in consts:
         return np.shape(consts[name]), np.asarray(consts[name]).dtype
     if name in infos and all(d is not None for d in infos[name][0]) \
@@ -314,7 +325,41 @@ def _static_shape(b: Builder, infos: dict, consts: dict, name: str):
     return None
 
 
-def _convert(b: Builder, node, infos: dict, consts: dict) -> bool:
+def _infer_outputs(b: Builder, node, infos: dict, consts: dict, declared: dict) -> None:
+    """Compute the node's output shapes from its inputs (frontend/onnx_shapes.py) into `infos`,
+    replacing onnx's inference; refuse operands that do not fit and outputs declared otherwise
+    in the model."""
+    ins = []
+    for n in node.input:
+        known = _static_shape(b, infos, consts, n) if n else None
+        ins.append(None if not n else In(known and known[0], consts.get(n)))
+    where = f"node '{node.name or node.output[0]}' ({node.op_type})"
+    try:
+        shapes = output_shapes(node.op_type, ins, _attributes(node), b.opset, len(node.output))
+    except ShapeError as e:
+        raise ModelError(f"{where}: {e}") from None
+    elems = [(infos.get(n) or (None, None))[1] if n else None for n in node.input]
+    for k, n in enumerate(node.input):
+        if n in b.tensors:
+            elems[k] = _ELEM[b.tensors[n].dtype]
+        elif n in consts:
+            elems[k] = _ELEM.get(_np_dtype_name(np.asarray(consts[n]).dtype))
+    for k, (name, shape) in enumerate(zip(node.output, shapes or [])):
+        if not name or shape is None:
+            continue
+        dims = (declared.get(name) or (None,))[0]
+        if dims is not None and (len(dims) != len(shape) or any(
+                d is not None and d != s for d, s in zip(dims, shape))):
+            raise ModelError(f"{where}: output '{name}' is declared with shape "
+                             f"{[d if d is not None else '?' for d in dims]} but its inputs "
+                             f"give {list(shape)}")
+        elem = (infos.get(name) or (None, 0))[1] or (
+            output_elem(node.op_type, elems, _attributes(node)) if k == 0 else None)
+        if elem:
+            infos[name] = (list(shape), elem)
+
+
+def _convert(b: Builder, node, infos: dict, consts: dict, declared: dict) -> bool:
     """Fold the node if its result is known at compile time, else call its converter.
     False when there is no converter for the node."""
     ins = [n for n in node.input]
@@ -340,6 +385,7 @@ def _convert(b: Builder, node, infos: dict, consts: dict) -> bool:
                 b.add_tensor(_tensor_of(n, infos[n]))
             else:
                 raise Unsupported(f"no shape known for input '{n}'")
+    _infer_outputs(b, node, infos, consts, declared)
     outs = []
     for n in node.output:
         if not n:

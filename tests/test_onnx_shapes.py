@@ -1,0 +1,251 @@
+"""ONNX shapes: mcuforge computes every node's output shape itself (frontend/onnx_shapes.py),
+checks the operands against each other and against the shapes the model declares, and agrees
+with onnxruntime where onnx's own shape inference does not (ceil-mode pooling, IR < 4 models,
+QDQ models with com.microsoft Q/DQ, shapes computed by Shape chains); --input-shape may set only
+the dimensions a model leaves open.
+
+Every model is built with onnx.helper (or onnxruntime's quantizer on one) and compared with
+onnxruntime, or refused with a ModelError naming the node / input.
+"""
+from pathlib import Path
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from frontend import load_model
+from frontend.onnx import load_onnx
+from mcuforge import runner
+from mcuforge.errors import ModelError
+
+ort = pytest.importorskip("onnxruntime")
+
+
+def _model(nodes, inputs: dict, inits: dict = None, outputs=None, opset=17, ir_version=8,
+           elem=TensorProto.FLOAT):
+    """outputs: {name: declared shape or None}."""
+    outputs = outputs or {"y": None}
+    g = helper.make_graph(
+        nodes, "m", [helper.make_tensor_value_info(n, elem, s) for n, s in inputs.items()],
+        [helper.make_tensor_value_info(n, elem, s) for n, s in outputs.items()],
+        [numpy_helper.from_array(np.asarray(v), k) for k, v in (inits or {}).items()])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)],
+                             ir_version=ir_version)
+
+
+def _ort(model, feeds: dict) -> list:
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    return sess.run(None, feeds)
+
+
+def _check(model, feeds: dict, rtol=1e-5, atol=1e-5, **kw):
+    ref = _ort(model, feeds)
+    got = runner.run(model.SerializeToString(), feeds, **kw)
+    got = list(got.values()) if isinstance(got, dict) else [got]
+    assert len(got) == len(ref)
+    for g, r in zip(got, ref):
+        assert g.shape == r.shape
+        np.testing.assert_allclose(g, r, rtol=rtol, atol=atol)
+
+
+# ---- item: ceil-mode pooling drops a window that would start in the end padding -------------
+
+POOLS = [  # (input shape, attributes)
+    ((1, 1, 1, 8), dict(kernel_shape=[1, 1], strides=[1, 2])),  # the issue's case: 4 windows
+    ((1, 2, 7, 9), dict(kernel_shape=[2, 3], strides=[2, 2])),
+    ((1, 2, 7, 9), dict(kernel_shape=[3, 3], strides=[3, 2], pads=[1, 1, 1, 1])),
+    ((1, 2, 6, 6), dict(kernel_shape=[2, 2], strides=[2, 2], pads=[1, 1, 1, 1])),
+    ((1, 2, 10, 11), dict(kernel_shape=[2, 2], strides=[3, 3], dilations=[2, 2], pads=[0, 1, 0, 1])),
+    ((1, 3, 10), dict(kernel_shape=[3], strides=[4], pads=[1, 1])),  # 1-D
+]
+
+
+@pytest.mark.parametrize("op", ["MaxPool", "AveragePool", "AveragePool-count-pad"])
+@pytest.mark.parametrize("k", range(len(POOLS)))
+def test_ceil_mode_pool(op, k):
+    shape, attrs = POOLS[k]
+    attrs = dict(attrs, ceil_mode=1)
+    if op == "AveragePool-count-pad":
+        op, attrs["count_include_pad"] = "AveragePool", 1
+    node = helper.make_node(op, ["x"], ["y"], **attrs)
+    model = _model([node], {"x": list(shape)}, opset=19)
+    x = np.random.default_rng(k).normal(size=shape).astype(np.float32)
+    assert np.all(np.isfinite(_ort(model, {"x": x})[0]))
+    _check(model, {"x": x})
+
+
+@pytest.mark.parametrize("k", [0, 1, 2, 3, 5])
+def test_ceil_mode_qlinear_average_pool(k):
+    """QDQ AveragePool, fused into onnxruntime's QLinearAveragePool (no dilations there)."""
+    shape, attrs = POOLS[k]
+    scale, zp = np.float32(0.05), np.int8(3)
+    nodes = [helper.make_node("QuantizeLinear", ["x", "s", "z"], ["xq"]),
+             helper.make_node("DequantizeLinear", ["xq", "s", "z"], ["xd"]),
+             helper.make_node("AveragePool", ["xd"], ["p"], ceil_mode=1, **attrs),
+             helper.make_node("QuantizeLinear", ["p", "s", "z"], ["pq"]),
+             helper.make_node("DequantizeLinear", ["pq", "s", "z"], ["y"])]
+    model = _model(nodes, {"x": list(shape)}, {"s": scale, "z": zp}, opset=19)
+    x = np.random.default_rng(k).normal(size=shape).astype(np.float32)
+    _check(model, {"x": x}, rtol=0, atol=float(scale) * 1.01)
+
+
+# ---- item: operand shapes are checked; declared shapes must agree --------------------------
+
+def _refused(model, *words):
+    with pytest.raises(ModelError) as e:
+        load_onnx(model)
+    for w in words:
+        assert w in str(e.value)
+    with pytest.raises(Exception):  # onnxruntime refuses it too
+        _ort(model, {i.name: np.zeros([d.dim_value for d in i.type.tensor_type.shape.dim],
+                                      np.float32) for i in model.graph.input})
+
+
+def test_matmul_inner_dims_refused():
+    """x[1,32] @ W[16,4] declared [1,4]: it used to compile into a loop past its output."""
+    node = helper.make_node("MatMul", ["x", "W"], ["y"], name="mm")
+    model = _model([node], {"x": [1, 32]}, {"W": np.ones((16, 4), np.float32)}, {"y": [1, 4]})
+    _refused(model, "'mm'", "MatMul", "[1, 32]", "[16, 4]")
+
+
+BAD = [  # (nodes, inputs, initializers, declared outputs, words the error must contain)
+    ([helper.make_node("Conv", ["x", "w"], ["y"], name="conv")], {"x": [1, 3, 8, 8]},
+     {"w": np.ones((4, 2, 3, 3), np.float32)}, {"y": None}, ["'conv'", "channels"]),
+    ([helper.make_node("Gemm", ["x", "w"], ["y"], name="fc", transB=1)], {"x": [2, 5]},
+     {"w": np.ones((3, 4), np.float32)}, {"y": None}, ["'fc'", "inner"]),
+    ([helper.make_node("Add", ["x", "b"], ["y"], name="add")], {"x": [2, 5]},
+     {"b": np.ones(4, np.float32)}, {"y": None}, ["'add'", "broadcast"]),
+    ([helper.make_node("Concat", ["x", "b"], ["y"], name="cat", axis=1)], {"x": [2, 5]},
+     {"b": np.ones((3, 1), np.float32)}, {"y": None}, ["'cat'"]),
+    ([helper.make_node("Reshape", ["x", "s"], ["y"], name="rs")], {"x": [2, 5]},
+     {"s": np.array([3, -1], np.int64)}, {"y": None}, ["'rs'", "reshape"]),
+    ([helper.make_node("BatchNormalization", ["x", "s", "s", "s", "v"], ["y"], name="bn")],
+     {"x": [1, 3, 4, 4]}, {"s": np.ones(3, np.float32), "v": np.ones(2, np.float32)},
+     {"y": None}, ["'bn'"]),
+]
+
+
+@pytest.mark.parametrize("k", range(len(BAD)))
+def test_mismatched_operands_refused(k):
+    nodes, inputs, inits, outs, words = BAD[k]
+    _refused(_model(nodes, inputs, inits, outs), *words)
+
+
+def test_declared_output_shape_must_agree():
+    """A Relu declared [1, 7] on a [1, 8] input: onnxruntime runs it (with a warning), but C
+    sized from the declaration would be wrong, so it is refused with both shapes named."""
+    node = helper.make_node("Relu", ["x"], ["y"], name="act")
+    model = _model([node], {"x": [1, 8]}, outputs={"y": [1, 7]})
+    with pytest.raises(ModelError, match=r"'act'.*\[1, 7\].*\[1, 8\]"):
+        load_onnx(model)
+
+
+def test_symbolic_output_dims_filled():
+    node = helper.make_node("MatMul", ["x", "W"], ["y"])
+    model = _model([node], {"x": ["N", 6]}, {"W": np.ones((6, 3), np.float32)},
+                   {"y": ["N", "M"]})
+    x = np.random.default_rng(0).normal(size=(1, 6)).astype(np.float32)
+    _check(model, {"x": x})
+
+
+# ---- item: IR version 3 / opset 8 (the classic ONNX-zoo MNIST CNN) --------------------------
+
+def mnist_ir3():
+    """The ONNX zoo's MNIST CNN layout: IR 3, opset 8, every initializer also a graph input
+    (IR < 4 requires it); the FC weights [16, 4, 4, 10] reshaped to [256, 10] by a Reshape
+    whose folded result onnx's shape inference cannot see, so MatMul had no shape."""
+    r = np.random.default_rng(0)
+    inits = {"W1": r.normal(0, .3, (8, 1, 5, 5)), "B1": r.normal(0, .1, (8, 1, 1)),
+             "W2": r.normal(0, .1, (16, 8, 5, 5)), "B2": r.normal(0, .1, (16, 1, 1)),
+             "S": np.array([1, 256]), "W3": r.normal(0, .1, (16, 4, 4, 10)),
+             "S3": np.array([256, 10]), "B3": r.normal(0, .1, (1, 10))}
+    inits = {k: v.astype(np.int64 if k.startswith("S") else np.float32)
+             for k, v in inits.items()}
+    N = helper.make_node
+    nodes = [N("Conv", ["x", "W1"], ["c1"], kernel_shape=[5, 5], strides=[1, 1],
+               pads=[2, 2, 2, 2], auto_pad="NOTSET"),
+             N("Add", ["c1", "B1"], ["a1"]), N("Relu", ["a1"], ["r1"]),
+             N("MaxPool", ["r1"], ["p1"], kernel_shape=[2, 2], strides=[2, 2], pads=[0] * 4),
+             N("Conv", ["p1", "W2"], ["c2"], kernel_shape=[5, 5], strides=[1, 1],
+               pads=[2, 2, 2, 2]),
+             N("Add", ["c2", "B2"], ["a2"]), N("Relu", ["a2"], ["r2"]),
+             N("MaxPool", ["r2"], ["p2"], kernel_shape=[3, 3], strides=[3, 3], pads=[0] * 4),
+             N("Reshape", ["p2", "S"], ["f"]), N("Reshape", ["W3", "S3"], ["W3r"]),
+             N("MatMul", ["f", "W3r"], ["mm"]), N("Add", ["mm", "B3"], ["y"])]
+    ins = [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 1, 28, 28])] + [
+        helper.make_tensor_value_info(k, TensorProto.INT64 if k.startswith("S")
+                                      else TensorProto.FLOAT, v.shape)
+        for k, v in inits.items()]
+    g = helper.make_graph(nodes, "mnist", ins,
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 10])],
+                          [numpy_helper.from_array(v, k) for k, v in inits.items()])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 8)], ir_version=3)
+
+
+def test_mnist_ir3_opset8():
+    import onnx
+    model = mnist_ir3()
+    onnx.checker.check_model(model)
+    x = np.random.default_rng(1).normal(size=(1, 1, 28, 28)).astype(np.float32)
+    _check(model, {"x": x}, rtol=1e-4, atol=1e-4)
+
+
+# ---- item: --input-shape may set only the dimensions the model leaves open ------------------
+
+LENET = Path(__file__).parent / "models" / "torch_lenet.onnx"  # input 'input' [1, 3, 32, 32]
+
+
+@pytest.mark.parametrize("given, words", [
+    ({"input": (1, 1, 32, 32)}, ["'input'", "[1, 3, 32, 32]", "input=1,1,32,32"]),
+    ({"input": (1, 3, 32)}, ["'input'", "[1, 3, 32, 32]", "input=1,3,32"]),
+    ({"image": (1, 3, 32, 32)}, ["no input 'image'", "'input' [1, 3, 32, 32]"]),
+])
+def test_input_shape_conflicts_refused(given, words):
+    """A static dimension given otherwise (LeNet's 3 channels as 1 used to build a grouped
+    convolution), another rank, or an unknown name: one ModelError naming it."""
+    with pytest.raises(ModelError) as e:
+        load_model(LENET, input_shapes=given)
+    for w in words:
+        assert w in str(e.value)
+
+
+def test_input_shape_as_declared_accepted():
+    g = load_model(LENET, input_shapes={"input": (1, 3, 32, 32)})
+    assert g.tensors["input"].shape == (1, 3, 32, 32)
+
+
+def test_input_shape_sets_open_dims():
+    """Symbolic batch and length set from --input-shape; the result agrees with
+    onnxruntime on that shape."""
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1]),
+             helper.make_node("Relu", ["c"], ["y"])]
+    w = np.random.default_rng(0).normal(size=(4, 2, 3)).astype(np.float32)
+    model = _model(nodes, {"x": ["N", 2, "L"]}, {"w": w}, {"y": ["N", 4, "L"]})
+    x = np.random.default_rng(1).normal(size=(3, 2, 7)).astype(np.float32)
+    ref = _ort(model, {"x": x})[0]
+    got = runner.run(model.SerializeToString(), x[:, None],  # a batch of 3 [1, 2, 7] inputs
+                     input_shapes={"x": (1, 2, 7)})
+    np.testing.assert_allclose(got[:, 0], ref, rtol=1e-5, atol=1e-5)
+    with pytest.raises(ModelError, match=r"'x' is declared \[\?, 2, \?\]"):
+        load_onnx(model, input_shapes={"x": (1, 3, 7)})
+
+
+def test_input_shape_cli_error(tmp_path):
+    from test_cli_errors import assert_user_error, mcuforge
+    r = mcuforge("compile", LENET, "-o", tmp_path / "out", "--input-shape", "input=1,1,32,32",
+                 cwd=tmp_path)
+    assert_user_error(r, "'input'", "[1, 3, 32, 32]")
+    assert not (tmp_path / "out").exists()
+
+
+def test_input_shape_tflite():
+    """.tflite: an unknown name or a static dimension given otherwise is an error too (the
+    batch, -1 in shape_signature, is open)."""
+    from conftest import mlperf_model
+    path = mlperf_model("ad01_int8")  # input_1 [1, 640], signature [-1, 640]
+    with pytest.raises(ModelError, match=r"no input 'x'.*'input_1' \[\?, 640\]"):
+        load_model(path, input_shapes={"x": (1, 640)})
+    with pytest.raises(ModelError, match=r"'input_1' is declared \[\?, 640\]"):
+        load_model(path, input_shapes={"input_1": (1, 64)})
+    assert load_model(path, input_shapes={"input_1": (1, 640)}).tensors["input_1"].shape \
+        == (1, 640)
