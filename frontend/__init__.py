@@ -22,11 +22,11 @@ def detect_format(head: bytes):
 
 def load_model(path, name=None, input_shapes=None):
     """Load the model at `path` (or its bytes) as a Graph, choosing the frontend from the
-    content. `input_shapes` ({input name: shape}) fixes dynamic dimensions of ONNX inputs."""
+    content. `input_shapes` ({input name: shape}) fixes dynamic dimensions of inputs."""
     if isinstance(path, (bytes, bytearray)):
         fmt = detect_format(bytes(path[:8]))
         if fmt == "tflite":
-            return load_tflite(bytes(path), name=name)
+            return load_tflite(bytes(path), name=name, input_shapes=input_shapes)
         if fmt == "onnx":
             return load_onnx(bytes(path), input_shapes=input_shapes, name=name)
         raise ModelError("unrecognised model format: the bytes are neither a TFLite flatbuffer "
@@ -41,7 +41,7 @@ def load_model(path, name=None, input_shapes=None):
         raise ModelError(f"cannot read model file {path}: {e.strerror or e}") from None
     fmt = detect_format(head)
     if fmt == "tflite":
-        return load_tflite(path, name=name)
+        return load_tflite(path, name=name, input_shapes=input_shapes)
     if fmt == "onnx":
         return load_onnx(path, input_shapes=input_shapes, name=name or path.stem)
     what = "it is empty" if not head else f"it starts with {head!r}"
