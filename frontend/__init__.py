@@ -42,10 +42,9 @@ def check_input_shapes(declared: dict, given: dict, how: str = "--input-shape") 
                              "dimensions (?) may be set, the others must be given as declared")
 
 
-def _check_tflite_inputs(buf: bytes, graph, given: dict) -> None:
+def _check_tflite_inputs(buf: bytes, given: dict) -> None:
     """--input-shape for a .tflite: names and static dims checked against the model's inputs
-    (dims with -1 in shape_signature are open). A shape the loaded graph does not have is
-    refused rather than ignored."""
+    (dims with -1 in shape_signature are open)."""
     import tflite
     try:
         sg = tflite.Model.GetRootAsModel(buf, 0).Subgraphs(0)
@@ -58,11 +57,6 @@ def _check_tflite_inputs(buf: bytes, graph, given: dict) -> None:
     except Exception:  # noqa: BLE001  (a model load_tflite read cannot fail here in practice)
         return
     check_input_shapes(declared, given)
-    for name, shape in given.items():
-        if name in graph.tensors and tuple(graph.tensors[name].shape) != tuple(shape):
-            raise ModelError(f"--input-shape {name}: setting the dynamic dimensions of a "
-                             "TFLite input is not supported yet (the model is compiled as "
-                             f"{list(graph.tensors[name].shape)})")
 
 
 def load_model(path, name=None, input_shapes=None):
@@ -72,10 +66,9 @@ def load_model(path, name=None, input_shapes=None):
     if isinstance(path, (bytes, bytearray)):
         fmt = detect_format(bytes(path[:8]))
         if fmt == "tflite":
-            graph = load_tflite(bytes(path), name=name)
             if input_shapes:
-                _check_tflite_inputs(bytes(path), graph, input_shapes)
-            return graph
+                _check_tflite_inputs(bytes(path), input_shapes)
+            return load_tflite(bytes(path), name=name, input_shapes=input_shapes)
         if fmt == "onnx":
             return load_onnx(bytes(path), input_shapes=input_shapes, name=name)
         raise ModelError("unrecognised model format: the bytes are neither a TFLite flatbuffer "
@@ -90,10 +83,9 @@ def load_model(path, name=None, input_shapes=None):
         raise ModelError(f"cannot read model file {path}: {e.strerror or e}") from None
     fmt = detect_format(head)
     if fmt == "tflite":
-        graph = load_tflite(path, name=name)
         if input_shapes:
-            _check_tflite_inputs(path.read_bytes(), graph, input_shapes)
-        return graph
+            _check_tflite_inputs(path.read_bytes(), input_shapes)
+        return load_tflite(path, name=name, input_shapes=input_shapes)
     if fmt == "onnx":
         return load_onnx(path, input_shapes=input_shapes, name=name or path.stem)
     what = "it is empty" if not head else f"it starts with {head!r}"

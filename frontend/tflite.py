@@ -19,7 +19,8 @@ from mcuforge.graph import MAX_NESTING, Graph, GraphError, Node, Quant, Tensor, 
 
 from . import (tflite_ops_binary, tflite_ops_data, tflite_ops_layers,  # noqa: F401
                tflite_ops_math, tflite_ops_reduce, tflite_ops_shape)  # (they register)
-from .tflite_ops_state import VariableBook  # (registers the state converters too)
+from .tflite_ops_state import VariableBook
+from .tflite_shapes import infer_shapes, is_dynamic  # (registers the state converters too)
 from . import tflite_ops_stateful  # noqa: F401  (SVDF, LSTM register)
 from . import tflite_ops_control  # noqa: F401  (IF, WHILE register)
 from .tflite_ops import CONVERTERS, OpContext, Unsupported
@@ -31,8 +32,10 @@ _TYPES = {"FLOAT32": "float32", "INT32": "int32", "UINT8": "uint8", "INT64": "in
 _TYPE_NAMES = {v: k for k, v in vars(tflite.TensorType).items() if not k.startswith("_")}
 
 
-def load_tflite(path_or_bytes, name=None) -> Graph:
-    """Load a .tflite model (a path or its bytes) as a verified Graph.
+def load_tflite(path_or_bytes, name=None, input_shapes=None) -> Graph:
+    """Load a .tflite model (a path or its bytes) as a verified Graph. `input_shapes` ({input
+    name: shape}) fixes inputs with dynamic dimensions (-1 in shape_signature); every other
+    shape is then recomputed (frontend/tflite_shapes.py). A dynamic batch alone is taken as 1.
 
     Raises ModelError for an unreadable, truncated or non-TFLite file, and one
     UnsupportedOpError listing every operator mcuforge cannot compile.
@@ -44,7 +47,7 @@ def load_tflite(path_or_bytes, name=None) -> Graph:
         raise ModelError(f"not a TFLite model: {source} (no 'TFL3' identifier at bytes 4-8, "
                          f"found {bytes(buf[4:8])!r})")
     try:
-        graph = _Reader(buf, source).graph(name or stem)
+        graph = _Reader(buf, source, input_shapes=input_shapes).graph(name or stem)
     except UnsupportedOpError:
         raise
     except ModelError as e:  # a tensor or operator the reader rejected
@@ -115,7 +118,7 @@ class _Reader:
     wherever subgraphs end up; `calls` is the chain of subgraphs being read, outermost first.
     """
 
-    def __init__(self, buf, source, index=0, parent=None):
+    def __init__(self, buf, source, index=0, parent=None, input_shapes=None):
         self.buf, self.source = buf, source
         if parent is None:
             root = struct.unpack_from("<I", buf, 0)[0]
@@ -136,6 +139,11 @@ class _Reader:
         self.tensors = {}  # tensor index -> Tensor, built on first use
         self.extra = {}  # name -> Tensor: made by converters (intermediates, folded constants)
         self.book = VariableBook()
+        self.shapes = None  # tensor index -> shape, when inputs have dynamic dimensions
+        if parent is None and (input_shapes or is_dynamic(self.raw, _vector(
+                self.sg.InputsAsNumpy()))):
+            self.shapes = infer_shapes(self.model, self.sg, self.raw, self.names, input_shapes,
+                                       self._stored_data)
 
     def _count(self, n, size=4):
         """A vector length, checked against the buffer so garbage cannot loop for long."""
@@ -156,7 +164,7 @@ class _Reader:
             return self.extra[name]
         i = self.index[name]
         if i not in self.tensors:
-            self.tensors[i] = self._tensor(self.raw[i], name)
+            self.tensors[i] = self._tensor(self.raw[i], name, i)
         return self.tensors[i]
 
     def add_tensor(self, t: Tensor) -> str:
@@ -167,7 +175,17 @@ class _Reader:
         self.extra[t.name] = t
         return t.name
 
-    def _tensor(self, t, name):
+    def _stored_data(self, i):
+        """Constant data of tensor i at its stored shape (None for activations and types
+        mcuforge does not read)."""
+        t = self.raw[i]
+        kind = _TYPE_NAMES.get(t.Type(), t.Type())
+        if kind not in _TYPES:
+            return None
+        shape = tuple(int(d) for d in t.ShapeAsNumpy()) if t.ShapeLength() else ()
+        return self._data(t, self.names[i], shape, _TYPES[kind])
+
+    def _tensor(self, t, name, index=None):
         where = f"tensor '{name}'"
         kind = _TYPE_NAMES.get(t.Type(), t.Type())
         if kind not in _TYPES:
@@ -179,6 +197,8 @@ class _Reader:
                if self._count(t.ShapeSignatureLength()) else [])
         if any(d < 0 for d in shape):
             raise ModelError(f"{where} has a negative dimension in its shape {list(shape)}")
+        if self.shapes is not None and index in self.shapes:
+            shape, sig = self.shapes[index], []  # recomputed from the inputs' shapes
         if any(d == -1 and not (i == 0 and shape[:1] == (1,)) for i, d in enumerate(sig)):
             raise ModelError(f"{where} has a dynamic shape {sig}; only static shapes "
                              "(a batch of 1) are supported")

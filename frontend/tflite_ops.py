@@ -17,7 +17,7 @@ import numpy as np
 import tflite
 
 from mcuforge.errors import ModelError
-from mcuforge.graph import Node, Tensor
+from mcuforge.graph import Node, Quant, Tensor
 
 CONVERTERS = {}  # TFLite builtin op name -> converter
 
@@ -274,7 +274,24 @@ def _same_size(ctx):
 
 @op("SOFTMAX")
 def softmax(ctx):
-    return ctx.node("softmax", {"beta": float(ctx.options(tflite.SoftmaxOptions).Beta())})
+    attrs = {"beta": float(ctx.options(tflite.SoftmaxOptions).Beta())}
+    x, y = ctx.input(0), ctx.output()
+    if x.dtype == y.dtype == "uint8" and x.quant and y.quant:
+        return _softmax_uint8(ctx, x, y, attrs)
+    return ctx.node("softmax", attrs)
+
+
+def _softmax_uint8(ctx, x, y, attrs):
+    """Legacy uint8 SOFTMAX: LiteRT's kernel is the int8 one on values shifted by 128 (it
+    reads differences from the row's maximum, and adds the output type's minimum), so the
+    int8 softmax runs between two exact uint8 <-> int8 shifts."""
+    def shifted(t):
+        return Quant(t.quant.scale, tuple(z - 128 for z in t.quant.zero_point), t.quant.axis)
+    x8 = ctx.new_tensor("input_int8", x.shape, "int8", quant=shifted(x))
+    y8 = ctx.new_tensor("output_int8", y.shape, "int8", quant=shifted(y))
+    return [Node("quantize", (x.name,), (x8,), {}),
+            Node("softmax", (x8,), (y8,), attrs),
+            Node("quantize", (y8,), (y.name,), {})]
 
 
 @op("CONCATENATION")
@@ -301,6 +318,8 @@ def pad(ctx):
 
 @op("MEAN")
 def mean(ctx):
+    if ctx.input(0).dtype == "uint8":  # LiteRT's uint8 MEAN has kernels of its own
+        raise Unsupported("uint8 MEAN (legacy quantization; requantize the model to int8)")
     rank = len(ctx.input(0).shape)
     axes = [int(a) for a in np.asarray(ctx.const(1)).reshape(-1)]
     if any(not -rank <= a < rank for a in axes):

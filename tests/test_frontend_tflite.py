@@ -322,7 +322,8 @@ def test_dynamic_shapes_rejected_extra_subgraphs_read_on_demand():
     ok = [T("x", [1, 4], sig=[-1, 4]), T("y", [1, 4], sig=[-1, 4])]
     assert load_tflite(build(ok, [("RELU", [0], [1])], [0], [1])).tensors["x"].shape == (1, 4)
     bad = [T("x", [1, 4], sig=[1, -1]), T("y", [1, 4])]
-    with pytest.raises(ModelError, match="tensor 'x' has a dynamic shape"):
+    with pytest.raises(ModelError, match=r"input 'x' has dynamic shape \[1, -1\]; give its "
+                       r"shape with --input-shape x=1,N"):
         load_tflite(build(bad, [("RELU", [0], [1])], [0], [1]))
     # subgraphs other than the first are read only by the operators that call them
     two = load_tflite(build(ok, [("RELU", [0], [1])], [0], [1], n_subgraphs=2))

@@ -11,6 +11,7 @@ import pytest
 
 from frontend.tflite import load_tflite
 from mcuforge import runner
+from mcuforge.errors import McuforgeError
 
 from tfl_build import Model, litert
 
@@ -91,3 +92,110 @@ def test_the_shape_arithmetic_folds_away():
     assert "broadcast_to" not in ops and "shape" not in ops
     assert g.tensors["h0"].is_const and not g.tensors["h0"].data.any()
     assert tuple(g.tensors["x"].shape) == (1, 1, FEATURES)
+
+
+# ---- fully dynamic inputs ([-1, -1, -1, 3]) given a shape with --input-shape ------------------
+
+def dynamic_cnn() -> bytes:
+    """x [-1,-1,-1,3] (stored as [1,1,1,3], as converters write placeholders) -> CONV_2D 3x3/2
+    SAME relu -> DEPTHWISE_CONV_2D 3x3 SAME -> AVERAGE_POOL 2x2/2 VALID -> ADD of itself ->
+    RESHAPE to [batch, -1] through SHAPE -> STRIDED_SLICE -> PACK, and MEAN over H, W ->
+    FULLY_CONNECTED -> SOFTMAX. Every intermediate shape stored is a 1x1 placeholder."""
+    m, rng = Model(), np.random.default_rng(9)
+
+    def act(name, shape):
+        return m.tensor(name, shape, "float32", sig=tuple(-1 if d == 1 and k < 3 else d
+                                                            for k, d in enumerate(shape)))
+    x = m.tensor("image", (1, 1, 1, 3), "float32", sig=(-1, -1, -1, 3))
+    c = act("conv", (1, 1, 1, 8))
+    m.op("CONV_2D", [x, m.const("w1", rng.normal(0, 0.3, (8, 3, 3, 3)).astype("f4")),
+                     m.const("b1", rng.normal(0, 0.1, 8).astype("f4"))], [c], "Conv2DOptions",
+         Padding=0, StrideH=2, StrideW=2, DilationHFactor=1, DilationWFactor=1,
+         FusedActivationFunction=1)
+    d = act("dw", (1, 1, 1, 8))
+    m.op("DEPTHWISE_CONV_2D", [c, m.const("w2", rng.normal(0, 0.3, (1, 3, 3, 8)).astype("f4")),
+                               m.const("b2", np.zeros(8, "f4"))], [d],
+         "DepthwiseConv2DOptions", Padding=0, StrideH=1, StrideW=1, DilationHFactor=1,
+         DilationWFactor=1, DepthMultiplier=1)
+    p = act("pool", (1, 1, 1, 8))
+    m.op("AVERAGE_POOL_2D", [d], [p], "Pool2DOptions", Padding=1, StrideH=2, StrideW=2,
+         FilterHeight=2, FilterWidth=2)
+    s = act("sum", (1, 1, 1, 8))
+    m.op("ADD", [p, p], [s], "AddOptions")
+    shp = m.tensor("pool_shape", (4,), "int32")
+    m.op("SHAPE", [s], [shp], "ShapeOptions", OutType=2)
+    batch = m.tensor("batch", (), "int32")
+    m.op("STRIDED_SLICE", [shp, m.const("sb", [0], I32), m.const("se", [1], I32),
+                           m.const("ss", [1], I32)], [batch], "StridedSliceOptions",
+         ShrinkAxisMask=1)
+    dims = m.tensor("flat_dims", (2,), "int32")
+    m.op("PACK", [batch, m.const("minus1", np.array(-1, I32))], [dims], "PackOptions",
+         ValuesCount=2, Axis=0)
+    flat = m.tensor("flat", (1, 8), "float32", sig=(-1, -1))
+    m.op("RESHAPE", [s, dims], [flat], "ReshapeOptions")
+    mean = m.tensor("mean", (1, 8), "float32", sig=(-1, 8))
+    m.op("MEAN", [s, m.const("axes", [1, 2], I32)], [mean], "ReducerOptions", KeepDims=False)
+    fc = m.tensor("fc", (1, 4), "float32", sig=(-1, 4))
+    m.op("FULLY_CONNECTED", [mean, m.const("w3", rng.normal(0, 0.5, (4, 8)).astype("f4")),
+                             m.const("b3", np.zeros(4, "f4"))], [fc], "FullyConnectedOptions")
+    prob = m.tensor("prob", (1, 4), "float32", sig=(-1, 4))
+    m.op("SOFTMAX", [fc], [prob], "SoftmaxOptions", Beta=1.0)
+    m.io([x], [prob, flat])
+    return m.build()
+
+
+@pytest.mark.parametrize("hw", [(16, 12), (9, 14)])
+def test_dynamic_image_input_with_given_shape_equals_litert(hw):
+    model = dynamic_cnn()
+    shape = (1, *hw, 3)
+    x = np.random.default_rng(4).normal(size=shape).astype(np.float32)
+    ref = litert(model, [x])  # LiteRT resizes the input to x's shape
+    g = load_tflite(model, input_shapes={"image": shape})
+    assert tuple(g.tensors["image"].shape) == shape
+    got = runner.run(model, x, input_shapes={"image": shape})
+    assert got["flat"].shape == ref[1].shape  # the folded [batch, -1] reshape
+    np.testing.assert_allclose(got["prob"], ref[0], rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(got["flat"], ref[1], rtol=1e-5, atol=1e-6)
+
+
+def test_dynamic_input_without_a_shape_says_how_to_give_it():
+    with pytest.raises(McuforgeError, match=r"--input-shape image=N,N,N,3"):
+        load_tflite(dynamic_cnn())
+
+
+@pytest.mark.parametrize("shapes, message", [
+    ({"image": (1, 8, 8, 4)}, "dimension 3 is 4, the model's is 3"),
+    ({"image": (1, 8, 8)}, "rank 3"),
+    ({"image": (1, 8, 8, 3), "other": (1,)}, "not inputs of the model"),
+])
+def test_bad_input_shapes_are_one_clear_error(shapes, message):
+    with pytest.raises(McuforgeError, match=message):
+        load_tflite(dynamic_cnn(), input_shapes=shapes)
+
+
+def test_cli_input_shape_reaches_the_tflite_frontend(tmp_path):
+    from mcuforge.cli import main
+    path = tmp_path / "dyn.tflite"
+    path.write_bytes(dynamic_cnn())
+    x = np.random.default_rng(6).normal(size=(1, 10, 10, 3)).astype(np.float32)
+    np.save(tmp_path / "x.npy", x)
+    assert main(["run", str(path), "--input", str(tmp_path / "x.npy"), "--input-shape",
+                 "image=1,10,10,3", "--output", str(tmp_path / "y.npz")]) in (0, None)
+    got = np.load(tmp_path / "y.npz")
+    np.testing.assert_allclose(got["prob"], litert(dynamic_cnn(), [x])[0], rtol=1e-5,
+                               atol=1e-6)
+
+
+@pytest.mark.parametrize("stem", ["ad01_int8", "kws_ref_model", "pretrainedResnet_quant",
+                                  "str_ww_ref_model", "vww_96_float"])
+def test_shape_rules_reproduce_a_real_converters_shapes(stem):
+    """MLPerf Tiny models (TF's converter, dynamic batch): every shape recomputed from the
+    inputs equals the one the converter stored."""
+    from conftest import mlperf_model
+    from frontend.tflite import _Reader
+    path = mlperf_model(stem)
+    r = _Reader(path.read_bytes(), str(path))
+    assert r.shapes is not None  # their inputs have a dynamic batch
+    for i, t in enumerate(r.raw):
+        stored = tuple(int(d) for d in t.ShapeAsNumpy()) if t.ShapeLength() else ()
+        assert r.shapes[i] == stored, r.names[i]

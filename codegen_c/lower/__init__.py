@@ -124,5 +124,5 @@ def lower_node(node: Node, graph: Graph, name: str) -> ir.Kernel | None:
 def _load_all():
     from . import (conv, datamove, elementwise, generic_data, generic_elementwise,  # noqa: F401
                    layers_float, lut_ort, matmul_ort, pool, pool_ort, q_binary, q_data, q_int16,
-                   q_layers, q_math, q_reduce, softmax, state,
+                   q_layers, q_math, q_reduce, q_uint8, softmax, state,
                    transpose)  # (each registers its lowerings)

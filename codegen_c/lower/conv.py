@@ -16,6 +16,7 @@ import numpy as np
 from .. import loop_ir as ir
 from .. import qparams as qp
 from . import OpContext, const, describe, float_activation, lowers, per_channel
+from .q_uint8 import activation_range, uint8_multiplier
 from .window import Window
 
 
@@ -29,8 +30,11 @@ def requant_and_store(ctx: OpContext, acc: ir.Expr, channel: ir.Expr, out_index:
     w_scales = np.asarray(w.quant.scale, dtype=np.float32)
     if ctx.attrs.get("requant") == "onnxruntime":
         return _requant_ort(ctx, acc, channel, out_index, bufs, n_out, w_scales)
-    if ctx.node.op == "fully_connected":
-        bias_scale = bias.quant.scale[0] if bias is not None and bias.quant else None
+    bias_scale = bias.quant.scale[0] if bias is not None and bias.quant else None
+    if x.dtype == "uint8":  # legacy uint8 models: LiteRT's per-tensor multiplier
+        mults, shifts = uint8_multiplier(x.quant.scale[0], w_scales, y.quant.scale[0],
+                                         bias_scale)
+    elif ctx.node.op == "fully_connected":
         mults, shifts = qp.fc_output_multipliers(x.quant.scale[0], w_scales, y.quant.scale[0],
                                                  bias_scale)
     else:
@@ -39,7 +43,7 @@ def requant_and_store(ctx: OpContext, acc: ir.Expr, channel: ir.Expr, out_index:
     m, b1 = per_channel(mults, "mult", channel)
     s, b2 = per_channel(shifts, "shift", channel)
     bufs += b1 + b2
-    qmin, qmax = qp.activation_range_int8(act, y.quant.scale[0], y.quant.zero_point[0])
+    qmin, qmax = activation_range(act, y.quant.scale[0], y.quant.zero_point[0], y.dtype)
     v = ir.call("mf_mbqm", acc, m, s) + int(y.quant.zero_point[0])
     return [ir.Store("y", out_index, ir.cast(ir.clamp(v, qmin, qmax), y.dtype))]
 

@@ -52,8 +52,10 @@ def concat(ctx: OpContext) -> ir.Kernel:
             raise NotImplementedError(f"{y.dtype} concat of inputs quantized unlike the output "
                                       "(TFLM and LiteRT require equal scales and zero points)")
         inner = int(np.prod(t.shape[axis:], dtype=np.int64))
-        body += ir.loops([("o", outer), ("j", inner)], lambda o, j, nm=nm, inner=inner, off=offset, t=t, value=value: [
-            ir.Store("y", o * out_inner + off + j, value(ir.Load(nm, o * inner + j, t.dtype)))])
+        def copy(o, j, nm=nm, inner=inner, off=offset, t=t, value=value):
+            return [ir.Store("y", o * out_inner + off + j,
+                             value(ir.Load(nm, o * inner + j, t.dtype)))]
+        body += ir.loops([("o", outer), ("j", inner)], copy)
         offset += inner
     return ir.Kernel(ctx.name, tuple(ctx.io_buffers() + consts), tuple(body),
                      describe(ctx, f"axis {axis}"))

@@ -11,6 +11,7 @@ import numpy as np
 from .. import loop_ir as ir
 from .. import qparams as qp
 from . import OpContext, const, describe, float_activation, lowers
+from .q_uint8 import activation_range
 from .window import Window
 
 
@@ -51,7 +52,8 @@ def _pool(ctx: OpContext, kind: str) -> ir.Kernel:
                 raise NotImplementedError(f"{ctx.node.op} {y.dtype} with activation {act}")
             val = ir.cast(acc, y.dtype)
         else:
-            qmin, qmax = qp.activation_range_int8(act, y.quant.scale[0], y.quant.zero_point[0])
+            qmin, qmax = activation_range(act, y.quant.scale[0], y.quant.zero_point[0],
+                                          y.dtype)
             val = ir.cast(ir.clamp(acc, qmin, qmax), y.dtype)
         return stmts + [ir.Store("y", ir.flat_index([n, oy, ox, c], [N, OH, OW, C]), val)]
 
