@@ -152,13 +152,6 @@ def _graph(op, attrs, x_shape=(1, 4, 4, 2), y_shape=(1, 4, 4, 2), consts=()):
                  ["x"], ["y"])
 
 
-def _int8_graph(op, attrs, in_q, out_q, shape=(1, 4, 4, 2), out_shape=None):
-    from mcuforge.graph import Graph, Node, Quant, Tensor
-    ts = {"x": Tensor("x", shape, "int8", quant=Quant((in_q[0],), (in_q[1],))),
-          "y": Tensor("y", out_shape or shape, "int8", quant=Quant((out_q[0],), (out_q[1],)))}
-    return Graph(ts, [Node(op, ("x",), ("y",), attrs, "n1")], ["x"], ["y"])
-
-
 POOL = dict(filter=(3, 3), stride=(1, 1), padding=(1, 1, 1, 1), activation="none")
 UNWRITABLE = {  # each would have been written as something else
     "count_include_pad": (lambda: _graph("avg_pool2d", dict(POOL, count_include_pad=True)),
@@ -177,14 +170,6 @@ UNWRITABLE = {  # each would have been written as something else
                                     consts=[("w", np.ones((2, 1, 1, 2), np.float32))]),
                      "grouped"),
     "ort_requant": (lambda: _graph("logistic", dict(requant="onnxruntime")), "onnxruntime"),
-    # int8 byte movers whose output the graph quantizes otherwise (TFLite would relabel bytes)
-    "transpose_requant": (lambda: _int8_graph("transpose", dict(perm=(0, 2, 1, 3)),
-                                              (0.05, 3), (0.04, 3)), "does not requantize"),
-    "maxpool_requant": (lambda: _int8_graph("max_pool2d", dict(POOL), (0.05, 3), (0.05, 0)),
-                        "does not requantize"),
-    # an int8 output TFLM's kernel fixes: tanh always writes scale 1/128, zero point 0
-    "tanh_output_quant": (lambda: _int8_graph("tanh", {}, (0.05, 3), (1.0 / 256, -128)),
-                          "always gives scale"),
 }
 
 
