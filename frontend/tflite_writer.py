@@ -5,9 +5,11 @@ emit the int8 model it compiles (`--emit-tflite`), so that anyone can check the 
 against TensorFlow Lite for Microcontrollers.
 
 Only what the graph IR can express is written: one subgraph, builtin operators, affine
-quantization. Every attribute of a node is either written exactly or the node is refused
-(ValueError naming it): `_refusal` lists what TFLite (or tflite-micro) has no way to say. The graph is mapped onto `tflite_flatbuffer`'s plain descriptions, which do the
-serializing. The output is deterministic: the same graph gives the same bytes.
+quantization. Every attribute of a node is either written exactly (explicit conv / max pool
+padding as PAD + VALID, edge / wrap pads as slices and concatenations) or the node is refused
+(ValueError naming it): `_refusal` lists what TFLite (or tflite-micro) has no way to say. The
+graph is mapped onto `tflite_flatbuffer`'s plain descriptions, which do the serializing. The
+output is deterministic: the same graph gives the same bytes.
 """
 from __future__ import annotations
 
