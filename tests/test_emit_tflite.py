@@ -289,8 +289,9 @@ def test_readme_quantize_workflow_on_cnns(stem, tmp_path, capsys):
     test = rng.uniform(-2, 2, (6,) + tuple(shape)).astype(np.float32)
     x8 = np.clip(np.round(test / iq.scale[0]) + iq.zero_point[0], -128, 127).astype(np.int8)
     ref = tflm.run(out.read_bytes(), [x8])[0]
-    q = quantize_for_compile(load(path), "int8", samples)  # what compile built the C from
-    c_out = run_graph(q, [x8])[0]
+    from mcuforge.runner import build, run_executable
+    exe = build(tmp_path / "out", stem)  # the C project the same command wrote
+    c_out = run_executable(exe, emitted, [x8])[0]
     np.testing.assert_array_equal(c_out, ref.reshape(c_out.shape))
     want = ort_run(path.read_bytes(), test)
     got = (c_out.astype(np.float64) - oq.zero_point[0]) * oq.scale[0]
