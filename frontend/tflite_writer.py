@@ -5,9 +5,11 @@ emit the int8 model it compiles (`--emit-tflite`), so that anyone can check the 
 against TensorFlow Lite for Microcontrollers.
 
 Only what the graph IR can express is written: one subgraph, builtin operators, affine
-quantization. Every attribute of a node is either written exactly or the node is refused
-(ValueError naming it): `_refusal` lists what TFLite (or tflite-micro) has no way to say. The graph is mapped onto `tflite_flatbuffer`'s plain descriptions, which do the
-serializing. The output is deterministic: the same graph gives the same bytes.
+quantization. Every attribute of a node is either written exactly (explicit conv / max pool
+padding as PAD + VALID, edge / wrap pads as slices and concatenations) or the node is refused
+(ValueError naming it): `_refusal` lists what TFLite (or tflite-micro) has no way to say. The
+graph is mapped onto `tflite_flatbuffer`'s plain descriptions, which do the serializing. The
+output is deterministic: the same graph gives the same bytes.
 """
 from __future__ import annotations
 
@@ -41,13 +43,6 @@ WRITTEN = {
     **{op: () for op in SIMPLE_OPS},
 }
 NEUTRAL = {"dilation": (1, 1), "count_include_pad": False}
-# int8 kernels that move or compare bytes: TFLite assumes (TFLM does not always check) that
-# their output is quantized like their input; a graph saying otherwise cannot be written
-SAME_QUANT = ("reshape", "transpose", "slice", "pad", "max_pool2d", "avg_pool2d", "relu6",
-              "binary", "concat")
-# int8 outputs TFLM's kernels fix whatever the tensor says: (scale, zero point)
-FIXED_INT8_OUT = {"logistic": (1.0 / 256, -128), "softmax": (1.0 / 256, -128),
-                  "tanh": (1.0 / 128, 0)}
 
 
 def write_tflite(graph: Graph) -> bytes:
@@ -281,9 +276,6 @@ def _refusal(g: Graph, n) -> str:
                     "quantize the float model with mcuforge instead")
         return f"has {k}={v!r}, which the TFLite {n.op} cannot express"
     x = g.tensors[n.inputs[0]] if n.inputs and n.inputs[0] else None
-    why = _quant_refusal(g, n, x)
-    if why:
-        return why
     if n.op == "conv2d" and g.tensors[n.inputs[1]].shape[3] != x.shape[3]:
         return "is a grouped convolution, which tflite-micro's CONV_2D does not run"
     if n.op == "binary" and a["fn"] not in ("max", "min"):
@@ -303,28 +295,6 @@ def _refusal(g: Graph, n) -> str:
                     how = "a wrap takes" if mode == "wrap" else "MIRROR_PAD mirrors"
                     return (f"pads axis {d} (size {size}) by {(b, e)} in mode '{mode}': "
                             f"{how} at most {widest}")
-    return ""
-
-
-def _quant_refusal(g: Graph, n, x) -> str:
-    y = g.tensors[n.outputs[0]]
-    if y.quant is None or y.dtype not in ("int8", "int16"):
-        return ""
-    if n.op in SAME_QUANT:
-        ins = [g.tensors[t] for t in n.inputs if t and not g.tensors[t].is_const] \
-            if n.op == "concat" else [x]
-        for t in ins:
-            if t.quant != y.quant:
-                return (f"moves {t.dtype} values of '{t.name}' (scale {t.quant.scale}, zero "
-                        f"point {t.quant.zero_point}) into '{y.name}' quantized otherwise "
-                        f"(scale {y.quant.scale}, zero point {y.quant.zero_point}); TFLite's "
-                        f"kernel does not requantize: add a quantize node")
-    fixed = FIXED_INT8_OUT.get(n.op)
-    if fixed and y.dtype == "int8" and \
-            (np.float32(y.quant.scale[0]), y.quant.zero_point[0]) != (np.float32(fixed[0]),
-                                                                       fixed[1]):
-        return (f"has int8 output scale {y.quant.scale[0]}, zero point {y.quant.zero_point[0]}"
-                f"; TFLite's int8 {n.op} always gives scale {fixed[0]}, zero point {fixed[1]}")
     return ""
 
 

@@ -152,13 +152,6 @@ def _graph(op, attrs, x_shape=(1, 4, 4, 2), y_shape=(1, 4, 4, 2), consts=()):
                  ["x"], ["y"])
 
 
-def _int8_graph(op, attrs, in_q, out_q, shape=(1, 4, 4, 2), out_shape=None):
-    from mcuforge.graph import Graph, Node, Quant, Tensor
-    ts = {"x": Tensor("x", shape, "int8", quant=Quant((in_q[0],), (in_q[1],))),
-          "y": Tensor("y", out_shape or shape, "int8", quant=Quant((out_q[0],), (out_q[1],)))}
-    return Graph(ts, [Node(op, ("x",), ("y",), attrs, "n1")], ["x"], ["y"])
-
-
 POOL = dict(filter=(3, 3), stride=(1, 1), padding=(1, 1, 1, 1), activation="none")
 UNWRITABLE = {  # each would have been written as something else
     "count_include_pad": (lambda: _graph("avg_pool2d", dict(POOL, count_include_pad=True)),
@@ -177,14 +170,6 @@ UNWRITABLE = {  # each would have been written as something else
                                     consts=[("w", np.ones((2, 1, 1, 2), np.float32))]),
                      "grouped"),
     "ort_requant": (lambda: _graph("logistic", dict(requant="onnxruntime")), "onnxruntime"),
-    # int8 byte movers whose output the graph quantizes otherwise (TFLite would relabel bytes)
-    "transpose_requant": (lambda: _int8_graph("transpose", dict(perm=(0, 2, 1, 3)),
-                                              (0.05, 3), (0.04, 3)), "does not requantize"),
-    "maxpool_requant": (lambda: _int8_graph("max_pool2d", dict(POOL), (0.05, 3), (0.05, 0)),
-                        "does not requantize"),
-    # an int8 output TFLM's kernel fixes: tanh always writes scale 1/128, zero point 0
-    "tanh_output_quant": (lambda: _int8_graph("tanh", {}, (0.05, 3), (1.0 / 256, -128)),
-                          "always gives scale"),
 }
 
 
@@ -304,8 +289,9 @@ def test_readme_quantize_workflow_on_cnns(stem, tmp_path, capsys):
     test = rng.uniform(-2, 2, (6,) + tuple(shape)).astype(np.float32)
     x8 = np.clip(np.round(test / iq.scale[0]) + iq.zero_point[0], -128, 127).astype(np.int8)
     ref = tflm.run(out.read_bytes(), [x8])[0]
-    q = quantize_for_compile(load(path), "int8", samples)  # what compile built the C from
-    c_out = run_graph(q, [x8])[0]
+    from mcuforge.runner import build, run_executable
+    exe = build(tmp_path / "out", stem)  # the C project the same command wrote
+    c_out = run_executable(exe, emitted, [x8])[0]
     np.testing.assert_array_equal(c_out, ref.reshape(c_out.shape))
     want = ort_run(path.read_bytes(), test)
     got = (c_out.astype(np.float64) - oq.zero_point[0]) * oq.scale[0]
