@@ -73,8 +73,12 @@ def _load_npy(path: str):
 def _cmd_run(a) -> int:
     from .api import load
     from .runner import run
-    load(a.model, a.input_shapes)  # a missing or broken model file is reported by its path
-    outputs = run(a.model, _load_npy(a.input), board=a.board, input_shapes=a.input_shapes)
+    from .runner import nonfinite_warnings
+    graph = load(a.model, a.input_shapes)  # a missing or broken model file: reported by its path
+    inputs = _load_npy(a.input)
+    for line in nonfinite_warnings(graph, inputs):
+        print(f"mcuforge: warning: {line}", file=sys.stderr)
+    outputs = run(a.model, inputs, board=a.board, input_shapes=a.input_shapes)
     try:
         if isinstance(outputs, dict):
             np.savez(a.output, **outputs)
