@@ -11,7 +11,8 @@ does and as the references do, and `mcuforge run` warns about them.
    ReduceMax([NaN, 1, 2, 3]) NaN; MaxPool's window of -Inf gives -FLT_MAX). The reference here is
    IEEE 754-2019 maximum/minimum as numpy computes them (NaN anywhere gives NaN); onnxruntime
    agrees wherever the window holds no NaN and is not all -Inf, and wherever it gives NaN, so
-   do we.
+   do we. (LiteRT's float MaxPool is implementation-defined too: it drops a NaN, and a window
+   whose first element is NaN gives -Inf, as measured with ai-edge-litert.)
 3. Whole models: an all-NaN and an +Inf input through PyTorch exports (tests/models) against
    onnxruntime and float MLPerf Tiny TFLite models against LiteRT, NaN and
    infinities where onnxruntime has them, never a finite "confident" output in their place.
