@@ -128,10 +128,10 @@ def _binop(e, a, b):
     op, dtype = e.op, e.dtype
     if dtype == "float32" and op not in ir.COMPARE_OPS:
         a, b = np.float32(a), np.float32(b)
-        if op == "max":
-            return np.float32(b if np.isnan(a) else max(a, b))
+        if op == "max":  # a NaN operand gives NaN (mf_max_nan_f32)
+            return a if (a > b or np.isnan(a)) else b
         if op == "min":
-            return np.float32(b if np.isnan(a) else min(a, b))
+            return a if (a < b or np.isnan(a)) else b
         return np.float32({"+": np.add, "-": np.subtract, "*": np.multiply, "/": np.divide}[op](a, b))
     if op in ("+", "-", "*"):
         return _check({"+": a + b, "-": a - b, "*": a * b}[op], dtype)

@@ -85,7 +85,8 @@ class Printer:
             if e.op == "min" and isinstance(e.a, ir.Bin) and e.a.op == "max" and e.dtype == "int32":
                 return f"mf_clamp({self.text(e.a.a)}, {self.text(e.a.b)}, {self.text(e.b)})", _ATOM
             if e.op in ("max", "min"):
-                kind = "f32" if e.dtype == "float32" else ("i64" if e.dtype == "int64" else "i32")
+                # float: NaN-propagating (see mcuforge_rt.h)
+                kind = "nan_f32" if e.dtype == "float32" else ("i64" if e.dtype == "int64" else "i32")
                 return f"mf_{e.op}_{kind}({self.text(e.a)}, {self.text(e.b)})", _ATOM
             p = _PREC[e.op]
             # left-associative: a right operand of equal precedence needs parentheses

@@ -87,6 +87,16 @@ def mf_min_f32(a, b):
     return b if np.isnan(a) else (b if b < a else a)
 
 
+def mf_max_nan_f32(a, b):
+    a, b = np.float32(a), np.float32(b)
+    return a if (a > b or np.isnan(a)) else b
+
+
+def mf_min_nan_f32(a, b):
+    a, b = np.float32(a), np.float32(b)
+    return a if (a < b or np.isnan(a)) else b
+
+
 def mf_clamp(x, lo, hi):
     return mf_min_i32(mf_max_i32(x, lo), hi)
 

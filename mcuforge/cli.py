@@ -76,6 +76,7 @@ def _load_npy(path: str):
 def _cmd_run(a) -> int:
     from .api import load
     from .runner import run
+    from .runner import nonfinite_warnings
     graph = load(a.model, a.input_shapes)  # a missing or broken model is reported by its path
     suffix = Path(a.output).suffix.lower()
     if suffix not in (".npy", ".npz"):
@@ -84,7 +85,10 @@ def _cmd_run(a) -> int:
     if suffix == ".npy" and len(graph.outputs) > 1:
         raise McuforgeError(f"the model has {len(graph.outputs)} outputs: give --output a .npz "
                             f"file name (a .npy holds one array)")
-    outputs = run(a.model, _load_npy(a.input), board=a.board, input_shapes=a.input_shapes)
+    inputs = _load_npy(a.input)
+    for line in nonfinite_warnings(graph, inputs):
+        print(f"mcuforge: warning: {printable(line)}", file=sys.stderr)
+    outputs = run(a.model, inputs, board=a.board, input_shapes=a.input_shapes)
     if not isinstance(outputs, dict) and suffix == ".npz":
         outputs = {graph.outputs[0]: outputs}
     try:  # through a file object: numpy would append .npy / .npz to a name

@@ -168,6 +168,25 @@ def split_inputs(graph, inputs) -> tuple:
     return out, bool(batched)
 
 
+def nonfinite_warnings(graph, inputs) -> list:
+    """One line per float input holding NaN or +-Inf: the generated C computes with them as
+    IEEE arithmetic does (NaN stays NaN through every layer, max/min and pooling included), so
+    the outputs may be NaN or Inf rather than a meaningful result."""
+    arrays, _ = split_inputs(graph, inputs)
+    lines = []
+    for name, arr in zip(graph.inputs, arrays):
+        if arr.dtype.kind != "f":
+            continue
+        nan, pos, neg = int(np.isnan(arr).sum()), int(np.isposinf(arr).sum()), \
+            int(np.isneginf(arr).sum())
+        if nan or pos or neg:
+            what = ", ".join(f"{n} {k}" for n, k in ((nan, "NaN"), (pos, "+Inf"), (neg, "-Inf"))
+                             if n)
+            lines.append(f"input '{name}' holds {what} (of {arr.size} values): they propagate "
+                         f"as in IEEE arithmetic, so outputs may be NaN or infinite")
+    return lines
+
+
 def run_executable(exe: Path, graph, arrays: list) -> list:
     """Feed [N, ...] arrays through the harness; returns one [N, ...] array per output."""
     n = len(arrays[0]) if arrays else 1  # a model without inputs runs once

@@ -17,7 +17,13 @@ from dataclasses import dataclass, field
 
 from mcuforge.graph import ALIAS_OPS, Graph, subgraphs
 
-ALIGN = 4
+ALIGN = 4  # every offset is a multiple of 4, and of 8 for 8-byte elements (int64, float64):
+# C requires an int64_t * to be 8-aligned (gcc may vectorize on it; UBSan reports it)
+WIDE = frozenset({"int64", "uint64", "float64"})
+
+
+def alignment(dtype: str) -> int:
+    return 8 if dtype in WIDE else ALIGN
 
 
 @dataclass(frozen=True)
@@ -26,6 +32,7 @@ class Request:
     size: int  # bytes
     first: int  # step that writes it (graph inputs: 0)
     last: int  # last step that reads it (graph outputs: len(nodes))
+    align: int = ALIGN  # its offset is a multiple of this
 
 
 @dataclass(frozen=True)
@@ -41,8 +48,8 @@ class MemoryPlan:
     subplans: dict = field(default_factory=dict)
 
 
-def _align(n: int) -> int:
-    return (n + ALIGN - 1) // ALIGN * ALIGN
+def _align(n: int, to: int = ALIGN) -> int:
+    return (n + to - 1) // to * to
 
 
 def _live_together(a: Request, b: Request) -> bool:
@@ -60,7 +67,7 @@ def _first_fit(order: list, offsets: dict | None = None, placed: list | None = N
         for start, end in busy:
             if offset + _align(r.size) <= start:
                 break
-            offset = max(offset, end)
+            offset = _align(max(offset, end), r.align)
         offsets[r.name] = offset
         placed.append((offset, r))
     return offsets
@@ -129,7 +136,8 @@ def requests_of(g: Graph) -> tuple:
             last[r] = max(last.get(r, i), i)
     for name in list(g.outputs) + list(g.state.values()):
         last[root.get(name, name)] = end
-    reqs = tuple(Request(name, g.tensors[name].nbytes, first[name], last[name])
+    reqs = tuple(Request(name, g.tensors[name].nbytes, first[name], last[name],
+                         alignment(g.tensors[name].dtype))
                  for name in sorted(first) if name not in g.state)
     return reqs, root
 
@@ -142,12 +150,15 @@ def plan_graph(g: Graph) -> MemoryPlan:
         if subs:
             plans = tuple(plan_graph(s) for s in subs)
             name = _scratch_name(g, n)
-            scratch.append(Request(name, max(p.arena_size for p in plans), i, i))
+            # aligned for the subgraphs' widest element (nested scratch requests included)
+            align = max((r.align for p in plans for r in p.requests), default=ALIGN)
+            scratch.append(Request(name, max(p.arena_size for p in plans), i, i, align))
             subplans[i] = (name, plans)
     offsets = _plan_with_scratch(reqs, scratch)
     reqs += tuple(scratch)
     state, size = {}, 0
     for name in g.state:  # model order keeps the block deterministic
+        size = _align(size, alignment(g.tensors[name].dtype))
         state[name] = size
         size += _align(g.tensors[name].nbytes)
     for alias, src in root.items():

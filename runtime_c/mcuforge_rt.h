@@ -67,6 +67,14 @@ static inline int64_t mf_min_i64(int64_t a, int64_t b) { return a < b ? a : b; }
 static inline float mf_max_f32(float a, float b) { return a != a ? b : (b > a ? b : a); }
 static inline float mf_min_f32(float a, float b) { return a != a ? b : (b < a ? b : a); }
 
+/* Float max/min of the model's values (fused and standalone activations, max pooling, reduce
+ * max/min, softmax's row maximum): NaN in either operand gives NaN, as IEEE 754-2019 maximum
+ * and minimum, onnxruntime's Relu/Clip/Max/Min and TFLite's std::min(std::max(x, lo), hi) on a
+ * NaN x do. mf_max_f32/mf_min_f32 above drop a NaN, for clamps before a float -> int
+ * conversion, which must never see one. */
+static inline float mf_max_nan_f32(float a, float b) { return (a > b || a != a) ? a : b; }
+static inline float mf_min_nan_f32(float a, float b) { return (a < b || a != a) ? a : b; }
+
 /* ActivationFunctionWithMinMax / std::min(std::max(x, lo), hi). */
 static inline int32_t mf_clamp(int32_t x, int32_t lo, int32_t hi) {
     return mf_min_i32(mf_max_i32(x, lo), hi);

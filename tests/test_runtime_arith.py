@@ -33,7 +33,7 @@ SIGS = {
     "mf_wrap_shl_i32": "ii", "mf_asr_i32": "ii", "mf_wrap_i16": "i",
     "mf_max_i32": "ii", "mf_min_i32": "ii", "mf_max_i64": "ll", "mf_min_i64": "ll",
     "mf_clamp": "iii", "mf_div_round_i32": "ii",
-    "mf_max_f32": "ff", "mf_min_f32": "ff",
+    "mf_max_f32": "ff", "mf_min_f32": "ff", "mf_max_nan_f32": "ff", "mf_min_nan_f32": "ff",
     "mf_srdhm": "ii", "mf_rdbpot": "ii", "mf_srmbpot": "ii", "mf_rounding_half_sum": "ii",
     "mf_mbqm": "iii", "mf_mbqm_lt1": "iii", "mf_mbqm_gt1": "iii",
     "mf_mbqm_i64": "lii",
@@ -61,7 +61,7 @@ SIGS = {
     "mf_softmax_s16": None,  # "n mult shift exp_lut[513] recip_lut[513] v0 .. v(n-1)"
     "mf_softmax_s8_s16": None,  # "n mult shift diff_min v0 .. v(n-1)"
 }
-FLOAT_RESULT = {"mf_max_f32", "mf_min_f32", "mf_roundf", "mf_dequantize_s8_f32"}
+FLOAT_RESULT = {"mf_max_f32", "mf_min_f32", "mf_max_nan_f32", "mf_min_nan_f32", "mf_roundf", "mf_dequantize_s8_f32"}
 FLOAT_RESULT |= {"mf_floor_div_f32"}
 
 HARNESS = r"""
@@ -101,6 +101,8 @@ int main(void) {
         else if (IS("mf_div_round_i32")) OUT(mf_div_round_i32(I(0), I(1)));
         else if (IS("mf_max_f32")) printf("%lu\n", FB(mf_max_f32(F(0), F(1))));
         else if (IS("mf_min_f32")) printf("%lu\n", FB(mf_min_f32(F(0), F(1))));
+        else if (IS("mf_max_nan_f32")) printf("%lu\n", FB(mf_max_nan_f32(F(0), F(1))));
+        else if (IS("mf_min_nan_f32")) printf("%lu\n", FB(mf_min_nan_f32(F(0), F(1))));
         else if (IS("mf_srdhm")) OUT(mf_srdhm(I(0), I(1)));
         else if (IS("mf_rdbpot")) OUT(mf_rdbpot(I(0), I(1)));
         else if (IS("mf_srmbpot")) OUT(mf_srmbpot(I(0), I(1)));
@@ -393,6 +395,10 @@ def make_cases(rng) -> list:
     for f in floats[:1500]:
         add("mf_max_f32", fbits(f), fbits(floats[int(rng.integers(len(floats)))]))
         add("mf_min_f32", fbits(floats[int(rng.integers(len(floats)))]), fbits(f))
+        add("mf_max_nan_f32", fbits(f), fbits(floats[int(rng.integers(len(floats)))]))
+        add("mf_max_nan_f32", fbits(floats[int(rng.integers(len(floats)))]), fbits(f))
+        add("mf_min_nan_f32", fbits(f), fbits(floats[int(rng.integers(len(floats)))]))
+        add("mf_min_nan_f32", fbits(floats[int(rng.integers(len(floats)))]), fbits(f))
         scale = np.float32(10 ** rng.uniform(-4, 1))
         add("mf_quantize_f32_s8", fbits(f), fbits(scale), int(rng.integers(-128, 128)))
         tie = np.float32(rng.integers(-300, 300) + 0.5) * scale
