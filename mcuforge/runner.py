@@ -92,8 +92,9 @@ def split_inputs(graph, inputs) -> tuple:
     return out, bool(batched)
 
 
-def run_executable(exe: Path, graph, arrays: list) -> list:
-    """Feed [N, ...] arrays through the harness; returns one [N, ...] array per output."""
+def run_executable(exe: Path, graph, arrays: list, timeout: float | None = None) -> list:
+    """Feed [N, ...] arrays through the harness; returns one [N, ...] array per output.
+    `timeout` (seconds): a run taking longer fails (BuildError) instead of hanging."""
     n = len(arrays[0]) if arrays else 1  # a model without inputs runs once
     work = exe.parent
     blob = b"".join(a[i].tobytes() for i in range(n) for a in arrays)
@@ -101,7 +102,11 @@ def run_executable(exe: Path, graph, arrays: list) -> list:
     in_path, out_path = work / f"in-{tag}-{os.getpid()}.bin", work / f"out-{tag}-{os.getpid()}.bin"
     in_path.write_bytes(blob)
     try:
-        r = subprocess.run([str(exe), str(in_path), str(out_path)], capture_output=True, text=True)
+        try:
+            r = subprocess.run([str(exe), str(in_path), str(out_path)], capture_output=True,
+                               text=True, timeout=timeout)
+        except subprocess.TimeoutExpired:
+            raise BuildError(f"{exe} did not finish in {timeout} s") from None
         if r.returncode != 0:
             raise BuildError(f"{exe} failed (exit {r.returncode}):\n{r.stdout}{r.stderr}")
         raw = out_path.read_bytes()
