@@ -175,3 +175,27 @@ def test_found_int8_pool_without_tflite_form_is_refused(pool, attrs):
     plain = {k: v for k, v in attrs.items() if k not in ("auto_pad", "dilations")}
     o = fuzz.check_int8(fuzz.Generated(model(plain).SerializeToString(), {"x": x}, 0, True, ()))
     assert o.status == "passed", o.detail
+
+
+def test_found_one_input_transposed_for_two_branches_runs_right():
+    """Found by the sweep (float seed 2463): BatchNormalization -> Conv 1x1 strides (2, 1) ->
+    Flatten and AveragePool -> GlobalAveragePool on the same input: the two NCHW -> NHWC
+    transposes of the input were two identical kernels called with the same arena addresses,
+    with `restrict` parameters, and gcc 12.2 -O2 (ipa-cp) dropped them: both outputs wrong by
+    up to 5.3. The kernels no longer take restrict pointers; both outputs equal onnxruntime."""
+    from onnx import helper
+    r = np.random.default_rng(2)
+    consts = {"s": r.uniform(0.5, 1.5, 4), "b": r.uniform(-0.5, 0.5, 4),
+              "m": r.uniform(-0.5, 0.5, 4), "v": r.uniform(0.25, 2, 4),
+              "w": np.random.default_rng(1).normal(size=(8, 4, 1, 1)),
+              "B": np.random.default_rng(3).normal(size=(8,))}
+    mk = helper.make_node
+    m = _graph([mk("BatchNormalization", ["x", "s", "b", "m", "v"], ["t"]),
+                mk("Conv", ["t", "w", "B"], ["c"], kernel_shape=[1, 1], strides=[2, 1]),
+                mk("Flatten", ["c"], ["A"], axis=1),
+                mk("AveragePool", ["x"], ["p"], kernel_shape=[1, 2], strides=[2, 1]),
+                mk("GlobalAveragePool", ["p"], ["y"])], [1, 4, 2, 6], consts, "y")
+    m.graph.output.insert(0, helper.make_tensor_value_info("A", 1, None))
+    x = np.random.default_rng(0).uniform(-2, 2, (1, 4, 2, 6)).astype(np.float32)
+    o = fuzz.check_float(fuzz.Generated(m.SerializeToString(), {"x": x}, 0, False, ()))
+    assert o.status == "passed", o.detail
