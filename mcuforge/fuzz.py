@@ -71,11 +71,7 @@ KNOWN: dict = {
     # in AveragePool the extra element is 0/0 = NaN. Sweep seeds 1096, 1212 (float).
     "ceil_mode": "pooling ceil_mode=1: a last window starting past the input is kept",
 }
-# Known bugs no generator feature isolates (the suite's seeds do not hit them):
-# - gcc 12.2 -O2 drops a layer function with `restrict` parameters that is called twice with
-#   the same constant arena addresses (ipa-cp constprop clone), e.g. two layout transposes of one
-#   input feeding two branches: both outputs wrong (sweep seed 2463, float). Not mcuforge's
-#   C semantics: correct at -O0/-O1/-O3, with -fno-ipa-cp or without restrict.
+# Known limits no generator feature isolates:
 # - int8: the TFLite writer has no TRANSPOSE, so --emit-tflite refuses about 40% of the int8
 #   graphs (a layout transpose is left whenever a feature map meets Flatten, Reshape, an
 #   explicit Transpose, ...): a refusal with a clear error, counted as such.
