@@ -942,16 +942,25 @@ def save_outcome(o: Outcome, folder: Path, suffix: str = "") -> Path:
 
 
 def summary(outcomes: list) -> str:
+    """Counts, then every mismatch and crash on a line of its own, then the refusals grouped by
+    message (node names left out)."""
+    import re
+    from collections import defaultdict
     c = {s: sum(o.status == s for o in outcomes) for s in STATUSES}
     lines = [f"tried {len(outcomes)}: passed {c['passed']}, mismatched {c['mismatch']}, "
              f"refused with a clear error {c['refused']}, crashed {c['crashed']}"]
+    refusals = defaultdict(list)
     for o in outcomes:
-        if o.status != "passed":
-            first = o.detail.strip().splitlines()[-1] if o.detail.strip() else ""
-            if o.status == "mismatch":
-                first = o.detail.strip().splitlines()[0]
+        detail = o.detail.strip()
+        if o.status == "refused":
+            refusals[re.sub(r"'[^']*'", "'...'", detail.splitlines()[-1])[:200]].append(o.seed)
+        elif o.status != "passed":
+            first = detail.splitlines()[0 if o.status == "mismatch" else -1] if detail else ""
             lines.append(f"  seed {o.seed} {o.kind} {o.status}: {first[:300]}"
                          f"  [{' '.join(o.ops)}]")
+    for why, seeds in sorted(refusals.items(), key=lambda kv: -len(kv[1])):
+        shown = " ".join(map(str, seeds[:8])) + (" ..." if len(seeds) > 8 else "")
+        lines.append(f"  refused {len(seeds)}x: {why}  [seeds {shown}]")
     return "\n".join(lines)
 
 
