@@ -26,6 +26,7 @@ no malloc, one static arena whose size is known at compile time.
   mcuforge demo                             a digits CNN: float vs int8 accuracy in C, TFLM check
   mcuforge conformance onnx                 ONNX's backend test cases, per operator
   mcuforge conformance tflite               single-op TFLite models vs tflite-micro, per operator
+  mcuforge fuzz --seed 0 --count 200        random ONNX graphs vs onnxruntime (--int8: TFLM)
 """
 
 
@@ -162,6 +163,17 @@ def _cmd_conformance(a) -> int:
         except OSError as e:
             raise McuforgeError(f"cannot write {a.json}: {e.strerror or e}") from None
     return 1 if summary(results)["failed"] else 0
+
+
+def _cmd_fuzz(a) -> int:
+    from .fuzz import KNOWN, default_jobs, summary, sweep
+    outcomes = sweep(a.seed, a.count, int8=a.int8, jobs=a.jobs or default_jobs(), save=a.save,
+                     exclude=KNOWN if a.exclude_known else (), minimise_failures=a.minimise,
+                     progress=sys.stderr)
+    print(summary(outcomes))
+    if a.save:
+        print(f"failing and refused models saved in {a.save}")
+    return 1 if any(o.failed for o in outcomes) else 0
 
 
 def _int16_budget(text: str):
@@ -316,6 +328,23 @@ def parser() -> argparse.ArgumentParser:
     k.add_argument("--filter", help="only cases whose name contains this")
     k.add_argument("--json", help="write every result to this JSON file")
     k.set_defaults(fn=_cmd_conformance)
+
+    f = command("fuzz", "random ONNX graphs: mcuforge's C against onnxruntime (float), or the "
+                "int8 C against its own --emit-tflite model in tflite-micro (--int8); prints "
+                "passed / mismatched / refused / crashed")
+    f.add_argument("--seed", type=int, default=0, help="first graph's seed (default: 0)")
+    f.add_argument("--count", type=_positive, default=100, help="graphs (default: 100)")
+    f.add_argument("--int8", action="store_true", help="quantize each graph with mcuforge and "
+                   "compare bit for bit with tflite-micro")
+    f.add_argument("--jobs", type=_positive, default=None,
+                   help="parallel jobs (default: CPU count)")
+    f.add_argument("--save", metavar="DIR", help="save failing and refused models (.onnx, "
+                   "inputs .npz, .tflite, .txt) here")
+    f.add_argument("--minimise", action="store_true",
+                   help="with --save: also save the smallest sub-graph still failing")
+    f.add_argument("--exclude-known", action="store_true",
+                   help="leave out the graph features of known bugs (mcuforge.fuzz.KNOWN)")
+    f.set_defaults(fn=_cmd_fuzz)
 
     d = command("demo", "a CNN trained on 8x8 digits, quantized to int8, compiled, run in C on "
                         "held-out images; accuracy beside float, bytes checked against TFLM")

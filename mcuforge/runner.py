@@ -187,8 +187,9 @@ def nonfinite_warnings(graph, inputs) -> list:
     return lines
 
 
-def run_executable(exe: Path, graph, arrays: list) -> list:
-    """Feed [N, ...] arrays through the harness; returns one [N, ...] array per output."""
+def run_executable(exe: Path, graph, arrays: list, timeout: float | None = None) -> list:
+    """Feed [N, ...] arrays through the harness; returns one [N, ...] array per output.
+    `timeout` (seconds): a run taking longer fails (BuildError) instead of hanging."""
     n = len(arrays[0]) if arrays else 1  # a model without inputs runs once
     work = exe.parent
     blob = b"".join(a[i].tobytes() for i in range(n) for a in arrays)
@@ -198,7 +199,9 @@ def run_executable(exe: Path, graph, arrays: list) -> list:
     try:
         try:
             r = subprocess.run([str(exe), str(in_path), str(out_path)], capture_output=True,
-                               text=True)
+                               text=True, timeout=timeout)
+        except subprocess.TimeoutExpired:
+            raise BuildError(f"{exe} did not finish in {timeout} s") from None
         except OSError as e:  # not an executable (say, a file damaged outside mcuforge)
             raise BuildError(f"cannot run {exe}: {e.strerror or e}") from None
         if r.returncode != 0:

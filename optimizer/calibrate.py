@@ -459,6 +459,8 @@ def _mse_range(v: np.ndarray, lo: float, hi: float) -> tuple:
     """Shrink [lo, hi] to the range of least quantization MSE over the recorded values: first
     one common factor on both ends, then each end on its own (coordinate search)."""
     lo, hi = min(lo, 0.0), max(hi, 0.0)
+    if hi - lo < 1e-8:  # all zero (relu of negatives): no scale to search; choose_range_of
+        return lo, hi   # widens it (the search's 0 / 0 scale was a NaN zero point)
     if len(v) > 1 << 17:
         v = np.random.default_rng(0).choice(v, 1 << 17, replace=False)
     grid = np.linspace(0.2, 1.0, 41)
