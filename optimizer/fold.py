@@ -8,7 +8,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from mcuforge.graph import Graph, Node
+from mcuforge.graph import Graph, Node, subgraphs
 
 from .passes import constant
 
@@ -20,10 +20,13 @@ UNARY = {
 # Ops that only move elements: on quantized tensors they copy the raw values (as TFLite's
 # kernels do), so folding them is exact when the quantization does not change on the way
 MOVES = {"transpose", "slice", "concat", "tile", "reshape", "broadcast_to"}
-# Ops whose lowerings read input 0 from the arena (layers over activations, weights after it):
-# a constant there (a folded FILL of an initial state, say) is first copied into the arena
-ARENA_INPUT = {"conv2d", "depthwise_conv2d", "fully_connected", "avg_pool2d", "max_pool2d",
-               "softmax", "log_softmax", "hardmax", "transpose", "svdf", "lstm_tflite"}
+# Ops whose lowerings take a constant input 0 (they name constant operands as such); the
+# others read input 0 from the arena, so a constant there (a folded FILL of an initial
+# state, the data of a layer whose shape arithmetic folded) is first copied into the arena
+CONST_INPUT_OK = {"add", "mul", "sub", "div", "binary", "unary", "add_n", "concat",
+                  "broadcast_to", "gather", "gather_elements", "where", "matmul", "logistic",
+                  "tanh", "leaky_relu", "hard_swish", "relu", "relu6", "quantize", "dequantize",
+                  "cast", "slice", "tile", "reshape"}
 FLOAT_ONLY = {"exp", "log", "sqrt", "floor", "ceil", "round", "reciprocal", "div"}
 BINARY = {
     "add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.divide,
@@ -116,10 +119,12 @@ def fold_constants(g: Graph) -> Graph:
 
 
 def _copy_constant_inputs(nodes, tensors) -> list:
-    """A copy into the arena before each ARENA_INPUT node whose input 0 is a constant."""
+    """A copy into the arena before each node whose input 0 is a constant its lowering cannot
+    take (not in CONST_INPUT_OK)."""
     out = []
     for n in nodes:
-        src = tensors.get(n.inputs[0]) if n.op in ARENA_INPUT and n.inputs else None
+        src = (tensors.get(n.inputs[0]) if n.op not in CONST_INPUT_OK and not subgraphs(n)
+               and n.inputs and n.inputs[0] else None)  # (if / while read constants)
         if src is not None and src.is_const:
             name = f"{src.name}/copy"
             while name in tensors and tensors[name].is_const:
