@@ -17,8 +17,8 @@ UNARY = {
     "floor": np.floor, "ceil": np.ceil, "round": np.round,  # numpy rounds half to even, as ONNX
     "sign": np.sign, "not": np.logical_not,
 }
-# Ops that only move elements: on quantized tensors they copy the raw values (as TFLite's
-# kernels do), so folding them is exact when the quantization does not change on the way
+# Ops that only move elements: on quantized tensors they copy the raw values whatever the
+# quantizations (as TFLite's kernels do; concat aside, see _exact), so folding them is exact
 MOVES = {"transpose", "slice", "concat", "tile", "reshape", "broadcast_to"}
 # Ops whose lowerings take a constant input 0 (they name constant operands as such); the
 # others read input 0 from the arena, so a constant there (a folded FILL of an initial
@@ -99,7 +99,8 @@ def fold_constants(g: Graph) -> Graph:
         value = None
         if (ins and len(outs) == 1 and all(t.is_const for t in ins)
                 and _exact(n, ins, outs[0])
-                and (n.op in MOVES or outs[0].name not in sinks)):
+                and (n.op in MOVES or outs[0].name not in sinks)
+                and not (n.op == "broadcast_to" and outs[0].name in sinks)):  # the copy itself
             with np.errstate(all="ignore"):
                 value = _evaluate(n, [t.data for t in ins], outs[0].shape)
                 value = None if value is None else np.asarray(value).astype(outs[0].dtype)
