@@ -16,7 +16,7 @@ import tflite
 
 from mcuforge.errors import ModelError
 
-from .tflite_ops import resolve_padding
+from .tflite_ops import _defaults, resolve_padding
 
 SAME_SHAPE = {
     "LOGISTIC", "TANH", "RELU", "RELU6", "RELU_N1_TO_1", "RELU_0_TO_1", "HARD_SWISH",
@@ -30,6 +30,7 @@ BROADCAST = {
     "FLOOR_MOD", "EQUAL", "NOT_EQUAL", "LESS", "LESS_EQUAL", "GREATER", "GREATER_EQUAL",
     "LOGICAL_AND", "LOGICAL_OR",
 }
+_OP_NAMES = {v: k for k, v in vars(tflite.BuiltinOperator).items() if not k.startswith("_")}
 _INT_FNS = {"ADD": np.add, "SUB": np.subtract, "MUL": np.multiply, "MAXIMUM": np.maximum,
             "MINIMUM": np.minimum, "FLOOR_DIV": np.floor_divide}
 
@@ -70,9 +71,7 @@ def input_shape(raw, name, given) -> tuple:
 class _Op:
     def __init__(self, model, raw, shapes, values):
         c = model.OperatorCodes(raw.OpcodeIndex())
-        code = max(c.BuiltinCode(), c.DeprecatedBuiltinCode())
-        self.code = {v: k for k, v in vars(tflite.BuiltinOperator).items()
-                     if not k.startswith("_")}.get(code, "CUSTOM")
+        self.code = _OP_NAMES.get(max(c.BuiltinCode(), c.DeprecatedBuiltinCode()), "CUSTOM")
         self.raw, self.shapes, self.values = raw, shapes, values
         self.ins = [int(j) for j in (raw.InputsAsNumpy() if raw.InputsLength() else [])]
         self.outs = [int(j) for j in (raw.OutputsAsNumpy() if raw.OutputsLength() else [])]
@@ -88,9 +87,9 @@ class _Op:
 
     def options(self, cls):
         table = self.raw.BuiltinOptions()
-        opts = cls()
         if table is None:
-            return None
+            return _defaults(cls)  # the schema's defaults, as the converters read them
+        opts = cls()
         opts.Init(table.Bytes, table.Pos)
         return opts
 
@@ -112,7 +111,8 @@ def infer_shapes(model, sg, raw_tensors, names, input_shapes, data_of) -> dict:
     changed = set()
     for i in (int(j) for j in sg.InputsAsNumpy()):
         shape = input_shape(raw_tensors[i], names[i], given.pop(names[i], None))
-        changed.add(i) if shape != shapes[i] else None
+        if shape != shapes[i]:
+            changed.add(i)
         shapes[i] = shape
     if given:
         inputs = [names[int(j)] for j in sg.InputsAsNumpy()]

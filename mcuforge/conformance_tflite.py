@@ -17,17 +17,18 @@ from .conformance import Case
 
 def reference(c, model: bytes, inputs: list) -> list:
     """Outputs of the case's reference interpreter, one [invocations, ...] array per output."""
-    if c.reference == "litert":
+    if c.reference in ("litert", "litert_ref"):
         if c.reset_at:
             raise ValueError("LiteRT cases cannot reset")
-        return _litert(model, inputs)
+        return _litert(model, inputs, c.reference == "litert_ref")
     from . import tflm
     return tflm.run(model, inputs, c.reset_at)
 
 
-def _litert(model: bytes, inputs: list) -> list:
-    from ai_edge_litert.interpreter import Interpreter
-    it = Interpreter(model_content=model)
+def _litert(model: bytes, inputs: list, reference_kernels: bool = False) -> list:
+    from ai_edge_litert.interpreter import Interpreter, OpResolverType
+    kind = OpResolverType.BUILTIN_REF if reference_kernels else OpResolverType.AUTO
+    it = Interpreter(model_content=model, experimental_op_resolver_type=kind)
     it.allocate_tensors()
     ins, outs = it.get_input_details(), it.get_output_details()
     rows = [[] for _ in outs]

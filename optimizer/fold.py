@@ -8,7 +8,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from mcuforge.graph import Graph, Node
+from mcuforge.graph import Graph, Node, subgraphs
 
 from .passes import constant
 
@@ -17,13 +17,16 @@ UNARY = {
     "floor": np.floor, "ceil": np.ceil, "round": np.round,  # numpy rounds half to even, as ONNX
     "sign": np.sign, "not": np.logical_not,
 }
-# Ops that only move elements: on quantized tensors they copy the raw values (as TFLite's
-# kernels do), so folding them is exact when the quantization does not change on the way
+# Ops that only move elements: on quantized tensors they copy the raw values whatever the
+# quantizations (as TFLite's kernels do; concat aside, see _exact), so folding them is exact
 MOVES = {"transpose", "slice", "concat", "tile", "reshape", "broadcast_to"}
-# Ops whose lowerings read input 0 from the arena (layers over activations, weights after it):
-# a constant there (a folded FILL of an initial state, say) is first copied into the arena
-ARENA_INPUT = {"conv2d", "depthwise_conv2d", "fully_connected", "avg_pool2d", "max_pool2d",
-               "softmax", "log_softmax", "hardmax", "transpose", "svdf", "lstm_tflite"}
+# Ops whose lowerings take a constant input 0 (they name constant operands as such); the
+# others read input 0 from the arena, so a constant there (a folded FILL of an initial
+# state, the data of a layer whose shape arithmetic folded) is first copied into the arena
+CONST_INPUT_OK = {"add", "mul", "sub", "div", "binary", "unary", "add_n", "concat",
+                  "broadcast_to", "gather", "gather_elements", "where", "matmul", "logistic",
+                  "tanh", "leaky_relu", "hard_swish", "relu", "relu6", "quantize", "dequantize",
+                  "cast", "slice", "tile", "reshape"}
 FLOAT_ONLY = {"exp", "log", "sqrt", "floor", "ceil", "round", "reciprocal", "div"}
 BINARY = {
     "add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.divide,
@@ -96,7 +99,8 @@ def fold_constants(g: Graph) -> Graph:
         value = None
         if (ins and len(outs) == 1 and all(t.is_const for t in ins)
                 and _exact(n, ins, outs[0])
-                and (n.op in MOVES or outs[0].name not in sinks)):
+                and (n.op in MOVES or outs[0].name not in sinks)
+                and not (n.op == "broadcast_to" and outs[0].name in sinks)):  # the copy itself
             with np.errstate(all="ignore"):
                 value = _evaluate(n, [t.data for t in ins], outs[0].shape)
                 value = None if value is None else np.asarray(value).astype(outs[0].dtype)
@@ -116,10 +120,12 @@ def fold_constants(g: Graph) -> Graph:
 
 
 def _copy_constant_inputs(nodes, tensors) -> list:
-    """A copy into the arena before each ARENA_INPUT node whose input 0 is a constant."""
+    """A copy into the arena before each node whose input 0 is a constant its lowering cannot
+    take (not in CONST_INPUT_OK)."""
     out = []
     for n in nodes:
-        src = tensors.get(n.inputs[0]) if n.op in ARENA_INPUT and n.inputs else None
+        src = (tensors.get(n.inputs[0]) if n.op not in CONST_INPUT_OK and not subgraphs(n)
+               and n.inputs and n.inputs[0] else None)  # (if / while read constants)
         if src is not None and src.is_const:
             name = f"{src.name}/copy"
             while name in tensors and tensors[name].is_const:

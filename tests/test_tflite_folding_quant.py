@@ -212,3 +212,50 @@ def test_moves_of_a_constant_straight_to_graph_outputs(dtype):
     np.testing.assert_array_equal(ref[0], np.asarray(data, ref[0].dtype).T)  # by hand
     for r_, g in zip(ref, got):
         np.testing.assert_array_equal(g, r_)
+
+
+def test_operators_reading_a_constant_input_equal_litert():
+    """Each operator applied to a constant (as a folded FILL or shape computation leaves them):
+    before, the C of most of them read an undeclared input buffer and did not build."""
+    rng = np.random.default_rng(3)
+    c_data = rng.normal(size=(1, 4, 4, 2)).astype(np.float32)
+    m = Model()
+    c = m.tensor("c", c_data.shape, "float32", c_data)
+    ops = [
+        ("PAD", [m.const("p", np.array([[0, 0], [1, 0], [0, 1], [0, 0]], I32))], (1, 5, 5, 2),
+         None, {}),
+        ("MIRROR_PAD", [m.const("mp", np.array([[0, 0], [1, 1], [1, 1], [0, 0]], I32))],
+         (1, 6, 6, 2), "MirrorPadOptions", {}),
+        ("MEAN", [m.const("a1", [1, 2], I32)], (1, 2), "ReducerOptions", {}),
+        ("SUM", [m.const("a2", [1, 2], I32)], (1, 2), "ReducerOptions", {}),
+        ("REDUCE_MAX", [m.const("a3", [1, 2], I32)], (1, 2), "ReducerOptions", {}),
+        ("SOFTMAX", [], (1, 4, 4, 2), "SoftmaxOptions", {"Beta": 1.0}),
+        ("MAX_POOL_2D", [], (1, 2, 2, 2), "Pool2DOptions",
+         dict(Padding=1, StrideH=2, StrideW=2, FilterHeight=2, FilterWidth=2)),
+        ("AVERAGE_POOL_2D", [], (1, 2, 2, 2), "Pool2DOptions",
+         dict(Padding=1, StrideH=2, StrideW=2, FilterHeight=2, FilterWidth=2)),
+        ("SPACE_TO_DEPTH", [], (1, 2, 2, 8), "SpaceToDepthOptions", {"BlockSize": 2}),
+        ("RESIZE_BILINEAR", [m.const("rs", [8, 8], I32)], (1, 8, 8, 2),
+         "ResizeBilinearOptions", {}),
+        ("CUMSUM", [m.const("ax", np.array(1, I32))], (1, 4, 4, 2), "CumsumOptions", {}),
+        ("L2_NORMALIZATION", [], (1, 4, 4, 2), "L2NormOptions", {}),
+        ("SQUARE", [], (1, 4, 4, 2), None, {}),
+        ("CONV_2D", [m.const("w", rng.normal(size=(3, 2, 2, 2)).astype("f4")),
+                     m.const("b", np.zeros(3, "f4"))], (1, 3, 3, 3), "Conv2DOptions",
+         dict(Padding=1, StrideH=1, StrideW=1, DilationHFactor=1, DilationWFactor=1)),
+        ("TRANSPOSE", [m.const("perm", [0, 3, 1, 2], I32)], (1, 2, 4, 4), None, {}),
+    ]
+    x = m.tensor("x", (1,), "float32")
+    xx = m.tensor("xx", (1,), "float32")
+    m.op("ADD", [x, x], [xx], "AddOptions")
+    outs = []
+    for k, (code, extra, shape, options, fields) in enumerate(ops):
+        outs.append(m.tensor(f"{code.lower()}_{k}", shape, "float32"))
+        m.op(code, [c] + extra, [outs[-1]], options, **fields)
+    m.io([x], outs + [xx])
+    model = m.build()
+    xv = np.array([0.5], np.float32)
+    ref = litert(model, [xv])
+    got = runner.run(model, xv)
+    for (code, *_), r, g in zip(ops, ref, got.values()):
+        np.testing.assert_allclose(g, r, rtol=1e-5, atol=1e-6, err_msg=code)

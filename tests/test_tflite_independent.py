@@ -311,3 +311,60 @@ def test_tflite_writer_writes_the_graphs_options(case):
     assert parsed_options(model) == _expected(case)
     [ref] = litert(model, [x])
     np.testing.assert_allclose(ref, y, rtol=1e-5, atol=1e-5)
+
+
+def test_tflite_writer_other_options_read_back():
+    """FULLY_CONNECTED keep_num_dims, SOFTMAX beta, LEAKY_RELU alpha, CONCATENATION axis,
+    MEAN keep_dims, PAD paddings, RESHAPE new_shape: parsed by the tflite package
+    and run by LiteRT against numpy."""
+    rng = np.random.default_rng(8)
+    w = rng.normal(size=(5, 3)).astype(np.float32)
+    t = {n: Tensor(n, s, "float32") for n, s in [
+        ("x", (2, 4, 3)), ("fc", (2, 4, 5)), ("sm", (2, 4, 5)), ("lr", (2, 4, 5)),
+        ("cat", (2, 4, 10)), ("mean", (2, 1, 10)), ("pad", (2, 3, 12)), ("flat", (2, 36))]}
+    t["w"] = Tensor("w", w.shape, "float32", w)
+    nodes = [Node("fully_connected", ("x", "w"), ("fc",), {"activation": "none"}),
+             Node("softmax", ("fc",), ("sm",), {"beta": 0.5}),
+             Node("leaky_relu", ("fc",), ("lr",), {"alpha": 0.25}),
+             Node("concat", ("sm", "lr"), ("cat",), {"axis": 2, "activation": "none"}),
+             Node("mean", ("cat",), ("mean",), {"axes": (1,), "keep_dims": True}),
+             Node("pad", ("mean",), ("pad",), {"pads": ((0, 0), (2, 0), (1, 1))}),
+             Node("reshape", ("pad",), ("flat",), {})]
+    model = write_tflite(Graph(t, nodes, ["x"], ["flat"], name="opts"))
+    m = tflite.Model.GetRootAs(model, 0)
+    sg = m.Subgraphs(0)
+    seen = {}
+    for i in range(sg.OperatorsLength()):
+        o = sg.Operators(i)
+        code = m.OperatorCodes(o.OpcodeIndex())
+        name = _NAMES[max(code.BuiltinCode(), code.DeprecatedBuiltinCode())]
+        table = o.BuiltinOptions()
+        cls = {"FULLY_CONNECTED": tflite.FullyConnectedOptions,
+               "SOFTMAX": tflite.SoftmaxOptions, "LEAKY_RELU": tflite.LeakyReluOptions,
+               "CONCATENATION": tflite.ConcatenationOptions, "MEAN": tflite.ReducerOptions,
+               "RESHAPE": tflite.ReshapeOptions}.get(name)
+        if cls is not None:
+            opts = cls()
+            opts.Init(table.Bytes, table.Pos)
+            seen[name] = opts
+        if name == "PAD":
+            seen["PAD"] = [sg.Tensors(int(j)) for j in o.InputsAsNumpy()][1]
+    assert seen["FULLY_CONNECTED"].KeepNumDims()
+    assert seen["SOFTMAX"].Beta() == 0.5
+    assert seen["LEAKY_RELU"].Alpha() == 0.25
+    assert (seen["CONCATENATION"].Axis(), seen["CONCATENATION"].FusedActivationFunction()) \
+        == (2, ACT["NONE"])  # (LiteRT refuses a fused activation on it)
+    assert seen["MEAN"].KeepDims()
+    assert seen["RESHAPE"].NewShapeAsNumpy().tolist() == [2, 36]
+    pad = seen["PAD"]
+    pads = np.frombuffer(m.Buffers(pad.Buffer()).DataAsNumpy().tobytes(), "<i4")
+    assert pads.reshape(3, 2).tolist() == [[0, 0], [2, 0], [1, 1]]
+    x = rng.normal(size=(2, 4, 3)).astype(np.float32)
+    fc = x @ w.T
+    sm = np.exp(0.5 * (fc - fc.max(-1, keepdims=True)))
+    sm /= sm.sum(-1, keepdims=True)
+    lr = np.where(fc > 0, fc, 0.25 * fc)
+    cat = np.concatenate([sm, lr], 2)
+    ref = np.pad(cat.mean(1, keepdims=True), ((0, 0), (2, 0), (1, 1))).reshape(2, 36)
+    [got] = litert(model, [x])
+    np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-6)

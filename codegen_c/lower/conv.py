@@ -16,7 +16,7 @@ import numpy as np
 from .. import loop_ir as ir
 from .. import qparams as qp
 from . import OpContext, const, describe, float_activation, lowers, per_channel
-from .q_uint8 import activation_range, uint8_multiplier
+from .q_uint8 import activation_range, mbqm, uint8_multiplier
 from .window import Window
 
 
@@ -44,6 +44,9 @@ def requant_and_store(ctx: OpContext, acc: ir.Expr, channel: ir.Expr, out_index:
     s, b2 = per_channel(shifts, "shift", channel)
     bufs += b1 + b2
     qmin, qmax = activation_range(act, y.quant.scale[0], y.quant.zero_point[0], y.dtype)
+    if x.dtype == "uint8":  # LiteRT's rounding (per-tensor: one multiplier)
+        v = mbqm(acc, int(mults[0]), int(shifts[0]), ctx.node.op) + int(y.quant.zero_point[0])
+        return [ir.Store("y", out_index, ir.cast(ir.clamp(v, qmin, qmax), y.dtype))]
     v = ir.call("mf_mbqm", acc, m, s) + int(y.quant.zero_point[0])
     return [ir.Store("y", out_index, ir.cast(ir.clamp(v, qmin, qmax), y.dtype))]
 

@@ -166,7 +166,7 @@ def _int_binary(fn: str, a, b, attrs, dtype: str, out_dtype: str) -> ir.Expr:
 def _square(ctx: OpContext) -> ir.Kernel:
     """x ** 2 as x * x (what exporters make of x.pow(2)): exact like powf, and far cheaper."""
     k = _elementwise(ctx, lambda a, b: a * a, "pow 2: x * x")
-    return replace(k, buffers=tuple(b for b in k.buffers if b.kind != "const"))
+    return replace(k, buffers=tuple(b for b in k.buffers if b.name != "c1"))  # the exponent
 
 
 @lowers("binary")

@@ -517,8 +517,7 @@ def mean_int16(ctx: OpContext) -> ir.Kernel:
 # ---- quantize, dequantize --------------------------------------------------------------------
 
 # the integer -> integer QUANTIZE pairs TFLM's kernel takes, but int8 -> int8 (elementwise.py)
-REQUANTIZE = {("int16", "int8"), ("int8", "uint8"), ("uint8", "int8"), ("uint8", "uint8"),
-              ("int8", "int16"),
+REQUANTIZE = {("int16", "int8"), ("int8", "uint8"), ("uint8", "int8"), ("int8", "int16"),
               ("int8", "int32"), ("int16", "int16"), ("int16", "int32"), ("int32", "int8"),
               ("int32", "int16")}
 

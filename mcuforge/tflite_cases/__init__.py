@@ -5,7 +5,8 @@ A family module (`math.py`, `binary.py`, ...) registers a function per operator 
 several operators or subgraphs, with `tflite_flatbuffer`'s descriptions directly. Everything is
 deterministic: random inputs come from a generator seeded by the case name.
 
-The reference is tflite-micro's interpreter (LiteRT for operators TFLM lacks), run on the
+The reference is tflite-micro's interpreter (LiteRT for operators TFLM lacks; its reference
+kernels for the uint8 types TFLM refuses), run on the
 case's `invocations` input sets in sequence on one interpreter, as the generated C runs them
 (so state carried between invocations is compared too).
 """
@@ -22,7 +23,7 @@ from frontend.tflite_flatbuffer import TflOp, TflSubgraph, TflTensor, write_mode
 from mcuforge.graph import Quant
 
 FAMILIES = ("math", "binary", "reduce", "shape", "data", "layers", "int16", "state", "stateful",
-            "control")
+            "control", "uint8")
 REGISTRY: dict = {}  # op -> [function returning [TflCase]]
 
 
@@ -32,7 +33,7 @@ class TflCase:
     variant: str  # what distinguishes it: types, options ("int8_keep_dims")
     subgraphs: list  # [TflSubgraph], the first is the entry point
     inputs: dict = field(default_factory=dict)  # input name -> fn(rng, shape) -> array
-    reference: str = "tflm"  # "tflm" | "litert"
+    reference: str = "tflm"  # "tflm" | "litert" | "litert_ref" (LiteRT's reference kernels)
     invocations: int = 3  # input sets, run in sequence
     reset_at: int = 0  # > 0: reset the model (TFLM: interpreter.reset()) before this input set
     note: str = ""
