@@ -119,11 +119,14 @@ def _np_dtype_name(dt) -> str:
 def _fix_dims(model, input_shapes: dict, notes: list):
     """Give every graph input a static shape: --input-shape values, else batch 1."""
     from . import check_input_shapes
-    init_names = {i.name for i in model.graph.initializer}
-    check_input_shapes({i.name: [d.dim_value if d.dim_value > 0 else None
-                                 for d in i.type.tensor_type.shape.dim]
+    inits = {i.name: list(i.dims) for i in model.graph.initializer}
+    init_names = set(inits)
+    # an input with an initializer is that constant: its shape, if given, must be the same
+    check_input_shapes({i.name: inits[i.name] if i.name in inits else
+                        [d.dim_value if d.dim_value > 0 else None
+                         for d in i.type.tensor_type.shape.dim]
                         if i.type.tensor_type.HasField("shape") else None
-                        for i in model.graph.input if i.name not in init_names}, input_shapes)
+                        for i in model.graph.input}, input_shapes)
     for inp in model.graph.input:
         if inp.name in init_names:
             continue

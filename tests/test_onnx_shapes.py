@@ -230,6 +230,16 @@ def test_input_shape_sets_open_dims():
         load_onnx(model, input_shapes={"x": (1, 3, 7)})
 
 
+def test_input_shape_of_an_initializer_input():
+    """An input with an initializer is that constant: its own shape may be given (ONNX's
+    conformance harness does), another is refused."""
+    node = helper.make_node("Add", ["x", "b"], ["y"])
+    model = _model([node], {"x": [1, 3], "b": [3]}, {"b": np.ones(3, np.float32)})
+    assert load_onnx(model, input_shapes={"x": (1, 3), "b": (3,)}).tensors["y"].shape == (1, 3)
+    with pytest.raises(ModelError, match=r"'b' is declared \[3\]"):
+        load_onnx(model, input_shapes={"b": (4,)})
+
+
 def test_input_shape_cli_error(tmp_path):
     from test_cli_errors import assert_user_error, mcuforge
     r = mcuforge("compile", LENET, "-o", tmp_path / "out", "--input-shape", "input=1,1,32,32",
