@@ -416,6 +416,10 @@ def _fold(node, values: list, opset: int):
               for k in range(len(values))]
     n = onnx.NodeProto()
     n.CopyFrom(node)
+    if n.op_type in ("QuantizeLinear", "DequantizeLinear"):
+        # onnx's evaluator has these from opset 19 only; the newer ops compute the older ones'
+        # cases alike (and com.microsoft's, 16-bit types included)
+        n.domain, opset = "", max(opset, 21)
     del n.input[:]
     n.input.extend([f"i{k}" if v is not None else "" for k, v in enumerate(values)])
     del n.output[:]
