@@ -1,5 +1,7 @@
-"""ONNX -> graph IR. Shapes come from onnx.shape_inference after symbolic dimensions are fixed
-(`input_shapes`, else batch 1); every tensor must end up static.
+"""ONNX -> graph IR. Symbolic input dimensions are fixed first (`input_shapes`, which may set
+only those, else batch 1); then every node's output shapes come from its own shape function
+(frontend/onnx_shapes.py), which also checks its operands and the shapes the model declares;
+onnx.shape_inference fills in only what those leave open. Every tensor must end up static.
 
 Operators are converter functions registered with `@onnx_op("Conv", since=11)`, named as the op,
 attributes as keyword arguments with the spec's defaults; the newest registration not newer

@@ -380,3 +380,75 @@ def test_dq_constant_weights_and_shape_chain(opset):
     assert g.tensors["y"].shape == (1, 60, 4)
     x = np.random.default_rng(0).normal(size=(1, 4, 6, 5)).astype(np.float32)
     _check(model, {"x": x}, rtol=1e-5, atol=1e-5)
+
+
+# ---- the graph IR's own shape checks (mcuforge.graph.verify), whatever the frontend ---------
+
+def _tflite_one_op(op, tensors, n_inputs):
+    from test_frontend_tflite import build
+    ins, outs = list(range(n_inputs)), list(range(n_inputs, len(tensors)))
+    return build(tensors, [(op, ins, outs)], [i for i in ins if tensors[i].get("data") is None],
+                 outs)
+
+
+TFLITE_BAD = [  # (op, tensors, n_inputs): outputs declared with a shape LiteRT does not give
+    # (FULLY_CONNECTED: it reads x as 2 rows of 16 and resizes y to [2, 4]); compiled as
+    # declared, the C wrote past y
+    ("FULLY_CONNECTED", [("x", [1, 32]), ("w", [4, 16], np.ones((4, 16), np.float32)),
+                         ("y", [1, 4])], 2),
+    ("ADD", [("a", [1, 8]), ("b", [1, 6]), ("y", [1, 8])], 2),
+]
+
+
+@pytest.mark.parametrize("k", range(len(TFLITE_BAD)))
+def test_tflite_mismatched_operands_refused(k):
+    from ai_edge_litert.interpreter import Interpreter
+    from test_frontend_tflite import T
+    op, specs, n_inputs = TFLITE_BAD[k]
+    tensors = [T(s[0], s[1], "FLOAT32", **({"data": s[2]} if len(s) > 2 else {}))
+               for s in specs]
+    model = _tflite_one_op(op, tensors, n_inputs)
+    try:  # LiteRT refuses the model, or resizes the output to another shape than declared
+        interp = Interpreter(model_content=model)
+        interp.allocate_tensors()
+        interp.invoke()
+        out = interp.get_output_details()[0]
+        assert tuple(interp.get_tensor(out["index"]).shape) != tuple(specs[-1][1])
+    except (RuntimeError, ValueError):
+        pass
+    with pytest.raises(ModelError, match=r"node 0 \(\w+ 'y'\)"):
+        load_model(model)
+
+
+def test_graph_verify_checks_shapes():
+    """Graphs built directly (as passes and frontends do): each malformed node is a GraphError
+    naming it; the well-formed twin passes."""
+    from mcuforge.graph import Graph, GraphError, Node, Tensor, verify
+
+    def graph(op, shapes, attrs, consts=()):
+        ts = {f"t{i}": Tensor(f"t{i}", s, "float32",
+                              np.zeros(s, np.float32) if i in consts else None)
+              for i, s in enumerate(shapes)}
+        names = list(ts)
+        return Graph(ts, [Node(op, tuple(names[:-1]), (names[-1],), attrs, "n")],
+                     [n for i, n in enumerate(names[:-1]) if i not in consts], [names[-1]])
+    conv = dict(stride=(1, 1), dilation=(1, 1), padding=(1, 1, 1, 1), activation="none")
+    pool = dict(filter=(1, 1), stride=(1, 2), padding=(0, 0, 0, 0), activation="none")
+    cases = [  # (op, good shapes, bad shapes, attrs, constant positions)
+        ("reshape", [(2, 6), (3, 4)], [(2, 6), (3, 5)], {}, ()),
+        ("matmul", [(1, 32), (32, 4), (1, 4)], [(1, 32), (16, 4), (1, 4)], {}, ()),
+        ("fully_connected", [(1, 32), (4, 32), (1, 4)], [(1, 32), (4, 16), (1, 4)],
+         {"activation": "none"}, (1,)),
+        ("add", [(1, 8), (8,), (1, 8)], [(1, 8), (6,), (1, 8)], {"activation": "none"}, ()),
+        ("conv2d", [(1, 5, 5, 3), (4, 3, 3, 3), (1, 5, 5, 4)],
+         [(1, 5, 5, 3), (4, 3, 3, 3), (1, 6, 5, 4)], conv, (1,)),
+        ("conv2d", [(1, 5, 5, 3), (4, 3, 3, 3), (1, 5, 5, 4)],
+         [(1, 5, 5, 2), (4, 3, 3, 3), (1, 5, 5, 4)], conv, (1,)),
+        ("max_pool2d", [(1, 1, 8, 1), (1, 1, 4, 1)], [(1, 1, 8, 1), (1, 1, 5, 1)], pool, ()),
+        ("concat", [(1, 2), (1, 3), (1, 5)], [(1, 2), (1, 3), (1, 6)],
+         {"axis": 1, "activation": "none"}, ()),
+    ]
+    for op, good, bad, attrs, consts in cases:
+        verify(graph(op, good, attrs, consts))
+        with pytest.raises(GraphError, match=rf"node 0 \({op} 'n'\)"):
+            verify(graph(op, bad, attrs, consts))
