@@ -325,7 +325,9 @@ def _shape_problem(g: Graph, n: Node) -> Optional[str]:
         return f"reshape of {shape(ins[0])} to {shape(y)}: the sizes differ"
     if n.op in ("add", "mul", "sub", "div", "binary", "where") and len(ins) >= 2 \
             and all(x is not None for x in ins):
-        if _broadcast([x.shape for x in ins] + [y.shape]) != tuple(y.shape):
+        b = _broadcast([x.shape for x in ins])
+        strip = lambda s: tuple(s)[next((i for i, d in enumerate(s) if d != 1), len(s)):]  # noqa
+        if b is None or strip(b) != strip(y.shape):  # (leading 1s aside: TFLite scalars)
             return "operands " + ", ".join(str(shape(x)) for x in ins) + \
                 f" do not broadcast to the output {shape(y)}"
     if n.op == "matmul" and len(ins) >= 2 and len(ins[0].shape) >= 2 \
