@@ -1,5 +1,7 @@
-"""ONNX -> graph IR. Shapes come from onnx.shape_inference after symbolic dimensions are fixed
-(`input_shapes`, else batch 1); every tensor must end up static.
+"""ONNX -> graph IR. Symbolic input dimensions are fixed first (`input_shapes`, which may set
+only those, else batch 1); then every node's output shapes come from its own shape function
+(frontend/onnx_shapes.py), which also checks its operands and the shapes the model declares;
+onnx.shape_inference fills in only what those leave open. Every tensor must end up static.
 
 Operators are converter functions registered with `@onnx_op("Conv", since=11)`, named as the op,
 attributes as keyword arguments with the spec's defaults; the newest registration not newer
@@ -119,11 +121,14 @@ def _np_dtype_name(dt) -> str:
 def _fix_dims(model, input_shapes: dict, notes: list):
     """Give every graph input a static shape: --input-shape values, else batch 1."""
     from . import check_input_shapes
-    init_names = {i.name for i in model.graph.initializer}
-    check_input_shapes({i.name: [d.dim_value if d.dim_value > 0 else None
-                                 for d in i.type.tensor_type.shape.dim]
+    inits = {i.name: list(i.dims) for i in model.graph.initializer}
+    init_names = set(inits)
+    # an input with an initializer is that constant: its shape, if given, must be the same
+    check_input_shapes({i.name: inits[i.name] if i.name in inits else
+                        [d.dim_value if d.dim_value > 0 else None
+                         for d in i.type.tensor_type.shape.dim]
                         if i.type.tensor_type.HasField("shape") else None
-                        for i in model.graph.input if i.name not in init_names}, input_shapes)
+                        for i in model.graph.input}, input_shapes)
     for inp in model.graph.input:
         if inp.name in init_names:
             continue
@@ -419,6 +424,10 @@ def _fold(node, values: list, opset: int):
               for k in range(len(values))]
     n = onnx.NodeProto()
     n.CopyFrom(node)
+    if n.op_type in ("QuantizeLinear", "DequantizeLinear"):
+        # onnx's evaluator has these from opset 19 only; the newer ops compute the older ones'
+        # cases alike (and com.microsoft's, 16-bit types included)
+        n.domain, opset = "", max(opset, 21)
     del n.input[:]
     n.input.extend([f"i{k}" if v is not None else "" for k, v in enumerate(values)])
     del n.output[:]

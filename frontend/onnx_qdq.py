@@ -213,6 +213,28 @@ def float32_scales(m):
     return m
 
 
+def standard_qdq(m) -> None:
+    """com.microsoft QuantizeLinear / DequantizeLinear on 8-bit types (quantize_static's
+    UseQDQContribOps) are the standard ops, as onnxruntime's QDQ selectors treat them: move them
+    to the default domain, in place, so that they fuse and fold like those (others, int16 say,
+    stay; frontend/onnx.py folds them too)."""
+    from onnx import TensorProto as P
+    types = {i.name: i.data_type for i in m.graph.initializer}
+    types.update({v.name: v.type.tensor_type.elem_type for v in m.graph.input})
+    for n in m.graph.node:
+        if n.domain != "com.microsoft" or n.op_type not in ("QuantizeLinear", "DequantizeLinear"):
+            continue
+        zp = n.input[2] if len(n.input) > 2 and n.input[2] else None
+        if zp is not None:
+            t = types.get(zp)
+        elif n.op_type == "QuantizeLinear":
+            t = P.UINT8  # the default output type
+        else:
+            t = types.get(n.input[0])
+        if t in (P.INT8, P.UINT8) or (t == P.INT32 and n.op_type == "DequantizeLinear"):
+            n.domain = ""
+
+
 def fuse_qdq(model, s8_to_u8: bool = True):
     """Rewrite DequantizeLinear(x), DequantizeLinear(constant weights)[, DequantizeLinear(
     constant int32 bias)] -> Conv | MatMul | Gemm -> QuantizeLinear into QLinearConv |
@@ -249,6 +271,7 @@ def fuse_qdq(model, s8_to_u8: bool = True):
     from onnx import helper
     m = onnx.ModelProto()
     m.CopyFrom(model)
+    standard_qdq(m)
     g = m.graph
     inits = {i.name for i in g.initializer}
     outputs = {o.name for o in g.output}

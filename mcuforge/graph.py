@@ -326,6 +326,88 @@ def _verify_quant(t: Tensor) -> None:
                          f"{q.axis} of shape {t.shape}")
 
 
+def _broadcast(shapes) -> Optional[tuple]:
+    """numpy broadcasting of the shapes, or None when they do not broadcast."""
+    rank = max(len(s) for s in shapes)
+    out = []
+    for k in range(rank):
+        dims = {s[k - rank + len(s)] for s in shapes if k - rank + len(s) >= 0} - {1}
+        if len(dims) > 1:
+            return None
+        out.append(dims.pop() if dims else 1)
+    return tuple(out)
+
+
+def _shape_problem(g: Graph, n: Node) -> Optional[str]:
+    """What is wrong with the shapes of a node's operands and outputs, for the ops whose C
+    would index past a buffer otherwise; None when they fit."""
+    t = lambda i: g.tensors[n.inputs[i]] if i < len(n.inputs) and n.inputs[i] else None  # noqa
+    ins = [t(i) for i in range(len(n.inputs))]
+    y = g.tensors[n.outputs[0]]
+    shape = lambda x: list(x.shape)  # noqa: E731
+    if n.op == "reshape" and ins and ins[0].size != y.size:
+        return f"reshape of {shape(ins[0])} to {shape(y)}: the sizes differ"
+    if n.op in ("add", "mul", "sub", "div", "binary", "where") and len(ins) >= 2 \
+            and all(x is not None for x in ins):
+        b = _broadcast([x.shape for x in ins])
+        strip = lambda s: tuple(s)[next((i for i, d in enumerate(s) if d != 1), len(s)):]  # noqa
+        if b is None or strip(b) != strip(y.shape):  # (leading 1s aside: TFLite scalars)
+            return "operands " + ", ".join(str(shape(x)) for x in ins) + \
+                f" do not broadcast to the output {shape(y)}"
+    if n.op == "matmul" and len(ins) >= 2 and len(ins[0].shape) >= 2 \
+            and len(ins[1].shape) >= 2:
+        a, b = list(ins[0].shape), list(ins[1].shape)
+        if n.attrs.get("adj_x"):
+            a[-2:] = a[-1], a[-2]
+        if n.attrs.get("adj_y"):
+            b[-2:] = b[-1], b[-2]
+        batch = _broadcast([a[:-2], b[:-2]])
+        if a[-1] != b[-2] or batch is None or (*batch, a[-2], b[-1]) != tuple(y.shape):
+            return f"matmul of {shape(ins[0])} and {shape(ins[1])} cannot give {shape(y)}"
+    if n.op == "fully_connected" and len(ins) >= 2:
+        x, w = ins[0], ins[1]
+        if len(w.shape) != 2 or x.size % w.shape[1] or y.size != x.size // w.shape[1] * \
+                w.shape[0] or y.shape[-1] != w.shape[0]:
+            return f"fully_connected of {shape(x)} by weights {shape(w)} cannot give {shape(y)}"
+    if n.op in ("conv2d", "depthwise_conv2d") and len(ins) >= 2:
+        x, w = ins[0], ins[1]
+        if len(x.shape) != 4 or len(w.shape) != 4 or len(y.shape) != 4:
+            return f"{n.op} needs 4-D NHWC tensors, not {shape(x)}, {shape(w)} -> {shape(y)}"
+        if n.op == "conv2d":
+            ok = x.shape[3] % w.shape[3] == 0 and y.shape[3] == w.shape[0] and \
+                w.shape[0] % (x.shape[3] // w.shape[3]) == 0
+        else:
+            ok = y.shape[3] == w.shape[3] == x.shape[3] * n.attrs["depth_multiplier"]
+        if not ok or y.shape[0] != x.shape[0]:
+            return f"{n.op} channels: input {shape(x)}, weights {shape(w)}, output {shape(y)}"
+        pt, pb, pl, pr = n.attrs["padding"]
+        for k, (size, pads) in enumerate(((x.shape[1], pt + pb), (x.shape[2], pl + pr))):
+            span = (w.shape[1 + k] - 1) * n.attrs["dilation"][k] + 1
+            if y.shape[1 + k] != (size + pads - span) // n.attrs["stride"][k] + 1:
+                return f"{n.op}: output {shape(y)} does not follow from input {shape(x)}, " \
+                       f"window {w.shape[1:3]}, stride, dilation and padding"
+    if n.op in ("avg_pool2d", "max_pool2d") and ins and len(ins[0].shape) == 4:
+        x = ins[0]
+        pads = n.attrs["padding"]
+        for k in range(2):
+            size, s = x.shape[1 + k], n.attrs["stride"][k]
+            span = (n.attrs["filter"][k] - 1) * n.attrs.get("dilation", (1, 1))[k] + 1
+            least = (size + pads[2 * k] + pads[2 * k + 1] - span) // s + 1
+            if not least <= y.shape[1 + k] or (y.shape[1 + k] - 1) * s >= size + pads[2 * k]:
+                return f"{n.op}: output {shape(y)} does not follow from input {shape(x)}; a " \
+                       "window would start past the input"
+        if y.shape[3] != x.shape[3] or y.shape[0] != x.shape[0]:
+            return f"{n.op}: input {shape(x)} and output {shape(y)} differ in batch or channels"
+    if n.op == "concat" and ins and all(x is not None for x in ins):
+        axis = n.attrs["axis"]
+        rest = lambda x: x.shape[:axis] + x.shape[axis + 1:]  # noqa: E731
+        if any(len(x.shape) != len(y.shape) or rest(x) != rest(y) for x in ins) or \
+                sum(x.shape[axis] for x in ins) != y.shape[axis]:
+            return "concat of " + ", ".join(str(shape(x)) for x in ins) + \
+                f" along axis {axis} cannot give {shape(y)}"
+    return None
+
+
 def verify(g: Graph, depth: int = 0) -> Graph:
     """Check the IR invariants; return the graph unchanged or raise GraphError.
 
@@ -334,7 +416,9 @@ def verify(g: Graph, depth: int = 0) -> Graph:
     produced and has its shape, dtype and quantization; each tensor has one producer; ops and
     their attributes are known; dtypes are known; shapes are static positive integers; the
     subgraphs of control-flow nodes (nested at most MAX_NESTING deep; `depth` is this graph's)
-    are verified too and match their node.
+    are verified too and match their node; the operand and output shapes of the ops whose C
+    would otherwise index past a buffer (reshape, broadcasting binary ops, matmul,
+    fully_connected, conv2d, depthwise_conv2d, pools, concat) fit each other.
     """
     known = g.sources() | {n for n, t in g.tensors.items() if t.is_const}
     for name in list(g.inputs) + list(g.outputs) + list(g.state) + list(g.state.values()):
@@ -381,6 +465,9 @@ def verify(g: Graph, depth: int = 0) -> Graph:
             known.add(t)
         if n.op in SUBGRAPH_ATTRS:
             _verify_control(g, n, where, depth)
+        problem = _shape_problem(g, n)
+        if problem:
+            raise GraphError(f"{where}: {problem}")
     for name in list(g.outputs) + list(g.state.values()):
         if name not in known:
             raise GraphError(f"graph output or next state '{name}' is never produced")

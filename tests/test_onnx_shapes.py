@@ -74,14 +74,18 @@ def test_ceil_mode_pool(op, k):
     _check(model, {"x": x})
 
 
-@pytest.mark.parametrize("k", [0, 1, 2, 3, 5])
-def test_ceil_mode_qlinear_average_pool(k):
-    """QDQ AveragePool, fused into onnxruntime's QLinearAveragePool (no dilations there)."""
+@pytest.mark.parametrize("op", ["AveragePool", "MaxPool"])
+@pytest.mark.parametrize("k", [0, 1, 2, 3, 4, 5])
+def test_ceil_mode_qdq_pool(op, k):
+    """QDQ pools: AveragePool fused into onnxruntime's QLinearAveragePool (which has no
+    dilations), MaxPool on the int8 values."""
     shape, attrs = POOLS[k]
+    if op == "AveragePool" and "dilations" in attrs:
+        pytest.skip("onnxruntime fuses it into QLinearAveragePool anyway and refuses the model")
     scale, zp = np.float32(0.05), np.int8(3)
     nodes = [helper.make_node("QuantizeLinear", ["x", "s", "z"], ["xq"]),
              helper.make_node("DequantizeLinear", ["xq", "s", "z"], ["xd"]),
-             helper.make_node("AveragePool", ["xd"], ["p"], ceil_mode=1, **attrs),
+             helper.make_node(op, ["xd"], ["p"], ceil_mode=1, **attrs),
              helper.make_node("QuantizeLinear", ["p", "s", "z"], ["pq"]),
              helper.make_node("DequantizeLinear", ["pq", "s", "z"], ["y"])]
     model = _model(nodes, {"x": list(shape)}, {"s": scale, "z": zp}, opset=19)
@@ -230,6 +234,16 @@ def test_input_shape_sets_open_dims():
         load_onnx(model, input_shapes={"x": (1, 3, 7)})
 
 
+def test_input_shape_of_an_initializer_input():
+    """An input with an initializer is that constant: its own shape may be given (ONNX's
+    conformance harness does), another is refused."""
+    node = helper.make_node("Add", ["x", "b"], ["y"])
+    model = _model([node], {"x": [1, 3], "b": [3]}, {"b": np.ones(3, np.float32)})
+    assert load_onnx(model, input_shapes={"x": (1, 3), "b": (3,)}).tensors["y"].shape == (1, 3)
+    with pytest.raises(ModelError, match=r"'b' is declared \[3\]"):
+        load_onnx(model, input_shapes={"b": (4,)})
+
+
 def test_input_shape_cli_error(tmp_path):
     from test_cli_errors import assert_user_error, mcuforge
     r = mcuforge("compile", LENET, "-o", tmp_path / "out", "--input-shape", "input=1,1,32,32",
@@ -249,3 +263,196 @@ def test_input_shape_tflite():
         load_model(path, input_shapes={"input_1": (1, 64)})
     assert load_model(path, input_shapes={"input_1": (1, 640)}).tensors["input_1"].shape \
         == (1, 640)
+
+
+# ---- item: QDQ detectors: every DequantizeLinear of a constant is a constant; shape chains fold
+
+def _float_head(seed=0):
+    """A float SSD-like detector: backbone convs (one depthwise), two feature maps, box / class
+    convs whose outputs are reshaped to [N, -1, 4] / [N, -1, 3] with targets computed from
+    Shape -> Gather -> Concat chains, concatenated; scores through a Sigmoid."""
+    r = np.random.default_rng(seed)
+    inits, nodes = {"i0": np.array([0], np.int64), "m1_4": np.array([-1, 4], np.int64),
+                    "m1_3": np.array([-1, 3], np.int64)}, []
+
+    def conv(x, cin, cout, k, s, name, group=1, relu=True):
+        fan = cin // group * k * k
+        inits[name + "_w"] = (r.normal(0, 1, (cout, cin // group, k, k)) / np.sqrt(fan)) \
+            .astype(np.float32)
+        inits[name + "_b"] = r.normal(0, 0.1, cout).astype(np.float32)
+        nodes.append(helper.make_node("Conv", [x, name + "_w", name + "_b"], [name], name=name,
+                                      kernel_shape=[k, k], strides=[s, s], pads=[k // 2] * 4,
+                                      group=group))
+        if not relu:
+            return name
+        nodes.append(helper.make_node("Relu", [name], [name + "_r"]))
+        return name + "_r"
+
+    def flat(t, last, name):
+        nodes.extend([
+            helper.make_node("Shape", [t], [name + "_s"]),
+            helper.make_node("Gather", [name + "_s", "i0"], [name + "_n"], axis=0),
+            helper.make_node("Concat", [name + "_n", f"m1_{last}"], [name + "_shape"], axis=0),
+            helper.make_node("Transpose", [t], [name + "_t"], perm=[0, 2, 3, 1]),
+            helper.make_node("Reshape", [name + "_t", name + "_shape"], [name + "_f"])])
+        return name + "_f"
+
+    x = conv(conv("x", 3, 8, 3, 2, "c1"), 8, 8, 3, 1, "dw1", group=8)
+    f1 = conv(x, 8, 16, 1, 1, "pw1")
+    f2 = conv(conv(f1, 16, 16, 3, 2, "dw2", group=16), 16, 16, 1, 1, "pw2")
+    boxes, scores = [], []
+    for i, f in enumerate((f1, f2)):
+        boxes.append(flat(conv(f, 16, 8, 3, 1, f"box{i}", relu=False), 4, f"bf{i}"))
+        scores.append(flat(conv(f, 16, 6, 3, 1, f"cls{i}", relu=False), 3, f"cf{i}"))
+    nodes += [helper.make_node("Concat", boxes, ["boxes"], axis=1),
+              helper.make_node("Concat", scores, ["logits"], axis=1),
+              helper.make_node("Sigmoid", ["logits"], ["scores"])]
+    return _model(nodes, {"x": ["N", 3, 32, 32]}, inits,
+                  {"boxes": ["N", "A", 4], "scores": ["N", "A", 3]}, opset=13)
+
+
+@pytest.mark.parametrize("contrib", [False, True], ids=["onnx-qdq", "com.microsoft-qdq"])
+def test_quantize_static_per_channel_detector(tmp_path, contrib):
+    """onnxruntime's quantize_static (QDQ, per-channel int8 weights; with UseQDQContribOps its
+    Q / DQ are com.microsoft ops): every conv imports (before: 'non-constant Conv weight' for
+    each conv whose weight DequantizeLinear had to fold) and agrees with onnxruntime."""
+    import onnx
+    from onnxruntime.quantization import (CalibrationDataReader, QuantFormat, QuantType,
+                                          quantize_static)
+    rng = np.random.default_rng(3)
+    samples = [rng.normal(size=(1, 3, 32, 32)).astype(np.float32) for _ in range(9)]
+
+    class Reader(CalibrationDataReader):
+        def __init__(self):
+            self.it = iter(samples[:8])
+
+        def get_next(self):
+            x = next(self.it, None)
+            return None if x is None else {"x": x}
+    onnx.save(_float_head(), tmp_path / "f.onnx")
+    quantize_static(tmp_path / "f.onnx", tmp_path / "q.onnx", Reader(),
+                    quant_format=QuantFormat.QDQ, per_channel=True,
+                    activation_type=QuantType.QInt8, weight_type=QuantType.QInt8,
+                    extra_options={"UseQDQContribOps": contrib})
+    model = onnx.load(tmp_path / "q.onnx")
+    assert any(n.domain == ("com.microsoft" if contrib else "") and
+               n.op_type == "DequantizeLinear" for n in model.graph.node)
+    g = load_onnx(model)
+    assert [g.tensors[o].shape for o in g.outputs] == [(1, 640, 4), (1, 640, 3)]
+    ref = _ort(model, {"x": samples[8]})
+    got = runner.run(model.SerializeToString(), {"x": samples[8]})
+    for name, r in zip(("boxes", "scores"), ref):
+        assert got[name].shape == r.shape
+        step = np.min(np.diff(np.unique(r)))  # the output's quantization step
+        assert np.max(np.abs(got[name] - r)) <= step * 1.01, name
+
+
+def _dq_conv_head(opset):
+    """Hand-built QDQ detector head as an exporter writes it: per-channel int8 weights
+    DequantizeLinear(int8 initializer, axis 0) -> Conv whose float output is read twice (Shape
+    and Transpose), so nothing fuses it; the Reshape target is Shape -> Slice -> ReduceProd
+    (Shape -> Mul) -> Concat: [N, H * W * 2, 4]."""
+    r = np.random.default_rng(7)
+    w = r.integers(-127, 128, (8, 4, 3, 3)).astype(np.int8)
+    ws = (r.uniform(0.5, 1.5, 8) / 127 / 6).astype(np.float32)
+    inits = {"w": w, "ws": ws, "wz": np.zeros(8, np.int8),
+             "b": (r.normal(0, 0.1, 8)).astype(np.float32),
+             "xs": np.float32(0.02), "xz": np.int8(-3),
+             "two": np.array([2], np.int64), "n4": np.array([4], np.int64),
+             "s0": np.array([0], np.int64), "s1": np.array([1], np.int64),
+             "s2": np.array([2], np.int64), "s4": np.array([4], np.int64)}
+    N = helper.make_node
+    nodes = [N("QuantizeLinear", ["x", "xs", "xz"], ["xq"]),
+             N("DequantizeLinear", ["xq", "xs", "xz"], ["xd"]),
+             N("DequantizeLinear", ["w", "ws", "wz"], ["wd"], axis=0),
+             N("Conv", ["xd", "wd", "b"], ["c"], kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
+             N("Shape", ["c"], ["cs"]),
+             N("Slice", ["cs", "s0", "s1"], ["n"]),
+             N("Slice", ["cs", "s2", "s4"], ["hw"]),
+             N("ReduceProd", ["hw"], ["hw1"], keepdims=1),
+             N("Mul", ["hw1", "two"], ["anchors"]),
+             N("Concat", ["n", "anchors", "n4"], ["target"], axis=0),
+             N("Transpose", ["c"], ["ct"], perm=[0, 2, 3, 1]),
+             N("Reshape", ["ct", "target"], ["y"])]
+    return _model(nodes, {"x": ["N", 4, 6, 5]}, inits, {"y": ["N", None, 4]}, opset=opset)
+
+
+@pytest.mark.parametrize("opset", [13, 19])
+def test_dq_constant_weights_and_shape_chain(opset):
+    model = _dq_conv_head(opset)
+    g = load_onnx(model)
+    assert g.tensors["y"].shape == (1, 60, 4)
+    x = np.random.default_rng(0).normal(size=(1, 4, 6, 5)).astype(np.float32)
+    _check(model, {"x": x}, rtol=1e-5, atol=1e-5)
+
+
+# ---- the graph IR's own shape checks (mcuforge.graph.verify), whatever the frontend ---------
+
+def _tflite_one_op(op, tensors, n_inputs):
+    from test_frontend_tflite import build
+    ins, outs = list(range(n_inputs)), list(range(n_inputs, len(tensors)))
+    return build(tensors, [(op, ins, outs)], [i for i in ins if tensors[i].get("data") is None],
+                 outs)
+
+
+TFLITE_BAD = [  # (op, tensors, n_inputs): outputs declared with a shape LiteRT does not give
+    # (FULLY_CONNECTED: it reads x as 2 rows of 16 and resizes y to [2, 4]); compiled as
+    # declared, the C wrote past y
+    ("FULLY_CONNECTED", [("x", [1, 32]), ("w", [4, 16], np.ones((4, 16), np.float32)),
+                         ("y", [1, 4])], 2),
+    ("ADD", [("a", [1, 8]), ("b", [1, 6]), ("y", [1, 8])], 2),
+]
+
+
+@pytest.mark.parametrize("k", range(len(TFLITE_BAD)))
+def test_tflite_mismatched_operands_refused(k):
+    from ai_edge_litert.interpreter import Interpreter
+    from test_frontend_tflite import T
+    op, specs, n_inputs = TFLITE_BAD[k]
+    tensors = [T(s[0], s[1], "FLOAT32", **({"data": s[2]} if len(s) > 2 else {}))
+               for s in specs]
+    model = _tflite_one_op(op, tensors, n_inputs)
+    try:  # LiteRT refuses the model, or resizes the output to another shape than declared
+        interp = Interpreter(model_content=model)
+        interp.allocate_tensors()
+        interp.invoke()
+        out = interp.get_output_details()[0]
+        assert tuple(interp.get_tensor(out["index"]).shape) != tuple(specs[-1][1])
+    except (RuntimeError, ValueError):
+        pass
+    with pytest.raises(ModelError, match=r"node 0 \(\w+ 'y'\)"):
+        load_model(model)
+
+
+def test_graph_verify_checks_shapes():
+    """Graphs built directly (as passes and frontends do): each malformed node is a GraphError
+    naming it; the well-formed twin passes."""
+    from mcuforge.graph import Graph, GraphError, Node, Tensor, verify
+
+    def graph(op, shapes, attrs, consts=()):
+        ts = {f"t{i}": Tensor(f"t{i}", s, "float32",
+                              np.zeros(s, np.float32) if i in consts else None)
+              for i, s in enumerate(shapes)}
+        names = list(ts)
+        return Graph(ts, [Node(op, tuple(names[:-1]), (names[-1],), attrs, "n")],
+                     [n for i, n in enumerate(names[:-1]) if i not in consts], [names[-1]])
+    conv = dict(stride=(1, 1), dilation=(1, 1), padding=(1, 1, 1, 1), activation="none")
+    pool = dict(filter=(1, 1), stride=(1, 2), padding=(0, 0, 0, 0), activation="none")
+    cases = [  # (op, good shapes, bad shapes, attrs, constant positions)
+        ("reshape", [(2, 6), (3, 4)], [(2, 6), (3, 5)], {}, ()),
+        ("matmul", [(1, 32), (32, 4), (1, 4)], [(1, 32), (16, 4), (1, 4)], {}, ()),
+        ("fully_connected", [(1, 32), (4, 32), (1, 4)], [(1, 32), (4, 16), (1, 4)],
+         {"activation": "none"}, (1,)),
+        ("add", [(1, 8), (8,), (1, 8)], [(1, 8), (6,), (1, 8)], {"activation": "none"}, ()),
+        ("conv2d", [(1, 5, 5, 3), (4, 3, 3, 3), (1, 5, 5, 4)],
+         [(1, 5, 5, 3), (4, 3, 3, 3), (1, 6, 5, 4)], conv, (1,)),
+        ("conv2d", [(1, 5, 5, 3), (4, 3, 3, 3), (1, 5, 5, 4)],
+         [(1, 5, 5, 2), (4, 3, 3, 3), (1, 5, 5, 4)], conv, (1,)),
+        ("max_pool2d", [(1, 1, 8, 1), (1, 1, 4, 1)], [(1, 1, 8, 1), (1, 1, 5, 1)], pool, ()),
+        ("concat", [(1, 2), (1, 3), (1, 5)], [(1, 2), (1, 3), (1, 6)],
+         {"axis": 1, "activation": "none"}, ()),
+    ]
+    for op, good, bad, attrs, consts in cases:
+        verify(graph(op, good, attrs, consts))
+        with pytest.raises(GraphError, match=rf"node 0 \({op} 'n'\)"):
+            verify(graph(op, bad, attrs, consts))
