@@ -35,7 +35,8 @@ class CompileResult:
 
 def load(model, input_shapes: dict | None = None) -> Graph:
     """Read a model file (or bytes) into the graph IR, checking every op is supported.
-    `input_shapes` ({input name: shape}) fixes dynamic dimensions of ONNX inputs."""
+    `input_shapes` ({input name: shape}) fixes the dimensions a model leaves open (ONNX or TFLite
+    inputs); any other difference from the model is an error."""
     from frontend import load_model
     return load_model(model, input_shapes=input_shapes)
 

@@ -224,7 +224,7 @@ class _ShapeDict(argparse.Action):
 def _add_input_shape(p) -> None:
     p.add_argument("--input-shape", dest="input_shapes", type=_input_shape, action=_ShapeDict,
                    metavar="NAME=D1,D2,...",
-                   help="static shape of an ONNX input with dynamic dimensions (repeatable)")
+                   help="shape of a model input whose dimensions the model leaves open (ONNX symbolic dims, TFLite -1 in shape_signature); only open dims may differ from the model (repeatable)")
     p.set_defaults(input_shapes=None)
 
 

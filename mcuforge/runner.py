@@ -227,7 +227,7 @@ def run(model, inputs, board: str = "host", sanitize: bool = False,
         input_shapes: dict | None = None, opt: str | None = None):
     """Run `model` on `inputs` (an array, a batch along a new leading axis, or a dict for
     several inputs). Returns one array, or a dict by output name for several outputs.
-    `input_shapes` ({input name: shape}) fixes dynamic dimensions of ONNX inputs; `opt`: the
+    `input_shapes` ({input name: shape}) fixes the open dimensions of inputs; `opt`: the
     host build's optimisation flags (default $MCUFORGE_OPT, else the Makefile's -O2)."""
     from .api import load
     graph = load(model, input_shapes)
