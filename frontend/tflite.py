@@ -23,6 +23,7 @@ from .tflite_ops_state import VariableBook  # (registers the state converters to
 from . import tflite_ops_stateful  # noqa: F401  (SVDF, LSTM register)
 from . import tflite_ops_control  # noqa: F401  (IF, WHILE register)
 from .tflite_ops import CONVERTERS, OpContext, Unsupported
+from .tflite_verify import FlatbufferError, verify_flatbuffer
 
 IDENTIFIER = b"TFL3"
 _OP_NAMES = {v: k for k, v in vars(tflite.BuiltinOperator).items() if not k.startswith("_")}
@@ -43,6 +44,13 @@ def load_tflite(path_or_bytes, name=None) -> Graph:
     if len(buf) < 8 or buf[4:8] != IDENTIFIER:
         raise ModelError(f"not a TFLite model: {source} (no 'TFL3' identifier at bytes 4-8, "
                          f"found {bytes(buf[4:8])!r})")
+    try:
+        verify_flatbuffer(buf)
+    except FlatbufferError as e:
+        if e.past_end:
+            raise ModelError(f"truncated: {source} refers to data past its end ({len(buf)} "
+                             f"bytes; {e}); the file is incomplete or corrupt") from None
+        raise ModelError(f"corrupt TFLite model: {source}: {e}") from None
     try:
         graph = _Reader(buf, source).graph(name or stem)
     except UnsupportedOpError:

@@ -66,6 +66,9 @@ class OpContext:
 
 
 def const(name: str, data, dtype: str, comment: str = "") -> ir.Buffer:
+    if data is None:  # an operand the lowering reads as a table is computed at run time
+        raise NotImplementedError(f"operand '{comment or name}' is computed at run time; this "
+                                  "layer needs it constant")
     arr = np.ascontiguousarray(np.asarray(data).astype(dtype)).reshape(-1)
     return ir.Buffer(name, dtype, arr.size, "const", arr, comment)
 

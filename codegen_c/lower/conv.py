@@ -71,6 +71,17 @@ def _acc_init(ctx: OpContext, bias, channel: ir.Expr, bufs: list):
     return ir.cast(ir.Load("bias", channel, bias.dtype), acc_dtype), acc_dtype
 
 
+def _need_quant(ctx: OpContext) -> None:
+    """Integer layers compute with the scales of their input, weights and output."""
+    x, w, y = ctx.input(0), ctx.input(1), ctx.output()
+    if x.dtype == "float32":
+        return
+    for t in (x, w, y):
+        if t.quant is None:
+            raise NotImplementedError(f"tensor '{t.name}' ({t.dtype}) has no quantization "
+                                      "parameters")
+
+
 def _x_term(ctx: OpContext, idx: ir.Expr) -> ir.Expr:
     x = ctx.input(0)
     v = ir.Load("x", idx, x.dtype)
@@ -89,6 +100,7 @@ def _w_term(w, idx: ir.Expr) -> ir.Expr:
 
 @lowers("conv2d")
 def conv2d(ctx: OpContext) -> ir.Kernel:
+    _need_quant(ctx)
     x, w, bias, y = ctx.input(0), ctx.input(1), ctx.input(2), ctx.output()
     N, H, W, C = x.shape
     O, KH, KW, CI = w.shape
@@ -124,6 +136,7 @@ def conv2d(ctx: OpContext) -> ir.Kernel:
 
 @lowers("depthwise_conv2d")
 def depthwise_conv2d(ctx: OpContext) -> ir.Kernel:
+    _need_quant(ctx)
     x, w, bias, y = ctx.input(0), ctx.input(1), ctx.input(2), ctx.output()
     N, H, W, C = x.shape
     _, KH, KW, O = w.shape
@@ -159,6 +172,7 @@ def _doc(ctx: OpContext, win: Window, macs: int, more: str = "") -> str:
 
 @lowers("fully_connected")
 def fully_connected(ctx: OpContext) -> ir.Kernel:
+    _need_quant(ctx)
     x, w, bias = ctx.input(0), ctx.input(1), ctx.input(2)
     O, I = w.shape
     B = x.size // I
