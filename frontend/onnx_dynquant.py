@@ -89,3 +89,38 @@ def MatMulInteger(ctx, a, b, a_zero_point=None, b_zero_point=None):
     weights = ctx.const(np.ascontiguousarray(w.T.astype(np.float32)), hint="w")
     ctx.emit("fully_connected", [af, weights], [acc], activation="none")
     ctx.emit("cast", [acc], [out])
+
+
+@onnx_op("ConvInteger", since=10)
+def ConvInteger(ctx, x, w, x_zero_point=None, w_zero_point=None, auto_pad="NOTSET",
+                dilations=None, group=1, kernel_shape=None, pads=None, strides=None):
+    """(x - x_zp) conv (w - w_zp), padded with zeros of that difference (x's zero point, as
+    the spec and onnxruntime pad), through the float Conv converter: exact as MatMulInteger."""
+    from .onnx import OnnxContext
+    from .onnx_layers import Conv
+    if not w.is_const or x.is_const:
+        raise Unsupported("ConvInteger needs constant weights")
+    if w_zero_point is not None and not w_zero_point.is_const:
+        raise Unsupported("ConvInteger with a weight zero point computed at run time")
+    if x.dtype not in ("uint8", "int8") or w.dtype not in ("uint8", "int8"):
+        raise Unsupported(f"ConvInteger of {x.dtype} and {w.dtype}")
+    wi = w.data.astype(np.int64)
+    if w_zero_point is not None:
+        zp = np.asarray(w_zero_point.data, np.int64).reshape(-1)
+        wi = wi - (zp.reshape(-1, *[1] * (wi.ndim - 1)) if zp.size > 1 else zp[0])
+    bound = 255 * int(np.abs(wi).reshape(wi.shape[0], -1).sum(axis=1).max(initial=0))
+    if bound >= EXACT:
+        raise Unsupported(f"ConvInteger whose sums may reach {bound}, past float32's exact "
+                          "integers (2**24)")
+    xf = ctx.tmp(x.shape, "float32", "xf")
+    ctx.emit("cast", [x], [xf])
+    if x_zero_point is not None:
+        zf = ctx.tmp(x_zero_point.shape, "float32", "xzp")
+        ctx.emit("cast", [x_zero_point], [zf])
+        xf = _binary(ctx, "sub", xf, zf, x.shape, "xc")
+    out = ctx.out()
+    acc = ctx.tmp(out.shape, "float32", "acc")
+    Conv(OnnxContext(ctx.b, ctx.node, [acc]), xf, ctx.const(wi.astype(np.float32), hint="w"),
+         None, auto_pad=auto_pad, dilations=dilations, group=group, kernel_shape=kernel_shape,
+         pads=pads, strides=strides)
+    ctx.emit("cast", [acc], [out])
