@@ -301,6 +301,8 @@ class _Reader:
                    enumerate(raw.InputsAsNumpy() if self._count(raw.InputsLength()) else [])]
             outs = [self._name(int(j), False, f"node {i} ({code}) output {k}") for k, j in
                     enumerate(raw.OutputsAsNumpy() if self._count(raw.OutputsLength()) else [])]
+            if ins and not ins[0]:  # every builtin's first operand is required
+                raise _Corrupt(f"node {i} ({code}) has no input 0 (tensor index -1)")
             label = f"node {i}: {code} (output '{outs[0] if outs else '?'}')"
             if code not in CONVERTERS:
                 bad.append(label)
