@@ -10,7 +10,7 @@ import numpy as np
 
 from .. import loop_ir as ir
 from .. import qparams as qp
-from . import OpContext, describe, float_activation, lowers, operand, per_channel
+from . import OpContext, const, describe, float_activation, lowers, operand, per_channel
 from .window import Window
 
 
