@@ -33,6 +33,7 @@ _SCALES = {"QuantizeLinear": (1,), "DequantizeLinear": (1,), "QLinearConv": (1, 
 
 def check_model(model) -> None:
     """Raise ModelError for the first structural defect; may reorder model.graph.node."""
+    _check_text(model)
     inits = {}
     for t in model.graph.initializer:
         _check_initializer(t, "initializer")
@@ -44,14 +45,83 @@ def check_model(model) -> None:
                     _check_initializer(a.t, f"Constant node '{n.name or n.output[0]}'")
                     inits.setdefault(n.output[0] if n.output else "", a.t)
     _check_order(model)
+    _check_schemas(model)
     _check_quant_operands(model, inits)
+
+
+def _check_text(model) -> None:
+    """Names are text: protobuf hands invalid UTF-8 over as bytes."""
+    g = model.graph
+    for what, items in (("graph input", g.input), ("graph output", g.output),
+                        ("initializer", g.initializer)):
+        for k, v in enumerate(items):
+            if not isinstance(v.name, str):
+                raise ModelError(f"{what} {k}: its name {v.name!r} is not UTF-8 text")
+    for k, n in enumerate(g.node):
+        fields = [n.name, n.op_type, n.domain, *n.input, *n.output,
+                  *(a.name for a in n.attribute)]
+        bad = [f for f in fields if not isinstance(f, str)]
+        if bad:
+            raise ModelError(f"node {k}: the name {bad[0]!r} (node, operator, tensor or "
+                             "attribute) is not UTF-8 text")
+
+
+def _check_schemas(model) -> None:
+    """Nodes of the standard domain against the spec: input counts, required inputs present,
+    attribute types."""
+    import onnx.defs
+    opset = max((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")),
+                default=1)
+    for k, n in enumerate(model.graph.node):
+        if n.domain not in ("", "ai.onnx"):
+            continue
+        try:
+            schema = onnx.defs.get_schema(n.op_type, opset, "")
+        except Exception:  # noqa: BLE001 - unknown to onnx: the importer says unsupported
+            continue
+        where = _label(n, k)
+        if not schema.min_input <= len(n.input) <= schema.max_input:
+            raise ModelError(f"{where}: {len(n.input)} inputs; {n.op_type} takes "
+                             f"{schema.min_input} to {schema.max_input}")
+        if not schema.min_output <= len(n.output) <= schema.max_output:
+            raise ModelError(f"{where}: {len(n.output)} outputs; {n.op_type} gives "
+                             f"{schema.min_output} to {schema.max_output}")
+        single = onnx.defs.OpSchema.FormalParameterOption.Single
+        for i, formal in enumerate(schema.inputs):
+            if formal.option == single and i < len(n.input) and not n.input[i]:
+                raise ModelError(f"{where}: input {i} ({formal.name}) is required but empty")
+        given = {a.name for a in n.attribute}
+        for name, spec in schema.attributes.items():
+            if spec.required and name not in given:
+                raise ModelError(f"{where}: the required attribute '{name}' is missing")
+        for a in n.attribute:
+            spec = schema.attributes.get(a.name)
+            if spec is not None and not a.ref_attr_name and a.type != spec.type:
+                raise ModelError(f"{where}: attribute '{a.name}' has type "
+                                 f"{_attr_type(a.type)}; {n.op_type} takes "
+                                 f"{_attr_type(spec.type)}")
+
+
+def _attr_type(t) -> str:
+    from onnx import AttributeProto
+    try:
+        return AttributeProto.AttributeType.Name(int(t))
+    except ValueError:
+        return f"type {int(t)}"
 
 
 def _check_initializer(t, what: str) -> None:
     where = f"{what} '{t.name}'" if what == "initializer" else what
     if any(d < 0 for d in t.dims):
         raise ModelError(f"{where} has a negative dimension in its dims {list(t.dims)}")
-    if t.data_type not in _STORAGE or t.data_location == 1:  # external data: read elsewhere
+    if t.data_location == 1:  # external data: read elsewhere
+        return
+    if t.data_type not in _STORAGE:  # a type mcuforge does not compute: still readable?
+        from onnx import numpy_helper
+        try:
+            numpy_helper.to_array(t)
+        except Exception as e:  # noqa: BLE001 - onnx's reader says what is wrong
+            raise ModelError(f"{where}: its data cannot be read: {e}") from None
         return
     dtype, field = _STORAGE[t.data_type]
     count = int(np.prod(list(t.dims), dtype=np.int64))

@@ -84,6 +84,20 @@ def _emit_nhwc(ctx, op: str, inputs: list, out, **attrs):
     from_nhwc(ctx, y, out)
 
 
+def _weights_nhwc(ctx, w, perm: tuple):
+    """Conv weights [a, b, *kernel] as 4-D [a, b, KH, KW] (1-D: KH = 1) permuted by perm: at
+    import when constant, else by reshape and transpose nodes (run-time weights, float)."""
+    if w.is_const:
+        return ctx.const(_weights_2d(w).transpose(perm), hint="w")
+    w4 = w
+    if len(w.shape) == 3:
+        w4 = ctx.tmp((*w.shape[:2], 1, w.shape[2]), w.dtype, "w4")
+        ctx.emit("reshape", [w], [w4])
+    y = ctx.tmp(tuple(w4.shape[p] for p in perm), w.dtype, "w")
+    ctx.emit("transpose", [w4], [y], perm=tuple(perm))
+    return y
+
+
 def _weights_2d(w) -> np.ndarray:
     """Constant conv weights [a, b, *kernel] as float32 [a, b, KH, KW] (1-D: KH = 1)."""
     data = np.asarray(w.data, dtype=np.float32)
@@ -95,20 +109,17 @@ def Conv(ctx, x, w, b=None, auto_pad="NOTSET", dilations=None, group=1, kernel_s
          pads=None, strides=None):
     _float(x, w, b)
     _spatial(x)
-    _const(w, "Conv weight")
-    _const(b, "Conv bias")
     out = ctx.out()
     attrs, _ = _window(x, out, w.shape[2:], strides, dilations, pads, auto_pad)
-    wd = _weights_2d(w)
-    O, I = wd.shape[:2]
+    O, I = w.shape[:2]
     C = x.shape[1]
     xi = _nhwc_in(ctx, x)
     if group > 1 and group == C and I == 1:  # depthwise: output channel o reads channel o // M
-        weights = ctx.const(wd.transpose(1, 2, 3, 0), hint="w")
+        weights = _weights_nhwc(ctx, w, (1, 2, 3, 0))
         _emit_nhwc(ctx, "depthwise_conv2d", [xi, weights, b], out, **attrs,
                    depth_multiplier=O // C, activation="none")
     else:  # conv2d, grouped when I < C
-        weights = ctx.const(wd.transpose(0, 2, 3, 1), hint="w")
+        weights = _weights_nhwc(ctx, w, (0, 2, 3, 1))
         _emit_nhwc(ctx, "conv2d", [xi, weights, b], out, **attrs, activation="none")
 
 
@@ -118,13 +129,11 @@ def ConvTranspose(ctx, x, w, b=None, auto_pad="NOTSET", dilations=None, group=1,
                   strides=None):
     _float(x, w, b)
     n = _spatial(x)
-    _const(w, "ConvTranspose weight")
-    _const(b, "ConvTranspose bias")
     out = ctx.out()
     s, d = list(strides or [1] * n), list(dilations or [1] * n)
     op = list(output_padding or [0] * n)
-    wd = _weights_2d(w)
-    k = wd.shape[2 + 2 - n:]
+    w4 = (*w.shape[:2], 1, w.shape[2]) if n == 1 else tuple(w.shape)
+    k = w4[2 + 2 - n:]
     if output_shape is not None or auto_pad in SAME:
         # the padding that gives the inferred output size: onnx's rule (SAME_UPPER puts the
         # smaller half first), none when the output is larger than the full result
@@ -137,12 +146,21 @@ def ConvTranspose(ctx, x, w, b=None, auto_pad="NOTSET", dilations=None, group=1,
         pads = [p[0] for p in pairs] + [p[1] for p in pairs]
     attrs, _ = _window(x, out, k, s, d, pads, "VALID" if auto_pad == "VALID" else "NOTSET")
     attrs["output_padding"] = (0, *op) if n == 1 else tuple(op)
-    C, OG = wd.shape[:2]
+    C, OG = w4[:2]
     CI = C // group
     # ONNX [C, O/group, KH, KW] -> OHWI with I = C / group: output channel g*OG + o of group g
-    weights = wd.reshape(group, CI, OG, *wd.shape[2:]).transpose(0, 2, 3, 4, 1) \
-        .reshape(group * OG, *wd.shape[2:], CI)
-    _emit_nhwc(ctx, "conv_transpose2d", [_nhwc_in(ctx, x), ctx.const(weights, hint="w"), b],
+    grouped, ohwi = (group, CI, OG, *w4[2:]), (group * OG, *w4[2:], CI)
+    if w.is_const:
+        weights = ctx.const(_weights_2d(w).reshape(grouped).transpose(0, 2, 3, 4, 1)
+                            .reshape(ohwi), hint="w")
+    else:  # run-time weights (float): the same rearrangement as nodes
+        w5 = ctx.tmp(grouped, w.dtype, "w5")
+        ctx.emit("reshape", [w], [w5])
+        wt = ctx.tmp((group, OG, *w4[2:], CI), w.dtype, "wt")
+        ctx.emit("transpose", [w5], [wt], perm=(0, 2, 3, 4, 1))
+        weights = ctx.tmp(ohwi, w.dtype, "w")
+        ctx.emit("reshape", [wt], [weights])
+    _emit_nhwc(ctx, "conv_transpose2d", [_nhwc_in(ctx, x), weights, b],
                out, **attrs, activation="none")
 
 
@@ -228,14 +246,17 @@ def _channels_last(ctx, op: str, x, params: list, **attrs):
 def BatchNormalization(ctx, x, scale, b, mean, var, epsilon=1e-5, momentum=0.9,
                        training_mode=0, spatial=1, is_test=None, consumed_inputs=None):
     """Inference mode: per channel (x - mean) * scale / sqrt(var + eps) + b on channels-last
-    data; the statistics must be constants (a pass folds the node into a preceding conv)."""
+    data; constant statistics fold into a preceding conv (a pass), run-time ones are read from
+    the arena."""
     _float(x, scale, b, mean, var)
     if training_mode or any(o is not None for o in ctx.outputs[1:]):
         raise Unsupported("BatchNormalization in training mode")
     if spatial != 1:
         raise Unsupported("BatchNormalization with spatial=0")
     for t, what in ((scale, "scale"), (b, "bias"), (mean, "mean"), (var, "variance")):
-        _const(t, f"BatchNormalization {what}")
+        if t.size not in (1, x.shape[1]):
+            raise Unsupported(f"BatchNormalization {what} of shape {t.shape} for "
+                              f"{x.shape[1]} channels")
     if len(x.shape) < 2:
         raise Unsupported(f"BatchNormalization of a rank-{len(x.shape)} input")
     _channels_last(ctx, "batch_norm", x, [scale, b, mean, var], epsilon=float(epsilon))

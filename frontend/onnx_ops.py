@@ -32,4 +32,4 @@ def Dropout(ctx, x, ratio=None, training_mode=None, *, seed=None, is_test=None,
     ctx.emit("reshape", [x], [ctx.out(0)])
 
 
-from . import onnx_data, onnx_elementwise, onnx_layers, onnx_quant  # noqa: E402,F401  (register converters)
+from . import onnx_data, onnx_dynquant, onnx_elementwise, onnx_layers, onnx_quant  # noqa: E402,F401,E501  (register converters)

@@ -24,6 +24,7 @@ from .tflite_shapes import infer_shapes, is_dynamic  # (registers the state conv
 from . import tflite_ops_stateful  # noqa: F401  (SVDF, LSTM register)
 from . import tflite_ops_control  # noqa: F401  (IF, WHILE register)
 from .tflite_ops import CONVERTERS, OpContext, Unsupported
+from .tflite_verify import FlatbufferError, verify_flatbuffer
 
 IDENTIFIER = b"TFL3"
 _OP_NAMES = {v: k for k, v in vars(tflite.BuiltinOperator).items() if not k.startswith("_")}
@@ -46,6 +47,13 @@ def load_tflite(path_or_bytes, name=None, input_shapes=None) -> Graph:
     if len(buf) < 8 or buf[4:8] != IDENTIFIER:
         raise ModelError(f"not a TFLite model: {source} (no 'TFL3' identifier at bytes 4-8, "
                          f"found {bytes(buf[4:8])!r})")
+    try:
+        verify_flatbuffer(buf)
+    except FlatbufferError as e:
+        if e.past_end:
+            raise ModelError(f"truncated: {source} refers to data past its end ({len(buf)} "
+                             f"bytes; {e}); the file is incomplete or corrupt") from None
+        raise ModelError(f"corrupt TFLite model: {source}: {e}") from None
     try:
         graph = _Reader(buf, source, input_shapes=input_shapes).graph(name or stem)
     except UnsupportedOpError:
@@ -313,6 +321,8 @@ class _Reader:
                    enumerate(raw.InputsAsNumpy() if self._count(raw.InputsLength()) else [])]
             outs = [self._name(int(j), False, f"node {i} ({code}) output {k}") for k, j in
                     enumerate(raw.OutputsAsNumpy() if self._count(raw.OutputsLength()) else [])]
+            if ins and not ins[0]:  # every builtin's first operand is required
+                raise _Corrupt(f"node {i} ({code}) has no input 0 (tensor index -1)")
             label = f"node {i}: {code} (output '{outs[0] if outs else '?'}')"
             if code not in CONVERTERS:
                 bad.append(label)

@@ -27,6 +27,7 @@ no malloc, one static arena whose size is known at compile time.
   mcuforge conformance onnx                 ONNX's backend test cases, per operator
   mcuforge conformance tflite               single-op TFLite models vs tflite-micro, per operator
   mcuforge fuzz --seed 0 --count 200        random ONNX graphs vs onnxruntime (--int8: TFLM)
+  mcuforge fuzz-files --cases 500           mutated model files: clean errors, never tracebacks
 """
 
 
@@ -174,6 +175,15 @@ def _cmd_fuzz(a) -> int:
     if a.save:
         print(f"failing and refused models saved in {a.save}")
     return 1 if any(o.failed for o in outcomes) else 0
+
+
+def _cmd_fuzz_files(a) -> int:
+    from .fuzz_files import fuzz
+    formats = ("tflite", "onnx") if a.format == "both" else (a.format,)
+    r = fuzz(a.cases, seed=a.seed, timeout=a.timeout, models=a.models, formats=formats,
+             progress=None if a.json else sys.stderr, save_dir=a.save)
+    print(json.dumps(r.as_dict(), indent=2) if a.json else r.text())
+    return 1 if r.bad else 0
 
 
 def _int16_budget(text: str):
@@ -345,6 +355,18 @@ def parser() -> argparse.ArgumentParser:
     f.add_argument("--exclude-known", action="store_true",
                    help="leave out the graph features of known bugs (mcuforge.fuzz.KNOWN)")
     f.set_defaults(fn=_cmd_fuzz)
+
+    f = command("fuzz-files", "compile mutated model files (truncated, flipped bytes, bad "
+                "offsets, quantization and shapes; TFLite and ONNX) and count clean errors, "
+                "successes, tracebacks, crashes and hangs")
+    f.add_argument("models", nargs="*", help="more seed models (default: built-in small ones)")
+    f.add_argument("--cases", type=_positive, default=500, help="mutated files (default: 500)")
+    f.add_argument("--seed", type=int, default=0, help="random seed (default: 0)")
+    f.add_argument("--timeout", type=float, default=20.0, help="seconds per case (default: 20)")
+    f.add_argument("--format", choices=["tflite", "onnx", "both"], default="both")
+    f.add_argument("--save", metavar="DIR", help="write the first file of each failure here")
+    f.add_argument("--json", action="store_true", help="print JSON")
+    f.set_defaults(fn=_cmd_fuzz_files)
 
     d = command("demo", "a CNN trained on 8x8 digits, quantized to int8, compiled, run in C on "
                         "held-out images; accuracy beside float, bytes checked against TFLM")

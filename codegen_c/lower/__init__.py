@@ -66,8 +66,26 @@ class OpContext:
 
 
 def const(name: str, data, dtype: str, comment: str = "") -> ir.Buffer:
+    if data is None:  # an operand the lowering reads as a table is computed at run time
+        raise NotImplementedError(f"operand '{comment or name}' is computed at run time; this "
+                                  "layer needs it constant")
     arr = np.ascontiguousarray(np.asarray(data).astype(dtype)).reshape(-1)
     return ir.Buffer(name, dtype, arr.size, "const", arr, comment)
+
+
+def operand(ctx: OpContext, i: int, name: str, dtype: str | None = None):
+    """(buffer name, buffers to add) of input i read as a table: a const table `name` when the
+    input is constant, else its parameter buffer (x<k>, as io_buffers names it): run-time
+    weights are read from the arena. Integer layers need constant weights (their arithmetic
+    is fixed at compile time)."""
+    t = ctx.input(i)
+    if t.is_const:
+        return name, [const(name, t.data, dtype or t.dtype, t.name)]
+    if t.dtype != "float32":
+        raise NotImplementedError(f"operand '{t.name}' ({t.dtype}) is computed at run time; "
+                                  "this layer needs it constant")
+    k = sum(1 for n in ctx.node.inputs[:i] if n and not ctx.graph.tensors[n].is_const)
+    return ("x" if k == 0 else f"x{k}"), []
 
 
 def per_channel(values, name: str, index: ir.Expr, dtype: str = "int32"):

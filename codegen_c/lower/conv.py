@@ -15,7 +15,7 @@ import numpy as np
 
 from .. import loop_ir as ir
 from .. import qparams as qp
-from . import OpContext, const, describe, float_activation, lowers, per_channel
+from . import OpContext, const, describe, float_activation, lowers, operand, per_channel
 from .q_uint8 import activation_range, mbqm, uint8_multiplier
 from .window import Window
 
@@ -79,8 +79,20 @@ def _acc_init(ctx: OpContext, bias, channel: ir.Expr, bufs: list):
     acc_dtype = "float32" if float_path else "int32"
     if bias is None:
         return ir.Const(0.0 if float_path else 0, acc_dtype), acc_dtype
-    bufs.append(const("bias", bias.data, bias.dtype, bias.name))
-    return ir.cast(ir.Load("bias", channel, bias.dtype), acc_dtype), acc_dtype
+    name, table = operand(ctx, 2, "bias")
+    bufs += table
+    return ir.cast(ir.Load(name, channel, bias.dtype), acc_dtype), acc_dtype
+
+
+def _need_quant(ctx: OpContext) -> None:
+    """Integer layers compute with the scales of their input, weights and output."""
+    x, w, y = ctx.input(0), ctx.input(1), ctx.output()
+    if x.dtype == "float32":
+        return
+    for t in (x, w, y):
+        if t.quant is None:
+            raise NotImplementedError(f"tensor '{t.name}' ({t.dtype}) has no quantization "
+                                      "parameters")
 
 
 def _x_term(ctx: OpContext, idx: ir.Expr) -> ir.Expr:
@@ -91,8 +103,8 @@ def _x_term(ctx: OpContext, idx: ir.Expr) -> ir.Expr:
     return ir.cast(v, "int32") - int(x.quant.zero_point[0])
 
 
-def _w_term(w, idx: ir.Expr) -> ir.Expr:
-    v = ir.Load("w", idx, w.dtype)
+def _w_term(w, idx: ir.Expr, buf: str = "w") -> ir.Expr:
+    v = ir.Load(buf, idx, w.dtype)
     if w.dtype == "float32":
         return v
     zp = int(w.quant.zero_point[0]) if w.quant else 0
@@ -101,6 +113,7 @@ def _w_term(w, idx: ir.Expr) -> ir.Expr:
 
 @lowers("conv2d")
 def conv2d(ctx: OpContext) -> ir.Kernel:
+    _need_quant(ctx)
     x, w, bias, y = ctx.input(0), ctx.input(1), ctx.input(2), ctx.output()
     N, H, W, C = x.shape
     O, KH, KW, CI = w.shape
@@ -109,7 +122,8 @@ def conv2d(ctx: OpContext) -> ir.Kernel:
     if G * CI != C or O % G:
         raise NotImplementedError(f"conv2d: {C} input channels, weights of {CI}, {O} outputs")
     win = Window.of(ctx, (KH, KW))
-    bufs = ctx.io_buffers() + [const("w", w.data, w.dtype, w.name)]
+    wb, wconst = operand(ctx, 1, "w")
+    bufs = ctx.io_buffers() + wconst
 
     def body(n, oy, ox, g, oc):
         acc0, acc_dtype = _acc_init(ctx, bias, oc, bufs)
@@ -118,7 +132,7 @@ def conv2d(ctx: OpContext) -> ir.Kernel:
         def tap(iy, ix, ky, kx):
             return ir.loops([("ic", CI)], lambda ic: [ir.Assign("acc", acc + _x_term(
                 ctx, ir.flat_index([n, iy, ix, g * CI + ic], [N, H, W, C])) * _w_term(
-                w, ir.flat_index([oc, ky, kx, ic], [O, KH, KW, CI])))])
+                w, ir.flat_index([oc, ky, kx, ic], [O, KH, KW, CI]), wb))])
         out = ir.flat_index([n, oy, ox, oc], [N, OH, OW, O])
         return [ir.Decl("acc", acc_dtype, acc0), *win.taps(oy, ox, tap),
                 *requant_and_store(ctx, acc, oc, out, bufs, O)]
@@ -136,13 +150,15 @@ def conv2d(ctx: OpContext) -> ir.Kernel:
 
 @lowers("depthwise_conv2d")
 def depthwise_conv2d(ctx: OpContext) -> ir.Kernel:
+    _need_quant(ctx)
     x, w, bias, y = ctx.input(0), ctx.input(1), ctx.input(2), ctx.output()
     N, H, W, C = x.shape
     _, KH, KW, O = w.shape
     _, OH, OW, _ = y.shape
     M = O // C
     win = Window.of(ctx, (KH, KW))
-    bufs = ctx.io_buffers() + [const("w", w.data, w.dtype, w.name)]
+    wb, wconst = operand(ctx, 1, "w")
+    bufs = ctx.io_buffers() + wconst
 
     def body(n, oy, ox, ic, m):
         oc = ic * M + m
@@ -151,7 +167,7 @@ def depthwise_conv2d(ctx: OpContext) -> ir.Kernel:
 
         def tap(iy, ix, ky, kx):
             return [ir.Assign("acc", acc + _x_term(ctx, ir.flat_index([n, iy, ix, ic], [N, H, W, C]))
-                              * _w_term(w, ir.flat_index([ky, kx, oc], [KH, KW, O])))]
+                              * _w_term(w, ir.flat_index([ky, kx, oc], [KH, KW, O]), wb))]
         out = ir.flat_index([n, oy, ox, oc], [N, OH, OW, O])
         return [ir.Decl("acc", acc_dtype, acc0), *win.taps(oy, ox, tap),
                 *requant_and_store(ctx, acc, oc, out, bufs, O)]
@@ -171,15 +187,17 @@ def _doc(ctx: OpContext, win: Window, macs: int, more: str = "") -> str:
 
 @lowers("fully_connected")
 def fully_connected(ctx: OpContext) -> ir.Kernel:
+    _need_quant(ctx)
     x, w, bias = ctx.input(0), ctx.input(1), ctx.input(2)
     O, I = w.shape
     B = x.size // I
-    bufs = ctx.io_buffers() + [const("w", w.data, w.dtype, w.name)]
+    wb, wconst = operand(ctx, 1, "w")
+    bufs = ctx.io_buffers() + wconst
 
     def body(b, o):
         acc0, acc_dtype = _acc_init(ctx, bias, o, bufs)
         mac = lambda i: [ir.Assign("acc", ir.Var("acc", acc_dtype)
-                                   + _x_term(ctx, b * I + i) * _w_term(w, o * I + i))]
+                                   + _x_term(ctx, b * I + i) * _w_term(w, o * I + i, wb))]
         stmts = [ir.Decl("acc", acc_dtype, acc0)] + list(ir.loops([("i", I)], mac))
         return stmts + requant_and_store(ctx, ir.Var("acc", acc_dtype), o, b * O + o, bufs, O)
 

@@ -60,6 +60,9 @@ def _elementwise(ctx: OpContext, value_fn, extra: str = "") -> ir.Kernel:
 
 
 def _q(t):
+    if t.quant is None:  # an integer operand of quantized arithmetic needs its scale
+        raise NotImplementedError(f"tensor '{t.name}' ({t.dtype}) has no quantization "
+                                  "parameters")
     return float(t.quant.scale[0]), int(t.quant.zero_point[0])
 
 

@@ -7,7 +7,7 @@ import numpy as np
 
 from .. import loop_ir as ir
 from .. import mathmirror  # noqa: F401  (registers the mfm_ mirrors for the evaluator)
-from . import OpContext, const, describe, float_activation, lowers
+from . import OpContext, const, describe, float_activation, lowers, operand
 from .elementwise import broadcast_index, operand_names
 
 
@@ -58,9 +58,11 @@ def conv_transpose2d(ctx: OpContext) -> ir.Kernel:
     _, OH, OW, _ = y.shape
     G, OG = C // CI, O // (C // CI)
     pt, _, pl, _ = ctx.attrs["padding"]
-    bufs = ctx.io_buffers() + [const("w", w.data, "float32", w.name)]
+    wb, wconst = operand(ctx, 1, "w", "float32")
+    bufs = ctx.io_buffers() + wconst
     if bias is not None:
-        bufs.append(const("bias", bias.data, "float32", bias.name))
+        bb, bconst = operand(ctx, 2, "bias", "float32")
+        bufs += bconst
     acc = ir.Var("acc", "float32")
 
     def source(o, k, pad, stride, dil, size):
@@ -77,11 +79,11 @@ def conv_transpose2d(ctx: OpContext) -> ir.Kernel:
         ix, gx = source(ox, ir.Var("kx"), pl, ctx.attrs["stride"][1], ctx.attrs["dilation"][1], W)
         mac = ir.loops([("ic", CI)], lambda ic: [ir.Assign("acc", acc + ir.Load(
             "x", ir.flat_index([n, iy, ix, g * CI + ic], [N, H, W, C]), "float32") * ir.Load(
-            "w", ir.flat_index([oc, ir.Var("ky"), ir.Var("kx"), ic], [O, KH, KW, CI]), "float32"))])
+            wb, ir.flat_index([oc, ir.Var("ky"), ir.Var("kx"), ic], [O, KH, KW, CI]), "float32"))])
         taps = ir.loops([("ky", KH)], lambda _: [ir.If(gy, ir.loops(
             [("kx", KW)], lambda _: [ir.If(gx, mac)]))])
         taps = ir.substitute(taps, {v: ir.Const(0) for v, k in (("ky", KH), ("kx", KW)) if k == 1})
-        init = ir.Load("bias", oc, "float32") if bias is not None else _f(0.0)
+        init = ir.Load(bb, oc, "float32") if bias is not None else _f(0.0)
         act = float_activation(acc, ctx.attrs["activation"])
         return [ir.Decl("acc", "float32", init), *taps,
                 ir.Store("y", ir.flat_index([n, oy, ox, oc], [N, OH, OW, O]), act)]
@@ -101,7 +103,7 @@ def batch_norm(ctx: OpContext) -> ir.Kernel:
     _require_float(ctx)
     x, scale, bias, mean, var = (ctx.input(i) for i in range(5))
     if not all(t.is_const for t in (scale, bias, mean, var)):
-        raise NotImplementedError("batch_norm with non-constant statistics")
+        return _batch_norm_runtime(ctx)
     C = x.shape[-1]
     eps = np.float32(ctx.attrs["epsilon"])
     chan = lambda t: np.broadcast_to(t.data.astype(np.float32).reshape(-1), (C,))
@@ -118,6 +120,36 @@ def batch_norm(ctx: OpContext) -> ir.Kernel:
 
     loop = ir.loops([("r", x.size // C), ("c", C)], body)
     return ir.Kernel(ctx.name, tuple(bufs), loop, describe(ctx, f"epsilon {float(eps):g}"))
+
+
+def _batch_norm_runtime(ctx: OpContext) -> ir.Kernel:
+    """batch_norm whose statistics are computed at run time (read from the arena, or tables
+    for the constant ones): the factor scale / sqrt(var + eps) per element."""
+    x = ctx.input(0)
+    C = x.shape[-1]
+    eps = np.float32(ctx.attrs["epsilon"])
+    tables, bufs = [], ctx.io_buffers()  # (buffer, one value for every channel)
+    for i, nm in ((1, "scale"), (2, "bias"), (3, "mean"), (4, "var")):
+        t = ctx.input(i)
+        if t.is_const:
+            bufs.append(const(nm, np.broadcast_to(t.data.astype(np.float32).reshape(-1), (C,)),
+                              "float32", t.name))
+            tables.append((nm, False))
+        else:
+            tables.append((operand(ctx, i, nm)[0], t.size == 1))
+
+    def load(k, c):
+        return ir.Load(tables[k][0], ir.Const(0) if tables[k][1] else c, "float32")
+
+    def body(r, c):
+        i = r * C + c
+        inv = ir.binop("/", load(0, c), ir.call("mfm_sqrtf", load(3, c) + _f(eps),
+                                                 dtype="float32"))
+        return [ir.Store("y", i, (ir.Load("x", i, "float32") - load(2, c)) * inv + load(1, c))]
+
+    loop = ir.loops([("r", x.size // C), ("c", C)], body)
+    return ir.Kernel(ctx.name, tuple(bufs), loop,
+                     describe(ctx, f"epsilon {float(eps):g}, statistics computed at run time"))
 
 
 def _stats(load, count: int, extents: list, eps) -> list:
