@@ -150,6 +150,7 @@ class _Reader:
         self.shapes = None  # tensor index -> shape, when inputs have dynamic dimensions
         if parent is None and (input_shapes or is_dynamic(self.raw, _vector(
                 self.sg.InputsAsNumpy()))):
+            self._check_operand_indices()  # shape inference indexes tensors by them
             self.shapes = infer_shapes(self.model, self.sg, self.raw, self.names, input_shapes,
                                        self._stored_data)
 
@@ -158,6 +159,18 @@ class _Reader:
         if n * size > len(self.buf):
             raise _Truncated()
         return n
+
+    def _check_operand_indices(self) -> None:
+        """Every operator's and graph input's tensor index is in range (or -1, absent)."""
+        for k, j in enumerate(_vector(self.sg.InputsAsNumpy())):
+            self._name(int(j), where=f"graph input {k}")
+        for i in range(self._count(self.sg.OperatorsLength())):
+            raw = self.sg.Operators(i)
+            for k, j in enumerate(raw.InputsAsNumpy() if self._count(raw.InputsLength()) else []):
+                self._name(int(j), True, f"node {i} input {k}")
+            for k, j in enumerate(raw.OutputsAsNumpy() if self._count(raw.OutputsLength())
+                                  else []):
+                self._name(int(j), False, f"node {i} output {k}")
 
     def _name(self, i, optional=False, where="a tensor reference"):
         if i == -1 and optional:
