@@ -21,6 +21,17 @@
 #define MF_INF (1.0f / 0.0f)
 #define MF_NAN (0.0f / 0.0f)
 
+/* Every kernel stays a function of its own (as tflite-micro's kernels are) instead of being
+ * inlined into the invoke function: with all of a model's kernels inlined into one function,
+ * arm-none-eabi-gcc 12.2 miscompiled vectorized transposes for the Cortex-M55 (MVE) at -O3
+ * and at -O2 -funroll-loops (values read from the stack; the first scheduling pass moved
+ * them, -fno-schedule-insns or -fno-tree-vectorize avoided it, restrict played no part). */
+#if defined(__GNUC__)
+#define MF_KERNEL __attribute__((noinline))
+#else
+#define MF_KERNEL
+#endif
+
 /* ---- plumbing: defined wrap-around and shifts ------------------------------------------ */
 
 /* uint32 -> int32 modulo 2^32 (what a C++ static_cast does on every TFLM target). */

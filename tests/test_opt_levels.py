@@ -25,7 +25,7 @@ import numpy as np
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from conftest import MLPERF_INT8, mlperf_model
+from conftest import MLPERF_INT8, mlperf_model, require_tools
 from mcuforge import conformance, runner, tflm
 from mcuforge.api import load
 from mcuforge.graph import ALIAS_OPS, SUBGRAPH_ATTRS
@@ -239,3 +239,48 @@ def test_uint8_and_float_tensors_share_arena_bytes():
              for t in offsets if t in graph.tensors}
     assert any(d0 != d1 and s0 < e1 and s1 < e0
                for (s0, e0, d0) in spans.values() for (s1, e1, d1) in spans.values())
+
+
+@pytest.mark.parametrize("opt", ("-O2", "-O2 -ffast-math"))
+def test_transpose_contexts_on_cortex_m55(opt, monkeypatch, tmp_path):
+    """arm-none-eabi-gcc 12.2 on the Cortex-M55 (Helium/MVE, which gcc vectorizes for, float
+    too under -ffast-math), under QEMU: the same contexts against onnxruntime."""
+    require_tools("arm-none-eabi-gcc", "qemu-system-arm")
+    from mcuforge.target import run_on_board
+    monkeypatch.setenv("MCUFORGE_OPT", opt)
+    x = np.random.default_rng(8).standard_normal((2, 1, 3, 6, 4)).astype(np.float32)
+    for k, (context, (nodes, inits)) in enumerate(sorted(_contexts().items())):
+        model = _model(nodes, inits)
+        got = run_on_board(model.SerializeToString(), [x], "mps3-an547",
+                           tmp_path / str(k)).outputs[0]
+        ref = _ort(model, x)
+        bad = int((~np.isclose(got, ref, rtol=1e-5, atol=1e-6)).sum())
+        assert bad == 0, f"{context}: {bad} of {ref.size} values differ"
+
+
+@pytest.mark.parametrize("opt", ("-O3", "-O2 -funroll-loops"))
+def test_many_transposes_on_cortex_m55(opt, monkeypatch, tmp_path):
+    """36 Relu -> NCHW-to-NHWC transpose chains ([1, 3, H, W], H and W from 1 to 6) in one
+    model, on the Cortex-M55 under QEMU, against numpy. With every kernel inlined into the
+    invoke function, arm-none-eabi-gcc 12.2 miscompiled it at -O3 and at -O2 -funroll-loops:
+    outputs [1, 3, 3, 5] and [1, 3, 3, 6] held words of the stack paint (0x5AA5F00D) and
+    zeros: 5 (-O3) and 8 (-O2 -funroll-loops) of their 396 values over two inferences.
+    Kernels are not inlined now (MF_KERNEL in runtime_c/mcuforge_rt.h)."""
+    require_tools("arm-none-eabi-gcc", "qemu-system-arm")
+    from mcuforge.target import run_on_board
+    monkeypatch.setenv("MCUFORGE_OPT", opt)
+    shapes = [(3, h, w) for h in range(1, 7) for w in range(1, 7)]
+    nodes, ins, outs, feeds = [], [], [], []
+    rng = np.random.default_rng(72)
+    for k, shape in enumerate(shapes):
+        ins.append(_info(f"x{k}", [1, *shape]))
+        outs.append(_info(f"y{k}"))
+        nodes += [helper.make_node("Relu", [f"x{k}"], [f"a{k}"]),
+                  helper.make_node("Transpose", [f"a{k}"], [f"y{k}"], perm=[0, 2, 3, 1])]
+        feeds.append((rng.standard_normal((2, 1, *shape)) * 50).astype(np.float32))
+    model = helper.make_model(helper.make_graph(nodes, "m", ins, outs),
+                              opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    got = run_on_board(model.SerializeToString(), feeds, "mps3-an547", tmp_path).outputs
+    wrong = {shapes[k]: int((g != np.transpose(np.maximum(f, 0), (0, 1, 3, 4, 2))).sum())
+             for k, (g, f) in enumerate(zip(got, feeds))}
+    assert not any(wrong.values()), {s: n for s, n in wrong.items() if n}
