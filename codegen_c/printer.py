@@ -163,7 +163,7 @@ def kernel_signature(k: ir.Kernel) -> str:
     for b in k.params:
         const = "const " if b.kind == "in" else ""
         params.append(f"{const}{C_TYPES[b.dtype]} *{b.name}")
-    return f"static void {k.name}({', '.join(params) or 'void'})"
+    return f"MF_KERNEL static void {k.name}({', '.join(params) or 'void'})"
 
 
 def print_kernel(k: ir.Kernel, const_names: dict) -> str:

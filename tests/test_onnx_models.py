@@ -103,7 +103,7 @@ def test_sanitized(path):
 def _functions(c_source: str) -> list:
     """(index, op) of every layer function in the generated model source, in order."""
     out = []
-    for m in re.finditer(r"^static void (l\d+)_(\w+)\(", c_source, re.MULTILINE):
+    for m in re.finditer(r"^MF_KERNEL static void (l\d+)_(\w+)\(", c_source, re.MULTILINE):
         name = m.group(2)
         op = next((k for k in sorted(KERNEL_OPS, key=len, reverse=True)
                    if name == k or name.startswith(k + "_")), name)
