@@ -27,8 +27,15 @@
  * gave wrong transposes under QEMU (values from unwritten stack, a 7.4 KB frame of SLP
  * temporaries); -fno-schedule-insns, -fno-tree-slp-vectorize or no MVE float avoided it,
  * dropping restrict or strict aliasing did not. Separate kernels also ran in fewer
- * instructions (MLPerf Tiny int8 on the Cortex-M4: 0.7% to 16% fewer). */
-#if defined(__GNUC__)
+ * instructions (MLPerf Tiny int8 on the Cortex-M4: 0.7% to 16% fewer).
+ * noipa rather than noinline: gcc 12.2 -O2 still clones a noinline kernel for the constant
+ * arena addresses it is called with (ipa-cp), and such clones computed wrong results (Conv ->
+ * ReduceSum: off by 17; a transposed input read by two branches: off by 5.3), right at -O0,
+ * -O1, -O3 and with -fno-ipa-cp (tests/test_onnx_models.py, tests/test_fuzz_graphs.py). A kernel
+ * opaque to interprocedural analysis cannot be specialised on its call sites. */
+#if defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 8
+#define MF_KERNEL __attribute__((noipa))
+#elif defined(__GNUC__)
 #define MF_KERNEL __attribute__((noinline))
 #else
 #define MF_KERNEL
