@@ -65,16 +65,13 @@ INT8_OPS = ("Add", "Mul", "Relu", "Sigmoid", "Tanh", "LeakyRelu", "Relu6", "Soft
 # Generator features that hit a known, unfixed mcuforge bug: feature -> the bug. The suite set
 # excludes them; a sweep keeps them unless told otherwise. Remove an entry once fixed.
 KNOWN: dict = {
-    # Bug: pooling with ceil_mode=1 whose last window would start past the input's end (not
-    # even in the padding): onnxruntime drops that window, mcuforge keeps it, so its output is
-    # one longer on that axis (MaxPool [5,2,10,4] kernel [1,3] strides [2,2]: H 6, ort 5), and
-    # in AveragePool the extra element is 0/0 = NaN. Sweep seeds 1096, 1212 (float).
-    "ceil_mode": "pooling ceil_mode=1: a last window starting past the input is kept",
+    # (empty: pooling with ceil_mode=1 keeping a last window that starts past the input, seeds
+    # 1096 and 1212, is fixed by the frontend's own pool shape rule)
 }
 # Known limits no generator feature isolates:
-# - int8: the TFLite writer has no TRANSPOSE, so --emit-tflite refuses about 40% of the int8
-#   graphs (a layout transpose is left whenever a feature map meets Flatten, Reshape, an
-#   explicit Transpose, ...): a refusal with a clear error, counted as such.
+# - float: onnx's shape inference (which the generator uses to declare intermediate shapes)
+#   keeps the past-the-end window of a ceil_mode pool; mcuforge refuses a declared shape that
+#   its operands contradict, so such a graph is "refused", not compiled.
 
 
 # ---- the generator: onnx.helper + numpy only ------------------------------------------------
