@@ -79,16 +79,22 @@ def MatMulInteger(ctx, a, b, a_zero_point=None, b_zero_point=None):
     if bound >= EXACT:
         raise Unsupported(f"MatMulInteger whose sums may reach {bound}, past float32's exact "
                           "integers (2**24)")
-    af = ctx.tmp(a.shape, "float32", "af")
-    ctx.emit("cast", [a], [af])
-    if a_zero_point is not None:
-        zf = ctx.tmp(a_zero_point.shape, "float32", "azp")
-        ctx.emit("cast", [a_zero_point], [zf])
-        af = _binary(ctx, "sub", af, zf, a.shape, "ac")
+    af = _minus_zero_point(ctx, a, a_zero_point, "a")
     acc = ctx.tmp(out.shape, "float32", "acc")
     weights = ctx.const(np.ascontiguousarray(w.T.astype(np.float32)), hint="w")
     ctx.emit("fully_connected", [af, weights], [acc], activation="none")
     ctx.emit("cast", [acc], [out])
+
+
+def _minus_zero_point(ctx, x, zero_point, hint: str):
+    """x - zero_point in float32: exact, both are 8-bit integers."""
+    xf = ctx.tmp(x.shape, "float32", hint + "f")
+    ctx.emit("cast", [x], [xf])
+    if zero_point is None:
+        return xf
+    zf = ctx.tmp(zero_point.shape, "float32", hint + "zp")
+    ctx.emit("cast", [zero_point], [zf])
+    return _binary(ctx, "sub", xf, zf, x.shape, hint + "c")
 
 
 @onnx_op("ConvInteger", since=10)
@@ -112,12 +118,7 @@ def ConvInteger(ctx, x, w, x_zero_point=None, w_zero_point=None, auto_pad="NOTSE
     if bound >= EXACT:
         raise Unsupported(f"ConvInteger whose sums may reach {bound}, past float32's exact "
                           "integers (2**24)")
-    xf = ctx.tmp(x.shape, "float32", "xf")
-    ctx.emit("cast", [x], [xf])
-    if x_zero_point is not None:
-        zf = ctx.tmp(x_zero_point.shape, "float32", "xzp")
-        ctx.emit("cast", [x_zero_point], [zf])
-        xf = _binary(ctx, "sub", xf, zf, x.shape, "xc")
+    xf = _minus_zero_point(ctx, x, x_zero_point, "x")
     out = ctx.out()
     acc = ctx.tmp(out.shape, "float32", "acc")
     Conv(OnnxContext(ctx.b, ctx.node, [acc]), xf, ctx.const(wi.astype(np.float32), hint="w"),
