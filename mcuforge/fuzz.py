@@ -903,14 +903,17 @@ def sweep(seed: int, count: int, int8: bool = False, jobs: int = 1, save=None,
         stream = map(_check_args, args)
     else:
         stream = pool_map(_check_args, args, jobs, timeout=20 * RUN_TIMEOUT)
+    tty = progress is not None and getattr(progress, "isatty", lambda: False)()
     for o in stream:
         results[o.seed] = o
-        if progress is not None:
-            done = len(results)
+        done = len(results)
+        # redrawn in place on a terminal; in a log, a line per tenth of the sweep
+        if progress is not None and (tty or done == count or done % max(1, count // 10) == 0):
             c = {s: sum(r.status == s for r in results.values()) for s in STATUSES}
-            progress.write(f"\r{done}/{count}  " + "  ".join(f"{k} {v}" for k, v in c.items()))
+            line = f"{done}/{count}  " + "  ".join(f"{k} {v}" for k, v in c.items())
+            progress.write(f"\r{line}" if tty else f"{line}\n")
             progress.flush()
-    if progress is not None:
+    if tty:
         progress.write("\n")
     ordered = [results[s] for s in range(seed, seed + count)]
     if save is not None:
