@@ -68,7 +68,7 @@ def _check_text(model) -> None:
 
 def _check_schemas(model) -> None:
     """Nodes of the standard domain against the spec: input counts, required inputs present,
-    attribute types."""
+    attributes the op defines at the model's opset, their types."""
     import onnx.defs
     opset = max((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")),
                 default=1)
@@ -96,7 +96,11 @@ def _check_schemas(model) -> None:
                 raise ModelError(f"{where}: the required attribute '{name}' is missing")
         for a in n.attribute:
             spec = schema.attributes.get(a.name)
-            if spec is not None and not a.ref_attr_name and a.type != spec.type:
+            if spec is None:  # onnx's checker and onnxruntime refuse it too
+                raise ModelError(f"{where}: {n.op_type} has no attribute '{a.name}' at opset "
+                                 f"{opset} (the model's opset); re-export it with the opset "
+                                 "that defines it")
+            if not a.ref_attr_name and a.type != spec.type:
                 raise ModelError(f"{where}: attribute '{a.name}' has type "
                                  f"{_attr_type(a.type)}; {n.op_type} takes "
                                  f"{_attr_type(spec.type)}")

@@ -141,6 +141,18 @@ def onnx_swapped_ops():
     return m
 
 
+def onnx_attribute_not_in_opset():
+    """DequantizeLinear's axis exists from opset 13: at opset 10 the model is invalid (onnx's
+    checker refuses it), and folding the weight as if per-axis would be a guess."""
+    m = qdq_model()
+    m.opset_import[0].version = 10
+    next(n for n in m.graph.node if n.name == "dq_w").attribute.append(
+        helper.make_attribute("axis", 0))
+    with pytest.raises(onnx.checker.ValidationError, match="axis"):
+        onnx.checker.check_model(m)
+    return m
+
+
 ONNX_CASES = {  # name -> (make model, fragments of the message)
     "scale_zero": (onnx_scale(0.0), ("x_scale", "scale", "0")),
     "scale_inf": (onnx_scale(np.inf), ("x_scale", "scale", "inf")),
@@ -153,6 +165,7 @@ ONNX_CASES = {  # name -> (make model, fragments of the message)
     "bool_into_conv": (onnx_bool_conv, ("conv", "bool")),
     "negative_dims": (onnx_negative_dims, ("fc_b", "-4")),
     "swapped_ops": (onnx_swapped_ops, ("conv",)),
+    "attribute_not_in_opset": (onnx_attribute_not_in_opset, ("dq_w", "axis", "opset 10")),
 }
 
 
