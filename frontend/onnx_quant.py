@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from mcuforge.errors import ModelError
 from mcuforge.graph import Quant, Tensor
 
 from .onnx import Unsupported, from_nhwc, onnx_op, to_nhwc
@@ -150,6 +151,13 @@ def _affine(ctx, x, scale, zp, axis: int, block_size: int, what: str):
     z = np.zeros(s.shape, np.float32) if zp is None else np.asarray(zp.data).astype(np.float32)
     rank = len(x.shape)
     ax = axis % rank if rank else 0
+    what = f"{what} node '{ctx.name}'"
+    if z.size != s.size:  # the spec requires the same shape (found by fuzz-files)
+        raise ModelError(f"{what}: {z.size} zero points for {s.size} scales; they must have "
+                         "the same shape")
+    if not block_size and s.size > 1 and (s.ndim != 1 or not rank or s.size != x.shape[ax]):
+        raise ModelError(f"{what}: {s.size} scales along axis {ax} of a tensor of shape "
+                         f"{list(x.shape)}")
     if block_size:
         if s.ndim != rank:
             raise Unsupported(f"{what}: blocked scales of rank {s.ndim} for rank {rank}")

@@ -131,6 +131,12 @@ def _q_where(ins, attrs, opset):
 
 # ---- layers --------------------------------------------------------------------------------
 
+def _batch_channels_space(x: tuple, what: str) -> None:
+    """x is [N, C, spatial...] with at least one spatial dimension (conv, pool layouts)."""
+    if len(x) < 3:
+        raise ShapeError(f"{what} needs an input [N, C, spatial...], not {list(x)}")
+
+
 def _window_out(x: tuple, kernel, attrs, ceil: bool = False) -> list:
     """Spatial output sizes of a sliding window (conv, pool) over x's dims 2.."""
     n = len(x) - 2
@@ -167,6 +173,7 @@ def _window_out(x: tuple, kernel, attrs, ceil: bool = False) -> list:
 
 
 def _conv(x, w, b, attrs):
+    _batch_channels_space(x, "a convolution")
     if len(w) != len(x):
         raise ShapeError(f"weight {list(w)} and input {list(x)} differ in rank")
     group = int(attrs.get("group", 1))
@@ -195,6 +202,7 @@ def _qconv_shape(ins, attrs, opset):
 @shape_fn("ConvTranspose")
 def _conv_transpose(ins, attrs, opset):
     x, w, b = _shape(ins, 0), _shape(ins, 1), _shape(ins, 2, False)
+    _batch_channels_space(x, "ConvTranspose")
     n = len(x) - 2
     group = int(attrs.get("group", 1))
     if len(w) != len(x) or x[1] != w[0] or n < 1:
@@ -226,6 +234,7 @@ def _pool(ins, attrs, opset):
     x = _shape(ins, 0)
     if attrs.get("channels_last"):
         raise _Unknown
+    _batch_channels_space(x, "a pool")
     if attrs.get("kernel_shape") is None:
         raise ShapeError("kernel_shape is missing")
     y = (x[0], x[1], *_window_out(x, attrs["kernel_shape"], attrs,
@@ -303,6 +312,8 @@ def _channel_params(ins, first: int, what: str):
 @shape_fn("BatchNormalization")
 def _batch_norm(ins, attrs, opset):
     x = _channel_params(ins, 1, "BatchNormalization")
+    if len(x) < 2:
+        raise ShapeError(f"BatchNormalization needs an input [N, C, ...], not {list(x)}")
     return [x, (x[1],), (x[1],), (x[1],), (x[1],)]
 
 

@@ -225,6 +225,9 @@ class _Reader:
                              "(a batch of 1) are supported")
         dtype = _TYPES[kind]
         data = self._data(t, name, shape, dtype)
+        if data is None and 0 in shape:  # converters divide by dims; the IR has no empty tensors
+            raise ModelError(f"{where} has a zero dimension in its shape {list(shape)}; "
+                             "tensors without elements are not supported")
         if t.IsVariable():
             tensor = Tensor(name, shape, dtype, None, _quant(t))
             self.book.variable_tensor(tensor)

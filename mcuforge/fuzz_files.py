@@ -344,6 +344,20 @@ class Report:
         return "\n".join(lines)
 
 
+def make_case(seeds: list, seed: int, k: int) -> tuple:
+    """Case k of a run with `seed` over `seeds` (from seed_models): (case seed, model label,
+    format, mutation, mutated bytes); the same arguments always give the same file."""
+    case_seed = seed * 1_000_003 + k
+    rng = random.Random(case_seed)
+    label, fmt, data = seeds[k % len(seeds)]
+    kind = MUTATIONS[(k // len(seeds)) % len(MUTATIONS)]
+    try:
+        mutated = mutate(data, fmt, kind, rng)
+    except Exception:  # noqa: BLE001 - the base model lacks the field: try a flip
+        kind, mutated = "flip", mutate(data, fmt, "flip", rng)
+    return case_seed, label, fmt, kind, mutated
+
+
 def fuzz(cases: int, seed: int = 0, timeout: float = 20.0, models=(), formats=("tflite", "onnx"),
          progress=None, save_dir=None) -> Report:
     """Run `cases` mutated files (spread over the seed models and mutations)."""
@@ -351,14 +365,7 @@ def fuzz(cases: int, seed: int = 0, timeout: float = 20.0, models=(), formats=("
     _warm_up()
     report, start = Report(), time.monotonic()
     for k in range(cases):
-        case_seed = seed * 1_000_003 + k
-        rng = random.Random(case_seed)
-        label, fmt, data = seeds[k % len(seeds)]
-        kind = MUTATIONS[(k // len(seeds)) % len(MUTATIONS)]
-        try:
-            mutated = mutate(data, fmt, kind, rng)
-        except Exception:  # noqa: BLE001 - the base model lacks the field: try a flip
-            kind, mutated = "flip", mutate(data, fmt, "flip", rng)
+        case_seed, label, fmt, kind, mutated = make_case(seeds, seed, k)
         result = run_case(mutated, timeout)
         report.counts[result["kind"]] += 1
         if result["kind"] in ("generic", "traceback", "crash", "hang"):

@@ -20,6 +20,18 @@ def test_fixed_seed_run_is_clean():
     assert r.counts["error"] > CASES // 4 and r.counts["ok"] > 0, r.text()
 
 
+@pytest.mark.parametrize("seed,k", [(5, 282), (5, 1924), (6, 486), (7, 359)])
+def test_found_cases_are_clean_errors(seed, k):
+    """Files larger sweeps found (`mcuforge fuzz-files --cases 2000 --seed 5|6|7`): a zero-sized
+    channel dimension (0 % 0 in a converter), a pool over a vector (an index past its shape), a
+    conv whose weights lost their quantization, a QuantizeLinear with 1 zero point for 54 scales.
+    Each was a traceback or a catch-all error before."""
+    case_seed, label, fmt, kind, data = fuzz_files.make_case(seed_models(), seed, k)
+    assert case_seed == seed * 1_000_003 + k
+    r = run_case(data, timeout=30)
+    assert r["kind"] in ("error", "ok"), (label, kind, r)
+
+
 def test_mutations_are_reproducible_and_change_the_file():
     import random
     for label, fmt, data in seed_models():

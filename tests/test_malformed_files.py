@@ -141,6 +141,15 @@ def onnx_swapped_ops():
     return m
 
 
+def onnx_pool_of_a_vector():
+    """Found by fuzz-files (a flipped byte): a pool over a rank-1 input indexed past its shape."""
+    g = helper.make_graph([helper.make_node("MaxPool", ["x"], ["y"], name="pool",
+                                            kernel_shape=[2])], "p",
+                          [helper.make_tensor_value_info("x", 1, [8])],
+                          [helper.make_tensor_value_info("y", 1, None)])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+
+
 def onnx_attribute_not_in_opset():
     """DequantizeLinear's axis exists from opset 13: at opset 10 the model is invalid (onnx's
     checker refuses it), and folding the weight as if per-axis would be a guess."""
@@ -166,6 +175,7 @@ ONNX_CASES = {  # name -> (make model, fragments of the message)
     "negative_dims": (onnx_negative_dims, ("fc_b", "-4")),
     "swapped_ops": (onnx_swapped_ops, ("conv",)),
     "attribute_not_in_opset": (onnx_attribute_not_in_opset, ("dq_w", "axis", "opset 10")),
+    "pool_of_a_vector": (onnx_pool_of_a_vector, ("pool",)),
 }
 
 
@@ -277,6 +287,14 @@ def tfl_negative_dim(buf, m, sg):
 
 
 @patched
+def tfl_zero_dim(buf, m, sg):
+    t = sg.Tensors(sg.Inputs(0))
+    struct.pack_into("<i", buf, _vector(t, 4) + 4 * (t.ShapeLength() - 1), 0)
+    if t.ShapeSignatureLength():  # the signature is what shapes are recomputed from
+        struct.pack_into("<i", buf, _vector(t, 18) + 4 * (t.ShapeSignatureLength() - 1), 0)
+
+
+@patched
 def tfl_op_input_index(buf, m, sg):
     struct.pack_into("<i", buf, _vector(sg.Operators(0), 6), 5000)
 
@@ -296,6 +314,7 @@ TFLITE_CASES = {
     "swapped_operator_codes": (tfl_swapped_codes, ("node 0",)),
     "buffer_index_out_of_range": (tfl_buffer_index, ("buffer 99999",)),
     "negative_dims": (tfl_negative_dim, ("-7",)),
+    "zero_dim": (tfl_zero_dim, ("zero dimension",)),  # found by fuzz-files: 0 % 0 in a converter
     "operator_input_index": (tfl_op_input_index, ("node 0", "5000")),
 }
 

@@ -27,6 +27,7 @@ def requant_and_store(ctx: OpContext, acc: ir.Expr, channel: ir.Expr, out_index:
     act = ctx.attrs.get("activation", "none")
     if y.dtype == "float32":
         return [ir.Store("y", out_index, float_activation(acc, act))]
+    _need_quant(ctx)
     w_scales = np.asarray(w.quant.scale, dtype=np.float32)
     if ctx.attrs.get("requant") == "onnxruntime":
         return _requant_ort(ctx, acc, channel, out_index, bufs, n_out, w_scales)
@@ -87,7 +88,7 @@ def _acc_init(ctx: OpContext, bias, channel: ir.Expr, bufs: list):
 def _need_quant(ctx: OpContext) -> None:
     """Integer layers compute with the scales of their input, weights and output."""
     x, w, y = ctx.input(0), ctx.input(1), ctx.output()
-    if x.dtype == "float32":
+    if x.dtype == "float32" and y.dtype == "float32":
         return
     for t in (x, w, y):
         if t.quant is None:
