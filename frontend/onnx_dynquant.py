@@ -75,15 +75,20 @@ def MatMulInteger(ctx, a, b, a_zero_point=None, b_zero_point=None):
     if b_zero_point is not None:
         w = w - np.asarray(b_zero_point.data, np.int64).reshape(-1)[None, :] \
             if np.size(b_zero_point.data) > 1 else w - int(np.asarray(b_zero_point.data).flat[0])
-    bound = 255 * int(np.abs(w).sum(axis=0).max(initial=0))
-    if bound >= EXACT:
-        raise Unsupported(f"MatMulInteger whose sums may reach {bound}, past float32's exact "
-                          "integers (2**24)")
+    _check_exact(w.T, "MatMulInteger")
     af = _minus_zero_point(ctx, a, a_zero_point, "a")
     acc = ctx.tmp(out.shape, "float32", "acc")
     weights = ctx.const(np.ascontiguousarray(w.T.astype(np.float32)), hint="w")
     ctx.emit("fully_connected", [af, weights], [acc], activation="none")
     ctx.emit("cast", [acc], [out])
+
+
+def _check_exact(w: np.ndarray, what: str) -> None:
+    """Sums of |x - x_zp| <= 255 times one output's weights (axis 0) stay exact in float32."""
+    bound = 255 * int(np.abs(w).reshape(w.shape[0], -1).sum(axis=1).max(initial=0))
+    if bound >= EXACT:
+        raise Unsupported(f"{what} whose sums may reach {bound}, past float32's exact "
+                          "integers (2**24)")
 
 
 def _minus_zero_point(ctx, x, zero_point, hint: str):
@@ -114,10 +119,7 @@ def ConvInteger(ctx, x, w, x_zero_point=None, w_zero_point=None, auto_pad="NOTSE
     if w_zero_point is not None:
         zp = np.asarray(w_zero_point.data, np.int64).reshape(-1)
         wi = wi - (zp.reshape(-1, *[1] * (wi.ndim - 1)) if zp.size > 1 else zp[0])
-    bound = 255 * int(np.abs(wi).reshape(wi.shape[0], -1).sum(axis=1).max(initial=0))
-    if bound >= EXACT:
-        raise Unsupported(f"ConvInteger whose sums may reach {bound}, past float32's exact "
-                          "integers (2**24)")
+    _check_exact(wi, "ConvInteger")
     xf = _minus_zero_point(ctx, x, x_zero_point, "x")
     out = ctx.out()
     acc = ctx.tmp(out.shape, "float32", "acc")

@@ -82,20 +82,24 @@ def pad_model(mode: str, pads) -> bytes:
                       [("p", np.array(pads, np.int64))])
 
 
+def _float_file_equals_onnxruntime(m: bytes, shape) -> None:
+    """The float graph as written to .tflite, run by LiteRT, equals onnxruntime on the model."""
+    from ai_edge_litert.interpreter import Interpreter
+    it = Interpreter(model_content=write_tflite(optimize(load(m))))
+    it.allocate_tensors()
+    x = np.random.default_rng(1).normal(size=shape).astype(np.float32)
+    it.set_tensor(it.get_input_details()[0]["index"], x)
+    it.invoke()
+    got = it.get_tensor(it.get_output_details()[0]["index"])
+    np.testing.assert_array_equal(got, ort_run(m, x[None])[0])
+
+
 @pytest.mark.parametrize("pads", [(0, 2, 1, 0, 1, 3), (0, 0, 4, 0, 4, 0)])
 def test_pad_reflect_is_mirror_pad(pads, tmp_path):
     m = pad_model("reflect", pads)
     onnx.checker.check_model(onnx.load_from_string(m))
     check_emitted(m, (1, 5, 6), tmp_path, steps=0.5)
-    # the float file too, against onnxruntime through LiteRT
-    from ai_edge_litert.interpreter import Interpreter
-    it = Interpreter(model_content=write_tflite(optimize(load(m))))
-    it.allocate_tensors()
-    x = np.random.default_rng(1).normal(size=(1, 5, 6)).astype(np.float32)
-    it.set_tensor(it.get_input_details()[0]["index"], x)
-    it.invoke()
-    got = it.get_tensor(it.get_output_details()[0]["index"])
-    np.testing.assert_array_equal(got, ort_run(m, x[None])[0])
+    _float_file_equals_onnxruntime(m, (1, 5, 6))
 
 
 @pytest.mark.parametrize("mode,pads,opset", [("edge", (0, 2, 1, 0, 1, 3), 18),
@@ -108,14 +112,7 @@ def test_pad_edge_and_wrap_are_written_as_slices_and_concat(mode, pads, opset, t
     m.opset_import[0].version = opset
     m = m.SerializeToString()
     check_emitted(m, (1, 5, 6), tmp_path, steps=0.5)
-    from ai_edge_litert.interpreter import Interpreter
-    it = Interpreter(model_content=write_tflite(optimize(load(m))))
-    it.allocate_tensors()
-    x = np.random.default_rng(1).normal(size=(1, 5, 6)).astype(np.float32)
-    it.set_tensor(it.get_input_details()[0]["index"], x)
-    it.invoke()
-    got = it.get_tensor(it.get_output_details()[0]["index"])
-    np.testing.assert_array_equal(got, ort_run(m, x[None])[0])
+    _float_file_equals_onnxruntime(m, (1, 5, 6))
 
 
 def test_unwritable_node_is_refused_by_name_in_the_cli(tmp_path, capsys):
