@@ -197,14 +197,7 @@ class _Plan:
             opts["depth_multiplier"] = a["depth_multiplier"]
             return self._emit("DEPTHWISE_CONV_2D", ins, outs, opts)
         if n.op in ("avg_pool2d", "max_pool2d"):
-            x = g.tensors[n.inputs[0]]
-            what = f"tflite writer: {n.op} '{n.name or n.outputs[0]}'"
-            if tuple(a.get("dilation", (1, 1))) != (1, 1):  # TFLite's pools have none
-                raise ValueError(f"{what} has dilation {tuple(a['dilation'])}: TFLite's pools "
-                                 "have no dilation")
-            if a.get("count_include_pad") and any(a["padding"]):  # TFLite divides by the taps
-                raise ValueError(f"{what} counts its padding in the average (ONNX "  # inside
-                                 "count_include_pad=1): TFLite's AVERAGE_POOL_2D never does")
+            x = g.tensors[n.inputs[0]]  # dilation, counted padding: refused by _refusal
             pad = _padding_mode(a["padding"], x.shape[1:3], a["filter"], a["stride"], (1, 1),
                                 out.shape[1:3], n)
             if pad is None and n.op == "max_pool2d":  # padded taps never win: the lowest value
