@@ -120,7 +120,7 @@ def _np_dtype_name(dt) -> str:
 
 def _fix_dims(model, input_shapes: dict, notes: list):
     """Give every graph input a static shape: --input-shape values, else batch 1."""
-    from . import check_input_shapes
+    from .input_shapes import check_input_shapes
     inits = {i.name: list(i.dims) for i in model.graph.initializer}
     init_names = set(inits)
     # an input with an initializer is that constant: its shape, if given, must be the same

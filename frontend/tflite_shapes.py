@@ -16,6 +16,8 @@ import tflite
 
 from mcuforge.errors import ModelError
 
+from .input_shapes import check_input_shapes
+
 from .tflite_ops import _defaults, resolve_padding
 
 SAME_SHAPE = {
@@ -50,16 +52,11 @@ def input_shape(raw, name, given) -> tuple:
     stored = tuple(int(d) for d in raw.ShapeAsNumpy()) if raw.ShapeLength() else ()
     sig = ([int(d) for d in raw.ShapeSignatureAsNumpy()] if raw.ShapeSignatureLength()
            else list(stored))
-    if given is not None:
+    if given is not None:  # names, ranks and static dims: checked by infer_shapes
         given = tuple(int(d) for d in given)
-        if len(given) != len(sig):
-            raise ModelError(f"--input-shape {name}={','.join(map(str, given))} has rank "
-                             f"{len(given)}; input '{name}' has rank {len(sig)} ({sig})")
-        for k, (g, s) in enumerate(zip(given, sig)):
-            if g < 1 or (s != -1 and g != s):
-                raise ModelError(f"--input-shape {name}={','.join(map(str, given))}: dimension "
-                                 f"{k} is {g}, the model's is {'dynamic' if s == -1 else s} "
-                                 f"(signature {sig})")
+        if min(given, default=1) < 1:
+            raise ModelError(f"--input-shape {name}={','.join(map(str, given))}: every "
+                             "dimension must be at least 1")
         return given
     if any(d == -1 for d in sig[1:]):
         raise ModelError(f"input '{name}' has dynamic shape {sig}; give its shape with "
@@ -102,6 +99,13 @@ def infer_shapes(model, sg, raw_tensors, names, input_shapes, data_of) -> dict:
     """{tensor index: shape} for subgraph `sg` with its inputs' shapes fixed; data_of(i) gives
     tensor i's constant data or None."""
     given = dict(input_shapes or {})
+    declared = {}
+    for i in (int(j) for j in sg.InputsAsNumpy()):
+        t = raw_tensors[i]
+        dims = t.ShapeSignatureAsNumpy() if t.ShapeSignatureLength() else t.ShapeAsNumpy()
+        declared[names[i]] = [None if int(d) < 0 else int(d)
+                              for d in (dims if t.ShapeLength() else [])]
+    check_input_shapes(declared, given)
     shapes, values = {}, {}
     for i, t in enumerate(raw_tensors):
         shapes[i] = tuple(int(d) for d in t.ShapeAsNumpy()) if t.ShapeLength() else ()
@@ -114,10 +118,6 @@ def infer_shapes(model, sg, raw_tensors, names, input_shapes, data_of) -> dict:
         if shape != shapes[i]:
             changed.add(i)
         shapes[i] = shape
-    if given:
-        inputs = [names[int(j)] for j in sg.InputsAsNumpy()]
-        raise ModelError(f"--input-shape names {sorted(given)}, not inputs of the model "
-                         f"(its inputs: {inputs})")
     for n in range(sg.OperatorsLength()):
         op = _Op(model, sg.Operators(n), shapes, values)
         try:
@@ -269,7 +269,7 @@ def _slice_values(op):
         if o.EllipsisMask() or o.NewAxisMask():
             raise _Unknown("STRIDED_SLICE with ellipsis / new axis masks")
         begin, end, strides = (op.value(k).reshape(-1) for k in (1, 2, 3))
-        idx, shrink = [], []
+        idx = []
         for d, (b, e, s, n) in enumerate(zip(begin, end, strides, shape)):
             start = _strided_start(int(b), int(s), n, o.BeginMask() >> d & 1)
             if o.ShrinkAxisMask() >> d & 1:
