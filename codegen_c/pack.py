@@ -1,0 +1,61 @@
+"""Compile-time data of the micro-kernels in runtime_c/mcuforge_nn.h: requantization constants,
+folded biases and the proofs that the fast forms stay exact.
+
+The kernels compute with the input zero point folded into the bias (padding is then filled with
+the zero point instead of being skipped) and with TFLM's MultiplyByQuantizedMultiplier rewritten
+as one rounding high multiply plus one shift (see mcuforge_nn.h). Both are exact only while no
+intermediate overflows int32; `requant_params` and `fold_bias` return None when that cannot be
+proven from the weights, and the layer then keeps its reference lowering.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+INT32_MIN, INT32_MAX = -2**31, 2**31 - 1
+RQ_FIELDS = ("mult", "add", "pre", "post")  # mf_rq, in struct order
+
+
+def fold_bias(bias, w_rows: np.ndarray, x_zp: int):
+    """bias[o] - x_zp * sum_k w[o, k] as int32 (w_rows: [O, K] int weights), or None when a
+    folded bias leaves int32."""
+    w = np.asarray(w_rows, dtype=np.int64).reshape(len(w_rows), -1)
+    b = np.zeros(len(w), np.int64) if bias is None else np.asarray(bias, np.int64).reshape(-1)
+    folded = b - int(x_zp) * w.sum(axis=1)
+    if folded.min(initial=0) < INT32_MIN or folded.max(initial=0) > INT32_MAX:
+        return None
+    return folded.astype(np.int32)
+
+
+def acc_bounds(bias, w_rows: np.ndarray, x_lo: int = -128, x_hi: int = 127) -> np.ndarray:
+    """Per output channel the largest |bias + sum_k x_k * w[o, k]| over inputs x_k in
+    [x_lo, x_hi] (raw stored values, zero point not subtracted): [O] int64."""
+    w = np.asarray(w_rows, dtype=np.int64).reshape(len(w_rows), -1)
+    b = np.zeros(len(w), np.int64) if bias is None else np.asarray(bias, np.int64).reshape(-1)
+    hi = b + np.where(w > 0, w * x_hi, w * x_lo).sum(axis=1)
+    lo = b + np.where(w > 0, w * x_lo, w * x_hi).sum(axis=1)
+    return np.maximum(np.abs(hi), np.abs(lo))
+
+
+def requant_params(mults, shifts, zp: int, acc_bound) -> np.ndarray | None:
+    """[O, 4] int32 rows of mf_rq (mult, add, pre, post) for TFLM's per-channel (mult, shift),
+    or None when some channel is outside the fast form's exact range: a negative multiplier, an
+    accumulator (|acc| <= acc_bound[o]) whose `acc << pre` or `h + add` leaves int32."""
+    mults = np.asarray(mults, np.int64).reshape(-1)
+    shifts = np.broadcast_to(np.asarray(shifts, np.int64).reshape(-1), mults.shape)
+    bound = np.broadcast_to(np.asarray(acc_bound, np.int64).reshape(-1), mults.shape)
+    rows = []
+    for m, s, a in zip(mults.tolist(), shifts.tolist(), bound.tolist()):
+        if m < 0 or s > 30 or s < -31:
+            return None
+        pre, post = max(s, 0) + 1, max(-s, 0)
+        add = ((1 << (post - 1)) + (zp << post)) if post else zp
+        h = (a << pre) * m // 2**32 + 1  # |SMMLAR(acc << pre, m)| <= h
+        if (a << pre) > INT32_MAX or not INT32_MIN <= add - h - 1 <= add + h <= INT32_MAX:
+            return None
+        rows.append((m, add, pre, post))
+    return np.array(rows, dtype=np.int32).reshape(-1, 4)
+
+
+def needs_signfix(zp: int, lo: int) -> int:
+    """1 unless the lower clamp already hides the rounding of negative values (lo >= zp)."""
+    return 0 if lo >= zp else 1
