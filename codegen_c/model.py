@@ -10,9 +10,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from mcuforge.errors import UnsupportedOpError
-from mcuforge.graph import SUBGRAPH_ATTRS, Graph, Tensor, subgraphs
-from mcuforge.resources import render
+from ir.errors import UnsupportedOpError
+from ir.graph import SUBGRAPH_ATTRS, Graph, Tensor, subgraphs
+from codegen_c.resources import render
 from optimizer.memory_plan import MemoryPlan
 
 from . import printer

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import numpy as np
 
-from mcuforge.errors import ModelError, ModelNote, UnsupportedOpError
-from mcuforge.graph import Graph, GraphError, Node, Tensor, verify
+from ir.errors import ModelError, ModelNote, UnsupportedOpError
+from ir.graph import Graph, GraphError, Node, Tensor, verify
 
 from .onnx_shapes import In, ShapeError, output_elem, output_shapes
 

@@ -5,7 +5,7 @@ helpers (quantization operands, int8 twins of uint8 tensors) the other quantized
 
 QOperator format: QuantizeLinear, DequantizeLinear, QLinearConv, QLinearMatMul become the
 graph IR's int8 conv2d / depthwise_conv2d / fully_connected with the tensors' quantization
-(mcuforge.graph.Quant) read from the scale and zero-point operands.
+(ir.graph.Quant) read from the scale and zero-point operands.
 QDQ format: `fuse_qdq(model)` (frontend/onnx_qdq.py, re-exported here) rewrites
 DequantizeLinear -> Conv/Gemm/MatMul -> QuantizeLinear (and quantization-preserving ops between
 DQ and Q) into QLinearConv / QLinearMatMul before import, so the same converters run.
@@ -41,8 +41,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from mcuforge.errors import ModelError
-from mcuforge.graph import Quant, Tensor
+from ir.errors import ModelError
+from ir.graph import Quant, Tensor
 
 from .onnx import Unsupported, from_nhwc, onnx_op, to_nhwc
 from .onnx_layers import _window

@@ -31,7 +31,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from mcuforge.graph import Graph, Tensor, verify
+from ir.graph import Graph, Tensor, verify
 
 OPSET = 13
 IR_VERSION = 7  # the IR version that came with opset 13
@@ -63,7 +63,7 @@ def write_onnx(graph: Graph) -> bytes:
 
 
 def _where(n) -> str:
-    """How error messages name a node, as mcuforge.graph.verify does."""
+    """How error messages name a node, as ir.graph.verify does."""
     return f"{n.op} '{n.name or n.outputs[0]}'"
 
 

@@ -2,7 +2,7 @@
 
 Each branch, condition and body subgraph is converted into a Graph of its own by the same
 reader (`ctx.subgraph_graph`) and held in the node's attributes (graph IR ops "if" and
-"while", mcuforge/graph.py). The checks are those of tflite-micro's Prepare and of the copies
+"while", ir/graph.py). The checks are those of tflite-micro's Prepare and of the copies
 its Eval makes (kernels/if.cc, while.cc, kernel_util.cc): values move between the node and a
 subgraph by memcpy, so counts must agree and each pair must have the same type and byte size;
 shapes and quantization may differ (the bytes are not requantized).

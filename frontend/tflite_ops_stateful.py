@@ -4,7 +4,7 @@ Both keep state in variable tensors (is_variable) that TFLM updates in place at 
 The graph IR is functional: the node reads the state's current value and produces its next
 value as an extra output, declared with `ctx.book.update` (see tflite_ops_state.py); the
 generated code copies it back at the end of the invocation. The IR ops "svdf" and
-"lstm_tflite" (mcuforge/graph.py) compute exactly what TFLM's kernels compute; the checks
+"lstm_tflite" (ir/graph.py) compute exactly what TFLM's kernels compute; the checks
 here are those of TFLM's Prepare, so a model TFLM rejects (or would read as garbage) is
 reported as unsupported rather than compiled to something else.
 """
@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 import tflite
 
-from mcuforge.graph import Node
+from ir.graph import Node
 
 from .tflite_ops import Unsupported, activation, op
 

@@ -13,9 +13,9 @@ from pathlib import Path
 import numpy as np
 
 from .boards import board_dir, load_board
-from .errors import McuforgeError
-from .graph import Graph
-from .resources import data_dir, render
+from ir.errors import McuforgeError
+from ir.graph import Graph
+from codegen_c.resources import data_dir, render
 
 RUNTIME_FILES = ("mcuforge_rt.h", "mcuforge_math.h")
 
@@ -131,10 +131,13 @@ def compile(model, out_dir, board: str = "host", name: str | None = None,
     any other file (the user's own main.c, or a generated file the user changed) unless
     `force`."""
     from optimizer.quantize import quantize_for_compile
+
+    from .runner import GraphRunner
     graph = load(model, input_shapes)
-    graph = quantize_for_compile(graph, quantize, calibration, calibration_method, quantize_io,
-                                 emit_tflite, progress=sys.stderr,
-                                 int16_budget_bytes=int16_budget)
+    with GraphRunner() as run:
+        graph = quantize_for_compile(graph, quantize, calibration, calibration_method,
+                                     quantize_io, emit_tflite, progress=sys.stderr,
+                                     int16_budget_bytes=int16_budget, run=run)
     name = default_name(model) if name is None else name
     files, plan, gen, graph = generate_project(graph, name, board, vectors)
     out_dir = Path(out_dir)

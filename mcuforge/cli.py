@@ -13,7 +13,7 @@ import numpy as np
 
 from codegen_c.names import printable
 
-from .errors import McuforgeError, ModelNote
+from ir.errors import McuforgeError, ModelNote
 
 DESCRIPTION = """\
 Compile a neural network (int8 TFLite today) into a standalone C project: no interpreter,
@@ -106,7 +106,7 @@ def _cmd_run(a) -> int:
 
 
 def _cmd_info(a) -> int:
-    from .info import model_info
+    from .tools.info import model_info
     info = model_info(a.model, input_shapes=a.input_shapes) if a.input_shapes else \
         model_info(a.model)
     if a.json:
@@ -129,7 +129,7 @@ def _cmd_info(a) -> int:
 
 
 def _cmd_bench(a) -> int:
-    from .bench import bench, format_table
+    from .tools.bench import bench, format_table
     rows = bench(a.models, board=a.board, iterations=a.iterations, with_tflm=not a.no_tflm,
                  progress=None if a.json else sys.stderr)
     print(json.dumps(rows, indent=2) if a.json else format_table(rows))
@@ -137,7 +137,7 @@ def _cmd_bench(a) -> int:
 
 
 def _cmd_bench_quant(a) -> int:
-    from .bench_quant import bench_quant, format_table
+    from .tools.bench_quant import bench_quant, format_table
     if isinstance(a.calibration, int) != isinstance(a.eval, int):  # one error, not one a model
         raise McuforgeError("bench-quant: give both --calibration DATA and --eval DATA, or "
                             "neither")
@@ -149,11 +149,11 @@ def _cmd_bench_quant(a) -> int:
 
 
 def _cmd_conformance(a) -> int:
-    from .conformance import report, run_onnx, summary, write_json
+    from .tools.conformance import report, run_onnx, summary, write_json
     if a.json and not Path(a.json).parent.is_dir():  # fail before the run, not after it
         raise McuforgeError(f"cannot write {a.json}: {Path(a.json).parent} is not a directory")
     if a.suite == "tflite":
-        from .conformance_tflite import run_tflite
+        from .tools.conformance_tflite import run_tflite
         results = run_tflite(a.jobs, a.filter, progress=sys.stderr)
     else:
         results = run_onnx(a.kind, a.jobs, a.filter, progress=sys.stderr)
@@ -167,7 +167,7 @@ def _cmd_conformance(a) -> int:
 
 
 def _cmd_fuzz(a) -> int:
-    from .fuzz import KNOWN, default_jobs, summary, sweep
+    from .tools.fuzz import KNOWN, default_jobs, summary, sweep
     outcomes = sweep(a.seed, a.count, int8=a.int8, jobs=a.jobs or default_jobs(), save=a.save,
                      exclude=KNOWN if a.exclude_known else (), minimise_failures=a.minimise,
                      progress=sys.stderr)
@@ -178,7 +178,7 @@ def _cmd_fuzz(a) -> int:
 
 
 def _cmd_fuzz_files(a) -> int:
-    from .fuzz_files import fuzz
+    from .tools.fuzz_files import fuzz
     formats = ("tflite", "onnx") if a.format == "both" else (a.format,)
     r = fuzz(a.cases, seed=a.seed, timeout=a.timeout, models=a.models, formats=formats,
              progress=None if a.json else sys.stderr, save_dir=a.save)
@@ -240,9 +240,9 @@ def _add_input_shape(p) -> None:
 
 def _cmd_demo(a) -> int:
     if a.synthetic:
-        from .demo import run_demo
+        from .tools.demo import run_demo
         return run_demo(a.output)
-    from .digits_demo import run_digits_demo
+    from .tools.digits_demo import run_digits_demo
     return run_digits_demo(a.output)
 
 
@@ -353,7 +353,7 @@ def parser() -> argparse.ArgumentParser:
     f.add_argument("--minimise", action="store_true",
                    help="with --save: also save the smallest sub-graph still failing")
     f.add_argument("--exclude-known", action="store_true",
-                   help="leave out the graph features of known bugs (mcuforge.fuzz.KNOWN)")
+                   help="leave out the graph features of known bugs (mcuforge.tools.fuzz.KNOWN)")
     f.set_defaults(fn=_cmd_fuzz)
 
     f = command("fuzz-files", "compile mutated model files (truncated, flipped bytes, bad "

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import numpy as np
 
-from .errors import BuildError, McuforgeError
+from ir.errors import BuildError, McuforgeError
 
-_PACKAGES = ("mcuforge", "frontend", "optimizer", "codegen_c", "templates", "runtime_c", "boards")
+_PACKAGES = ("ir", "mcuforge", "frontend", "optimizer", "codegen_c", "templates", "runtime_c", "boards")
 
 
 def cache_root() -> Path:
@@ -23,7 +23,7 @@ def cache_root() -> Path:
 
 def _code_hash() -> str:
     """Hash of mcuforge's own sources, so a changed compiler never reuses a stale build."""
-    from .resources import data_dir
+    from codegen_c.resources import data_dir
     h = hashlib.sha256()
     for pkg in _PACKAGES:
         root = data_dir(pkg)
@@ -245,3 +245,52 @@ def run(model, inputs, board: str = "host", sanitize: bool = False,
     if len(outs) == 1:
         return outs[0]
     return {name: o for name, o in zip(graph.outputs, outs)}
+
+
+class GraphRunner:
+    """Runs graphs as mcuforge's generated C on the host: the `run` the optimizer's
+    calibration and searches take (optimizer/calibrate.py). Each graph object is compiled once,
+    in a temporary directory that close() (or leaving a `with` block) removes."""
+
+    def __init__(self):
+        self._dir = None
+        self._built = {}  # id(graph) -> (graph, executable, graph as compiled)
+
+    def __call__(self, g, arrays: list) -> dict:
+        import tempfile
+        arrays = [np.ascontiguousarray(a) for a in arrays]
+        if id(g) not in self._built:
+            if self._dir is None:
+                self._dir = tempfile.TemporaryDirectory(prefix="mcuforge-run-")
+            work = Path(self._dir.name) / str(len(self._built))
+            exe, compiled = build_graph(g, work)
+            self._built[id(g)] = (g, exe, compiled)  # g kept alive: its id stays its own
+        _, exe, compiled = self._built[id(g)]
+        return dict(zip(compiled.outputs, run_executable(exe, compiled, arrays)))
+
+    def close(self) -> None:
+        if self._dir is not None:
+            self._dir.cleanup()
+        self._dir, self._built = None, {}
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+def build_graph(g, workdir) -> tuple:
+    """Compile graph `g` into a host C project in `workdir` and build it; returns (executable,
+    the graph as compiled)."""
+    from .api import generate_project, write_files
+    files, _, _, compiled = generate_project(g, "model")
+    write_files(Path(workdir), files)
+    return build(Path(workdir), "model"), compiled
+
+
+def run_graph(g, arrays: list) -> list:
+    """Run graph `g` once on [N, ...] arrays (one per input) as generated C; one [N, ...] array
+    per output, in the order compiled."""
+    with GraphRunner() as run:
+        return list(run(g, arrays).values())

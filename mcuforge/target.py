@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 
 from .boards import Board, load_board
-from .errors import BuildError, McuforgeError
+from ir.errors import BuildError, McuforgeError
 
 APT_HINT = {"arm-none-eabi-": "gcc-arm-none-eabi libnewlib-arm-none-eabi",
             "riscv64-unknown-elf-": "gcc-riscv64-unknown-elf",

@@ -9,13 +9,12 @@ exactly what the float C code computes. Ranges always include 0 (TFLite's conven
 from __future__ import annotations
 
 import os
-import tempfile
 from pathlib import Path
 
 import numpy as np
 
-from mcuforge.errors import McuforgeError
-from mcuforge.graph import Graph
+from ir.errors import McuforgeError
+from ir.graph import Graph
 
 METHODS = ("minmax", "percentile", "mse")
 PERCENTILE = 99.99
@@ -24,29 +23,19 @@ CHUNK = 16  # samples per run of the executable (one progress bar step)
 
 
 # ---------------------------------------------------------------------------------------------
-# Running a graph (float or int8) as mcuforge's generated C on the host
+# Running a graph: the caller's `run`
+#
+# Calibration and the searches after it execute graphs. The optimizer cannot compile C (that is
+# the layers above it), so every function here that executes a graph takes `run`: a callable
+# run(graph, [N, ...] arrays, one per graph input) -> {output tensor name: [N, ...] array}, in
+# the order of the outputs as compiled. `record` calls it many times with one graph object, so
+# a runner should build each graph once (mcuforge.runner.GraphRunner does).
 
 
-def build_graph(g: Graph, workdir) -> tuple:
-    """Compile `g` into a host C project in `workdir` and build it; returns (executable, the
-    graph as compiled)."""
-    from mcuforge.api import generate_project, write_files
-    from mcuforge.runner import build
-    files, _, _, compiled = generate_project(g, "model")
-    write_files(Path(workdir), files)
-    return build(Path(workdir), "model"), compiled
-
-
-def run_graph(g: Graph, arrays: list, exe=None) -> list:
-    """Run `g` on [N, ...] arrays (one per graph input) in generated C; one [N, ...] array per
-    graph output. Without `exe` (from build_graph), builds in a temporary directory."""
-    from mcuforge.runner import run_executable
-    arrays = [np.ascontiguousarray(a) for a in arrays]
-    if exe is not None:
-        return run_executable(exe, g, arrays)
-    with tempfile.TemporaryDirectory(prefix="mcuforge-run-") as d:
-        exe, g = build_graph(g, d)
-        return run_executable(exe, g, arrays)
+def need_runner(run) -> None:
+    if run is None:
+        raise McuforgeError("quantization runs the float graph on the calibration data: pass "
+                            "run= (mcuforge.runner.GraphRunner, as mcuforge.api.compile does)")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -172,13 +161,14 @@ def _load(path: Path):
 # Recording activations
 
 
-def record(g: Graph, samples: list, progress=None, seed: int = 0, moments: bool = False,
+def record(g: Graph, samples: list, run, progress=None, seed: int = 0, moments: bool = False,
            keep: dict | None = None, keep_samples: int | None = None):
     """{tensor name: Stats} for every node output of the float graph `g` over all samples.
     A tensor that only softmax reads keeps its whole rows too (Stats.rows). With `moments`,
     returns (stats, {weighted node's output: InputMoments of its input patches}). `keep`, a
     dict keyed by tensor names, gets each of those tensors' values on all samples ([N, ...]),
-    or on the first `keep_samples`."""
+    or on the first `keep_samples`. `run`: executes graphs (see above)."""
+    need_runner(run)
     arrays = stack_samples(g, samples)
     names = list(dict.fromkeys(t for n in g.nodes for t in n.outputs
                                if g.tensors[t].dtype == "float32"))
@@ -194,21 +184,18 @@ def record(g: Graph, samples: list, progress=None, seed: int = 0, moments: bool 
             if m is not None:
                 layers[n.outputs[0]] = (n.inputs[0], m)
     total, parts = len(arrays[0]), {}
-    with tempfile.TemporaryDirectory(prefix="mcuforge-calib-") as d:
-        exe, compiled = build_graph(probe, d)
-        for start in range(0, total, CHUNK):
-            part = [a[start:start + CHUNK] for a in arrays]
-            outs = run_graph(compiled, part, exe)
-            values = dict(zip(compiled.outputs, outs))
-            values.update(zip(g.inputs, part))
-            for t, v in values.items():
-                stats[t].add(v, total)
-            for x, m in layers.values():
-                m.add(values[x])
-            room = total if keep_samples is None else max(0, keep_samples - start)
-            for t in keep or ():
-                parts.setdefault(t, []).append(np.asarray(values[t])[:room])
-            bar.step(len(part[0]))
+    for start in range(0, total, CHUNK):
+        part = [a[start:start + CHUNK] for a in arrays]
+        values = dict(run(probe, part))
+        values.update(zip(g.inputs, part))
+        for t, v in values.items():
+            stats[t].add(v, total)
+        for x, m in layers.values():
+            m.add(values[x])
+        room = total if keep_samples is None else max(0, keep_samples - start)
+        for t in keep or ():
+            parts.setdefault(t, []).append(np.asarray(values[t])[:room])
+        bar.step(len(part[0]))
     bar.done()
     if keep is not None:
         keep.update({t: np.concatenate(v) for t, v in parts.items()})

@@ -8,7 +8,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from mcuforge.graph import Graph, Node, subgraphs
+from ir.graph import Graph, Node, subgraphs
 
 from .passes import constant
 

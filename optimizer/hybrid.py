@@ -6,7 +6,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from mcuforge.graph import Graph
+from ir.graph import Graph
 
 WEIGHTED_OPS = ("conv2d", "depthwise_conv2d", "fully_connected")
 

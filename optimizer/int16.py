@@ -37,8 +37,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from mcuforge.errors import McuforgeError
-from mcuforge.graph import Graph, Node, Tensor
+from ir.errors import McuforgeError
+from ir.graph import Graph, Node, Tensor
 
 from . import calibrate
 
@@ -54,8 +54,17 @@ EVAL_SAMPLES = 128  # calibration samples the candidates are compared on (the fi
 BATCH = 8  # candidate graphs built and run together as one program
 
 
+def is_global_pool(g: Graph, n: Node) -> bool:
+    """An average pool over the whole image without padding or activation (quantized as a
+    mean op, with its own output range)."""
+    x, y = g.tensors[n.inputs[0]], g.tensors[n.outputs[0]]
+    return (n.op == "avg_pool2d" and tuple(n.attrs["filter"]) == tuple(x.shape[1:3])
+            and tuple(y.shape[1:3]) == (1, 1) and not any(n.attrs["padding"])
+            and n.attrs.get("activation", "none") == "none"
+            and not n.attrs.get("count_include_pad", False))
+
+
 def passes_through(g: Graph, n: Node) -> bool:
-    from .quantize import is_global_pool
     return n.op in PASSING and not (n.op == "avg_pool2d" and is_global_pool(g, n))
 
 
@@ -379,15 +388,15 @@ def summary(choice: Choice, where: str) -> str:
 
 def with_int16(g: Graph, samples: list, moments: dict, bias_correction: bool, ref: dict,
                build, budget: int, progress, final_weighted, float_edges,
-               correct_final_biases) -> Graph:
+               correct_final_biases, run) -> Graph:
     """The quantized graph (final biases corrected with `bias_correction`) with the activations
     choose picks kept in int16. Candidates are compared on the first calibration samples
     by the error of the last weighted layers' outputs (layer_error; float inputs in
     `ref`), or without such layers by the graph outputs' error (float outputs in `ref`).
     quantize.py's helpers come as arguments (this module does not import it):
-    `final_weighted(g)`, `float_edges(q)` and `correct_final_biases(g, q, samples, moments,
-    values)`."""
-    from mcuforge.errors import BuildError
+    `final_weighted(g)`, `float_edges(q)` and `correct_final_biases(g, q, samples, moments, run,
+    values)`; `run` executes graphs (see calibrate.py)."""
+    from ir.errors import BuildError
 
     from .memory_plan import plan_graph
     from .pipeline import optimize
@@ -435,7 +444,7 @@ def with_int16(g: Graph, samples: list, moments: dict, bias_correction: bool, re
         todo = [q for q in qs if id(q) not in errors]
         probes = [probe(q) for q in todo]
         try:
-            outs = calibrate.run_graph(merge(probes), arrays) if todo else []
+            outs = list(run(merge(probes), arrays).values()) if todo else []
         except failures:  # an int16 kernel refusing some graph's parameters: each alone
             for q in todo:
                 errors[id(q)] = None if len(todo) == 1 else evaluate([q])[0]
@@ -466,7 +475,7 @@ def with_int16(g: Graph, samples: list, moments: dict, bias_correction: bool, re
                     totals.get(id(graphs[frozenset()])))
     q = graphs[choice.wide]
     if bias_correction:
-        q = correct_final_biases(g, q, samples, moments, seen.get(id(q)))
+        q = correct_final_biases(g, q, samples, moments, run, seen.get(id(q)))
     if progress is not None:
         progress.write(summary(choice, "the last layers' outputs" if finals else
                                "the outputs"))

@@ -9,7 +9,7 @@ from itertools import count
 
 import numpy as np
 
-from mcuforge.graph import Graph, Node, Tensor
+from ir.graph import Graph, Node, Tensor
 
 
 def remove_dead_nodes(g: Graph) -> Graph:

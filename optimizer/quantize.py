@@ -42,10 +42,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from mcuforge.errors import McuforgeError
-from mcuforge.graph import Graph, Node, Quant, Tensor, verify
+from ir.errors import McuforgeError
+from ir.graph import Graph, Node, Quant, Tensor, verify
 
 from . import calibrate, int16, int8_forms
+from .int16 import is_global_pool
 from .calibrate import METHODS, asymmetric_params
 from .rounding import gptq_round, output_error
 
@@ -68,7 +69,7 @@ BIAS_MAX = {"int32": INT32_MAX, "int64": 2**63 - 1024}  # (float64 can hold 2^63
 def quantize_graph(g: Graph, samples: list, method: str = DEFAULT_METHOD, io: str = "int8",
                    progress=None, rounding: str = DEFAULT_ROUNDING,
                    bias_correction: bool = True, int16_budget_bytes: int | None = 0,
-                   int16_tensors=None) -> Graph:
+                   int16_tensors=None, run=None) -> Graph:
     """Quantize the optimized float graph `g` to int8, calibrated on `samples` (a list of
     {input name: array}). `progress`: a text stream for the calibration progress bar (and a
     line on the activations kept in int16).
@@ -79,7 +80,9 @@ def quantize_graph(g: Graph, samples: list, method: str = DEFAULT_METHOD, io: st
     effect, see int16.py); 0, the default: every activation int8, as TFLite's int8 scheme;
     None: int16.DEFAULT_BUDGET of the all-int8 graph's arena. `int16_tensors`: instead of that search, the activations
     to keep in int16 (names of the float graph's tensors; int16.moves lists the candidates;
-    the layers reading them go to int16 too)."""
+    the layers reading them go to int16 too). `run`: executes graphs on the calibration data
+    (see calibrate.py; mcuforge.runner.GraphRunner)."""
+    calibrate.need_runner(run)
     if method not in METHODS:
         raise McuforgeError(f"unknown calibration method '{method}': use one of "
                             f"{', '.join(METHODS)}")
@@ -102,10 +105,10 @@ def quantize_graph(g: Graph, samples: list, method: str = DEFAULT_METHOD, io: st
         if budget != 0:
             keep = dict.fromkeys(list(g.outputs) + [n.inputs[0] for n in _final_weighted(g)])
         if rounding == "gptq" or bias_correction:
-            stats, moments = calibrate.record(g, samples, progress, moments=True, keep=keep,
+            stats, moments = calibrate.record(g, samples, run, progress, moments=True, keep=keep,
                                               keep_samples=int16.EVAL_SAMPLES)
         else:
-            stats = calibrate.record(g, samples, progress, keep=keep,
+            stats = calibrate.record(g, samples, run, progress, keep=keep,
                                      keep_samples=int16.EVAL_SAMPLES)
         ranges = {t: calibrate.choose_range(s, method) for t, s in stats.items()}
         if method == "mse":
@@ -121,11 +124,11 @@ def quantize_graph(g: Graph, samples: list, method: str = DEFAULT_METHOD, io: st
         if budget != 0:
             q = int16.with_int16(g, samples, moments, bias_correction, keep, build, budget,
                                  progress, _final_weighted, _float_edges,
-                                 _correct_final_biases)
+                                 _correct_final_biases, run)
         else:
             q = build(wide or frozenset())
             if bias_correction:
-                q = _correct_final_biases(g, q, samples, moments)
+                q = _correct_final_biases(g, q, samples, moments, run)
     if io == "float":
         q = _float_edges(q)
     return verify(q)
@@ -236,16 +239,6 @@ def _int16_quant(lo: float, hi: float) -> Quant:
     """int16 as the 16x8 scheme has it: symmetric, zero point 0, max(|lo|, |hi|) at 32767."""
     amax = max(abs(float(lo)), abs(float(hi)))
     return Quant((float(np.float32(amax if amax > 0 else 1e-3) / np.float32(32767)),), (0,))
-
-
-def is_global_pool(g: Graph, n: Node) -> bool:
-    """An average pool over the whole image without padding or activation (quantized as a
-    mean op, with its own output range)."""
-    x, y = g.tensors[n.inputs[0]], g.tensors[n.outputs[0]]
-    return (n.op == "avg_pool2d" and tuple(n.attrs["filter"]) == tuple(x.shape[1:3])
-            and tuple(y.shape[1:3]) == (1, 1) and not any(n.attrs["padding"])
-            and n.attrs.get("activation", "none") == "none"
-            and not n.attrs.get("count_include_pad", False))
 
 
 class _Quantizer:
@@ -504,7 +497,7 @@ def _final_targets(g: Graph, q: Graph, moments: dict) -> list:
     return todo
 
 
-def _correct_final_biases(g: Graph, q: Graph, samples: list, moments: dict,
+def _correct_final_biases(g: Graph, q: Graph, samples: list, moments: dict, run,
                           values: dict | None = None) -> Graph:
     """Empirical bias correction of the last weighted layers: run the int8 graph on the
     calibration samples, take the mean patch mu_q of what such a layer really reads, and give
@@ -520,7 +513,7 @@ def _correct_final_biases(g: Graph, q: Graph, samples: list, moments: dict,
         probe = _float_edges(q).replace(
             outputs=list(dict.fromkeys(qn.inputs[0] for _, qn, _ in todo)))
         arrays = calibrate.stack_samples(g, samples)
-        values = dict(zip(probe.outputs, calibrate.run_graph(probe, arrays)))
+        values = dict(zip(probe.outputs, run(probe, arrays).values()))
     tensors = dict(q.tensors)
     for n, qn, m in todo:
         xq = q.tensors[qn.inputs[0]].quant
@@ -601,11 +594,11 @@ def _float_edges(g: Graph) -> Graph:
 def quantize_for_compile(g: Graph, scheme, calibration, method=None, io: str = "int8",
                          emit_tflite=None, progress=None, rounding: str = DEFAULT_ROUNDING,
                          bias_correction: bool = True,
-                         int16_budget_bytes: int | None = 0) -> Graph:
+                         int16_budget_bytes: int | None = 0, run=None) -> Graph:
     """What `mcuforge compile --quantize int8 --calibration DATA ...` does to the loaded graph:
     optimize, calibrate and quantize (`int16_budget_bytes`: see quantize_graph); with
     `emit_tflite` also write the int8 graph as a .tflite (the graph mcuforge compiles, so TFLM
-    runs the same arithmetic)."""
+    runs the same arithmetic). `run`: executes graphs (see calibrate.py)."""
     from .pipeline import optimize
     if scheme is None:
         if calibration is not None or emit_tflite is not None or method is not None:
@@ -620,7 +613,7 @@ def quantize_for_compile(g: Graph, scheme, calibration, method=None, io: str = "
     g = optimize(g)
     samples = calibrate.load_samples(calibration, g)
     q = quantize_graph(g, samples, method or DEFAULT_METHOD, io, progress, rounding,
-                       bias_correction, int16_budget_bytes)
+                       bias_correction, int16_budget_bytes, run=run)
     if emit_tflite is not None:
         from frontend.tflite_writer import write_tflite
         try:

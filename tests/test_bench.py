@@ -5,8 +5,8 @@ import subprocess
 import sys
 
 from conftest import mlperf_model
-from mcuforge.demo import demo_tflite_bytes
-from mcuforge.tflm import arena_bytes
+from mcuforge.tools.demo import demo_tflite_bytes
+from mcuforge.tools.tflm import arena_bytes
 
 KEYS = {"model", "board", "macs", "arena_bytes", "ram_bytes", "weight_bytes", "latency_us",
         "tflm_arena_bytes", "tflm_latency_us"}

@@ -11,7 +11,7 @@ import pytest
 
 # mcuforge first (it imports its `optimizer` package before onnxruntime.quantization can hide it)
 from conftest import in_ci, mlperf_model, require  # noqa: E402
-from mcuforge.bench_quant import (bench_model, format_table, sqnr_db,  # noqa: E402
+from mcuforge.tools.bench_quant import (bench_model, format_table, sqnr_db,  # noqa: E402
                                   top1_agreement)
 from mcuforge.cli import main  # noqa: E402
 
@@ -33,7 +33,7 @@ def test_figures():
 
 def test_classifier_means_classes_not_reconstructions():
     from mcuforge.api import load
-    from mcuforge.bench_quant import is_classifier
+    from mcuforge.tools.bench_quant import is_classifier
     assert not is_classifier(load(mlperf_model("ad01_fp32")))  # autoencoder: 640 in, 640 out
     assert is_classifier(load(mlperf_model("kws_ref_model_float32")))
     assert is_classifier(load(MODELS / "torch_lenet.onnx"))
@@ -66,7 +66,7 @@ def test_mcuforge_at_least_onnxruntime(rows, model):
 def test_mlperf_tflite_has_all_three_columns(stem):
     """Small sets keep it fast; the figures only need to be real: an ONNX export that computed
     something else would put onnxruntime's SQNR near or below 0 dB."""
-    from mcuforge import tflm
+    from mcuforge.tools import tflm
     r = bench_model(mlperf_model(stem), n_cal=16, n_eval=16)
     assert not r["errors"], r["errors"]
     assert r["onnxruntime_on"] == "onnx_writer export"
@@ -147,7 +147,7 @@ def test_user_data_with_labels(tmp_path, capsys):
         # accuracy and agreement of one model on the same rows: they differ by at most
         # the rows where it disagrees with float
         assert abs(acc - r["float"]["accuracy"]) <= 1 - agree + 1e-9, (col, r[col])
-    from mcuforge import tflm
+    from mcuforge.tools import tflm
     if tflm.available():  # MLCommons' int8 model: input pixel - 128 (scale 1, zero point -128)
         y = tflm.run((model.parent / "pretrainedResnet_quant.tflite").read_bytes(),
                      [(images.astype(np.int16) - 128).astype(np.int8)[:, None]])[0]

@@ -6,10 +6,11 @@ import numpy as np
 import pytest
 
 from conftest import MLPERF_INT8, mlperf_model, require_tools
-from mcuforge import runner, tflm
+from mcuforge import runner
+from mcuforge.tools import tflm
 from mcuforge.api import compile as compile_model, load
 from mcuforge.boards import load_board
-from mcuforge.demo import demo_tflite_bytes
+from mcuforge.tools.demo import demo_tflite_bytes
 from mcuforge.target import run_elf, run_on_board
 
 ARM_BOARDS = ("mps2-an385", "mps2-an386", "mps2-an500", "mps3-an547")

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 from conftest import mlperf_model
 
-from mcuforge import tflm
+from mcuforge.tools import tflm
 from mcuforge.api import load
 from mcuforge.cli import main
 from mcuforge.runner import build, run_executable

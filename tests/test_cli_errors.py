@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from mcuforge.demo import INPUT_SHAPE, demo_tflite_bytes
+from mcuforge.tools.demo import INPUT_SHAPE, demo_tflite_bytes
 from test_frontend_tflite import T, build
 
 SCRIPT = Path(sys.executable).parent / "mcuforge"

@@ -1,6 +1,6 @@
 """Control flow (IF, WHILE): subgraphs read into Graphs of their own, verified against their
 node, optimized on their own, planned inside the parent's arena and emitted as C functions.
-Bit-exactness with tflite-micro is the conformance suite's (mcuforge/tflite_cases/control.py)."""
+Bit-exactness with tflite-micro is the conformance suite's (mcuforge/tools/tflite_cases/control.py)."""
 from __future__ import annotations
 
 from dataclasses import replace
@@ -11,9 +11,9 @@ import pytest
 from codegen_c.model import generate
 from frontend.tflite import load_tflite
 from frontend.tflite_flatbuffer import TflOp, TflSubgraph, write_model
-from mcuforge.errors import ModelError, UnsupportedOpError
-from mcuforge.graph import MAX_NESTING, Graph, GraphError, Node, Tensor, subgraphs, verify
-from mcuforge.tflite_cases import all_cases, tensor
+from ir.errors import ModelError, UnsupportedOpError
+from ir.graph import MAX_NESTING, Graph, GraphError, Node, Tensor, subgraphs, verify
+from mcuforge.tools.tflite_cases import all_cases, tensor
 from optimizer.memory_plan import ALIGN, arena_size, overlaps, plan, plan_graph, requests_of
 from optimizer.pipeline import optimize
 

@@ -9,7 +9,7 @@ import numpy as np
 import onnx
 import pytest
 
-from mcuforge import digits_demo
+from mcuforge.tools import digits_demo
 from conftest import unavailable
 
 TRAIN_SCRIPT = Path(__file__).parent / "models" / "train_digits.py"

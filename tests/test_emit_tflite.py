@@ -14,13 +14,15 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from frontend.tflite_writer import write_tflite
-from mcuforge import tflm
+from mcuforge.tools import tflm
 from mcuforge.api import load
 from mcuforge.cli import main
-from mcuforge.errors import McuforgeError
-from optimizer.calibrate import run_graph
+from ir.errors import McuforgeError
+from mcuforge.runner import GraphRunner, run_graph
 from optimizer.pipeline import optimize
 from optimizer.quantize import quantize_for_compile
+
+RUN = GraphRunner()  # the quantizer's graph runner: builds each graph once
 
 pytestmark = pytest.mark.skipif(not tflm.available(), reason="tflite-micro not installed")
 MODELS = Path(__file__).parent / "models"
@@ -47,7 +49,7 @@ def ort_run(model: bytes, x: np.ndarray) -> np.ndarray:
 def emit(model: bytes, cal: np.ndarray, tmp_path) -> tuple:
     """(int8 graph, emitted .tflite bytes) as `compile --quantize int8 --emit-tflite` makes."""
     path = tmp_path / "q.tflite"
-    q = quantize_for_compile(load(model), "int8", cal, "minmax", emit_tflite=path)
+    q = quantize_for_compile(load(model), "int8", cal, "minmax", emit_tflite=path, run=RUN)
     return q, path.read_bytes()
 
 
@@ -141,7 +143,7 @@ def test_pad_reflect_wider_than_the_mirror_is_refused():
 
 
 def _graph(op, attrs, x_shape=(1, 4, 4, 2), y_shape=(1, 4, 4, 2), consts=()):
-    from mcuforge.graph import Graph, Node, Tensor
+    from ir.graph import Graph, Node, Tensor
     ts = {"x": Tensor("x", x_shape, "float32"), "y": Tensor("y", y_shape, "float32")}
     for name, arr in consts:
         ts[name] = Tensor(name, arr.shape, "float32", data=arr)
@@ -253,7 +255,7 @@ def test_float_io_edges_are_emitted(tmp_path):
     model, shape = SINGLE["conv_relu"]
     rng = np.random.default_rng(3)
     cal = rng.uniform(-3, 3, (30,) + tuple(shape)).astype(np.float32)
-    q = quantize_graph(optimize(load(model)), [{"x": c} for c in cal], io="float")
+    q = quantize_graph(optimize(load(model)), [{"x": c} for c in cal], io="float", run=RUN)
     test = cal[:6]
     c_out = run_graph(q, [test])[0]
     np.testing.assert_array_equal(c_out, tflm.run(write_tflite(q), [test])[0].reshape(

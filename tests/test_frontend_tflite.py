@@ -10,8 +10,8 @@ from conftest import MLPERF_DIR, unavailable
 from frontend import load_model
 from frontend.tflite import load_tflite
 from frontend.tflite_ops import CONVERTERS, resolve_padding
-from mcuforge.errors import ModelError, UnsupportedOpError
-from mcuforge.graph import Quant, verify
+from ir.errors import ModelError, UnsupportedOpError
+from ir.graph import Quant, verify
 
 MODELS = MLPERF_DIR
 OP_NAMES = {v: k for k, v in vars(tflite.BuiltinOperator).items() if not k.startswith("_")}

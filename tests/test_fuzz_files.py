@@ -1,4 +1,4 @@
-"""The model-file fuzzer (mcuforge/fuzz_files.py): a fixed-seed small run has no traceback,
+"""The model-file fuzzer (mcuforge/tools/fuzz_files.py): a fixed-seed small run has no traceback,
 crash, hang or catch-all error, and its classifier does see each of those when they happen."""
 import os
 import signal
@@ -6,8 +6,8 @@ import time
 
 import pytest
 
-from mcuforge import fuzz_files
-from mcuforge.fuzz_files import fuzz, mutate, run_case, seed_models
+from mcuforge.tools import fuzz_files
+from mcuforge.tools.fuzz_files import fuzz, mutate, run_case, seed_models
 
 CASES = 200  # about 30 s
 

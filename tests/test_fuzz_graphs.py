@@ -1,4 +1,4 @@
-"""Random ONNX graphs (mcuforge.fuzz), a fixed-seed set: float graphs against onnxruntime,
+"""Random ONNX graphs (mcuforge.tools.fuzz), a fixed-seed set: float graphs against onnxruntime,
 int8 graphs (quantized by mcuforge) byte for byte against their emitted .tflite in tflite-micro.
 
 The graphs are built with onnx.helper and numpy only (no mcuforge code), so both sides of each
@@ -16,7 +16,7 @@ import onnx
 import pytest
 from conftest import require, require_tflm
 
-from mcuforge import fuzz
+from mcuforge.tools import fuzz
 from mcuforge.cli import main
 
 require("onnxruntime")

@@ -19,7 +19,7 @@ from pycparser import c_ast, c_parser
 
 from conftest import MLPERF_INT8, mlperf_model
 from mcuforge.api import compile as compile_model
-from mcuforge.demo import demo_tflite_bytes
+from mcuforge.tools.demo import demo_tflite_bytes
 
 ALLOWED_SYSTEM_HEADERS = {"stdint.h", "stddef.h", "string.h"}
 HEAP_FUNCTIONS = {"malloc", "calloc", "realloc", "free", "alloca", "__builtin_alloca",

@@ -242,7 +242,7 @@ def test_tflite_control_flow_hostile_subgraph_names(tmp_path):
     """IF: subgraph names and the tensors copied in and out reach comments of their own."""
     from ai_edge_litert.interpreter import Interpreter
     from frontend.tflite_flatbuffer import TflOp, TflSubgraph, write_model
-    from mcuforge.tflite_cases import tensor
+    from mcuforge.tools.tflite_cases import tensor
     c, a, y = HOSTILE[0], HOSTILE[1], HOSTILE[3]
     main = [tensor(c, (1,), "bool"), tensor(a, (4,), "float32"), tensor(y, (4,), "float32")]
     ops = [TflOp("IF", (c, a), (y,), {"then_subgraph_index": 1, "else_subgraph_index": 2})]

@@ -10,7 +10,7 @@ import sysconfig
 import zipfile
 from pathlib import Path
 
-from mcuforge.demo import demo_tflite_bytes
+from mcuforge.tools.demo import demo_tflite_bytes
 
 REPO = Path(__file__).resolve().parents[1]
 PACKAGES = ("mcuforge", "frontend", "optimizer", "codegen_c", "templates", "runtime_c", "boards")
@@ -19,8 +19,8 @@ SUFFIXES = (".py", ".j2", ".h", ".c", ".toml", ".ld", ".S")  # what the compiler
 SCRIPT = r"""
 import json, sys
 import mcuforge
-from mcuforge.demo import demo_tflite_bytes
-from mcuforge.resources import data_dir
+from mcuforge.tools.demo import demo_tflite_bytes
+from codegen_c.resources import data_dir
 r = mcuforge.compile(demo_tflite_bytes(), "out", name="demo")
 ours = {m: getattr(mod, "__file__", None) for m, mod in sys.modules.items()
         if m.split(".")[0] in %r}

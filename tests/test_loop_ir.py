@@ -7,7 +7,7 @@ import pytest
 from codegen_c import loop_ir as ir
 from codegen_c.evaluate import UndefinedBehaviour, run_kernel
 from codegen_c.printer import c_float, print_array, print_kernel
-from mcuforge.resources import data_dir
+from codegen_c.resources import data_dir
 
 
 def _kernel():

@@ -204,7 +204,7 @@ def test_onnx_controls_compile(tmp_path):
 def tflite_base() -> bytes:
     if KWS.exists():
         return KWS.read_bytes()
-    from mcuforge.demo import demo_tflite_bytes
+    from mcuforge.tools.demo import demo_tflite_bytes
     return demo_tflite_bytes()
 
 

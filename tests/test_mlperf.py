@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 from conftest import MLPERF_INT8, mlperf_model
-from mcuforge import runner, tflm
+from mcuforge import runner
+from mcuforge.tools import tflm
 from mcuforge.api import load
 from optimizer.memory_plan import overlaps, plan_graph
 from optimizer.pipeline import optimize

@@ -18,9 +18,9 @@ import onnx
 import pytest
 from onnx import TensorProto, helper
 
-from mcuforge import conformance
-from mcuforge.conformance import Case, Progress, Result, compare, report, run_cases, summary
-from mcuforge.errors import McuforgeError
+from mcuforge.tools import conformance
+from mcuforge.tools.conformance import Case, Progress, Result, compare, report, run_cases, summary
+from ir.errors import McuforgeError
 
 MIN_PASS_RATE = 0.95
 # one xdist worker runs this file (.ci/test: --dist loadgroup), so the module fixture's whole

@@ -13,7 +13,7 @@ from conftest import require
 from codegen_c.evaluate import run_graph
 from frontend.onnx import Unsupported, load_onnx
 from mcuforge import runner
-from mcuforge.errors import UnsupportedOpError
+from ir.errors import UnsupportedOpError
 from optimizer.pipeline import optimize
 
 ort = require("onnxruntime")

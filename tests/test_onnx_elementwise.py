@@ -21,8 +21,8 @@ from codegen_c.evaluate import run_graph
 from codegen_c.lower import LOWERINGS, _load_all
 from frontend.onnx import load_onnx
 from mcuforge import runner
-from mcuforge.errors import ModelError, UnsupportedOpError
-from mcuforge.graph import ALIAS_OPS
+from ir.errors import ModelError, UnsupportedOpError
+from ir.graph import ALIAS_OPS
 
 OPSET = 21
 IR_VERSION = 10  # onnxruntime reads IR versions up to 10 at least

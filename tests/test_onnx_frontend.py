@@ -9,7 +9,7 @@ import pytest
 from onnx import TensorProto, helper
 
 from frontend.onnx import load_onnx
-from mcuforge.errors import ModelError, ModelNote, UnsupportedOpError
+from ir.errors import ModelError, ModelNote, UnsupportedOpError
 
 
 def _model(shape, nodes=None, opset=17):

@@ -18,7 +18,7 @@ from conftest import require, unavailable
 from codegen_c.evaluate import run_graph
 from frontend.onnx import CONVERTERS, load_onnx
 from mcuforge import runner
-from mcuforge.errors import ModelError, UnsupportedOpError
+from ir.errors import ModelError, UnsupportedOpError
 
 ort = require("onnxruntime")
 

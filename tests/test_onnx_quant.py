@@ -384,7 +384,7 @@ def test_fused_qdq_runs_int8_kernels(tmp_path):
     f"test_qlinearmatmul_{r}_{t}_{s}" for r in ("2D", "3D") for t in ("int8", "uint8")
     for s in ("float32", "float16")])
 def test_onnx_node_cases_exact(name):
-    from mcuforge import conformance
+    from mcuforge.tools import conformance
     cases = [c for c in conformance.load_cases("node", name) if c.name == name]
     (r,) = conformance.run_cases(cases)
     assert r.status == "passed", r.reason

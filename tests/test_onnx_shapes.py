@@ -16,7 +16,7 @@ from onnx import TensorProto, helper, numpy_helper
 from frontend import load_model
 from frontend.onnx import load_onnx
 from mcuforge import runner
-from mcuforge.errors import ModelError
+from ir.errors import ModelError
 
 ort = pytest.importorskip("onnxruntime")
 
@@ -386,7 +386,7 @@ def test_dq_constant_weights_and_shape_chain(opset):
     _check(model, {"x": x}, rtol=1e-5, atol=1e-5)
 
 
-# ---- the graph IR's own shape checks (mcuforge.graph.verify), whatever the frontend ---------
+# ---- the graph IR's own shape checks (ir.graph.verify), whatever the frontend ---------
 
 def _tflite_one_op(op, tensors, n_inputs):
     from test_frontend_tflite import build
@@ -427,7 +427,7 @@ def test_tflite_mismatched_operands_refused(k):
 def test_graph_verify_checks_shapes():
     """Graphs built directly (as passes and frontends do): each malformed node is a GraphError
     naming it; the well-formed twin passes."""
-    from mcuforge.graph import Graph, GraphError, Node, Tensor, verify
+    from ir.graph import Graph, GraphError, Node, Tensor, verify
 
     def graph(op, shapes, attrs, consts=()):
         ts = {f"t{i}": Tensor(f"t{i}", s, "float32",

@@ -21,8 +21,8 @@ from conftest import mlperf_model, require  # tests/ has no __init__.py: pytest 
 from frontend.onnx_writer import write_onnx
 from frontend.tflite_writer import write_tflite
 from mcuforge.api import load
-from mcuforge.graph import Graph, Node, Quant, Tensor, verify
-from optimizer.calibrate import run_graph
+from ir.graph import Graph, Node, Quant, Tensor, verify
+from mcuforge.runner import run_graph
 from optimizer.pipeline import optimize
 
 ort = require("onnxruntime")

@@ -31,9 +31,10 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from conftest import MLPERF_INT8, mlperf_model, require_tools
-from mcuforge import conformance, runner, tflm
+from mcuforge import runner
+from mcuforge.tools import conformance, tflm
 from mcuforge.api import load
-from mcuforge.graph import ALIAS_OPS, SUBGRAPH_ATTRS
+from ir.graph import ALIAS_OPS, SUBGRAPH_ATTRS
 from optimizer.memory_plan import plan_graph
 from optimizer.pipeline import optimize
 

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from codegen_c.evaluate import run_graph
-from mcuforge.graph import Graph, Node, Quant, Tensor, verify
+from ir.graph import Graph, Node, Quant, Tensor, verify
 from optimizer.fold import fold_constants
 from optimizer.fuse import fold_batch_norms, fuse_activations
 from optimizer.layout import merge_transposes, sink_transposes, transposes_to_reshapes

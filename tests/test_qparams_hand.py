@@ -18,12 +18,14 @@ import numpy as np
 import pytest
 from onnx import helper
 
-from mcuforge import tflm
+from mcuforge.tools import tflm
 from mcuforge.api import load
-from optimizer.calibrate import run_graph
+from mcuforge.runner import GraphRunner, run_graph
 from optimizer.pipeline import optimize
 from optimizer.quantize import quantize_for_compile, quantize_graph
 from test_emit_tflite import onnx_model, ort_run
+
+RUN = GraphRunner()  # the quantizer's graph runner: builds each graph once
 
 pytestmark = pytest.mark.skipif(not tflm.available(), reason="tflite-micro not installed")
 
@@ -71,7 +73,7 @@ def test_activation_scale_and_zero_point_by_hand(lo, hi):
     model = onnx_model([helper.make_node("Tanh", ["x"], ["y"])], [1, 8], [1, 8])
     g = optimize(load(model))
     cal = [{"x": s} for s in samples_with_extremes((1, 8), lo, hi)]
-    q = quantize_graph(g, cal, method="minmax", rounding="nearest", bias_correction=False)
+    q = quantize_graph(g, cal, method="minmax", rounding="nearest", bias_correction=False, run=RUN)
     got = q.tensors[q.inputs[0]].quant
     scale, zp = spec_params(lo, hi)
     assert got.zero_point == (zp,)
@@ -99,7 +101,7 @@ def test_weight_and_bias_quantization_by_hand():
     g = optimize(load(model))
     lo, hi = -1.0, 3.0
     cal = [{"x": s} for s in samples_with_extremes((1, 2, 3, 3), lo, hi)]
-    q = quantize_graph(g, cal, method="minmax", rounding="nearest", bias_correction=False)
+    q = quantize_graph(g, cal, method="minmax", rounding="nearest", bias_correction=False, run=RUN)
     conv = next(n for n in q.nodes if n.op == "conv2d")
     wt, bt = q.tensors[conv.inputs[1]], q.tensors[conv.inputs[2]]
     in_scale, _ = spec_params(lo, hi)
@@ -153,7 +155,7 @@ def test_standalone_relu6_clamps_at_six(tmp_path):
     lo, hi = -2.0, 11.0
     cal = samples_with_extremes((1, 16), lo, hi, n=10)
     path = tmp_path / "q.tflite"
-    q = quantize_for_compile(load(model), "int8", cal, "minmax", emit_tflite=path)
+    q = quantize_for_compile(load(model), "int8", cal, "minmax", emit_tflite=path, run=RUN)
     assert [n.op for n in q.nodes] == ["relu6"]
     scale, zp = spec_params(lo, hi)
     assert zp == -89
@@ -198,7 +200,7 @@ def test_fused_relu6_clamps_at_six(layer, tmp_path):
     rng = np.random.default_rng(4)
     cal = rng.uniform(-2, 4, (20, 1, 2, 4, 4)).astype(np.float32)
     path = tmp_path / "q.tflite"
-    q = quantize_for_compile(load(model), "int8", cal, "minmax", emit_tflite=path)
+    q = quantize_for_compile(load(model), "int8", cal, "minmax", emit_tflite=path, run=RUN)
     node = next(n for n in q.nodes if n.op == {"conv": "conv2d", "add": "add"}[layer])
     assert node.attrs["activation"] == "relu6"
     # the concat's shared range reaches back through the layout transposes to the layers

@@ -9,11 +9,14 @@ import numpy as np
 import pytest
 from onnx import helper
 
-from mcuforge import tflm
+from mcuforge.tools import tflm
 from mcuforge.api import load
+from mcuforge.runner import GraphRunner
 from optimizer.quantize import quantize_graph
 from optimizer.pipeline import optimize
 from test_emit_tflite import check_emitted, onnx_model
+
+RUN = GraphRunner()  # the quantizer's graph runner: builds each graph once
 
 pytestmark = pytest.mark.skipif(not tflm.available(), reason="tflite-micro not installed")
 RNG = np.random.default_rng(5)
@@ -96,7 +99,7 @@ def test_clip_bounds_are_active_and_exact():
     model, shape = MODELS["clip_both"]
     g = optimize(load(model))
     cal = [{"x": RNG.uniform(-3, 3, shape).astype(np.float32)} for _ in range(20)]
-    q = quantize_graph(g, cal, method="minmax")
+    q = quantize_graph(g, cal, method="minmax", run=RUN)
     xq = q.tensors[q.inputs[0]].quant
     assert q.tensors[q.outputs[0]].quant == xq  # max / min keep the input's parameters
     consts = sorted(int(t.data.reshape(-1)[0]) for t in q.tensors.values()

@@ -13,17 +13,20 @@ import pytest
 from conftest import mlperf_model, require_tflm
 
 from frontend.tflite_writer import write_tflite
-from mcuforge import tflm
+from mcuforge.tools import tflm
 from mcuforge.api import load
 from mcuforge.cli import main
-from mcuforge.errors import McuforgeError
-from mcuforge.graph import Graph, Node, Quant, Tensor
+from ir.errors import McuforgeError
+from ir.graph import Graph, Node, Quant, Tensor
+from mcuforge.runner import GraphRunner, run_graph
 from optimizer import calibrate, int16
-from optimizer.calibrate import run_graph, softmax_input_range
+from optimizer.calibrate import softmax_input_range
 from optimizer.memory_plan import plan_graph
 from optimizer.pipeline import optimize
 from optimizer.quantize import WEIGHTED, quantize_for_compile, quantize_graph
 from optimizer.rounding import gptq_round
+
+RUN = GraphRunner()  # the quantizer's graph runner: builds each graph once
 
 require_tflm()
 MODELS = Path(__file__).parent / "models"
@@ -85,7 +88,7 @@ def test_mlperf_float_models(stem, tmp_path, capsys):
     g = optimize(load(mlperf_model(stem)))
     cal, test = data(g, *int8_input_range(int8_path), seed=1)
     emitted = tmp_path / "q.tflite"
-    qg = quantize_for_compile(g, "int8", cal, emit_tflite=emitted)
+    qg = quantize_for_compile(g, "int8", cal, emit_tflite=emitted, run=RUN)
     iq, oq = qg.tensors[qg.inputs[0]].quant, qg.tensors[qg.outputs[0]].quant
     c_out = check_bit_exact(qg, emitted.read_bytes(), quantize_input(test, iq))
 
@@ -105,7 +108,7 @@ def test_onnx_models(path):
     g = optimize(load(path))
     cal, test = data(g, -2.0, 2.0, seed=2)
     try:
-        qg = quantize_graph(g, [{g.inputs[0]: c} for c in cal])
+        qg = quantize_graph(g, [{g.inputs[0]: c} for c in cal], run=RUN)
     except McuforgeError as e:  # an op without an int8 kernel: the error names the node
         assert "cannot quantize" in str(e) and "node '" in str(e)
         return
@@ -125,7 +128,7 @@ def test_methods_bit_exact(method, rounding, bias_correction):
     g = optimize(load(mlperf_model("kws_ref_model_float32")))
     cal, test = data(g, *int8_input_range(int8_path), seed=3)
     qg = quantize_graph(g, [{g.inputs[0]: c} for c in cal], method=method, rounding=rounding,
-                        bias_correction=bias_correction)
+                        bias_correction=bias_correction, run=RUN)
     iq, oq = qg.tensors[qg.inputs[0]].quant, qg.tensors[qg.outputs[0]].quant
     c_out = check_bit_exact(qg, write_tflite(qg), quantize_input(test, iq))
     assert sqnr(run_graph(g, [test])[0], dequantize(c_out, oq)) > 15.0
@@ -137,11 +140,11 @@ def test_float_io_end_to_end():
     g = optimize(load(mlperf_model("kws_ref_model_float32")))
     cal, test = data(g, *int8_input_range(mlperf_model("kws_ref_model")), seed=4)
     samples = [{g.inputs[0]: c} for c in cal]
-    qf = quantize_graph(g, samples, io="float")
+    qf = quantize_graph(g, samples, io="float", run=RUN)
     assert qf.inputs == g.inputs and qf.outputs == g.outputs
     assert all(qf.tensors[t].dtype == "float32" for t in qf.inputs + qf.outputs)
     out = run_graph(qf, [test])[0]
-    q8 = quantize_graph(g, samples, io="int8")
+    q8 = quantize_graph(g, samples, io="int8", run=RUN)
     iq, oq = q8.tensors[q8.inputs[0]].quant, q8.tensors[q8.outputs[0]].quant
     np.testing.assert_array_equal(out, dequantize(run_graph(q8, [quantize_input(test, iq)])[0],
                                                   oq))
@@ -175,16 +178,16 @@ def test_unquantizable_op_is_named():
     g = Graph({"x": x, "y": y}, [Node("unary", ("x",), ("y",), {"fn": "exp"}, "my_exp")],
               ["x"], ["y"])
     with pytest.raises(McuforgeError, match="cannot quantize unary node 'my_exp'"):
-        quantize_graph(g, [{"x": np.zeros((1, 4), np.float32)}])
+        quantize_graph(g, [{"x": np.zeros((1, 4), np.float32)}], run=RUN)
 
 
 def test_calibration_data_errors(tmp_path):
     g = optimize(load(mlperf_model("ad01_fp32")))
     np.save(tmp_path / "bad.npy", np.zeros((3, 7), np.float32))
     with pytest.raises(McuforgeError, match="expected \\(N, 1, 640\\)"):
-        quantize_for_compile(g, "int8", str(tmp_path / "bad.npy"))
+        quantize_for_compile(g, "int8", str(tmp_path / "bad.npy"), run=RUN)
     with pytest.raises(McuforgeError, match="needs --calibration"):
-        quantize_for_compile(g, "int8", None)
+        quantize_for_compile(g, "int8", None, run=RUN)
 
 
 def test_calibration_npz_with_other_keys(tmp_path):
@@ -252,7 +255,7 @@ def test_input_moments_reproduce_each_layer():
     names = [n.outputs[0] for n in g.nodes]
     outs = dict(zip(names, run_graph(g.replace(outputs=names), [x])))
     outs["x"] = x
-    _, moments = calibrate.record(g, [{"x": xi} for xi in x], moments=True)
+    _, moments = calibrate.record(g, [{"x": xi} for xi in x], moments=True, run=RUN)
     for n in g.nodes:
         m = moments[n.outputs[0]]
         p = m.patches(outs[n.inputs[0]])  # [groups, P, K]
@@ -306,8 +309,8 @@ def test_calibrated_rounding_closer_to_float():
     x = rng.uniform(lo, hi, (250,) + tuple(g.tensors[g.inputs[0]].shape)).astype(np.float32)
     samples, test = [{g.inputs[0]: c} for c in x[:50]], x[50:]
     ref = run_graph(g, [test])[0]
-    plain = quantize_graph(g, samples, io="float", rounding="nearest", bias_correction=False)
-    ours = quantize_graph(g, samples, io="float")
+    plain = quantize_graph(g, samples, io="float", rounding="nearest", bias_correction=False, run=RUN)
+    ours = quantize_graph(g, samples, io="float", run=RUN)
     assert sqnr(ref, run_graph(ours, [test])[0]) > sqnr(ref, run_graph(plain, [test])[0]) + 2.0
 
 
@@ -325,7 +328,7 @@ def test_last_layer_bias_correction_on_held_out_inputs():
     ref = run_graph(g.replace(outputs=[fc.outputs[0]]), [test])[0].reshape(len(test), -1)
     bias = {}
     for bc in (False, True):
-        q = quantize_graph(g, samples, io="float", rounding="nearest", bias_correction=bc)
+        q = quantize_graph(g, samples, io="float", rounding="nearest", bias_correction=bc, run=RUN)
         qn = next(n for n in q.nodes if n.outputs[0] == fc.outputs[0])
         xt, wt, bt = (q.tensors[t] for t in qn.inputs)
         xi = run_graph(q.replace(outputs=[qn.inputs[0]]), [test])[0].reshape(len(test), -1)
@@ -359,7 +362,7 @@ def test_softmax_input_range_keeps_softmax():
 def test_unknown_rounding_is_an_error():
     g = optimize(load(mlperf_model("ad01_fp32")))
     with pytest.raises(McuforgeError, match="unknown weight rounding 'floor'"):
-        quantize_graph(g, [], rounding="floor")
+        quantize_graph(g, [], rounding="floor", run=RUN)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -408,8 +411,8 @@ def test_all_int16_bit_exact_with_tflm(stem):
     g = optimize(load(mlperf_model(stem)))
     cal, test = data(g, *int8_input_range(int8_path), seed=7)
     samples = [{g.inputs[0]: c} for c in cal]
-    q16 = quantize_graph(g, samples, int16_tensors=_all_candidates(g))
-    q8 = quantize_graph(g, samples, int16_budget_bytes=0)
+    q16 = quantize_graph(g, samples, int16_tensors=_all_candidates(g), run=RUN)
+    q8 = quantize_graph(g, samples, int16_budget_bytes=0, run=RUN)
     assert len(_int16_activations(q16)) > len(g.nodes) // 2 and not _int16_activations(q8)
     _check_16x8(q16)
     tfl = write_tflite(q16)
@@ -442,8 +445,8 @@ def test_int16_promotion_resnet(tmp_path, capsys):
     emitted = tmp_path / "q.tflite"
     log = io.StringIO()
     q16 = quantize_for_compile(g, "int8", cal, emit_tflite=emitted, progress=log,
-                               int16_budget_bytes=None)
-    q8 = quantize_graph(g, [{g.inputs[0]: c} for c in cal], int16_budget_bytes=0)
+                               int16_budget_bytes=None, run=RUN)
+    q8 = quantize_graph(g, [{g.inputs[0]: c} for c in cal], int16_budget_bytes=0, run=RUN)
     assert _int16_activations(q16) and "activations kept in int16" in log.getvalue()
     _check_16x8(q16)
     arena16, arena8 = (plan_graph(optimize(q)).arena_size for q in (q16, q8))
@@ -467,10 +470,10 @@ def test_int16_budget_limits_the_arena():
     g = optimize(load(mlperf_model("kws_ref_model_float32")))
     cal, _ = data(g, *int8_input_range(mlperf_model("kws_ref_model")), seed=9)
     samples = [{g.inputs[0]: c} for c in cal]
-    q8 = quantize_graph(g, samples, int16_budget_bytes=0)
+    q8 = quantize_graph(g, samples, int16_budget_bytes=0, run=RUN)
     base = plan_graph(optimize(q8)).arena_size
     for budget in (100, base):
-        q = quantize_graph(g, samples, int16_budget_bytes=budget)
+        q = quantize_graph(g, samples, int16_budget_bytes=budget, run=RUN)
         _check_16x8(q)
         assert plan_graph(optimize(q)).arena_size <= base + budget
         assert all(t.nbytes <= budget for t in _int16_activations(q))
@@ -497,10 +500,10 @@ def test_int16_options_are_checked():
     g = optimize(load(mlperf_model("ad01_fp32")))
     samples = [{g.inputs[0]: np.zeros(tuple(g.tensors[g.inputs[0]].shape), np.float32)}]
     with pytest.raises(McuforgeError, match="int16 budget must be a number of bytes"):
-        quantize_graph(g, samples, int16_budget_bytes=-1)
+        quantize_graph(g, samples, int16_budget_bytes=-1, run=RUN)
     with pytest.raises(McuforgeError, match="cannot keep 'Identity' in int16: a graph input "
                                             "or output"):
-        quantize_graph(g, samples, int16_tensors=["Identity"])
+        quantize_graph(g, samples, int16_tensors=["Identity"], run=RUN)
 
 
 def test_int16_moves_keep_readers_in_int16():

@@ -23,7 +23,7 @@ from conftest import MLPERF_INT8, mlperf_model, require_tools
 from mcuforge import cli
 from mcuforge.api import check_fits, default_name
 from mcuforge.boards import board_dir, load_board
-from mcuforge.errors import McuforgeError
+from ir.errors import McuforgeError
 
 REAL_BOARDS = ("nucleo-l4r5zi", "stm32f746g-disco", "nrf52840dk")
 SEMIHOSTING_MODELS = ("kws_ref_model", "vww_96_int8")  # `make SEMIHOSTING=1` too

@@ -688,7 +688,7 @@ def tflm():
     from tflite_micro.python.tflite_micro import runtime
 
     from frontend.tflite_writer import write_tflite
-    from mcuforge.graph import Graph, Node, Quant, Tensor
+    from ir.graph import Graph, Node, Quant, Tensor
 
     def run(op, inputs, out, attrs, *arrays):
         """inputs: [(dtype, scale, zp)], out: (dtype, scale, zp); arrays share one shape."""
@@ -807,7 +807,7 @@ def test_tflm_int16_logistic_tanh():
     every int16 value: the table and the interpolation of mf_logistic_s16 / mf_tanh_s16."""
     from tflite_micro.python.tflite_micro import runtime
 
-    from mcuforge.tflite_cases import q, single, tensor
+    from mcuforge.tools.tflite_cases import q, single, tensor
     x = np.arange(-32768, 32768, dtype=np.int16).reshape(1, -1)
     for op, fn, in_scale, shift in (("LOGISTIC", m.mf_logistic_s16, 2.0**-12, 0),
                                     ("TANH", m.mf_tanh_s16, 2.0**-12, 0),

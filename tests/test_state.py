@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from codegen_c.model import generate
-from mcuforge.graph import Graph, GraphError, Node, Tensor, verify
+from ir.graph import Graph, GraphError, Node, Tensor, verify
 from optimizer.memory_plan import overlaps, plan_graph
 from optimizer.pipeline import optimize
 
@@ -66,7 +66,7 @@ def test_board_ram_check_counts_the_state(monkeypatch):
     from dataclasses import replace
 
     from mcuforge import api
-    from mcuforge.errors import McuforgeError
+    from ir.errors import McuforgeError
     t = {n: Tensor(n, (1000,), "float32") for n in ("x", "acc", "acc_next")}
     g = verify(Graph(t, [Node("binary", ("acc", "x"), ("acc_next",), {"fn": "add"})], ["x"],
                      ["acc_next"], state={"acc": "acc_next"}))

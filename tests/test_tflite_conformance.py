@@ -5,8 +5,8 @@ import numpy as np
 import pytest
 
 from frontend.tflite_flatbuffer import TflOp, TflSubgraph, write_model
-from mcuforge import conformance, conformance_tflite
-from mcuforge.tflite_cases import all_cases, q, single, tensor
+from mcuforge.tools import conformance, conformance_tflite
+from mcuforge.tools.tflite_cases import all_cases, q, single, tensor
 from conftest import require_tflm
 
 require_tflm()

@@ -11,7 +11,7 @@ import pytest
 
 from frontend.tflite import load_tflite
 from mcuforge import runner
-from mcuforge.errors import McuforgeError
+from ir.errors import McuforgeError
 
 from tfl_build import Model, litert
 

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from mcuforge import runner
-from mcuforge.errors import McuforgeError
+from ir.errors import McuforgeError
 
 from tfl_build import Model, litert
 

@@ -1,7 +1,7 @@
 """Window options the project's own writer never made, built by an independent path, and the
 writers' output read back by independent readers.
 
-The conformance cases (mcuforge/tflite_cases) come from frontend/tflite_flatbuffer.py, which
+The conformance cases (mcuforge/tools/tflite_cases) come from frontend/tflite_flatbuffer.py, which
 feeds both tflite-micro and the compiler, so a bug shared by writer and reader passes there
 (a dilation h/w swap did). Here:
 - CONV_2D / DEPTHWISE_CONV_2D / pools with dilation h != w, stride h != w and SAME padding of
@@ -19,8 +19,9 @@ import tflite
 
 from frontend.tflite_flatbuffer import TflOp, TflSubgraph, TflTensor, write_model
 from frontend.tflite_writer import write_tflite
-from mcuforge import runner, tflm
-from mcuforge.graph import Graph, Node, Tensor
+from mcuforge import runner
+from mcuforge.tools import tflm
+from ir.graph import Graph, Node, Tensor
 
 from tfl_build import Model, litert
 

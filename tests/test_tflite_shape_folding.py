@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 
 from frontend.tflite import load_tflite
-from mcuforge import conformance, conformance_tflite
-from mcuforge.graph import Graph, Node, Tensor
-from mcuforge.tflite_cases import shape as shape_cases
+from mcuforge.tools import conformance, conformance_tflite
+from ir.graph import Graph, Node, Tensor
+from mcuforge.tools.tflite_cases import shape as shape_cases
 from optimizer.fold import fold_constants
 from optimizer.pipeline import optimize
 from conftest import require_tflm

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from mcuforge import runner
-from mcuforge.errors import McuforgeError
+from ir.errors import McuforgeError
 
 from tfl_build import Model, litert
 
@@ -218,7 +218,7 @@ def test_mobilenet_like_bit_exact_with_litert():
 def test_conformance_registry_uint8_cases_pass():
     """`mcuforge conformance tflite --filter uint8`: the registry's legacy uint8 cases, against
     LiteRT's reference kernels (the writer-built twins of the cases above)."""
-    from mcuforge import conformance, conformance_tflite
+    from mcuforge.tools import conformance, conformance_tflite
     cases = conformance_tflite.load_cases("uint8")
     legacy = [c for c in cases if c.name.startswith(("conv_2d_uint8", "softmax_uint8",
                                                      "average_pool_2d_uint8"))]

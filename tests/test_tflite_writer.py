@@ -12,8 +12,8 @@ from conftest import require
 
 from frontend.tflite import load_tflite
 from frontend.tflite_writer import write_tflite
-from mcuforge.demo import demo_model, demo_tflite_bytes
-from mcuforge.graph import Graph, Node, Tensor
+from mcuforge.tools.demo import demo_model, demo_tflite_bytes
+from ir.graph import Graph, Node, Tensor
 import op_models  # tests/ has no __init__.py, so pytest puts tests/ on sys.path
 from op_models import random_inputs, run_tflm
 

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from mcuforge.graph import ALIAS_OPS, Graph, Node, Tensor
+from ir.graph import ALIAS_OPS, Graph, Node, Tensor
 
 from .. import loop_ir as ir
 

@@ -3,7 +3,7 @@ imports: com.microsoft QLinearSigmoid, QLinearLeakyRelu, QLinearWhere, QLinearSo
 the QDQ patterns onnxruntime fuses into them): computed as onnxruntime's CPU kernels.
 
 Node attributes (besides the op's own; the tables come from the tensors' quantization,
-mcuforge.graph.Quant, per tensor; softmax takes its rows along "axis" as the float op does):
+ir.graph.Quant, per tensor; softmax takes its rows along "axis" as the float op does):
   requant="onnxruntime"  selects these lowerings (the default int8 ones are TFLM's);
   zp_offset (softmax only; 0 or 128, default 0) = 128 when onnxruntime runs the kernel on
     uint8 (a uint8 output, or int8 QDQ that onnxruntime's x86 build converts to uint8): the

@@ -15,7 +15,7 @@ int8 twin (zero point - 128, frontend/onnx_quant.py), which changes neither the 
 (x - zp) nor, since the zero point is added after the rounding, the output (the clamp bounds
 move with the zero point).
 
-Quantization read from the tensors (mcuforge.graph.Quant): a and y per tensor; b per tensor or
+Quantization read from the tensors (ir.graph.Quant): a and y per tensor; b per tensor or
 per column, i.e. per axis on its last axis (scales and zero points N long). No new node
 attribute: the node carries only requant="onnxruntime".
 

@@ -1,4 +1,4 @@
-"""Train the digits CNN of `mcuforge.digits_demo` and write mcuforge/data/digits_cnn.onnx.
+"""Train the digits CNN of `mcuforge.tools.digits_demo` and write mcuforge/tools/data/digits_cnn.onnx.
 
 Run (from the repository root, in the project's venv; needs numpy, onnx and scikit-learn, no
 torch):
@@ -13,7 +13,7 @@ The network, NCHW like ONNX:
 
 It is trained in plain numpy (forward and backward written out below; im2col convolutions,
 softmax cross-entropy, Adam) on the training split of scikit-learn's bundled 8x8 digits data
-set, as `mcuforge.digits_demo.digits_data` defines it (the last 360 images are held out). All
+set, as `mcuforge.tools.digits_demo.digits_data` defines it (the last 360 images are held out). All
 randomness comes from one seeded generator and BLAS runs on one thread, so running the script
 twice writes a byte-identical file. It takes a few seconds and prints the held-out accuracy of
 the exported float32 weights (and of onnxruntime on the written file, when installed).
@@ -35,9 +35,9 @@ from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
-from mcuforge.digits_demo import digits_data  # noqa: E402
+from mcuforge.tools.digits_demo import digits_data  # noqa: E402
 
-OUT = Path(__file__).resolve().parents[2] / "mcuforge" / "data" / "digits_cnn.onnx"
+OUT = Path(__file__).resolve().parents[2] / "mcuforge" / "tools" / "data" / "digits_cnn.onnx"
 SEED = 1  # held-out accuracy by seed: 1 96.4%, 2 95.3%, 3 95.6%, 7 96.4%
 EPOCHS = 80
 BATCH = 32

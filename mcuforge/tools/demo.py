@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from mcuforge.graph import Graph, Node, Quant, Tensor, verify
+from ir.graph import Graph, Node, Quant, Tensor, verify
 
 SEED = 20240601
 INPUT_SHAPE = (1, 16, 16, 3)
@@ -179,8 +179,8 @@ def run_demo(out_dir, inputs: int = DEMO_INPUTS) -> int:
     from pathlib import Path
 
     from . import tflm
-    from .api import compile as compile_model
-    from .runner import build, run_executable
+    from ..api import compile as compile_model
+    from ..runner import build, run_executable
 
     out = Path(out_dir)
     model = demo_tflite_bytes()

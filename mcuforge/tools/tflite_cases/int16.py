@@ -17,7 +17,7 @@ import numpy as np
 import tflite
 
 from frontend.tflite_ops import resolve_padding
-from mcuforge.graph import Quant
+from ir.graph import Quant
 
 from . import cases, integers, q, single, tensor, uniform
 

@@ -1,7 +1,7 @@
 """`mcuforge conformance tflite`: single-operator TFLite models through the whole compiler,
 bit-exact against tflite-micro.
 
-The cases come from `mcuforge.tflite_cases` (written with the project's own TFLite writer, so
+The cases come from `mcuforge.tools.tflite_cases` (written with the project's own TFLite writer, so
 nothing is downloaded). Each case's random input sets run in sequence through tflite-micro's
 interpreter (LiteRT where TFLM lacks the operator) and through mcuforge's C, built with gcc on
 the host by the same batch machinery as the ONNX suite; outputs must be equal bit for bit

@@ -11,7 +11,7 @@ import zlib
 
 import numpy as np
 
-from mcuforge.graph import Quant
+from ir.graph import Quant
 
 from . import cases, q, single, tensor, uniform
 

@@ -20,7 +20,7 @@ from typing import Callable, Optional
 import numpy as np
 
 from frontend.tflite_flatbuffer import TflOp, TflSubgraph, TflTensor, write_model
-from mcuforge.graph import Quant
+from ir.graph import Quant
 
 FAMILIES = ("math", "binary", "reduce", "shape", "data", "layers", "int16", "state", "stateful",
             "control", "uint8")

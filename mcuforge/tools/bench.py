@@ -6,7 +6,7 @@ import subprocess
 from pathlib import Path
 
 from . import tflm
-from .errors import BuildError
+from ir.errors import BuildError
 
 
 def static_ram_bytes(project: Path, name: str) -> int:
@@ -29,7 +29,7 @@ def host_latency_us(exe: Path, iterations: int) -> float:
 
 def bench_one(model: str, board: str, iterations: int, with_tflm: bool) -> dict:
     from .info import model_info
-    from .runner import compiled_project
+    from ..runner import compiled_project
     info = model_info(model)
     project, exe, _ = compiled_project(model, board)
     row = {
@@ -67,11 +67,11 @@ def bench_board(model: str, board_name: str, with_tflm: bool) -> dict:
     """Instructions per inference under QEMU, flash/RAM from the ELF, measured stack."""
     import numpy as np
 
-    from .api import load
-    from .boards import load_board
+    from ..api import load
+    from ..boards import load_board
     from .info import model_info
-    from .runner import split_inputs
-    from .target import run_on_board
+    from ..runner import split_inputs
+    from ..target import run_on_board
     board = load_board(board_name)
     info = model_info(model)
     g = load(model)

@@ -10,7 +10,7 @@ def model_info(model, input_shapes: dict | None = None) -> dict:
     from optimizer.memory_plan import plan_graph
     from optimizer.pipeline import optimize
 
-    from .api import load
+    from ..api import load
     g = optimize(load(model, input_shapes))
     plan = plan_graph(g)
     gen = generate(g, plan, "model")
@@ -38,7 +38,7 @@ def model_info(model, input_shapes: dict | None = None) -> dict:
 
 def _ops(g) -> list:
     """Every node's op, those inside IF/WHILE subgraphs too."""
-    from .graph import subgraphs
+    from ir.graph import subgraphs
     out = []
     for n in g.nodes:
         out.append(n.op)

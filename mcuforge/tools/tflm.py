@@ -8,7 +8,7 @@ import time
 
 import numpy as np
 
-from .errors import McuforgeError
+from ir.errors import McuforgeError
 
 
 def available() -> bool:

@@ -38,7 +38,7 @@ import optimizer.calibrate  # noqa: F401,E402
 import optimizer.pipeline  # noqa: F401,E402
 import optimizer.quantize  # noqa: F401,E402
 
-from .errors import McuforgeError
+from ir.errors import McuforgeError
 
 MLPERF_INT8 = {"ad01_fp32": "ad01_int8", "kws_ref_model_float32": "kws_ref_model",
                "pretrainedResnet": "pretrainedResnet_quant", "vww_96_float": "vww_96_int8"}
@@ -96,7 +96,7 @@ def is_classifier(graph) -> bool:
 
 def _int8_input_range(int8_model: Path) -> tuple:
     """The real range [scale*(-128-zp), scale*(127-zp)] of an int8 model's first input."""
-    from .api import load
+    from ..api import load
     g = load(int8_model)
     q = g.tensors[g.inputs[0]].quant
     s, zp = float(q.scale[0]), int(q.zero_point[0])
@@ -176,7 +176,7 @@ def float_reference(model: Path, graph, x: np.ndarray) -> np.ndarray:
     try:
         from ai_edge_litert.interpreter import Interpreter
     except ImportError:
-        from optimizer.calibrate import run_graph
+        from ..runner import run_graph
         return run_graph(graph, [x])[0]
     it = Interpreter(model_path=str(model))
     it.allocate_tensors()
@@ -192,13 +192,14 @@ def float_reference(model: Path, graph, x: np.ndarray) -> np.ndarray:
 def mcuforge_int8(model: Path, cal: np.ndarray, x: np.ndarray, int16_budget=0) -> np.ndarray:
     """mcuforge's int8 model (default calibration method, float32 edges so the output is the
     dequantized int8 output) built as C and run on `x`."""
-    from optimizer.calibrate import run_graph
     from optimizer.quantize import quantize_for_compile
 
-    from .api import load
-    q = quantize_for_compile(load(model), "int8", cal, None, io="float",
-                             int16_budget_bytes=int16_budget)
-    return run_graph(q, [x])[0]
+    from ..api import load
+    from ..runner import GraphRunner
+    with GraphRunner() as run:
+        q = quantize_for_compile(load(model), "int8", cal, None, io="float",
+                                 int16_budget_bytes=int16_budget, run=run)
+        return list(run(q, [x]).values())[0]
 
 
 class _Reader:
@@ -237,7 +238,7 @@ def export_onnx(model: Path, folder: Path) -> str:
     from frontend.onnx_writer import write_onnx
     from optimizer.pipeline import optimize
 
-    from .api import load
+    from ..api import load
     path = folder / f"{model.stem}.onnx"
     path.write_bytes(write_onnx(optimize(load(model))))
     return str(path)
@@ -247,7 +248,7 @@ def mlcommons_int8(int8_model: Path, x: np.ndarray) -> np.ndarray:
     """MLCommons' shipped int8 model run with tflite-micro on `x` quantized with its input
     parameters; the output dequantized with its output parameters."""
     from . import tflm
-    from .api import load
+    from ..api import load
     g = load(int8_model)
     qi, qo = g.tensors[g.inputs[0]].quant, g.tensors[g.outputs[0]].quant
     si, zi = float(qi.scale[0]), int(qi.zero_point[0])
@@ -272,7 +273,7 @@ def _row(model: Path) -> dict:
 def bench_model(model, n_cal=DEFAULT_CALIBRATION, n_eval=DEFAULT_EVAL, int16_budget=0) -> dict:
     """One row of the table (see the module docstring); a failing part records its error.
     `n_cal` / `n_eval`: numbers of generated samples, or the user's data (input_sets)."""
-    from .api import load
+    from ..api import load
     model = Path(model)
     if not model.is_file():
         raise McuforgeError(f"{model} does not exist")

@@ -2,7 +2,7 @@
 over 30-odd operator types with random shapes (square ones often) and attributes, built with
 onnx.helper, onnx's own shape inference and numpy only, and run by onnxruntime (float32) and
 onnx.reference (float64). Nothing here imports mcuforge, so a mistake in mcuforge's shape or
-attribute handling cannot hide on both sides (mcuforge/fuzz.py does the checking).
+attribute handling cannot hide on both sides (mcuforge/tools/fuzz.py does the checking).
 """
 from __future__ import annotations
 
@@ -110,7 +110,7 @@ class _Builder:
                 for n in outputs]
         g = helper.make_graph(self.nodes, "fuzz", ins, outs, self.inits)
         return helper.make_model(g, opset_imports=[helper.make_opsetid("", OPSET)],
-                                 producer_name="mcuforge.fuzz", ir_version=IR_VERSION)
+                                 producer_name="mcuforge.tools.fuzz", ir_version=IR_VERSION)
 
     def pick(self, pred=lambda s: True) -> str | None:
         """A tensor whose shape satisfies pred; recent and unconsumed ones preferred, so the

@@ -1,7 +1,7 @@
 """The real-data demo: a small CNN trained on scikit-learn's 8x8 digits, compiled to C as float
 and as int8 (post-training quantization by mcuforge), both run in C on the held-out images.
 
-The model, mcuforge/data/digits_cnn.onnx, is written by tests/models/train_digits.py (plain
+The model, mcuforge/tools/data/digits_cnn.onnx, is written by tests/models/train_digits.py (plain
 numpy, deterministic) from the training split `digits_data` defines; the held-out split is never
 seen by training or calibration. The demo guarantees nothing about bits: it measures accuracy.
 It passes when the float C build predicts the same digit as onnxruntime on every image, the
@@ -20,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .errors import McuforgeError
+from ir.errors import McuforgeError
 
 MODEL = Path(__file__).resolve().parent / "data" / "digits_cnn.onnx"  # package data
 HELD_OUT = 360  # the last 360 images of the data set: the test split
@@ -52,7 +52,7 @@ def quantizer_available() -> bool:
     """True when mcuforge.api.compile takes quantize= (optimizer.quantize is in place)."""
     import importlib.util
 
-    from .api import compile as compile_model
+    from ..api import compile as compile_model
     if importlib.util.find_spec("optimizer.quantize") is None:
         return False
     return "quantize" in inspect.signature(compile_model).parameters
@@ -64,7 +64,7 @@ def compile_int8(model, out_dir, calibration, name: str = "digits", emit_tflite=
     as a .tflite. Returns the CompileResult, or None when the quantizer is not available yet."""
     if not quantizer_available():
         return None
-    from .api import compile as compile_model
+    from ..api import compile as compile_model
     return compile_model(model, out_dir, name=name, quantize="int8",
                          calibration=np.ascontiguousarray(calibration, np.float32),
                          quantize_io="int8", emit_tflite=emit_tflite)
@@ -88,7 +88,7 @@ def model_inputs(result, x) -> np.ndarray:
 def run_project(result, x) -> np.ndarray:
     """Build the compiled project with gcc and run the model inputs `x` through it; returns
     the logits, (N, 10), float or int8 (argmax of int8 logits equals that of their values)."""
-    from .runner import build, run_executable
+    from ..runner import build, run_executable
     exe = build(result.out_dir, result.name)
     return run_executable(exe, result.graph, [x])[0].reshape(len(x), -1)
 
@@ -122,7 +122,7 @@ class DigitsResult:
 def evaluate(out_dir, model=MODEL, log=print) -> DigitsResult:
     """Compile the model as float (out_dir/float) and int8 (out_dir/int8), build both, run the
     test split in C and measure accuracy; `log` gets one line per step."""
-    from .api import compile as compile_model
+    from ..api import compile as compile_model
 
     model, out = Path(model), Path(out_dir)
     if not model.is_file():

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .errors import McuforgeError
+from ir.errors import McuforgeError
 
 KINDS = ("node", "simple", "pytorch-converted", "pytorch-operator")
 CFLAGS = ["-O0", "-std=c99", "-Wall", "-Wextra", "-Werror", "-pedantic"]
@@ -34,7 +34,7 @@ CFLAGS = ["-O0", "-std=c99", "-Wall", "-Wextra", "-Werror", "-pedantic"]
 
 def cflags() -> list:
     """CFLAGS, with $MCUFORGE_OPT's optimisation flags instead of -O0 when it is set."""
-    from .runner import opt_flags
+    from ..runner import opt_flags
     opt = opt_flags()
     return CFLAGS if opt is None else [*opt.split(), *CFLAGS[1:]]
 
@@ -208,7 +208,7 @@ def run_batch(cases: list) -> list:
 
 
 def _run_batch(cases: list, work: Path) -> list:
-    from mcuforge.resources import data_dir
+    from codegen_c.resources import data_dir
     results, ready, frozen = {}, [], {}  # ready: [_Built]
     t0 = {}
     for i, case in enumerate(cases):
@@ -315,7 +315,7 @@ def _compile(model: bytes, case: Case, names: list, prefix: str):
     from optimizer.memory_plan import plan_graph
     from optimizer.pipeline import optimize
 
-    from .errors import ModelError, UnsupportedOpError
+    from ir.errors import ModelError, UnsupportedOpError
     try:
         if case.kind == "tflite":
             from frontend.tflite import load_tflite

@@ -43,7 +43,7 @@ MEMORY_LIMIT = 3 << 30  # bytes of address space a case may use
 def seed_models(paths=()) -> list:
     """(label, format, bytes): mcuforge's demo int8 TFLite model, a float ONNX CNN and a QDQ
     one built with onnx.helper, and any model files given."""
-    from mcuforge.demo import demo_tflite_bytes
+    from mcuforge.tools.demo import demo_tflite_bytes
     out = [("demo.tflite", "tflite", demo_tflite_bytes()),
            ("cnn.onnx", "onnx", _onnx_cnn().SerializeToString()),
            ("qdq.onnx", "onnx", _onnx_qdq().SerializeToString())]
@@ -254,7 +254,7 @@ def exercise(data: bytes) -> None:
 
 def _child(data: bytes, wfd: int) -> None:
     import warnings
-    from .errors import McuforgeError
+    from ir.errors import McuforgeError
     resource.setrlimit(resource.RLIMIT_AS, (MEMORY_LIMIT, MEMORY_LIMIT))
     try:
         with warnings.catch_warnings():

@@ -16,7 +16,7 @@ def data_dir(package: str) -> Path:
 
 @functools.lru_cache(maxsize=1)
 def _env() -> jinja2.Environment:
-    from codegen_c.names import c_comment, c_string
+    from .names import c_comment, c_string
     env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(str(data_dir("templates"))),
         undefined=jinja2.StrictUndefined, keep_trailing_newline=True,

@@ -1,6 +1,6 @@
 """`mcuforge fuzz`: random ONNX graphs through mcuforge, checked against independent references.
 
-1. The generator (`make_model`, mcuforge/fuzz_gen.py) builds float32 ONNX graphs of 2-12 nodes over 30-odd operator
+1. The generator (`make_model`, mcuforge/tools/fuzz_gen.py) builds float32 ONNX graphs of 2-12 nodes over 30-odd operator
    types with random shapes (square ones often) and attributes, using onnx.helper, onnx's own
    shape inference and numpy only: it shares no code with mcuforge, so a mistake in mcuforge's
    shape or attribute handling cannot hide on both sides. Graphs whose onnxruntime run has a
@@ -23,7 +23,7 @@
    minimised (`minimise`: the smallest sub-graph, cut at intermediate tensors, that still
    fails the same way).
 
-The generator and the references live in mcuforge/fuzz_gen.py (which imports nothing of
+The generator and the references live in mcuforge/tools/fuzz_gen.py (which imports nothing of
 mcuforge). Known bugs: KNOWN lists generator features that hit a bug found by this fuzzer and not fixed
 yet, each with a comment naming it; the fixed-seed suite set (tests/test_fuzz_graphs.py) leaves
 them out (`exclude=KNOWN`), the sweep keeps them (to see whether they are fixed).
@@ -67,7 +67,7 @@ class Outcome:
 
 
 def _classify(e: BaseException) -> tuple:
-    from .errors import BuildError, McuforgeError
+    from ir.errors import BuildError, McuforgeError
     if isinstance(e, McuforgeError) and not isinstance(e, BuildError):
         return "refused", f"{type(e).__name__}: {e}"
     tb = "".join(traceback.format_exception(e))
@@ -77,8 +77,8 @@ def _classify(e: BaseException) -> tuple:
 def _compile_and_run(model: bytes, feeds: dict, workdir: Path, **compile_args) -> tuple:
     """mcuforge's compile (as `mcuforge compile`), the project built with gcc and run on `feeds`
     (name -> one sample): (CompileResult, {output name: array})."""
-    from .api import compile as compile_model
-    from .runner import build, run_executable
+    from ..api import compile as compile_model
+    from ..runner import build, run_executable
     with contextlib.redirect_stderr(io.StringIO()):  # the quantizer's progress bar
         r = compile_model(model, workdir / "proj", name="model", **compile_args)
     exe = build(r.out_dir, r.name)
@@ -146,8 +146,8 @@ def check_int8(g: Generated, n_cal: int = 16) -> Outcome:
     try:
         with tempfile.TemporaryDirectory(prefix="mcuforge-fuzz-") as d:
             tfl = Path(d) / "q.tflite"
-            from .api import compile as compile_model
-            from .runner import build, run_executable
+            from ..api import compile as compile_model
+            from ..runner import build, run_executable
             with contextlib.redirect_stderr(io.StringIO()):
                 r = compile_model(g.model, Path(d) / "proj", name="model", quantize="int8",
                                   calibration=calibration, emit_tflite=tfl)
@@ -227,7 +227,7 @@ def _sub_model(model: onnx.ModelProto, outputs: list, cut: set) -> onnx.ModelPro
     if len(inputs) != len(need - produced - init_names) or not kept:
         return None
     g = helper.make_graph(kept, "fuzz-min", inputs, [types[o] for o in outputs], inits)
-    m = helper.make_model(g, opset_imports=list(model.opset_import), producer_name="mcuforge.fuzz", ir_version=IR_VERSION)
+    m = helper.make_model(g, opset_imports=list(model.opset_import), producer_name="mcuforge.tools.fuzz", ir_version=IR_VERSION)
     try:
         onnx.checker.check_model(m, full_check=True)
     except Exception:
