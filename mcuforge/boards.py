@@ -10,8 +10,9 @@ import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .errors import McuforgeError
-from .resources import data_dir
+from ir.errors import McuforgeError
+from ir.target import Target
+from codegen_c.resources import data_dir
 
 _FIRMWARE = {"main.c": "firmware/main.c.j2", "inputs.h": "firmware/inputs.h.j2",
              "mf_board.h": "firmware/mf_board.h.j2", "Makefile": "firmware/Makefile.j2"}
@@ -38,6 +39,7 @@ class Board:
     family: str
     cpu: str = "host"
     cflags: tuple = ()
+    features: tuple = ()  # ir.target.FEATURES the CPU has
     fpu: bool = False
     flash_origin: int = 0
     flash_size: int | None = None
@@ -72,6 +74,11 @@ class Board:
                 "-semihosting-config", "enable=on,target=native",
                 "-icount", "shift=0,align=off,sleep=off"]
 
+    def target(self, flash_budget: int | None = None) -> Target:
+        """What the compiler generates code for on this board."""
+        return Target(self.name, self.cpu, frozenset(self.features), 4, self.flash_size,
+                      self.ram_size, flash_budget)
+
     def instructions(self, ticks: int) -> int:
         """Counter ticks -> executed instructions under QEMU -icount shift=0 (1 ns each)."""
         return round(ticks * 1_000_000_000 / self.clock_hz)
@@ -95,6 +102,7 @@ def load_board(name: str) -> Board:
     return Board(
         name=d["name"], description=d.get("description", ""), family=d.get("family", "host"),
         cpu=d.get("cpu", "host"), cflags=tuple(d.get("cflags", ())), fpu=d.get("fpu", False),
+        features=tuple(d.get("features", ())),
         flash_origin=flash.get("origin", 0), flash_size=flash.get("size"),
         ram_origin=ram.get("origin", 0), ram_size=ram.get("size"),
         clock_hz=d.get("clock_hz"), output=d.get("output", "stdio"),
