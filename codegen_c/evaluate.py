@@ -30,6 +30,10 @@ def run_kernel(kernel: ir.Kernel, arrays: dict) -> None:
     for b in kernel.buffers:
         if b.kind == "const":
             bufs[b.name] = np.asarray(b.data).reshape(-1)
+        elif b.kind == "scratch" and b.name not in arrays:
+            # working memory starts as garbage: a kernel must not read what it did not write
+            noise = np.random.default_rng(len(kernel.name)).integers(0, 256, b.size * 8, np.uint8)
+            bufs[b.name] = noise.view(np.dtype(b.dtype))[:b.size].copy()
         else:
             arr = arrays[b.name]
             if arr.dtype != np.dtype(b.dtype if b.dtype != "bool" else "uint8") or arr.ndim != 1:
@@ -155,10 +159,11 @@ def _binop(e, a, b):
             "max": lambda: max(a, b), "min": lambda: min(a, b)}[op]()
 
 
-def run_graph(g, inputs: dict) -> dict:
+def run_graph(g, inputs: dict, target=None) -> dict:
     """Run every node's lowered kernel in order on numpy arrays: the whole graph through the
     executable definition, no C compiler involved. Returns {output name: array} shaped and
-    typed as the graph's outputs."""
+    typed as the graph's outputs. `target` (ir.target.Target, default the host): whose
+    scheduled kernels run."""
     from .lower import lower_node
 
     def flat(a):
@@ -166,7 +171,7 @@ def run_graph(g, inputs: dict) -> dict:
         return a.view(np.uint8) if a.dtype == bool else a  # C holds bool as uint8_t
     values = {n: flat(inputs[n]).copy() for n in g.inputs}
     for i, node in enumerate(g.nodes):
-        k = lower_node(node, g, f"k{i}")
+        k = lower_node(node, g, f"k{i}", target)
         if k is None:  # alias: the same bytes
             values[node.outputs[0]] = values[node.inputs[0]]
             continue
@@ -174,7 +179,7 @@ def run_graph(g, inputs: dict) -> dict:
         for b, t in zip(k.params, tensors):
             if b.kind == "out":
                 values[t] = flat(np.zeros(g.tensors[t].size, dtype=g.tensors[t].dtype))
-        run_kernel(k, {b.name: values[t] for b, t in zip(k.params, tensors)})
+        run_kernel(k, {b.name: values[t] for b, t in zip(k.params, tensors)})  # scratch: noise
     out = {}
     for n in g.outputs:
         t = g.tensors[n]

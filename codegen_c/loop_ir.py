@@ -179,8 +179,10 @@ class Comment(Stmt):
 
 @dataclass(frozen=True, eq=False)
 class Buffer:
-    """A buffer a kernel touches. kind: 'in' / 'out' (pointer parameters into the arena) or
-    'const' (static const data emitted next to the kernel)."""
+    """A buffer a kernel touches. kind: 'in' / 'out' (pointer parameters into the arena),
+    'scratch' (a pointer parameter to working memory in the arena, live during the call only,
+    its contents undefined on entry; after the ins and outs) or 'const' (static const data
+    emitted next to the kernel). `size` counts elements of `dtype`."""
     name: str
     dtype: str
     size: int
@@ -199,7 +201,17 @@ class Kernel:
 
     @property
     def params(self) -> list:
-        return [b for b in self.buffers if b.kind in ("in", "out")]
+        """Pointer parameters in call order: ins and outs as listed, then scratch."""
+        return [b for b in self.buffers if b.kind in ("in", "out")] + self.scratch
+
+    @property
+    def scratch(self) -> list:
+        return [b for b in self.buffers if b.kind == "scratch"]
+
+    @property
+    def scratch_bytes(self) -> int:
+        """Arena bytes the call needs as working memory (each scratch buffer 8-aligned)."""
+        return sum((b.size * np.dtype(b.dtype if b.dtype != 'bool' else 'uint8').itemsize + 7) // 8 * 8 for b in self.scratch)
 
     @property
     def consts(self) -> list:

@@ -6,14 +6,15 @@ itself is C control flow around calls of those functions, with memcpy moving val
 its tensors and the subgraphs' inputs and outputs, as tflite-micro's kernels do."""
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
 from ir.errors import UnsupportedOpError
 from ir.graph import SUBGRAPH_ATTRS, Graph, Tensor, subgraphs
-from codegen_c.resources import render
-from optimizer.memory_plan import MemoryPlan
+from .resources import render
+from ir.target import HOST, Target
+from optimizer.memory_plan import MemoryPlan, plan_graph
 
 from . import printer
 from .names import c_comment, c_identifier
@@ -89,6 +90,7 @@ class GeneratedModel:
     weight_bytes: int
     inputs: list  # Port
     outputs: list
+    plan: MemoryPlan | None = None  # the arena plan the code addresses (kernel scratch included)
 
 
 def short_name(tensor_name: str) -> str:
@@ -105,8 +107,16 @@ def _port(g: Graph, name: str, index: int, offset: int) -> Port:
                 offset, float(q.scale[0]) if q else None, int(q.zero_point[0]) if q else None)
 
 
-def generate(g: Graph, plan: MemoryPlan, name: str) -> GeneratedModel:
-    em = _Emitter(name)
+def generate(g: Graph, name: str, target: Target = HOST) -> GeneratedModel:
+    """The C sources of graph `g` for `target`: every node lowered and scheduled, the arena
+    planned with the kernels' scratch, the calls and definitions printed."""
+    kernels = _lower_all(g, target)
+
+    def scratch_of(graph, node):
+        k = kernels.get(id(node))
+        return (k.scratch_bytes, 8) if k is not None and k.scratch else None
+    plan = plan_graph(g, scratch_of)
+    em = _Emitter(name, kernels)
     calls = em.calls(g, plan, 0, "")
     kernels, consts = em.kernels, em.definitions
     state_copies, state_inits = _state(g, plan, consts)
@@ -126,7 +136,27 @@ def generate(g: Graph, plan: MemoryPlan, name: str) -> GeneratedModel:
         f"{name}.h": render("model.h.j2", ctx),
         f"{name}.c": render("model.c.j2", ctx),
     }
-    return GeneratedModel(name, files, kernels, macs, weight_bytes, inputs, outputs)
+    return GeneratedModel(name, files, kernels, macs, weight_bytes, inputs, outputs, plan)
+
+
+def _lower_all(g: Graph, target: Target, out: dict | None = None) -> dict:
+    """id(node) -> its kernel for `target` (None for aliases and control flow), subgraphs
+    included; a node that cannot be lowered is one clear error naming it."""
+    out = {} if out is None else out
+    for i, node in enumerate(g.nodes):
+        if node.op in SUBGRAPH_ATTRS:
+            for sub in subgraphs(node):
+                _lower_all(sub, target, out)
+            out[id(node)] = None
+            continue
+        try:
+            out[id(node)] = lower_node(node, g, "kernel", target)
+        except (NotImplementedError, ValueError) as e:
+            raise UnsupportedOpError(
+                f"node {i} ({node.op}, output '{node.outputs[0]}') cannot be compiled: {e}. "
+                f"Change the model so this layer avoids it, or report it as a missing "
+                f"feature.") from e
+    return out
 
 
 def _all_nodes(g: Graph):
@@ -141,8 +171,8 @@ class _Emitter:
     its graph and (depth first) its subgraphs are walked. Subgraph functions are listed after
     the kernels and before the functions calling them."""
 
-    def __init__(self, name: str):
-        self.name = name
+    def __init__(self, name: str, kernels: dict):
+        self.name, self.lowered = name, kernels
         self.kernels, self.definitions, self.functions = [], [], []
         self.subgraph_count = 0
 
@@ -153,16 +183,10 @@ class _Emitter:
             if node.op in SUBGRAPH_ATTRS:
                 calls.append(self._control(g, plan, base, i, node))
                 continue
-            kname = f"{prefix}l{i:02d}_{node.op}_{short_name(node.outputs[0])}"
-            try:
-                k = lower_node(node, g, kname)
-            except (NotImplementedError, ValueError) as e:
-                raise UnsupportedOpError(
-                    f"node {i} ({node.op}, output '{node.outputs[0]}') cannot be compiled: {e}. "
-                    f"Change the model so this layer avoids it, or report it as a missing "
-                    f"feature.") from e
+            k = self.lowered[id(node)]
             if k is None:
                 continue
+            k = replace(k, name=f"{prefix}l{i:02d}_{node.op}_{short_name(node.outputs[0])}")
             self.kernels.append(k)
             names = {b.name: f"{k.name}_{b.name}" for b in k.consts}
             self.definitions += [printer.print_array(names[b.name], b.dtype, b.data)
@@ -173,6 +197,10 @@ class _Emitter:
             for b, tname in zip(k.params, tensors):
                 const = "const " if b.kind == "in" else ""
                 args.append(f"({const}{printer.C_TYPES[b.dtype]} *){_address(plan, tname, base)}")
+            at = plan.kernel_scratch(g, node)
+            for b in k.scratch:  # consecutive in the node's scratch request, 8-aligned each
+                args.append(f"({printer.C_TYPES[b.dtype]} *)&arena.bytes[{base + at}]")
+                at += (b.size * printer.ITEMSIZE[b.dtype] + 7) // 8 * 8
             comment = f"{node.op} -> {node.outputs[0]}"
             calls.append(LayerCall(k.name, c_comment(comment), args))
             self.definitions.append(printer.print_kernel(k, names))

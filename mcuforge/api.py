@@ -52,7 +52,6 @@ def generate_project(graph: Graph, name: str, board: str = "host", vectors=None)
     `vectors`: input vectors built into firmware (a list of [one array per input]); by
     default one all-zero vector."""
     from codegen_c.model import generate
-    from optimizer.memory_plan import plan_graph
     from optimizer.pipeline import optimize
 
     if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
@@ -68,8 +67,8 @@ def generate_project(graph: Graph, name: str, board: str = "host", vectors=None)
                             f"project ({', '.join(sorted(others))}, make clean); "
                             "choose another name")
     graph = optimize(graph)
-    plan = plan_graph(graph)
-    model = generate(graph, plan, name)
+    model = generate(graph, name, b.target())
+    plan = model.plan
     files = dict(model.files)
     for f in RUNTIME_FILES:  # the math header only when the model includes it
         if f == RUNTIME_FILES[0] or f'#include "{f}"' in files[f"{name}.c"]:

@@ -47,6 +47,10 @@ class MemoryPlan:
     # scratch is a request of its own, named '<first output>/scratch', in offsets too
     subplans: dict = field(default_factory=dict)
 
+    def kernel_scratch(self, g: Graph, node) -> int | None:
+        """Arena offset of the node's kernel scratch (plan_graph's scratch_of), or None."""
+        return self.offsets.get(_scratch_name(g, node, "kernel"))
+
 
 def _align(n: int, to: int = ALIGN) -> int:
     return (n + to - 1) // to * to
@@ -142,13 +146,21 @@ def requests_of(g: Graph) -> tuple:
     return reqs, root
 
 
-def plan_graph(g: Graph) -> MemoryPlan:
+def plan_graph(g: Graph, scratch_of=None) -> MemoryPlan:
+    """The plan of `g`. `scratch_of(graph, node)`, when given, is the (bytes, alignment) of
+    working memory the node's kernel needs while it runs, or None: kernel scratch (im2col
+    rows, widened activations), a request named '<first output>/kernel' live during that node
+    only, in the arena and in its size. Subgraphs are asked the same way."""
     reqs, root = requests_of(g)
     subplans, scratch = {}, []
     for i, n in enumerate(g.nodes):
         subs = subgraphs(n)
+        need = scratch_of(g, n) if scratch_of is not None and not subs else None
+        if need and need[0] > 0:
+            scratch.append(Request(_scratch_name(g, n, "kernel"), need[0], i, i,
+                                   max(need[1], ALIGN)))
         if subs:
-            plans = tuple(plan_graph(s) for s in subs)
+            plans = tuple(plan_graph(s, scratch_of) for s in subs)
             name = _scratch_name(g, n)
             # aligned for the subgraphs' widest element (nested scratch requests included)
             align = max((r.align for p in plans for r in p.requests), default=ALIGN)
@@ -171,8 +183,8 @@ def plan_graph(g: Graph) -> MemoryPlan:
                       {i: (offsets[name], plans) for i, (name, plans) in subplans.items()})
 
 
-def _scratch_name(g: Graph, node) -> str:
-    name = f"{node.outputs[0]}/scratch"
+def _scratch_name(g: Graph, node, kind: str = "scratch") -> str:
+    name = f"{node.outputs[0]}/{kind}"
     while name in g.tensors:
         name += "_"
     return name

@@ -154,7 +154,7 @@ def test_constant_operands_do_not_fold_the_node_and_subgraphs_are_optimized():
     n = _control(h)
     assert [m.op for m in n.attrs["then_graph"].nodes] == ["unary"]
     assert n.attrs["then_graph"].outputs == ["sg1/out"]
-    files = generate(h, plan_graph(h), "m").files["m.c"]
+    files = generate(h, "m").files["m.c"]
     assert "m_c" in files  # the constant condition is read from a const array
 
 
@@ -186,7 +186,7 @@ def test_arena_is_at_most_the_parent_plan_plus_the_larger_subgraph(name):
 
 def test_subgraphs_are_static_functions_in_the_same_arena():
     g = optimize(_load("while_float32_nested_if"))
-    c = generate(g, plan_graph(g), "m").files["m.c"]
+    c = generate(g, "m").files["m.c"]
     for k in range(4):  # cond, body, and the body's then / else
         assert f"static void m_sg{k}(void)" in c
     body = c[c.index("int m_invoke(void)"):]

@@ -36,3 +36,28 @@ def test_random_plans_are_valid_and_deterministic():
         assert arena_size(reqs, offsets) >= lower_bound(reqs)
         assert plan(list(reversed(reqs))) == offsets  # input order does not matter
         assert all(o % 4 == 0 for o in offsets.values())
+
+
+def test_kernel_scratch_is_planned_with_the_tensors():
+    """A node's kernel scratch lives during that node only: it may reuse dead tensors' bytes,
+    never a tensor live at that step, and counts in the arena and the lower bound."""
+    from onnx import TensorProto, helper
+
+    from frontend.onnx import load_onnx
+    from optimizer.memory_plan import plan_graph
+    from optimizer.pipeline import optimize
+    nodes = [helper.make_node("Relu", ["x"], ["a"]), helper.make_node("Sigmoid", ["a"], ["b"]),
+             helper.make_node("Tanh", ["b"], ["y"])]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT,
+                                                                         [1, 64])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 64])])
+    g = optimize(load_onnx(helper.make_model(graph).SerializeToString()))
+    plain = plan_graph(g)
+    asked = {n.outputs[0]: 1000 for n in g.nodes[1:2]}
+    p = plan_graph(g, lambda graph, n: (asked.get(n.outputs[0], 0), 8))
+    node = g.nodes[1]
+    at = p.kernel_scratch(g, node)
+    assert at is not None and at % 8 == 0 and plain.kernel_scratch(g, node) is None
+    assert overlaps(p.requests, p.offsets) == []
+    assert p.arena_size >= p.lower_bound == plain.lower_bound + 1000
+    assert sum(r.size for r in p.requests if r.name.endswith("/kernel")) == 1000

@@ -52,7 +52,7 @@ def test_state_lives_outside_the_arena():
 
 def test_generated_api_has_reset_and_copies_state():
     g = accumulator()
-    files = generate(g, plan_graph(g), "acc").files
+    files = generate(g, "acc").files
     h, c = files["acc.h"], files["acc.c"]
     assert "void acc_reset(void);" in h and "#define ACC_STATE_SIZE 16" in h
     body = c[c.index("int acc_invoke(void)"):]

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ir.graph import ALIAS_OPS, Graph, Node, Tensor
+from ir.target import HOST, Target
 
 from .. import loop_ir as ir
 
@@ -126,7 +127,9 @@ def float_activation(v: ir.Expr, activation: str) -> ir.Expr:
     return v if hi is None else ir.vmin(v, ir.Const(hi, "float32"))
 
 
-def lower_node(node: Node, graph: Graph, name: str) -> ir.Kernel | None:
+def reference_kernel(node: Node, graph: Graph, name: str) -> ir.Kernel | None:
+    """The node's reference lowering: the loop IR that defines its numerics (None: an alias,
+    no kernel)."""
     if node.op in ALIAS_OPS:
         return None
     _load_all()
@@ -137,6 +140,16 @@ def lower_node(node: Node, graph: Graph, name: str) -> ir.Kernel | None:
     if node.op not in LOWERINGS:
         raise NotImplementedError(f"no lowering for op {node.op}")
     return LOWERINGS[node.op](ctx)
+
+
+def lower_node(node: Node, graph: Graph, name: str, target: Target | None = None):
+    """The kernel the target runs: the reference lowering, then the schedule stage
+    (codegen_c/kernels) for `target` (default: the host)."""
+    from ..kernels import schedule_kernel
+    k = reference_kernel(node, graph, name)
+    if k is None:
+        return None
+    return schedule_kernel(OpContext(node, graph, name), k, target or HOST)
 
 
 def _load_all():

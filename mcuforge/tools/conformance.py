@@ -312,7 +312,6 @@ def _freeze(model, names: list, case: Case) -> bytes:
 def _compile(model: bytes, case: Case, names: list, prefix: str):
     from codegen_c.model import generate
     from frontend.onnx import load_onnx
-    from optimizer.memory_plan import plan_graph
     from optimizer.pipeline import optimize
 
     from ir.errors import ModelError, UnsupportedOpError
@@ -324,7 +323,7 @@ def _compile(model: bytes, case: Case, names: list, prefix: str):
             shapes = {n: tuple(a.shape) for n, a in zip(names, case.data_sets[0][0])}
             g = load_onnx(model, input_shapes=shapes, name=case.name)
         g = optimize(g)
-        gen = generate(g, plan_graph(g), prefix)
+        gen = generate(g, prefix)
     except UnsupportedOpError as e:
         raise _Outcome("unsupported", _unsupported_reason(str(e))) from None
     except ModelError as e:

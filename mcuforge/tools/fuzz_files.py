@@ -244,12 +244,11 @@ def _mutate_onnx(data: bytes, kind: str, rng) -> bytes:
 def exercise(data: bytes) -> None:
     """What `mcuforge compile` does with a model, short of writing files."""
     from codegen_c.model import generate
-    from optimizer.memory_plan import plan_graph
     from optimizer.pipeline import optimize
 
     from frontend import load_model
     g = optimize(load_model(data))
-    generate(g, plan_graph(g), "model")
+    generate(g, "model")
 
 
 def _child(data: bytes, wfd: int) -> None:

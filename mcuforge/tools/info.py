@@ -7,13 +7,12 @@ from pathlib import Path
 
 def model_info(model, input_shapes: dict | None = None) -> dict:
     from codegen_c.model import generate
-    from optimizer.memory_plan import plan_graph
     from optimizer.pipeline import optimize
 
     from ..api import load
     g = optimize(load(model, input_shapes))
-    plan = plan_graph(g)
-    gen = generate(g, plan, "model")
+    gen = generate(g, "model")
+    plan = gen.plan
 
     def port(name):
         t = g.tensors[name]
