@@ -31,6 +31,9 @@ def test_bench_json_on_demo_model(tmp_path):
     # as measured from the object file
     assert r["arena_bytes"] <= r["ram_bytes"] < r["arena_bytes"] + 4
     assert r["tflm_arena_bytes"] == arena_bytes(str(model))["head"]
+    assert r["litert_latency_us"] > 0  # LiteRT's built-in kernels, timed in the same run
+    table = _cli("bench", str(model), "--iterations", "5")
+    assert "LiteRT us" in table and "lat/LiteRT" in table
     assert r["latency_us"] > 0 and r["tflm_latency_us"] > 0
 
 
