@@ -118,10 +118,12 @@ class Call(Expr):
 
 @dataclass(frozen=True)
 class Ptr(Expr):
-    """&buf[offset], passed to row intrinsics."""
+    """&buf[offset], passed to row intrinsics and micro-kernels; `ctype` casts it to another
+    C pointer type (a table of int32 read as `const mf_rq *`)."""
     buf: str
     offset: Expr
     dtype: str = "ptr"
+    ctype: str = ""
 
 
 class Stmt:

@@ -22,6 +22,7 @@ from .lower import lower_node
 
 
 MATH_PREFIX = "mfm_"  # runtime functions of runtime_c/mcuforge_math.h
+MICRO_HEADERS = {"mcuforge_nn.h": ("mf_gemm_", "mf_conv_")}  # runtime_c/ header -> its calls
 
 
 @dataclass
@@ -127,9 +128,12 @@ def generate(g: Graph, name: str, target: Target = HOST) -> GeneratedModel:
     # float math (expf, erff, ...) comes from mcuforge_math.h, included only when used: int8
     # models need nothing beyond <stdint.h>, <stddef.h> and <string.h>
     uses_math = any(MATH_PREFIX in d for d in consts)
+    # micro-kernel headers only when a scheduled kernel calls into them
+    micro_headers = [h for h, prefixes in MICRO_HEADERS.items()
+                     if any(p in d for d in consts for p in prefixes)]
     ctx = dict(name=name, NAME=name.upper(), graph=g, plan=plan, inputs=inputs, outputs=outputs,
                calls=calls, definitions=consts, functions=em.functions, macs=macs,
-               weight_bytes=weight_bytes, uses_math=uses_math, state_copies=state_copies,
+               weight_bytes=weight_bytes, uses_math=uses_math, micro_headers=micro_headers, state_copies=state_copies,
                state_inits=state_inits, state_size=plan.state_size,
                ops=sorted({n.op for n in _all_nodes(g)}))
     files = {

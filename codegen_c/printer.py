@@ -81,7 +81,8 @@ class Printer:
         if t is ir.Ptr:
             off = self.text(e.offset)
             name = self.names.get(e.buf, e.buf)
-            return (name if off == "0" else f"&{name}[{off}]"), _UNARY
+            text = name if off == "0" else f"&{name}[{off}]"
+            return (f"({e.ctype}){text}" if e.ctype else text), _UNARY
         if t is ir.Bin:
             if e.op == "min" and isinstance(e.a, ir.Bin) and e.a.op == "max" and e.dtype == "int32":
                 return f"mf_clamp({self.text(e.a.a)}, {self.text(e.a.b)}, {self.text(e.b)})", _ATOM

@@ -17,7 +17,7 @@ from ir.errors import McuforgeError
 from ir.graph import Graph
 from codegen_c.resources import data_dir, render
 
-RUNTIME_FILES = ("mcuforge_rt.h", "mcuforge_math.h")
+RUNTIME_FILES = ("mcuforge_rt.h", "mcuforge_math.h", "mcuforge_nn.h")
 
 
 @dataclass

@@ -23,7 +23,7 @@ from .window import Window
 def requant_and_store(ctx: OpContext, acc: ir.Expr, channel: ir.Expr, out_index: ir.Expr,
                       bufs: list, n_out: int) -> list:
     """The output stage shared by all three ops: rescale, add the zero point, clamp, store."""
-    x, w, bias, y = ctx.input(0), ctx.input(1), ctx.input(2), ctx.output()
+    x, w, y = ctx.input(0), ctx.input(1), ctx.output()
     act = ctx.attrs.get("activation", "none")
     if y.dtype == "float32":
         return [ir.Store("y", out_index, float_activation(acc, act))]
@@ -31,16 +31,7 @@ def requant_and_store(ctx: OpContext, acc: ir.Expr, channel: ir.Expr, out_index:
     w_scales = np.asarray(w.quant.scale, dtype=np.float32)
     if ctx.attrs.get("requant") == "onnxruntime":
         return _requant_ort(ctx, acc, channel, out_index, bufs, n_out, w_scales)
-    bias_scale = bias.quant.scale[0] if bias is not None and bias.quant else None
-    if x.dtype == "uint8":  # legacy uint8 models: LiteRT's per-tensor multiplier
-        mults, shifts = uint8_multiplier(x.quant.scale[0], w_scales, y.quant.scale[0],
-                                         bias_scale)
-    elif ctx.node.op == "fully_connected":
-        mults, shifts = qp.fc_output_multipliers(x.quant.scale[0], w_scales, y.quant.scale[0],
-                                                 bias_scale)
-    else:
-        mults, shifts = qp.conv_output_multipliers(x.quant.scale[0], w_scales, y.quant.scale[0])
-    mults, shifts = np.broadcast_to(mults, n_out), np.broadcast_to(shifts, n_out)
+    mults, shifts = output_multipliers(ctx, n_out)
     m, b1 = per_channel(mults, "mult", channel)
     s, b2 = per_channel(shifts, "shift", channel)
     bufs += b1 + b2
@@ -50,6 +41,23 @@ def requant_and_store(ctx: OpContext, acc: ir.Expr, channel: ir.Expr, out_index:
         return [ir.Store("y", out_index, ir.cast(ir.clamp(v, qmin, qmax), y.dtype))]
     v = ir.call("mf_mbqm", acc, m, s) + int(y.quant.zero_point[0])
     return [ir.Store("y", out_index, ir.cast(ir.clamp(v, qmin, qmax), y.dtype))]
+
+
+def output_multipliers(ctx: OpContext, n_out: int) -> tuple:
+    """TFLM's (LiteRT's for uint8) per-channel output multipliers and shifts of an integer
+    conv2d / depthwise_conv2d / fully_connected, broadcast to n_out channels."""
+    x, w, bias, y = ctx.input(0), ctx.input(1), ctx.input(2), ctx.output()
+    w_scales = np.asarray(w.quant.scale, dtype=np.float32)
+    bias_scale = bias.quant.scale[0] if bias is not None and bias.quant else None
+    if x.dtype == "uint8":  # legacy uint8 models: LiteRT's per-tensor multiplier
+        mults, shifts = uint8_multiplier(x.quant.scale[0], w_scales, y.quant.scale[0],
+                                         bias_scale)
+    elif ctx.node.op == "fully_connected":
+        mults, shifts = qp.fc_output_multipliers(x.quant.scale[0], w_scales, y.quant.scale[0],
+                                                 bias_scale)
+    else:
+        mults, shifts = qp.conv_output_multipliers(x.quant.scale[0], w_scales, y.quant.scale[0])
+    return np.broadcast_to(mults, n_out), np.broadcast_to(shifts, n_out)
 
 
 def _requant_ort(ctx: OpContext, acc: ir.Expr, channel: ir.Expr, out_index: ir.Expr,

@@ -1,0 +1,90 @@
+"""Python mirrors of the micro-kernels in runtime_c/mcuforge_nn.h, for the loop-IR evaluator:
+each takes the C arguments (pointer arguments as numpy views starting at the pointer) and
+writes its outputs in place. They decode the packed layouts from the header's description and
+compute the TFLM arithmetic on whole arrays; where the C code would overflow int32 they raise
+UndefinedBehaviour, as the evaluator does. Registered into qmath.INTRINSICS on import."""
+from __future__ import annotations
+
+import numpy as np
+
+from .evaluate import UndefinedBehaviour
+from .qmath import INTRINSICS
+
+I32 = (-2**31, 2**31 - 1)
+_LANES = {"w16": (0, 2, 1, 3), "w8": (0, 1, 2, 3)}  # tap j of a group sits at lane _LANES[j]
+
+
+def _fits(a: np.ndarray, what: str) -> np.ndarray:
+    if a.size and (a.min() < I32[0] or a.max() > I32[1]):
+        raise UndefinedBehaviour(f"int32 overflow in {what}")
+    return a
+
+
+def unpack_gemm(w: np.ndarray, fmt: str, o: int, k: int) -> np.ndarray:
+    """[O, K] int64 weights from the packed layout: blocks of 4 channels, per block groups of 4
+    taps, per group the 4 channels' taps in lane order."""
+    op, kp = (o + 3) // 4 * 4, (k + 3) // 4 * 4
+    blocks = np.asarray(w[:op * kp], np.int64).reshape(op // 4, kp // 4, 4, 4)
+    taps = blocks[..., list(_LANES[fmt])]  # lane order -> tap order (the lane maps are involutions)
+    return taps.transpose(0, 2, 1, 3).reshape(op, kp)[:o, :k]
+
+
+def requantize(acc: np.ndarray, rq: np.ndarray, signfix: int, lo: int, hi: int) -> np.ndarray:
+    """mf_rq_apply + clamp on int64 accumulators [..., O]; rq: [O, 4] (mult, add, pre, post)."""
+    mult, add, pre, post = (rq[:, i].astype(np.int64) for i in range(4))
+    _fits(acc, "the accumulator")
+    shifted = _fits(acc << pre, "acc << pre")
+    h = (shifted * mult + (1 << 31)) >> 32
+    v = _fits(h + add, "h + add")
+    v = v + np.where((h < 0) & (post > 0) & (signfix != 0), -1, 0)
+    return np.clip(v >> post, lo, hi)
+
+
+def _gemm(fmt):
+    def kernel(x, rows, x_stride, k, w, bias, rq, o, lo, hi, signfix, y, y_stride, scratch):
+        wm = unpack_gemm(w, fmt, o, k)
+        xs = np.stack([np.asarray(x[r * x_stride:r * x_stride + k], np.int64)
+                       for r in range(rows)])
+        acc = xs @ wm.T + np.asarray(bias[:o], np.int64)
+        out = requantize(acc, np.asarray(rq[:4 * o]).reshape(o, 4), signfix, lo, hi)
+        for r in range(rows):
+            y[r * y_stride:r * y_stride + o] = out[r]
+    return kernel
+
+
+GEOM_FIELDS = ("in_h", "in_w", "in_c", "k_h", "k_w", "stride_h", "stride_w", "pad_t", "pad_l",
+               "out_h", "out_w")  # mf_conv_geom, in struct order
+
+
+def im2col(x: np.ndarray, geom: dict, x_zp: int) -> np.ndarray:
+    """[out_h * out_w, k_h * k_w * in_c] patches of NHWC x (batch 1), padding = x_zp."""
+    g = geom
+    img = np.asarray(x[:g["in_h"] * g["in_w"] * g["in_c"]], np.int64).reshape(
+        g["in_h"], g["in_w"], g["in_c"])
+    pad = np.full((g["in_h"] + 2 * g["k_h"] + g["stride_h"] * g["out_h"],
+                   g["in_w"] + 2 * g["k_w"] + g["stride_w"] * g["out_w"], g["in_c"]), x_zp,
+                  np.int64)
+    top, left = g["k_h"], g["k_w"]  # room for any padding
+    pad[top:top + g["in_h"], left:left + g["in_w"]] = img
+    rows = []
+    for oy in range(g["out_h"]):
+        for ox in range(g["out_w"]):
+            iy = oy * g["stride_h"] - g["pad_t"] + top
+            ix = ox * g["stride_w"] - g["pad_l"] + left
+            rows.append(pad[iy:iy + g["k_h"], ix:ix + g["k_w"]].reshape(-1))
+    return np.stack(rows)
+
+
+def _conv(fmt):
+    def kernel(x, geom, x_zp, w, bias, rq, o, lo, hi, signfix, y, scratch):
+        g = dict(zip(GEOM_FIELDS, (int(v) for v in geom[:len(GEOM_FIELDS)])))
+        k = g["k_h"] * g["k_w"] * g["in_c"]
+        patches = im2col(x, g, x_zp)
+        acc = patches @ unpack_gemm(w, fmt, o, k).T + np.asarray(bias[:o], np.int64)
+        out = requantize(acc, np.asarray(rq[:4 * o]).reshape(o, 4), signfix, lo, hi)
+        y[:out.size] = out.reshape(-1)
+    return kernel
+
+
+INTRINSICS.update({"mf_gemm_w16": _gemm("w16"), "mf_gemm_w8": _gemm("w8"),
+                   "mf_conv_w16": _conv("w16"), "mf_conv_w8": _conv("w8")})
