@@ -59,3 +59,39 @@ def requant_params(mults, shifts, zp: int, acc_bound) -> np.ndarray | None:
 def needs_signfix(zp: int, lo: int) -> int:
     """1 unless the lower clamp already hides the rounding of negative values (lo >= zp)."""
     return 0 if lo >= zp else 1
+
+
+# ---- GEMM micro-kernels (mf_gemm_w16/w8, mf_conv_w16/w8 in mcuforge_nn.h) -------------------
+GEMM_FORMATS = ("w16", "w8")  # int16 pre-widened (2x flash, fastest), int8 widened in the loop
+_LANES = {"w16": (0, 2, 1, 3), "w8": (0, 1, 2, 3)}  # tap order within a group of 4
+
+
+def kpad(k: int) -> int:
+    """K rounded up to the kernels' group of 4 taps (MF_KPAD)."""
+    return (int(k) + 3) // 4 * 4
+
+
+def pack_gemm_weights(w_rows, fmt: str):
+    """The weights [O, K] (int8 values; a conv's OHWI weights reshaped to [O, KH*KW*C]) in the
+    order mf_gemm_<fmt> reads them: channels in blocks of 4 (zero rows pad the last block),
+    then per block, group of 4 taps, channel: 4 taps, in lane order (w0, w2, w1, w3) for "w16"
+    and (w0, w1, w2, w3) for "w8"; taps K..Kp-1 are zero. Returns (flat int16 or int8 array,
+    flash bytes)."""
+    if fmt not in GEMM_FORMATS:
+        raise ValueError(f"unknown GEMM weight format {fmt!r}; expected one of {GEMM_FORMATS}")
+    w = np.asarray(w_rows, dtype=np.int64).reshape(len(w_rows), -1)
+    o, k = w.shape
+    op, kp = (o + 3) // 4 * 4, kpad(k)
+    padded = np.zeros((op, kp), np.int64)
+    padded[:o, :k] = w
+    # [block, channel-in-block, group, tap] -> [block, group, channel-in-block, lane]
+    blocks = padded.reshape(op // 4, 4, kp // 4, 4)[..., list(_LANES[fmt])]
+    flat = blocks.transpose(0, 2, 1, 3).reshape(-1)
+    arr = flat.astype(np.int16 if fmt == "w16" else np.int8)
+    return arr, arr.nbytes
+
+
+def gemm_scratch_bytes(k: int) -> int:
+    """Scratch one mf_gemm_* or mf_conv_* call needs for K taps per output (the widened row:
+    int16[Kp]); the buffer must be 4-byte aligned."""
+    return 2 * kpad(k)

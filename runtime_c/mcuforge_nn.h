@@ -52,7 +52,11 @@ typedef struct {
 } mf_rq;
 
 static inline int32_t mf_smmlar(int32_t a, int32_t b) {
-#if MF_USE_DSP
+#if MF_USE_DSP && defined(__GNUC__)
+    int32_t r; /* gcc 12's <arm_acle.h> has no __smmlar: SMMULR is SMMLAR with a zero addend */
+    __asm__("smmulr %0, %1, %2" : "=r"(r) : "r"(a), "r"(b));
+    return r;
+#elif MF_USE_DSP
     return __smmlar(a, b, 0);
 #else
     return (int32_t)(((int64_t)a * b + (INT64_C(1) << 31)) >> 32);
@@ -65,6 +69,353 @@ static inline int32_t mf_rq_apply(int32_t acc, const mf_rq *q, int32_t signfix) 
     int32_t v = h + q->add;
     if (signfix && q->post) v += h >> 31;
     return v >> q->post;
+}
+
+/* ==== GEMM micro-kernels: int8 1x1 convolutions, im2col convolutions, fully connected ======
+ *
+ * For r < rows, o < O (TFLM int8; the input zero point folded into the bias by pack.fold_bias):
+ *   y[r * y_stride + o] = clamp(mf_rq_apply(bias[o] + sum_{k<K} x_r[k] * w[o][k], &rq[o],
+ *                                           signfix), lo, hi)
+ * with x_r the raw stored int8 values of activation row r.
+ *
+ * Layouts (codegen_c/pack.py builds them: pack_gemm_weights, gemm_scratch_bytes):
+ *   Kp = MF_KPAD(K), K rounded up to a multiple of 4; G = Kp / 4 groups of 4 taps.
+ *   Widened activations (scratch, int16): per group [x0, x2, x1, x3] -- the two words SXTB16
+ *     makes of the bytes x0..x3: (x0, x2) and (x1, x3) -- taps K..Kp-1 are 0.
+ *   Weights: output channels in blocks of 4 (the last block padded with zero rows), then per
+ *     block, per group, per channel of the block, 4 taps:
+ *       MF_W16 (int16, 2x flash, fastest): [w0, w2, w1, w3]  (8 bytes: the lane order above)
+ *       MF_W8  (int8, 1x flash):           [w0, w1, w2, w3]  (4 bytes; SXTB16 and SXTB16 of
+ *                                           the word rotated by 8 give (w0, w2), (w1, w3))
+ *     element index of w[o][4g + j]: ((o / 4) * G + g) * 16 + (o % 4) * 4 + lane(j), with
+ *     lane = (0, 2, 1, 3) for MF_W16 and the identity for MF_W8; taps K..Kp-1 are 0.
+ *   bias[O] (int32, input zero point folded in) and rq[O] are per channel, unpadded.
+ * Register block: 4 channels x 1 row (an LDM of 4 words gives two channels' 4 taps); the K
+ * loop runs 8 taps per iteration with the odd group peeled before it, so there is no per-tap
+ * branch. Both bodies (MF_USE_DSP or portable C) read the same packed data.
+ * Instruction counts (QEMU mps2-an386): see tests/nn_bench/README.md and the report. */
+
+#define MF_KPAD(K) (((K) + 3) & ~3)
+#define MF_W16 16
+#define MF_W8 8
+
+#if defined(__GNUC__)
+typedef int32_t __attribute__((__may_alias__)) mf_word; /* int16 pairs / int8 quads as words */
+#else
+typedef int32_t mf_word;
+#endif
+
+/* The DSP K loop as one asm block (LDRD + LDM + SMLAD, 13 registers) where gcc optimises;
+ * at -O0 the frame pointer takes r7 and the intrinsics body below is used instead. */
+#if MF_USE_DSP && defined(__GNUC__) && defined(__OPTIMIZE__) && defined(__thumb2__)
+#ifndef MF_GEMM_ASM
+#define MF_GEMM_ASM 1
+#endif
+#else
+#undef MF_GEMM_ASM
+#define MF_GEMM_ASM 0
+#endif
+
+#if MF_USE_DSP
+static inline int32_t mf_sxtb16_ror8(int32_t v) {
+#if defined(__GNUC__)
+    int32_t r;
+    __asm__("sxtb16 %0, %1, ror #8" : "=r"(r) : "r"(v)); /* gcc does not fold the rotation */
+    return r;
+#else
+    return (int32_t)__sxtb16(__ror((uint32_t)v, 8));
+#endif
+}
+#endif
+
+/* Widen one row of K int8 activations into xw[Kp] (lane order above, zero tail). x needs no
+ * alignment; xw 4-byte aligned. */
+static inline void mf_widen_row(const int8_t *x, int32_t K, int16_t *xw) {
+    int32_t k = 0, r;
+#if MF_USE_DSP
+    mf_word *d = (mf_word *)(void *)xw;
+    for (; k + 4 <= K; k += 4) {
+        int32_t v;
+        memcpy(&v, x + k, 4); /* one unaligned LDR */
+        d[0] = (int32_t)__sxtb16(v);
+        d[1] = mf_sxtb16_ror8(v);
+        d += 2;
+    }
+#else
+    for (; k + 4 <= K; k += 4) {
+        xw[k] = x[k];
+        xw[k + 1] = x[k + 2];
+        xw[k + 2] = x[k + 1];
+        xw[k + 3] = x[k + 3];
+    }
+#endif
+    r = K - k;
+    if (r > 0) {
+        xw[k] = x[k];
+        xw[k + 1] = (int16_t)(r > 2 ? x[k + 2] : 0);
+        xw[k + 2] = (int16_t)(r > 1 ? x[k + 1] : 0);
+        xw[k + 3] = 0;
+    }
+}
+
+/* acc[0..3] += the 4 channels of one weight block dotted with xw (G groups). */
+static inline void mf_dot4(const int16_t *xw, const void *wblock, int32_t G, int32_t fmt,
+                           int32_t acc[4]) {
+#if MF_USE_DSP
+    const mf_word *xp = (const mf_word *)(const void *)xw;
+    const mf_word *wp = (const mf_word *)wblock;
+    int32_t a0 = acc[0], a1 = acc[1], a2 = acc[2], a3 = acc[3];
+#if MF_GEMM_ASM
+    if (fmt == MF_W16) {
+        register int32_t wa __asm__("r8");
+        register int32_t wb __asm__("r9");
+        register int32_t wc __asm__("r10");
+        register int32_t wd __asm__("r11");
+        int32_t x0, x1, n = G;
+#define MF_G16                                                                             \
+    "ldrd %[x0], %[x1], [%[xp]], #8\n\t"                                                   \
+    "ldmia %[wp]!, {r8, r9, r10, r11}\n\t"                                                 \
+    "smlad %[a0], %[x0], r8, %[a0]\n\t"                                                    \
+    "smlad %[a0], %[x1], r9, %[a0]\n\t"                                                    \
+    "smlad %[a1], %[x0], r10, %[a1]\n\t"                                                   \
+    "smlad %[a1], %[x1], r11, %[a1]\n\t"                                                   \
+    "ldmia %[wp]!, {r8, r9, r10, r11}\n\t"                                                 \
+    "smlad %[a2], %[x0], r8, %[a2]\n\t"                                                    \
+    "smlad %[a2], %[x1], r9, %[a2]\n\t"                                                    \
+    "smlad %[a3], %[x0], r10, %[a3]\n\t"                                                   \
+    "smlad %[a3], %[x1], r11, %[a3]\n\t"
+        __asm__("lsrs %[n], %[n], #1\n\t"
+                "bcc 2f\n\t" MF_G16 "beq 3f\n"
+                "2:\n\t" MF_G16 MF_G16 "subs %[n], %[n], #1\n\t"
+                "bne 2b\n"
+                "3:\n"
+                : [a0] "+r"(a0), [a1] "+r"(a1), [a2] "+r"(a2), [a3] "+r"(a3), [xp] "+r"(xp),
+                  [wp] "+r"(wp), [n] "+r"(n), [x0] "=&r"(x0), [x1] "=&r"(x1), "=&r"(wa),
+                  "=&r"(wb), "=&r"(wc), "=&r"(wd)
+                :
+                : "cc", "memory");
+#undef MF_G16
+    } else
+#endif
+    {
+        int32_t g;
+        for (g = 0; g < G; ++g) {
+            int32_t x0 = xp[0], x1 = xp[1];
+            xp += 2;
+            if (fmt == MF_W16) {
+                a0 = __smlad(x0, wp[0], a0);
+                a0 = __smlad(x1, wp[1], a0);
+                a1 = __smlad(x0, wp[2], a1);
+                a1 = __smlad(x1, wp[3], a1);
+                a2 = __smlad(x0, wp[4], a2);
+                a2 = __smlad(x1, wp[5], a2);
+                a3 = __smlad(x0, wp[6], a3);
+                a3 = __smlad(x1, wp[7], a3);
+                wp += 8;
+            } else {
+                int32_t w0 = wp[0], w1 = wp[1], w2 = wp[2], w3 = wp[3];
+                a0 = __smlad(x0, (int32_t)__sxtb16(w0), a0);
+                a0 = __smlad(x1, mf_sxtb16_ror8(w0), a0);
+                a1 = __smlad(x0, (int32_t)__sxtb16(w1), a1);
+                a1 = __smlad(x1, mf_sxtb16_ror8(w1), a1);
+                a2 = __smlad(x0, (int32_t)__sxtb16(w2), a2);
+                a2 = __smlad(x1, mf_sxtb16_ror8(w2), a2);
+                a3 = __smlad(x0, (int32_t)__sxtb16(w3), a3);
+                a3 = __smlad(x1, mf_sxtb16_ror8(w3), a3);
+                wp += 4;
+            }
+        }
+    }
+    acc[0] = a0;
+    acc[1] = a1;
+    acc[2] = a2;
+    acc[3] = a3;
+#else
+    int32_t g, c;
+    for (g = 0; g < G; ++g, xw += 4) {
+        for (c = 0; c < 4; ++c) {
+            if (fmt == MF_W16) {
+                const int16_t *w = (const int16_t *)wblock + (g * 4 + c) * 4;
+                acc[c] += xw[0] * w[0] + xw[1] * w[1] + xw[2] * w[2] + xw[3] * w[3];
+            } else {
+                const int8_t *w = (const int8_t *)wblock + (g * 4 + c) * 4;
+                acc[c] += xw[0] * w[0] + xw[1] * w[2] + xw[2] * w[1] + xw[3] * w[3];
+            }
+        }
+    }
+#endif
+}
+
+/* Requantize and clamp one accumulator (signfix constant after inlining). */
+static inline int8_t mf_rq_clamp(int32_t acc, const mf_rq *q, int32_t signfix, int32_t lo,
+                                 int32_t hi) {
+    int32_t v = mf_rq_apply(acc, q, signfix);
+    v = v < lo ? lo : v;
+    v = v > hi ? hi : v;
+    return (int8_t)v;
+}
+
+/* All O outputs of one widened row xw (G groups) into y[0..O-1]. */
+static inline void mf_gemm_row(const int16_t *xw, int32_t G, const void *w, int32_t fmt,
+                               const int32_t *bias, const mf_rq *rq, int32_t O, int32_t lo,
+                               int32_t hi, int32_t signfix, int8_t *y) {
+    const int8_t *wb = (const int8_t *)w;
+    const int32_t bstep = G * (fmt == MF_W16 ? 32 : 16); /* bytes per block of 4 channels */
+    int32_t o, acc[4];
+    for (o = 0; o + 4 <= O; o += 4, wb += bstep) {
+        acc[0] = bias[o];
+        acc[1] = bias[o + 1];
+        acc[2] = bias[o + 2];
+        acc[3] = bias[o + 3];
+        mf_dot4(xw, wb, G, fmt, acc);
+        y[o] = mf_rq_clamp(acc[0], &rq[o], signfix, lo, hi);
+        y[o + 1] = mf_rq_clamp(acc[1], &rq[o + 1], signfix, lo, hi);
+        y[o + 2] = mf_rq_clamp(acc[2], &rq[o + 2], signfix, lo, hi);
+        y[o + 3] = mf_rq_clamp(acc[3], &rq[o + 3], signfix, lo, hi);
+    }
+    if (o < O) { /* last 1..3 channels: the block's zero rows are computed, not stored */
+        int32_t j, n = O - o;
+        for (j = 0; j < 4; ++j) {
+            acc[j] = j < n ? bias[o + j] : 0;
+        }
+        mf_dot4(xw, wb, G, fmt, acc);
+        for (j = 0; j < n; ++j) {
+            y[o + j] = mf_rq_clamp(acc[j], &rq[o + j], signfix, lo, hi);
+        }
+    }
+}
+
+static inline void mf_gemm_body(const int8_t *x, int32_t rows, int32_t x_stride, int32_t K,
+                                const void *w, int32_t fmt, const int32_t *bias,
+                                const mf_rq *rq, int32_t O, int32_t lo, int32_t hi,
+                                int32_t signfix, int8_t *y, int32_t y_stride,
+                                int16_t *scratch) {
+    const int32_t G = MF_KPAD(K) >> 2;
+    int32_t r;
+    for (r = 0; r < rows; ++r) {
+        mf_widen_row(x + r * x_stride, K, scratch);
+        mf_gemm_row(scratch, G, w, fmt, bias, rq, O, lo, hi, signfix, y + r * y_stride);
+    }
+}
+
+/* mf_gemm_w16 / mf_gemm_w8: y = requant(x . w^T) for `rows` rows (1x1 convolution over
+ * pixels, fully connected layer over batch rows).
+ *   x       rows x K int8, row r at x + r * x_stride (any alignment, x_stride >= K)
+ *   w       packed weights (layout above): MF_W16 int16_t[ceil(O/4) * 16 * Kp / 4 * ...]
+ *           = pack_gemm_weights(w, "w16"); MF_W8 int8_t, pack_gemm_weights(w, "w8");
+ *           4-byte aligned
+ *   bias    int32_t[O], zero point folded (pack.fold_bias); rq: mf_rq[O] (pack.requant_params)
+ *   lo, hi  output clamp (activation), -128 <= lo <= hi <= 127; signfix: pack.needs_signfix
+ *   y       int8 outputs, row r at y + r * y_stride (y_stride >= O)
+ *   scratch int16_t[Kp], 4-byte aligned (pack.gemm_scratch_bytes) */
+MF_MICRO void mf_gemm_w16(const int8_t *x, int32_t rows, int32_t x_stride, int32_t K,
+                          const int16_t *w, const int32_t *bias, const mf_rq *rq, int32_t O,
+                          int32_t lo, int32_t hi, int32_t signfix, int8_t *y,
+                          int32_t y_stride, int16_t *scratch) {
+    if (signfix) {
+        mf_gemm_body(x, rows, x_stride, K, w, MF_W16, bias, rq, O, lo, hi, 1, y, y_stride,
+                     scratch);
+    } else {
+        mf_gemm_body(x, rows, x_stride, K, w, MF_W16, bias, rq, O, lo, hi, 0, y, y_stride,
+                     scratch);
+    }
+}
+
+MF_MICRO void mf_gemm_w8(const int8_t *x, int32_t rows, int32_t x_stride, int32_t K,
+                         const int8_t *w, const int32_t *bias, const mf_rq *rq, int32_t O,
+                         int32_t lo, int32_t hi, int32_t signfix, int8_t *y, int32_t y_stride,
+                         int16_t *scratch) {
+    if (signfix) {
+        mf_gemm_body(x, rows, x_stride, K, w, MF_W8, bias, rq, O, lo, hi, 1, y, y_stride,
+                     scratch);
+    } else {
+        mf_gemm_body(x, rows, x_stride, K, w, MF_W8, bias, rq, O, lo, hi, 0, y, y_stride,
+                     scratch);
+    }
+}
+
+/* ---- im2col convolution --------------------------------------------------------------------
+ * Geometry of one NHWC int8 convolution, batch 1, dilation 1; pad_t/pad_l are the top/left
+ * padding (SAME or VALID as TFLM computes it); out_h/out_w the output size. */
+typedef struct {
+    int32_t in_h, in_w, in_c;
+    int32_t k_h, k_w, stride_h, stride_w;
+    int32_t pad_t, pad_l;
+    int32_t out_h, out_w;
+} mf_conv_geom;
+
+/* The patch of output pixel (oy, ox), taps in TFLM's weight order k = (ky * k_w + kx) * in_c
+ * + c, widened straight into xw (lane order, zero tail); padding taps get x_zp. A kernel row
+ * that lies inside the image and starts on a group boundary is widened word by word from the
+ * input; other rows tap by tap. */
+static inline void mf_im2col_row(const int8_t *x, const mf_conv_geom *g, int32_t x_zp,
+                                 int32_t oy, int32_t ox, int16_t *xw) {
+    const int32_t c = g->in_c, seg = g->k_w * c, K = g->k_h * seg, Kp = MF_KPAD(K);
+    const int32_t iy0 = oy * g->stride_h - g->pad_t, ix0 = ox * g->stride_w - g->pad_l;
+    const int32_t full_x = ix0 >= 0 && ix0 + g->k_w <= g->in_w;
+    int32_t ky, k;
+    for (ky = 0; ky < g->k_h; ++ky) {
+        const int32_t iy = iy0 + ky, base = ky * seg;
+        const int32_t in_y = iy >= 0 && iy < g->in_h;
+        const int32_t off = (iy * g->in_w + ix0) * c; /* x[off + kx * c + ch] */
+        if (in_y && full_x && (base & 3) == 0 && (seg & 3) == 0) {
+            mf_widen_row(x + off, seg, xw + base);
+        } else {
+            int32_t i;
+            for (i = 0; i < seg; ++i) {
+                const int32_t ix = ix0 + i / c, kk = base + i;
+                const int32_t v = in_y && ix >= 0 && ix < g->in_w ? x[off + i] : x_zp;
+                xw[(kk & ~3) | ((kk & 1) << 1) | ((kk >> 1) & 1)] = (int16_t)v;
+            }
+        }
+    }
+    for (k = K; k < Kp; ++k) {
+        xw[(k & ~3) | ((k & 1) << 1) | ((k >> 1) & 1)] = 0;
+    }
+}
+
+static inline void mf_conv_body(const int8_t *x, const mf_conv_geom *g, int32_t x_zp,
+                                const void *w, int32_t fmt, const int32_t *bias,
+                                const mf_rq *rq, int32_t O, int32_t lo, int32_t hi,
+                                int32_t signfix, int8_t *y, int16_t *scratch) {
+    const int32_t G = MF_KPAD(g->k_h * g->k_w * g->in_c) >> 2;
+    int32_t oy, ox;
+    for (oy = 0; oy < g->out_h; ++oy) {
+        for (ox = 0; ox < g->out_w; ++ox) {
+            mf_im2col_row(x, g, x_zp, oy, ox, scratch);
+            mf_gemm_row(scratch, G, w, fmt, bias, rq, O, lo, hi, signfix, y);
+            y += O;
+        }
+    }
+}
+
+/* mf_conv_w16 / mf_conv_w8: a KxK int8 convolution (any stride, SAME/VALID padding, dilation
+ * 1), NHWC, batch 1, by im2col + the GEMM above.
+ *   x       int8 [in_h][in_w][in_c]; g: the geometry; x_zp: the input zero point (padding)
+ *   w       pack_gemm_weights(w[O][k_h][k_w][in_c] as [O, K], fmt), K = k_h * k_w * in_c
+ *   bias, rq, lo, hi, signfix: as mf_gemm_w16
+ *   y       int8 [out_h][out_w][O]
+ *   scratch int16_t[Kp], 4-byte aligned (pack.gemm_scratch_bytes) */
+MF_MICRO void mf_conv_w16(const int8_t *x, const mf_conv_geom *g, int32_t x_zp,
+                          const int16_t *w, const int32_t *bias, const mf_rq *rq, int32_t O,
+                          int32_t lo, int32_t hi, int32_t signfix, int8_t *y,
+                          int16_t *scratch) {
+    if (signfix) {
+        mf_conv_body(x, g, x_zp, w, MF_W16, bias, rq, O, lo, hi, 1, y, scratch);
+    } else {
+        mf_conv_body(x, g, x_zp, w, MF_W16, bias, rq, O, lo, hi, 0, y, scratch);
+    }
+}
+
+MF_MICRO void mf_conv_w8(const int8_t *x, const mf_conv_geom *g, int32_t x_zp,
+                         const int8_t *w, const int32_t *bias, const mf_rq *rq, int32_t O,
+                         int32_t lo, int32_t hi, int32_t signfix, int8_t *y,
+                         int16_t *scratch) {
+    if (signfix) {
+        mf_conv_body(x, g, x_zp, w, MF_W8, bias, rq, O, lo, hi, 1, y, scratch);
+    } else {
+        mf_conv_body(x, g, x_zp, w, MF_W8, bias, rq, O, lo, hi, 0, y, scratch);
+    }
 }
 
 #endif /* MCUFORGE_NN_H */
