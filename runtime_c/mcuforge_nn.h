@@ -246,41 +246,76 @@ static inline void mf_dot4(const int16_t *xw, const void *wblock, int32_t G, int
 #endif
 }
 
-/* Requantize and clamp one accumulator (signfix constant after inlining). */
-static inline int8_t mf_rq_clamp(int32_t acc, const mf_rq *q, int32_t signfix, int32_t lo,
+/* Requantize and clamp one accumulator. mode (a constant after inlining): bit 0 the sign
+ * term (signfix), bit 1 set when [lo, hi] is the whole int8 range (one SSAT; the usual case:
+ * TFLite's fused ReLU/ReLU6 give the output zero point -128 and no clamp left inside int8). */
+#define MF_MODE_SF 1
+#define MF_MODE_SAT 2
+static inline int8_t mf_rq_clamp(int32_t acc, const mf_rq *q, int32_t mode, int32_t lo,
                                  int32_t hi) {
-    int32_t v = mf_rq_apply(acc, q, signfix);
-    v = v < lo ? lo : v;
-    v = v > hi ? hi : v;
+    int32_t v = mf_rq_apply(acc, q, mode & MF_MODE_SF);
+    if (mode & MF_MODE_SAT) {
+#if MF_USE_DSP
+        v = __ssat(v, 8);
+#else
+        v = v < -128 ? -128 : v;
+        v = v > 127 ? 127 : v;
+#endif
+    } else {
+        v = v < lo ? lo : v;
+        v = v > hi ? hi : v;
+    }
     return (int8_t)v;
 }
+
+/* The mode constant of a call: the general clamp keeps the sign term (always exact). */
+#define MF_DISPATCH(BODY)                                                                   \
+    do {                                                                                    \
+        if (lo == -128 && hi == 127) {                                                      \
+            if (signfix) {                                                                  \
+                BODY(MF_MODE_SF | MF_MODE_SAT);                                             \
+            } else {                                                                        \
+                BODY(MF_MODE_SAT);                                                          \
+            }                                                                               \
+        } else {                                                                            \
+            BODY(MF_MODE_SF);                                                               \
+        }                                                                                   \
+    } while (0)
 
 /* All O outputs of one widened row xw (G groups) into y[0..O-1]. */
 static inline void mf_gemm_row(const int16_t *xw, int32_t G, const void *w, int32_t fmt,
                                const int32_t *bias, const mf_rq *rq, int32_t O, int32_t lo,
-                               int32_t hi, int32_t signfix, int8_t *y) {
+                               int32_t hi, int32_t mode, int8_t *y) {
     const int8_t *wb = (const int8_t *)w;
     const int32_t bstep = G * (fmt == MF_W16 ? 32 : 16); /* bytes per block of 4 channels */
-    int32_t o, acc[4];
-    for (o = 0; o + 4 <= O; o += 4, wb += bstep) {
-        acc[0] = bias[o];
-        acc[1] = bias[o + 1];
-        acc[2] = bias[o + 2];
-        acc[3] = bias[o + 3];
+    int32_t n, acc[4];
+    for (n = O; n >= 4; n -= 4) {
+        acc[0] = bias[0];
+        acc[1] = bias[1];
+        acc[2] = bias[2];
+        acc[3] = bias[3];
         mf_dot4(xw, wb, G, fmt, acc);
-        y[o] = mf_rq_clamp(acc[0], &rq[o], signfix, lo, hi);
-        y[o + 1] = mf_rq_clamp(acc[1], &rq[o + 1], signfix, lo, hi);
-        y[o + 2] = mf_rq_clamp(acc[2], &rq[o + 2], signfix, lo, hi);
-        y[o + 3] = mf_rq_clamp(acc[3], &rq[o + 3], signfix, lo, hi);
+        y[0] = mf_rq_clamp(acc[0], &rq[0], mode, lo, hi);
+        y[1] = mf_rq_clamp(acc[1], &rq[1], mode, lo, hi);
+        y[2] = mf_rq_clamp(acc[2], &rq[2], mode, lo, hi);
+        y[3] = mf_rq_clamp(acc[3], &rq[3], mode, lo, hi);
+        bias += 4;
+        rq += 4;
+        y += 4;
+        wb += bstep;
     }
-    if (o < O) { /* last 1..3 channels: the block's zero rows are computed, not stored */
-        int32_t j, n = O - o;
-        for (j = 0; j < 4; ++j) {
-            acc[j] = j < n ? bias[o + j] : 0;
-        }
+    if (n > 0) { /* last 1..3 channels: the block's zero rows are computed, not stored */
+        acc[0] = bias[0];
+        acc[1] = n > 1 ? bias[1] : 0;
+        acc[2] = n > 2 ? bias[2] : 0;
+        acc[3] = 0;
         mf_dot4(xw, wb, G, fmt, acc);
-        for (j = 0; j < n; ++j) {
-            y[o + j] = mf_rq_clamp(acc[j], &rq[o + j], signfix, lo, hi);
+        y[0] = mf_rq_clamp(acc[0], &rq[0], mode, lo, hi);
+        if (n > 1) {
+            y[1] = mf_rq_clamp(acc[1], &rq[1], mode, lo, hi);
+        }
+        if (n > 2) {
+            y[2] = mf_rq_clamp(acc[2], &rq[2], mode, lo, hi);
         }
     }
 }
@@ -288,13 +323,13 @@ static inline void mf_gemm_row(const int16_t *xw, int32_t G, const void *w, int3
 static inline void mf_gemm_body(const int8_t *x, int32_t rows, int32_t x_stride, int32_t K,
                                 const void *w, int32_t fmt, const int32_t *bias,
                                 const mf_rq *rq, int32_t O, int32_t lo, int32_t hi,
-                                int32_t signfix, int8_t *y, int32_t y_stride,
+                                int32_t mode, int8_t *y, int32_t y_stride,
                                 int16_t *scratch) {
     const int32_t G = MF_KPAD(K) >> 2;
     int32_t r;
     for (r = 0; r < rows; ++r) {
         mf_widen_row(x + r * x_stride, K, scratch);
-        mf_gemm_row(scratch, G, w, fmt, bias, rq, O, lo, hi, signfix, y + r * y_stride);
+        mf_gemm_row(scratch, G, w, fmt, bias, rq, O, lo, hi, mode, y + r * y_stride);
     }
 }
 
@@ -312,26 +347,20 @@ MF_MICRO void mf_gemm_w16(const int8_t *x, int32_t rows, int32_t x_stride, int32
                           const int16_t *w, const int32_t *bias, const mf_rq *rq, int32_t O,
                           int32_t lo, int32_t hi, int32_t signfix, int8_t *y,
                           int32_t y_stride, int16_t *scratch) {
-    if (signfix) {
-        mf_gemm_body(x, rows, x_stride, K, w, MF_W16, bias, rq, O, lo, hi, 1, y, y_stride,
-                     scratch);
-    } else {
-        mf_gemm_body(x, rows, x_stride, K, w, MF_W16, bias, rq, O, lo, hi, 0, y, y_stride,
-                     scratch);
-    }
+#define MF_BODY(mode)                                                                       \
+    mf_gemm_body(x, rows, x_stride, K, w, MF_W16, bias, rq, O, lo, hi, mode, y, y_stride, scratch)
+    MF_DISPATCH(MF_BODY);
+#undef MF_BODY
 }
 
 MF_MICRO void mf_gemm_w8(const int8_t *x, int32_t rows, int32_t x_stride, int32_t K,
                          const int8_t *w, const int32_t *bias, const mf_rq *rq, int32_t O,
                          int32_t lo, int32_t hi, int32_t signfix, int8_t *y, int32_t y_stride,
                          int16_t *scratch) {
-    if (signfix) {
-        mf_gemm_body(x, rows, x_stride, K, w, MF_W8, bias, rq, O, lo, hi, 1, y, y_stride,
-                     scratch);
-    } else {
-        mf_gemm_body(x, rows, x_stride, K, w, MF_W8, bias, rq, O, lo, hi, 0, y, y_stride,
-                     scratch);
-    }
+#define MF_BODY(mode)                                                                       \
+    mf_gemm_body(x, rows, x_stride, K, w, MF_W8, bias, rq, O, lo, hi, mode, y, y_stride, scratch)
+    MF_DISPATCH(MF_BODY);
+#undef MF_BODY
 }
 
 /* ---- im2col convolution --------------------------------------------------------------------
@@ -377,13 +406,13 @@ static inline void mf_im2col_row(const int8_t *x, const mf_conv_geom *g, int32_t
 static inline void mf_conv_body(const int8_t *x, const mf_conv_geom *g, int32_t x_zp,
                                 const void *w, int32_t fmt, const int32_t *bias,
                                 const mf_rq *rq, int32_t O, int32_t lo, int32_t hi,
-                                int32_t signfix, int8_t *y, int16_t *scratch) {
+                                int32_t mode, int8_t *y, int16_t *scratch) {
     const int32_t G = MF_KPAD(g->k_h * g->k_w * g->in_c) >> 2;
     int32_t oy, ox;
     for (oy = 0; oy < g->out_h; ++oy) {
         for (ox = 0; ox < g->out_w; ++ox) {
             mf_im2col_row(x, g, x_zp, oy, ox, scratch);
-            mf_gemm_row(scratch, G, w, fmt, bias, rq, O, lo, hi, signfix, y);
+            mf_gemm_row(scratch, G, w, fmt, bias, rq, O, lo, hi, mode, y);
             y += O;
         }
     }
@@ -400,22 +429,18 @@ MF_MICRO void mf_conv_w16(const int8_t *x, const mf_conv_geom *g, int32_t x_zp,
                           const int16_t *w, const int32_t *bias, const mf_rq *rq, int32_t O,
                           int32_t lo, int32_t hi, int32_t signfix, int8_t *y,
                           int16_t *scratch) {
-    if (signfix) {
-        mf_conv_body(x, g, x_zp, w, MF_W16, bias, rq, O, lo, hi, 1, y, scratch);
-    } else {
-        mf_conv_body(x, g, x_zp, w, MF_W16, bias, rq, O, lo, hi, 0, y, scratch);
-    }
+#define MF_BODY(mode) mf_conv_body(x, g, x_zp, w, MF_W16, bias, rq, O, lo, hi, mode, y, scratch)
+    MF_DISPATCH(MF_BODY);
+#undef MF_BODY
 }
 
 MF_MICRO void mf_conv_w8(const int8_t *x, const mf_conv_geom *g, int32_t x_zp,
                          const int8_t *w, const int32_t *bias, const mf_rq *rq, int32_t O,
                          int32_t lo, int32_t hi, int32_t signfix, int8_t *y,
                          int16_t *scratch) {
-    if (signfix) {
-        mf_conv_body(x, g, x_zp, w, MF_W8, bias, rq, O, lo, hi, 1, y, scratch);
-    } else {
-        mf_conv_body(x, g, x_zp, w, MF_W8, bias, rq, O, lo, hi, 0, y, scratch);
-    }
+#define MF_BODY(mode) mf_conv_body(x, g, x_zp, w, MF_W8, bias, rq, O, lo, hi, mode, y, scratch)
+    MF_DISPATCH(MF_BODY);
+#undef MF_BODY
 }
 
 #endif /* MCUFORGE_NN_H */
