@@ -98,6 +98,8 @@ def random_layer(rng, o, k, act):
         w[:, rng.integers(0, k)] = 127  # extreme taps
     bias = rng.integers(-3000, 3000, o)
     x_zp, y_zp = int(rng.integers(-128, 128)), int(rng.integers(-100, 100))
+    if act != "none" and rng.random() < 0.4:
+        y_zp = -128  # TFLite's fused ReLU: the clamp is the int8 range, no sign term needed
     spread = 128 * 80 * math.sqrt(k)  # rough |acc|
     scales = []
     for i in range(o):
