@@ -91,7 +91,7 @@ def pack_gemm_weights(w_rows, fmt: str):
     return arr, arr.nbytes
 
 
-def gemm_scratch_bytes(k: int) -> int:
-    """Scratch one mf_gemm_* or mf_conv_* call needs for K taps per output (the widened row:
-    int16[Kp]); the buffer must be 4-byte aligned."""
-    return 2 * kpad(k)
+def gemm_scratch_bytes(k: int, im2col: bool = False) -> int:
+    """Scratch bytes one call needs for K taps per output: mf_gemm_* the widened row
+    (int16[Kp]), mf_conv_* (im2col) that plus an int8[Kp] patch. 4-byte aligned."""
+    return (3 if im2col else 2) * kpad(k)

@@ -96,6 +96,11 @@ static inline int32_t mf_rq_apply(int32_t acc, const mf_rq *q, int32_t signfix) 
  * Instruction counts (QEMU mps2-an386): see tests/nn_bench/README.md and the report. */
 
 #define MF_KPAD(K) (((K) + 3) & ~3)
+#if defined(__GNUC__)
+#define MF_INLINE static inline __attribute__((always_inline)) /* keep accumulators in registers */
+#else
+#define MF_INLINE static inline
+#endif
 #define MF_W16 16
 #define MF_W8 8
 
@@ -126,6 +131,36 @@ static inline int32_t mf_sxtb16_ror8(int32_t v) {
     return (int32_t)__sxtb16(__ror((uint32_t)v, 8));
 #endif
 }
+#endif
+
+/* Four consecutive int32 (a bias block, one mf_rq) by one LDM: gcc would issue 2-4 loads. */
+typedef struct {
+    int32_t v[4];
+} mf_quad;
+#if MF_GEMM_ASM
+#define MF_LDM4(p, a, b, c, d)                                                              \
+    do {                                                                                    \
+        register int32_t r8_ __asm__("r8");                                                 \
+        register int32_t r9_ __asm__("r9");                                                 \
+        register int32_t r10_ __asm__("r10");                                               \
+        register int32_t r11_ __asm__("r11");                                               \
+        __asm__("ldm %4, {r8, r9, r10, r11}"                                                \
+                : "=r"(r8_), "=r"(r9_), "=r"(r10_), "=r"(r11_)                              \
+                : "r"(p), "m"(*(const mf_quad *)(const void *)(p)));                        \
+        (a) = r8_;                                                                          \
+        (b) = r9_;                                                                          \
+        (c) = r10_;                                                                         \
+        (d) = r11_;                                                                         \
+    } while (0)
+#else
+#define MF_LDM4(p, a, b, c, d)                                                              \
+    do {                                                                                    \
+        const mf_quad *q_ = (const mf_quad *)(const void *)(p);                             \
+        (a) = q_->v[0];                                                                     \
+        (b) = q_->v[1];                                                                     \
+        (c) = q_->v[2];                                                                     \
+        (d) = q_->v[3];                                                                     \
+    } while (0)
 #endif
 
 /* Widen one row of K int8 activations into xw[Kp] (lane order above, zero tail). x needs no
@@ -159,8 +194,8 @@ static inline void mf_widen_row(const int8_t *x, int32_t K, int16_t *xw) {
 }
 
 /* acc[0..3] += the 4 channels of one weight block dotted with xw (G groups). */
-static inline void mf_dot4(const int16_t *xw, const void *wblock, int32_t G, int32_t fmt,
-                           int32_t acc[4]) {
+MF_INLINE void mf_dot4(const int16_t *xw, const void *wblock, int32_t G, int32_t fmt,
+                      int32_t acc[4]) {
 #if MF_USE_DSP
     const mf_word *xp = (const mf_word *)(const void *)xw;
     const mf_word *wp = (const mf_word *)wblock;
@@ -184,10 +219,15 @@ static inline void mf_dot4(const int16_t *xw, const void *wblock, int32_t G, int
     "smlad %[a2], %[x1], r9, %[a2]\n\t"                                                    \
     "smlad %[a3], %[x0], r10, %[a3]\n\t"                                                   \
     "smlad %[a3], %[x1], r11, %[a3]\n\t"
+        /* G = 4q + r: peel r's low bit, then its high bit (flags of LSRS survive the
+         * groups), then q iterations of 4 groups */
         __asm__("lsrs %[n], %[n], #1\n\t"
-                "bcc 2f\n\t" MF_G16 "beq 3f\n"
-                "2:\n\t" MF_G16 MF_G16 "subs %[n], %[n], #1\n\t"
-                "bne 2b\n"
+                "bcc 1f\n\t" MF_G16 "1:\n\t"
+                "lsrs %[n], %[n], #1\n\t"
+                "bcc 2f\n\t" MF_G16 MF_G16 "2:\n\t"
+                "beq 3f\n"
+                "4:\n\t" MF_G16 MF_G16 MF_G16 MF_G16 "subs %[n], %[n], #1\n\t"
+                "bne 4b\n"
                 "3:\n"
                 : [a0] "+r"(a0), [a1] "+r"(a1), [a2] "+r"(a2), [a3] "+r"(a3), [xp] "+r"(xp),
                   [wp] "+r"(wp), [n] "+r"(n), [x0] "=&r"(x0), [x1] "=&r"(x1), "=&r"(wa),
@@ -251,9 +291,16 @@ static inline void mf_dot4(const int16_t *xw, const void *wblock, int32_t G, int
  * TFLite's fused ReLU/ReLU6 give the output zero point -128 and no clamp left inside int8). */
 #define MF_MODE_SF 1
 #define MF_MODE_SAT 2
-static inline int8_t mf_rq_clamp(int32_t acc, const mf_rq *q, int32_t mode, int32_t lo,
+MF_INLINE int8_t mf_rq_clamp(int32_t acc, const mf_rq *q, int32_t mode, int32_t lo,
                                  int32_t hi) {
-    int32_t v = mf_rq_apply(acc, q, mode & MF_MODE_SF);
+    int32_t mult, add, pre, post, h, v;
+    MF_LDM4(q, mult, add, pre, post); /* then mf_rq_apply(acc, q, mode & MF_MODE_SF) */
+    h = mf_smmlar((int32_t)((uint32_t)acc << pre), mult);
+    v = h + add;
+    if ((mode & MF_MODE_SF) && post) {
+        v += h >> 31;
+    }
+    v >>= post;
     if (mode & MF_MODE_SAT) {
 #if MF_USE_DSP
         v = __ssat(v, 8);
@@ -282,18 +329,122 @@ static inline int8_t mf_rq_clamp(int32_t acc, const mf_rq *q, int32_t mode, int3
         }                                                                                   \
     } while (0)
 
+#if MF_GEMM_ASM
+/* The full 4-channel blocks of one row in one asm routine (DSP, optimised builds, clamp = the
+ * int8 range): gcc 12 spills around a K-loop asm block that takes 13 registers, so the block
+ * loop, the bias LDM and the requantization are written here too, the loop state in memory
+ * operands. Registers: r0-r3 accumulators, r4/r5 activation words, r6 activation pointer (rq
+ * pointer in the epilogue), r8-r11 weight words (mult, add, pre, post in the epilogue), r12
+ * weight pointer, lr the group count; r7 (the Thumb frame pointer) is left alone. */
+#define MF_A_G16                                                                            \
+    "ldrd r4, r5, [r6], #8\n\t"                                                             \
+    "ldmia r12!, {r8, r9, r10, r11}\n\t"                                                    \
+    "smlad r0, r4, r8, r0\n\t"                                                              \
+    "smlad r0, r5, r9, r0\n\t"                                                              \
+    "smlad r1, r4, r10, r1\n\t"                                                             \
+    "smlad r1, r5, r11, r1\n\t"                                                             \
+    "ldmia r12!, {r8, r9, r10, r11}\n\t"                                                    \
+    "smlad r2, r4, r8, r2\n\t"                                                              \
+    "smlad r2, r5, r9, r2\n\t"                                                              \
+    "smlad r3, r4, r10, r3\n\t"                                                             \
+    "smlad r3, r5, r11, r3\n\t"
+#define MF_A_G8_2(A, B)                                                                     \
+    "ldrd r8, r9, [r12], #8\n\t"                                                            \
+    "sxtb16 r10, r8\n\t"                                                                    \
+    "sxtb16 r11, r8, ror #8\n\t"                                                            \
+    "smlad " A ", r4, r10, " A "\n\t"                                                       \
+    "smlad " A ", r5, r11, " A "\n\t"                                                       \
+    "sxtb16 r10, r9\n\t"                                                                    \
+    "sxtb16 r11, r9, ror #8\n\t"                                                            \
+    "smlad " B ", r4, r10, " B "\n\t"                                                       \
+    "smlad " B ", r5, r11, " B "\n\t"
+#define MF_A_G8 "ldrd r4, r5, [r6], #8\n\t" MF_A_G8_2("r0", "r1") MF_A_G8_2("r2", "r3")
+/* G = 4q + r groups: r's low bit, its high bit (LSRS flags survive the groups), q x 4 */
+#define MF_A_KLOOP(GR)                                                                      \
+    "lsrs lr, lr, #1\n\t"                                                                   \
+    "bcc 5f\n\t" GR "5:\n\t"                                                                \
+    "lsrs lr, lr, #1\n\t"                                                                   \
+    "bcc 6f\n\t" GR GR "6:\n\t"                                                             \
+    "beq 7f\n"                                                                              \
+    "8:\n\t" GR GR GR GR "subs lr, lr, #1\n\t"                                               \
+    "bne 8b\n"                                                                              \
+    "7:\n\t"
+/* y = ssat8((h + add [+ (h >> 31) if post]) >> post), h = SMMULR(acc << pre, mult) */
+#define MF_A_SF(A) "cmp r11, #0\n\tit ne\n\taddne r9, r9, " A ", asr #31\n\t"
+#define MF_A_RQ(A, SF)                                                                      \
+    "ldmia r6!, {r8, r9, r10, r11}\n\t"                                                     \
+    "lsl " A ", " A ", r10\n\t"                                                              \
+    "smmulr " A ", " A ", r8\n\t"                                                            \
+    "add r9, r9, " A "\n\t" SF "asr " A ", r9, r11\n\t"                                     \
+    "ssat " A ", #8, " A "\n\t"                                                              \
+    "strb " A ", [r4], #1\n\t"
+#define MF_A_ROW(GR, SF0, SF1, SF2, SF3)                                                     \
+    "ldr r12, %[wp]\n"                                                                      \
+    "9:\n\t"                                                                                \
+    "ldr r6, %[xw]\n\t"                                                                     \
+    "ldr r8, %[bias]\n\t"                                                                   \
+    "ldmia r8!, {r0, r1, r2, r3}\n\t"                                                       \
+    "str r8, %[bias]\n\t"                                                                   \
+    "ldr lr, %[G]\n\t" MF_A_KLOOP(GR) "ldr r6, %[rq]\n\t"                                   \
+    "ldr r4, %[y]\n\t" MF_A_RQ("r0", SF0) MF_A_RQ("r1", SF1) MF_A_RQ("r2", SF2)              \
+        MF_A_RQ("r3", SF3) "str r6, %[rq]\n\t"                                               \
+    "str r4, %[y]\n\t"                                                                      \
+    "ldr lr, %[nb]\n\t"                                                                     \
+    "subs lr, lr, #1\n\t"                                                                   \
+    "str lr, %[nb]\n\t"                                                                     \
+    "bne 9b\n\t"                                                                            \
+    "str r12, %[wp]\n\t"
+#define MF_A_OPS                                                                            \
+    : [bias] "+m"(bias), [rq] "+m"(rq), [y] "+m"(y), [wp] "+m"(wp), [nb] "+m"(nb)           \
+    : [xw] "m"(xw), [G] "m"(G)                                                              \
+    : "r0", "r1", "r2", "r3", "r4", "r5", "r6", "r8", "r9", "r10", "r11", "r12", "lr", "cc", \
+      "memory"
+
+/* nb >= 1 full blocks; advances *pbias, *prq, *py, *pw past them. */
+MF_INLINE void mf_gemm_blocks_asm(const int16_t *xw, int32_t G, int32_t nb, int32_t fmt,
+                                  int32_t sf, const int8_t **pw, const int32_t **pbias,
+                                  const mf_rq **prq, int8_t **py) {
+    const int8_t *wp = *pw;
+    const int32_t *bias = *pbias;
+    const mf_rq *rq = *prq;
+    int8_t *y = *py;
+    if (fmt == MF_W16) {
+        if (sf) {
+            __asm__ volatile(MF_A_ROW(MF_A_G16, MF_A_SF("r0"), MF_A_SF("r1"), MF_A_SF("r2"),
+                                      MF_A_SF("r3")) MF_A_OPS);
+        } else {
+            __asm__ volatile(MF_A_ROW(MF_A_G16, "", "", "", "") MF_A_OPS);
+        }
+    } else {
+        if (sf) {
+            __asm__ volatile(MF_A_ROW(MF_A_G8, MF_A_SF("r0"), MF_A_SF("r1"), MF_A_SF("r2"),
+                                      MF_A_SF("r3")) MF_A_OPS);
+        } else {
+            __asm__ volatile(MF_A_ROW(MF_A_G8, "", "", "", "") MF_A_OPS);
+        }
+    }
+    *pw = wp;
+    *pbias = bias;
+    *prq = rq;
+    *py = y;
+}
+#endif
+
 /* All O outputs of one widened row xw (G groups) into y[0..O-1]. */
 static inline void mf_gemm_row(const int16_t *xw, int32_t G, const void *w, int32_t fmt,
                                const int32_t *bias, const mf_rq *rq, int32_t O, int32_t lo,
                                int32_t hi, int32_t mode, int8_t *y) {
     const int8_t *wb = (const int8_t *)w;
     const int32_t bstep = G * (fmt == MF_W16 ? 32 : 16); /* bytes per block of 4 channels */
-    int32_t n, acc[4];
-    for (n = O; n >= 4; n -= 4) {
-        acc[0] = bias[0];
-        acc[1] = bias[1];
-        acc[2] = bias[2];
-        acc[3] = bias[3];
+    int32_t n = O, acc[4];
+#if MF_GEMM_ASM
+    if ((mode & MF_MODE_SAT) && n >= 4) {
+        mf_gemm_blocks_asm(xw, G, n >> 2, fmt, mode & MF_MODE_SF, &wb, &bias, &rq, &y);
+        n &= 3;
+    }
+#endif
+    for (; n >= 4; n -= 4) {
+        MF_LDM4(bias, acc[0], acc[1], acc[2], acc[3]);
         mf_dot4(xw, wb, G, fmt, acc);
         y[0] = mf_rq_clamp(acc[0], &rq[0], mode, lo, hi);
         y[1] = mf_rq_clamp(acc[1], &rq[1], mode, lo, hi);
@@ -373,33 +524,77 @@ typedef struct {
     int32_t out_h, out_w;
 } mf_conv_geom;
 
-/* The patch of output pixel (oy, ox), taps in TFLM's weight order k = (ky * k_w + kx) * in_c
- * + c, widened straight into xw (lane order, zero tail); padding taps get x_zp. A kernel row
- * that lies inside the image and starts on a group boundary is widened word by word from the
- * input; other rows tap by tap. */
+/* Byte copy / fill for the im2col patch: words where possible (unaligned LDR/STR are fine on
+ * v7-M; the portable build goes through memcpy, which compilers turn into the same). */
+static inline void mf_copy8(int8_t *d, const int8_t *s, int32_t n) {
+    for (; n >= 4; n -= 4, d += 4, s += 4) {
+        int32_t t;
+        memcpy(&t, s, 4);
+        memcpy(d, &t, 4);
+    }
+    for (; n > 0; --n) {
+        *d++ = *s++;
+    }
+}
+
+static inline void mf_fill8(int8_t *d, int32_t v, int32_t n) {
+    const uint32_t t = 0x01010101u * (uint8_t)v;
+    for (; n >= 4; n -= 4, d += 4) {
+        memcpy(d, &t, 4);
+    }
+    for (; n > 0; --n) {
+        *d++ = (int8_t)v;
+    }
+}
+
+/* One kernel row of the patch as int8 (taps kx * in_c + c): padding taps get x_zp. */
+static inline void mf_im2col_seg8(const int8_t *x, const mf_conv_geom *g, int32_t x_zp,
+                                  int32_t iy, int32_t ix0, int8_t *d) {
+    const int32_t c = g->in_c, seg = g->k_w * c;
+    int32_t lo = ix0 < 0 ? -ix0 : 0, hi = g->in_w - ix0;
+    hi = hi > g->k_w ? g->k_w : hi;
+    if (iy < 0 || iy >= g->in_h || lo >= hi) {
+        mf_fill8(d, x_zp, seg);
+        return;
+    }
+    mf_fill8(d, x_zp, lo * c);
+    mf_copy8(d + lo * c, x + (iy * g->in_w + ix0 + lo) * c, (hi - lo) * c);
+    mf_fill8(d + hi * c, x_zp, (g->k_w - hi) * c);
+}
+
+/* The widened patch of output pixel (oy, ox) into xw[Kp] (lane order, zero tail), taps in
+ * TFLM's weight order k = (ky * k_w + kx) * in_c + c; padding taps get x_zp. When a kernel row
+ * is a whole number of groups (k_w * in_c % 4 == 0), rows inside the image are widened straight
+ * from the input, rows outside filled, partial rows built as int8 in patch[] first; otherwise
+ * the whole patch is built as int8 in patch[Kp] and widened once. */
 static inline void mf_im2col_row(const int8_t *x, const mf_conv_geom *g, int32_t x_zp,
-                                 int32_t oy, int32_t ox, int16_t *xw) {
-    const int32_t c = g->in_c, seg = g->k_w * c, K = g->k_h * seg, Kp = MF_KPAD(K);
+                                 int32_t oy, int32_t ox, int16_t *xw, int8_t *patch) {
+    const int32_t seg = g->k_w * g->in_c, K = g->k_h * seg;
     const int32_t iy0 = oy * g->stride_h - g->pad_t, ix0 = ox * g->stride_w - g->pad_l;
-    const int32_t full_x = ix0 >= 0 && ix0 + g->k_w <= g->in_w;
-    int32_t ky, k;
-    for (ky = 0; ky < g->k_h; ++ky) {
-        const int32_t iy = iy0 + ky, base = ky * seg;
-        const int32_t in_y = iy >= 0 && iy < g->in_h;
-        const int32_t off = (iy * g->in_w + ix0) * c; /* x[off + kx * c + ch] */
-        if (in_y && full_x && (base & 3) == 0 && (seg & 3) == 0) {
-            mf_widen_row(x + off, seg, xw + base);
-        } else {
-            int32_t i;
-            for (i = 0; i < seg; ++i) {
-                const int32_t ix = ix0 + i / c, kk = base + i;
-                const int32_t v = in_y && ix >= 0 && ix < g->in_w ? x[off + i] : x_zp;
-                xw[(kk & ~3) | ((kk & 1) << 1) | ((kk >> 1) & 1)] = (int16_t)v;
+    int32_t ky;
+    if ((seg & 3) == 0) {
+        const int32_t full_x = ix0 >= 0 && ix0 + g->k_w <= g->in_w;
+        const int32_t fill = (int32_t)(((uint32_t)x_zp & 0xFFFFu) * 0x10001u);
+        for (ky = 0; ky < g->k_h; ++ky) {
+            const int32_t iy = iy0 + ky;
+            int16_t *d = xw + ky * seg;
+            if (iy < 0 || iy >= g->in_h) {
+                int32_t i;
+                for (i = 0; i < seg; i += 2) {
+                    memcpy(d + i, &fill, 4); /* all lanes x_zp: order does not matter */
+                }
+            } else if (full_x) {
+                mf_widen_row(x + (iy * g->in_w + ix0) * g->in_c, seg, d);
+            } else {
+                mf_im2col_seg8(x, g, x_zp, iy, ix0, patch);
+                mf_widen_row(patch, seg, d);
             }
         }
-    }
-    for (k = K; k < Kp; ++k) {
-        xw[(k & ~3) | ((k & 1) << 1) | ((k >> 1) & 1)] = 0;
+    } else {
+        for (ky = 0; ky < g->k_h; ++ky) {
+            mf_im2col_seg8(x, g, x_zp, iy0 + ky, ix0, patch + ky * seg);
+        }
+        mf_widen_row(patch, K, xw);
     }
 }
 
@@ -407,11 +602,12 @@ static inline void mf_conv_body(const int8_t *x, const mf_conv_geom *g, int32_t 
                                 const void *w, int32_t fmt, const int32_t *bias,
                                 const mf_rq *rq, int32_t O, int32_t lo, int32_t hi,
                                 int32_t mode, int8_t *y, int16_t *scratch) {
-    const int32_t G = MF_KPAD(g->k_h * g->k_w * g->in_c) >> 2;
+    const int32_t Kp = MF_KPAD(g->k_h * g->k_w * g->in_c), G = Kp >> 2;
+    int8_t *patch = (int8_t *)(scratch + Kp);
     int32_t oy, ox;
     for (oy = 0; oy < g->out_h; ++oy) {
         for (ox = 0; ox < g->out_w; ++ox) {
-            mf_im2col_row(x, g, x_zp, oy, ox, scratch);
+            mf_im2col_row(x, g, x_zp, oy, ox, scratch, patch);
             mf_gemm_row(scratch, G, w, fmt, bias, rq, O, lo, hi, mode, y);
             y += O;
         }
@@ -424,7 +620,8 @@ static inline void mf_conv_body(const int8_t *x, const mf_conv_geom *g, int32_t 
  *   w       pack_gemm_weights(w[O][k_h][k_w][in_c] as [O, K], fmt), K = k_h * k_w * in_c
  *   bias, rq, lo, hi, signfix: as mf_gemm_w16
  *   y       int8 [out_h][out_w][O]
- *   scratch int16_t[Kp], 4-byte aligned (pack.gemm_scratch_bytes) */
+ *   scratch 3 * Kp bytes (int16_t[Kp] widened patch + int8_t[Kp] patch), 4-byte aligned
+ *           (pack.gemm_scratch_bytes(K, im2col=True)) */
 MF_MICRO void mf_conv_w16(const int8_t *x, const mf_conv_geom *g, int32_t x_zp,
                           const int16_t *w, const int32_t *bias, const mf_rq *rq, int32_t O,
                           int32_t lo, int32_t hi, int32_t signfix, int8_t *y,

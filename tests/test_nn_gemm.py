@@ -198,7 +198,7 @@ def c_array(ctype, name, values, align=False):
 
 
 def c_program(cases) -> str:
-    scratch = max(pack.gemm_scratch_bytes(c["k"]) for c in cases) // 2
+    scratch = max(pack.gemm_scratch_bytes(c["k"], c["kind"] == "conv") for c in cases) // 2
     out = ["#include <string.h>\n#include \"mcuforge_nn.h\"\n#include \"bench.h\"\n",
            f"#define SCRATCH {scratch}\n",
            "static int16_t scratch[SCRATCH + 8] __attribute__((aligned(4)));\n"]
@@ -221,7 +221,7 @@ def c_program(cases) -> str:
         else:
             out.append("static const mf_conv_geom g%d = {%s};\n" % (i, ",".join(map(str, c["geom"]))))
             call = f"mf_conv_{c['fmt']}(x{i}, &g{i}, {c['x_zp']}, w{i}, {common}, scratch)"
-        need = pack.gemm_scratch_bytes(c["k"]) // 2
+        need = (pack.gemm_scratch_bytes(c["k"], c["kind"] == "conv") + 1) // 2
         calls.append(f"    memset(y{i}, {SENTINEL}, sizeof y{i});\n"
                      f"    for (j = {need}; j < SCRATCH + 8; ++j) scratch[j] = 0x1234;\n"
                      f"    {call};\n"
@@ -303,3 +303,4 @@ def test_packing_layout():
                 idx = ((oo // 4) * (kp // 4) + kk // 4) * 16 + (oo % 4) * 4 + lanes.index(kk % 4)
                 assert packed[idx] == (w[oo, kk] if oo < o and kk < k else 0)
     assert pack.gemm_scratch_bytes(7) == 16 and pack.gemm_scratch_bytes(64) == 128
+    assert pack.gemm_scratch_bytes(7, im2col=True) == 24
