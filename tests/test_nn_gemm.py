@@ -108,6 +108,9 @@ def random_layer(rng, o, k, act):
             scales.append(2.0 ** -int(rng.integers(1, 8)))  # exact halves: ties
         elif r < 0.4:
             scales.append(float(rng.uniform(0.5, 0.99)))  # shift 0: no right shift
+            w[i] = 0  # and a small accumulator, so that the output is not all clamped
+            w[i, rng.integers(0, k)] = rng.choice([-1, 1])
+            bias[i] = rng.integers(-50, 50)
         else:
             scales.append(float(60 / spread * np.exp(rng.uniform(-1.5, 1.5))))
     ms = [quantize_multiplier(s) for s in scales]
