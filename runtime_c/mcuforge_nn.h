@@ -52,7 +52,11 @@ typedef struct {
 } mf_rq;
 
 static inline int32_t mf_smmlar(int32_t a, int32_t b) {
-#if MF_USE_DSP
+#if MF_USE_DSP && defined(__GNUC__)
+    int32_t r; /* gcc 12's <arm_acle.h> has no __smmlar: SMMULR is SMMLAR with a zero addend */
+    __asm__("smmulr %0, %1, %2" : "=r"(r) : "r"(a), "r"(b));
+    return r;
+#elif MF_USE_DSP
     return __smmlar(a, b, 0);
 #else
     return (int32_t)(((int64_t)a * b + (INT64_C(1) << 31)) >> 32);
@@ -65,6 +69,575 @@ static inline int32_t mf_rq_apply(int32_t acc, const mf_rq *q, int32_t signfix) 
     int32_t v = h + q->add;
     if (signfix && q->post) v += h >> 31;
     return v >> q->post;
+}
+
+/* ==== GEMM micro-kernels: int8 1x1 convolutions, im2col convolutions, fully connected ======
+ *
+ * For r < rows, o < O (TFLM int8; the input zero point folded into the bias by pack.fold_bias):
+ *   y[r * y_stride + o] = clamp(mf_rq_apply(bias[o] + sum_{k<K} x_r[k] * w[o][k], &rq[o],
+ *                                           signfix), lo, hi)
+ * with x_r the raw stored int8 values of activation row r.
+ *
+ * Layouts (codegen_c/pack.py builds them: pack_gemm_weights, gemm_scratch_bytes):
+ *   Kp = MF_KPAD(K), K rounded up to a multiple of 4; G = Kp / 4 groups of 4 taps.
+ *   Widened activations (scratch, int16): per group [x0, x2, x1, x3] -- the two words SXTB16
+ *     makes of the bytes x0..x3: (x0, x2) and (x1, x3) -- taps K..Kp-1 are 0.
+ *   Weights: output channels in blocks of 4 (the last block padded with zero rows), then per
+ *     block, per group, per channel of the block, 4 taps:
+ *       MF_W16 (int16, 2x flash, fastest): [w0, w2, w1, w3]  (8 bytes: the lane order above)
+ *       MF_W8  (int8, 1x flash):           [w0, w1, w2, w3]  (4 bytes; SXTB16 and SXTB16 of
+ *                                           the word rotated by 8 give (w0, w2), (w1, w3))
+ *     element index of w[o][4g + j]: ((o / 4) * G + g) * 16 + (o % 4) * 4 + lane(j), with
+ *     lane = (0, 2, 1, 3) for MF_W16 and the identity for MF_W8; taps K..Kp-1 are 0.
+ *   bias[O] (int32, input zero point folded in) and rq[O] are per channel, unpadded.
+ * Register block: 4 channels x 1 row (an LDM of 4 words gives two channels' 4 taps); the K
+ * loop runs 8 taps per iteration with the odd group peeled before it, so there is no per-tap
+ * branch. Both bodies (MF_USE_DSP or portable C) read the same packed data.
+ * Instruction counts (QEMU mps2-an386): see tests/nn_bench/README.md and the report. */
+
+#define MF_KPAD(K) (((K) + 3) & ~3)
+#if defined(__GNUC__)
+#define MF_INLINE static inline __attribute__((always_inline)) /* keep accumulators in registers */
+#else
+#define MF_INLINE static inline
+#endif
+#define MF_W16 16
+#define MF_W8 8
+
+#if defined(__GNUC__)
+typedef int32_t __attribute__((__may_alias__)) mf_word; /* int16 pairs / int8 quads as words */
+#else
+typedef int32_t mf_word;
+#endif
+
+/* The DSP K loop as one asm block (LDRD + LDM + SMLAD, 13 registers) where gcc optimises;
+ * at -O0 the frame pointer takes r7 and the intrinsics body below is used instead. */
+#if MF_USE_DSP && defined(__GNUC__) && defined(__OPTIMIZE__) && defined(__thumb2__)
+#ifndef MF_GEMM_ASM
+#define MF_GEMM_ASM 1
+#endif
+#else
+#undef MF_GEMM_ASM
+#define MF_GEMM_ASM 0
+#endif
+
+#if MF_USE_DSP
+static inline int32_t mf_sxtb16_ror8(int32_t v) {
+#if defined(__GNUC__)
+    int32_t r;
+    __asm__("sxtb16 %0, %1, ror #8" : "=r"(r) : "r"(v)); /* gcc does not fold the rotation */
+    return r;
+#else
+    return (int32_t)__sxtb16(__ror((uint32_t)v, 8));
+#endif
+}
+#endif
+
+/* Four consecutive int32 (a bias block, one mf_rq) by one LDM: gcc would issue 2-4 loads. */
+typedef struct {
+    int32_t v[4];
+} mf_quad;
+#if MF_GEMM_ASM
+#define MF_LDM4(p, a, b, c, d)                                                              \
+    do {                                                                                    \
+        register int32_t r8_ __asm__("r8");                                                 \
+        register int32_t r9_ __asm__("r9");                                                 \
+        register int32_t r10_ __asm__("r10");                                               \
+        register int32_t r11_ __asm__("r11");                                               \
+        __asm__("ldm %4, {r8, r9, r10, r11}"                                                \
+                : "=r"(r8_), "=r"(r9_), "=r"(r10_), "=r"(r11_)                              \
+                : "r"(p), "m"(*(const mf_quad *)(const void *)(p)));                        \
+        (a) = r8_;                                                                          \
+        (b) = r9_;                                                                          \
+        (c) = r10_;                                                                         \
+        (d) = r11_;                                                                         \
+    } while (0)
+#else
+#define MF_LDM4(p, a, b, c, d)                                                              \
+    do {                                                                                    \
+        const mf_quad *q_ = (const mf_quad *)(const void *)(p);                             \
+        (a) = q_->v[0];                                                                     \
+        (b) = q_->v[1];                                                                     \
+        (c) = q_->v[2];                                                                     \
+        (d) = q_->v[3];                                                                     \
+    } while (0)
+#endif
+
+/* Widen one row of K int8 activations into xw[Kp] (lane order above, zero tail). x needs no
+ * alignment; xw 4-byte aligned. */
+static inline void mf_widen_row(const int8_t *x, int32_t K, int16_t *xw) {
+    int32_t k = 0, r;
+#if MF_USE_DSP
+    mf_word *d = (mf_word *)(void *)xw;
+    for (; k + 4 <= K; k += 4) {
+        int32_t v;
+        memcpy(&v, x + k, 4); /* one unaligned LDR */
+        d[0] = (int32_t)__sxtb16(v);
+        d[1] = mf_sxtb16_ror8(v);
+        d += 2;
+    }
+#else
+    for (; k + 4 <= K; k += 4) {
+        xw[k] = x[k];
+        xw[k + 1] = x[k + 2];
+        xw[k + 2] = x[k + 1];
+        xw[k + 3] = x[k + 3];
+    }
+#endif
+    r = K - k;
+    if (r > 0) {
+        xw[k] = x[k];
+        xw[k + 1] = (int16_t)(r > 2 ? x[k + 2] : 0);
+        xw[k + 2] = (int16_t)(r > 1 ? x[k + 1] : 0);
+        xw[k + 3] = 0;
+    }
+}
+
+/* acc[0..3] += the 4 channels of one weight block dotted with xw (G groups). */
+MF_INLINE void mf_dot4(const int16_t *xw, const void *wblock, int32_t G, int32_t fmt,
+                      int32_t acc[4]) {
+#if MF_USE_DSP
+    const mf_word *xp = (const mf_word *)(const void *)xw;
+    const mf_word *wp = (const mf_word *)wblock;
+    int32_t a0 = acc[0], a1 = acc[1], a2 = acc[2], a3 = acc[3];
+#if MF_GEMM_ASM
+    if (fmt == MF_W16) {
+        register int32_t wa __asm__("r8");
+        register int32_t wb __asm__("r9");
+        register int32_t wc __asm__("r10");
+        register int32_t wd __asm__("r11");
+        int32_t x0, x1, n = G;
+#define MF_G16                                                                             \
+    "ldrd %[x0], %[x1], [%[xp]], #8\n\t"                                                   \
+    "ldmia %[wp]!, {r8, r9, r10, r11}\n\t"                                                 \
+    "smlad %[a0], %[x0], r8, %[a0]\n\t"                                                    \
+    "smlad %[a0], %[x1], r9, %[a0]\n\t"                                                    \
+    "smlad %[a1], %[x0], r10, %[a1]\n\t"                                                   \
+    "smlad %[a1], %[x1], r11, %[a1]\n\t"                                                   \
+    "ldmia %[wp]!, {r8, r9, r10, r11}\n\t"                                                 \
+    "smlad %[a2], %[x0], r8, %[a2]\n\t"                                                    \
+    "smlad %[a2], %[x1], r9, %[a2]\n\t"                                                    \
+    "smlad %[a3], %[x0], r10, %[a3]\n\t"                                                   \
+    "smlad %[a3], %[x1], r11, %[a3]\n\t"
+        /* G = 4q + r: peel r's low bit, then its high bit (flags of LSRS survive the
+         * groups), then q iterations of 4 groups */
+        __asm__("lsrs %[n], %[n], #1\n\t"
+                "bcc 1f\n\t" MF_G16 "1:\n\t"
+                "lsrs %[n], %[n], #1\n\t"
+                "bcc 2f\n\t" MF_G16 MF_G16 "2:\n\t"
+                "beq 3f\n"
+                "4:\n\t" MF_G16 MF_G16 MF_G16 MF_G16 "subs %[n], %[n], #1\n\t"
+                "bne 4b\n"
+                "3:\n"
+                : [a0] "+r"(a0), [a1] "+r"(a1), [a2] "+r"(a2), [a3] "+r"(a3), [xp] "+r"(xp),
+                  [wp] "+r"(wp), [n] "+r"(n), [x0] "=&r"(x0), [x1] "=&r"(x1), "=&r"(wa),
+                  "=&r"(wb), "=&r"(wc), "=&r"(wd)
+                :
+                : "cc", "memory");
+#undef MF_G16
+    } else
+#endif
+    {
+        int32_t g;
+        for (g = 0; g < G; ++g) {
+            int32_t x0 = xp[0], x1 = xp[1];
+            xp += 2;
+            if (fmt == MF_W16) {
+                a0 = __smlad(x0, wp[0], a0);
+                a0 = __smlad(x1, wp[1], a0);
+                a1 = __smlad(x0, wp[2], a1);
+                a1 = __smlad(x1, wp[3], a1);
+                a2 = __smlad(x0, wp[4], a2);
+                a2 = __smlad(x1, wp[5], a2);
+                a3 = __smlad(x0, wp[6], a3);
+                a3 = __smlad(x1, wp[7], a3);
+                wp += 8;
+            } else {
+                int32_t w0 = wp[0], w1 = wp[1], w2 = wp[2], w3 = wp[3];
+                a0 = __smlad(x0, (int32_t)__sxtb16(w0), a0);
+                a0 = __smlad(x1, mf_sxtb16_ror8(w0), a0);
+                a1 = __smlad(x0, (int32_t)__sxtb16(w1), a1);
+                a1 = __smlad(x1, mf_sxtb16_ror8(w1), a1);
+                a2 = __smlad(x0, (int32_t)__sxtb16(w2), a2);
+                a2 = __smlad(x1, mf_sxtb16_ror8(w2), a2);
+                a3 = __smlad(x0, (int32_t)__sxtb16(w3), a3);
+                a3 = __smlad(x1, mf_sxtb16_ror8(w3), a3);
+                wp += 4;
+            }
+        }
+    }
+    acc[0] = a0;
+    acc[1] = a1;
+    acc[2] = a2;
+    acc[3] = a3;
+#else
+    int32_t g, c;
+    for (g = 0; g < G; ++g, xw += 4) {
+        for (c = 0; c < 4; ++c) {
+            if (fmt == MF_W16) {
+                const int16_t *w = (const int16_t *)wblock + (g * 4 + c) * 4;
+                acc[c] += xw[0] * w[0] + xw[1] * w[1] + xw[2] * w[2] + xw[3] * w[3];
+            } else {
+                const int8_t *w = (const int8_t *)wblock + (g * 4 + c) * 4;
+                acc[c] += xw[0] * w[0] + xw[1] * w[2] + xw[2] * w[1] + xw[3] * w[3];
+            }
+        }
+    }
+#endif
+}
+
+/* Requantize and clamp one accumulator. mode (a constant after inlining): bit 0 the sign
+ * term (signfix), bit 1 set when [lo, hi] is the whole int8 range (one SSAT; the usual case:
+ * TFLite's fused ReLU/ReLU6 give the output zero point -128 and no clamp left inside int8). */
+#define MF_MODE_SF 1
+#define MF_MODE_SAT 2
+MF_INLINE int8_t mf_rq_clamp(int32_t acc, const mf_rq *q, int32_t mode, int32_t lo,
+                                 int32_t hi) {
+    int32_t mult, add, pre, post, h, v;
+    MF_LDM4(q, mult, add, pre, post); /* then mf_rq_apply(acc, q, mode & MF_MODE_SF) */
+    h = mf_smmlar((int32_t)((uint32_t)acc << pre), mult);
+    v = h + add;
+    if ((mode & MF_MODE_SF) && post) {
+        v += h >> 31;
+    }
+    v >>= post;
+    if (mode & MF_MODE_SAT) {
+#if MF_USE_DSP
+        v = __ssat(v, 8);
+#else
+        v = v < -128 ? -128 : v;
+        v = v > 127 ? 127 : v;
+#endif
+    } else {
+        v = v < lo ? lo : v;
+        v = v > hi ? hi : v;
+    }
+    return (int8_t)v;
+}
+
+/* The mode constant of a call: the general clamp keeps the sign term (always exact). */
+#define MF_DISPATCH(BODY)                                                                   \
+    do {                                                                                    \
+        if (lo == -128 && hi == 127) {                                                      \
+            if (signfix) {                                                                  \
+                BODY(MF_MODE_SF | MF_MODE_SAT);                                             \
+            } else {                                                                        \
+                BODY(MF_MODE_SAT);                                                          \
+            }                                                                               \
+        } else {                                                                            \
+            BODY(MF_MODE_SF);                                                               \
+        }                                                                                   \
+    } while (0)
+
+#if MF_GEMM_ASM
+/* The full 4-channel blocks of one row in one asm routine (DSP, optimised builds, clamp = the
+ * int8 range): gcc 12 spills around a K-loop asm block that takes 13 registers, so the block
+ * loop, the bias LDM and the requantization are written here too, the loop state in memory
+ * operands. Registers: r0-r3 accumulators, r4/r5 activation words, r6 activation pointer (rq
+ * pointer in the epilogue), r8-r11 weight words (mult, add, pre, post in the epilogue), r12
+ * weight pointer, lr the group count; r7 (the Thumb frame pointer) is left alone. */
+#define MF_A_G16                                                                            \
+    "ldrd r4, r5, [r6], #8\n\t"                                                             \
+    "ldmia r12!, {r8, r9, r10, r11}\n\t"                                                    \
+    "smlad r0, r4, r8, r0\n\t"                                                              \
+    "smlad r0, r5, r9, r0\n\t"                                                              \
+    "smlad r1, r4, r10, r1\n\t"                                                             \
+    "smlad r1, r5, r11, r1\n\t"                                                             \
+    "ldmia r12!, {r8, r9, r10, r11}\n\t"                                                    \
+    "smlad r2, r4, r8, r2\n\t"                                                              \
+    "smlad r2, r5, r9, r2\n\t"                                                              \
+    "smlad r3, r4, r10, r3\n\t"                                                             \
+    "smlad r3, r5, r11, r3\n\t"
+#define MF_A_G8_2(A, B)                                                                     \
+    "ldrd r8, r9, [r12], #8\n\t"                                                            \
+    "sxtb16 r10, r8\n\t"                                                                    \
+    "sxtb16 r11, r8, ror #8\n\t"                                                            \
+    "smlad " A ", r4, r10, " A "\n\t"                                                       \
+    "smlad " A ", r5, r11, " A "\n\t"                                                       \
+    "sxtb16 r10, r9\n\t"                                                                    \
+    "sxtb16 r11, r9, ror #8\n\t"                                                            \
+    "smlad " B ", r4, r10, " B "\n\t"                                                       \
+    "smlad " B ", r5, r11, " B "\n\t"
+#define MF_A_G8 "ldrd r4, r5, [r6], #8\n\t" MF_A_G8_2("r0", "r1") MF_A_G8_2("r2", "r3")
+/* G = 4q + r groups: r's low bit, its high bit (LSRS flags survive the groups), q x 4 */
+#define MF_A_KLOOP(GR)                                                                      \
+    "lsrs lr, lr, #1\n\t"                                                                   \
+    "bcc 5f\n\t" GR "5:\n\t"                                                                \
+    "lsrs lr, lr, #1\n\t"                                                                   \
+    "bcc 6f\n\t" GR GR "6:\n\t"                                                             \
+    "beq 7f\n"                                                                              \
+    "8:\n\t" GR GR GR GR "subs lr, lr, #1\n\t"                                               \
+    "bne 8b\n"                                                                              \
+    "7:\n\t"
+/* y = ssat8((h + add [+ (h >> 31) if post]) >> post), h = SMMULR(acc << pre, mult) */
+#define MF_A_SF(A) "cmp r11, #0\n\tit ne\n\taddne r9, r9, " A ", asr #31\n\t"
+#define MF_A_RQ(A, SF)                                                                      \
+    "ldmia r6!, {r8, r9, r10, r11}\n\t"                                                     \
+    "lsl " A ", " A ", r10\n\t"                                                              \
+    "smmulr " A ", " A ", r8\n\t"                                                            \
+    "add r9, r9, " A "\n\t" SF "asr " A ", r9, r11\n\t"                                     \
+    "ssat " A ", #8, " A "\n\t"                                                              \
+    "strb " A ", [r4], #1\n\t"
+#define MF_A_ROW(GR, SF0, SF1, SF2, SF3)                                                     \
+    "ldr r12, %[wp]\n"                                                                      \
+    "9:\n\t"                                                                                \
+    "ldr r6, %[xw]\n\t"                                                                     \
+    "ldr r8, %[bias]\n\t"                                                                   \
+    "ldmia r8!, {r0, r1, r2, r3}\n\t"                                                       \
+    "str r8, %[bias]\n\t"                                                                   \
+    "ldr lr, %[G]\n\t" MF_A_KLOOP(GR) "ldr r6, %[rq]\n\t"                                   \
+    "ldr r4, %[y]\n\t" MF_A_RQ("r0", SF0) MF_A_RQ("r1", SF1) MF_A_RQ("r2", SF2)              \
+        MF_A_RQ("r3", SF3) "str r6, %[rq]\n\t"                                               \
+    "str r4, %[y]\n\t"                                                                      \
+    "ldr lr, %[nb]\n\t"                                                                     \
+    "subs lr, lr, #1\n\t"                                                                   \
+    "str lr, %[nb]\n\t"                                                                     \
+    "bne 9b\n\t"                                                                            \
+    "str r12, %[wp]\n\t"
+#define MF_A_OPS                                                                            \
+    : [bias] "+m"(bias), [rq] "+m"(rq), [y] "+m"(y), [wp] "+m"(wp), [nb] "+m"(nb)           \
+    : [xw] "m"(xw), [G] "m"(G)                                                              \
+    : "r0", "r1", "r2", "r3", "r4", "r5", "r6", "r8", "r9", "r10", "r11", "r12", "lr", "cc", \
+      "memory"
+
+/* nb >= 1 full blocks; advances *pbias, *prq, *py, *pw past them. */
+MF_INLINE void mf_gemm_blocks_asm(const int16_t *xw, int32_t G, int32_t nb, int32_t fmt,
+                                  int32_t sf, const int8_t **pw, const int32_t **pbias,
+                                  const mf_rq **prq, int8_t **py) {
+    const int8_t *wp = *pw;
+    const int32_t *bias = *pbias;
+    const mf_rq *rq = *prq;
+    int8_t *y = *py;
+    if (fmt == MF_W16) {
+        if (sf) {
+            __asm__ volatile(MF_A_ROW(MF_A_G16, MF_A_SF("r0"), MF_A_SF("r1"), MF_A_SF("r2"),
+                                      MF_A_SF("r3")) MF_A_OPS);
+        } else {
+            __asm__ volatile(MF_A_ROW(MF_A_G16, "", "", "", "") MF_A_OPS);
+        }
+    } else {
+        if (sf) {
+            __asm__ volatile(MF_A_ROW(MF_A_G8, MF_A_SF("r0"), MF_A_SF("r1"), MF_A_SF("r2"),
+                                      MF_A_SF("r3")) MF_A_OPS);
+        } else {
+            __asm__ volatile(MF_A_ROW(MF_A_G8, "", "", "", "") MF_A_OPS);
+        }
+    }
+    *pw = wp;
+    *pbias = bias;
+    *prq = rq;
+    *py = y;
+}
+#endif
+
+/* All O outputs of one widened row xw (G groups) into y[0..O-1]. */
+static inline void mf_gemm_row(const int16_t *xw, int32_t G, const void *w, int32_t fmt,
+                               const int32_t *bias, const mf_rq *rq, int32_t O, int32_t lo,
+                               int32_t hi, int32_t mode, int8_t *y) {
+    const int8_t *wb = (const int8_t *)w;
+    const int32_t bstep = G * (fmt == MF_W16 ? 32 : 16); /* bytes per block of 4 channels */
+    int32_t n = O, acc[4];
+#if MF_GEMM_ASM
+    if ((mode & MF_MODE_SAT) && n >= 4) {
+        mf_gemm_blocks_asm(xw, G, n >> 2, fmt, mode & MF_MODE_SF, &wb, &bias, &rq, &y);
+        n &= 3;
+    }
+#endif
+    for (; n >= 4; n -= 4) {
+        MF_LDM4(bias, acc[0], acc[1], acc[2], acc[3]);
+        mf_dot4(xw, wb, G, fmt, acc);
+        y[0] = mf_rq_clamp(acc[0], &rq[0], mode, lo, hi);
+        y[1] = mf_rq_clamp(acc[1], &rq[1], mode, lo, hi);
+        y[2] = mf_rq_clamp(acc[2], &rq[2], mode, lo, hi);
+        y[3] = mf_rq_clamp(acc[3], &rq[3], mode, lo, hi);
+        bias += 4;
+        rq += 4;
+        y += 4;
+        wb += bstep;
+    }
+    if (n > 0) { /* last 1..3 channels: the block's zero rows are computed, not stored */
+        acc[0] = bias[0];
+        acc[1] = n > 1 ? bias[1] : 0;
+        acc[2] = n > 2 ? bias[2] : 0;
+        acc[3] = 0;
+        mf_dot4(xw, wb, G, fmt, acc);
+        y[0] = mf_rq_clamp(acc[0], &rq[0], mode, lo, hi);
+        if (n > 1) {
+            y[1] = mf_rq_clamp(acc[1], &rq[1], mode, lo, hi);
+        }
+        if (n > 2) {
+            y[2] = mf_rq_clamp(acc[2], &rq[2], mode, lo, hi);
+        }
+    }
+}
+
+static inline void mf_gemm_body(const int8_t *x, int32_t rows, int32_t x_stride, int32_t K,
+                                const void *w, int32_t fmt, const int32_t *bias,
+                                const mf_rq *rq, int32_t O, int32_t lo, int32_t hi,
+                                int32_t mode, int8_t *y, int32_t y_stride,
+                                int16_t *scratch) {
+    const int32_t G = MF_KPAD(K) >> 2;
+    int32_t r;
+    for (r = 0; r < rows; ++r) {
+        mf_widen_row(x + r * x_stride, K, scratch);
+        mf_gemm_row(scratch, G, w, fmt, bias, rq, O, lo, hi, mode, y + r * y_stride);
+    }
+}
+
+/* mf_gemm_w16 / mf_gemm_w8: y = requant(x . w^T) for `rows` rows (1x1 convolution over
+ * pixels, fully connected layer over batch rows).
+ *   x       rows x K int8, row r at x + r * x_stride (any alignment, x_stride >= K)
+ *   w       packed weights (layout above): MF_W16 int16_t[ceil(O/4) * 16 * Kp / 4 * ...]
+ *           = pack_gemm_weights(w, "w16"); MF_W8 int8_t, pack_gemm_weights(w, "w8");
+ *           4-byte aligned
+ *   bias    int32_t[O], zero point folded (pack.fold_bias); rq: mf_rq[O] (pack.requant_params)
+ *   lo, hi  output clamp (activation), -128 <= lo <= hi <= 127; signfix: pack.needs_signfix
+ *   y       int8 outputs, row r at y + r * y_stride (y_stride >= O)
+ *   scratch int16_t[Kp], 4-byte aligned (pack.gemm_scratch_bytes) */
+MF_MICRO void mf_gemm_w16(const int8_t *x, int32_t rows, int32_t x_stride, int32_t K,
+                          const int16_t *w, const int32_t *bias, const mf_rq *rq, int32_t O,
+                          int32_t lo, int32_t hi, int32_t signfix, int8_t *y,
+                          int32_t y_stride, int16_t *scratch) {
+#define MF_BODY(mode)                                                                       \
+    mf_gemm_body(x, rows, x_stride, K, w, MF_W16, bias, rq, O, lo, hi, mode, y, y_stride, scratch)
+    MF_DISPATCH(MF_BODY);
+#undef MF_BODY
+}
+
+MF_MICRO void mf_gemm_w8(const int8_t *x, int32_t rows, int32_t x_stride, int32_t K,
+                         const int8_t *w, const int32_t *bias, const mf_rq *rq, int32_t O,
+                         int32_t lo, int32_t hi, int32_t signfix, int8_t *y, int32_t y_stride,
+                         int16_t *scratch) {
+#define MF_BODY(mode)                                                                       \
+    mf_gemm_body(x, rows, x_stride, K, w, MF_W8, bias, rq, O, lo, hi, mode, y, y_stride, scratch)
+    MF_DISPATCH(MF_BODY);
+#undef MF_BODY
+}
+
+/* ---- im2col convolution --------------------------------------------------------------------
+ * Geometry of one NHWC int8 convolution, batch 1, dilation 1; pad_t/pad_l are the top/left
+ * padding (SAME or VALID as TFLM computes it); out_h/out_w the output size. */
+typedef struct {
+    int32_t in_h, in_w, in_c;
+    int32_t k_h, k_w, stride_h, stride_w;
+    int32_t pad_t, pad_l;
+    int32_t out_h, out_w;
+} mf_conv_geom;
+
+/* Byte copy / fill for the im2col patch: words where possible (unaligned LDR/STR are fine on
+ * v7-M; the portable build goes through memcpy, which compilers turn into the same). */
+static inline void mf_copy8(int8_t *d, const int8_t *s, int32_t n) {
+    for (; n >= 4; n -= 4, d += 4, s += 4) {
+        int32_t t;
+        memcpy(&t, s, 4);
+        memcpy(d, &t, 4);
+    }
+    for (; n > 0; --n) {
+        *d++ = *s++;
+    }
+}
+
+static inline void mf_fill8(int8_t *d, int32_t v, int32_t n) {
+    const uint32_t t = 0x01010101u * (uint8_t)v;
+    for (; n >= 4; n -= 4, d += 4) {
+        memcpy(d, &t, 4);
+    }
+    for (; n > 0; --n) {
+        *d++ = (int8_t)v;
+    }
+}
+
+/* One kernel row of the patch as int8 (taps kx * in_c + c): padding taps get x_zp. */
+static inline void mf_im2col_seg8(const int8_t *x, const mf_conv_geom *g, int32_t x_zp,
+                                  int32_t iy, int32_t ix0, int8_t *d) {
+    const int32_t c = g->in_c, seg = g->k_w * c;
+    int32_t lo = ix0 < 0 ? -ix0 : 0, hi = g->in_w - ix0;
+    hi = hi > g->k_w ? g->k_w : hi;
+    if (iy < 0 || iy >= g->in_h || lo >= hi) {
+        mf_fill8(d, x_zp, seg);
+        return;
+    }
+    mf_fill8(d, x_zp, lo * c);
+    mf_copy8(d + lo * c, x + (iy * g->in_w + ix0 + lo) * c, (hi - lo) * c);
+    mf_fill8(d + hi * c, x_zp, (g->k_w - hi) * c);
+}
+
+/* The widened patch of output pixel (oy, ox) into xw[Kp] (lane order, zero tail), taps in
+ * TFLM's weight order k = (ky * k_w + kx) * in_c + c; padding taps get x_zp. When a kernel row
+ * is a whole number of groups (k_w * in_c % 4 == 0), rows inside the image are widened straight
+ * from the input, rows outside filled, partial rows built as int8 in patch[] first; otherwise
+ * the whole patch is built as int8 in patch[Kp] and widened once. */
+static inline void mf_im2col_row(const int8_t *x, const mf_conv_geom *g, int32_t x_zp,
+                                 int32_t oy, int32_t ox, int16_t *xw, int8_t *patch) {
+    const int32_t seg = g->k_w * g->in_c, K = g->k_h * seg;
+    const int32_t iy0 = oy * g->stride_h - g->pad_t, ix0 = ox * g->stride_w - g->pad_l;
+    int32_t ky;
+    if ((seg & 3) == 0) {
+        const int32_t full_x = ix0 >= 0 && ix0 + g->k_w <= g->in_w;
+        const int32_t fill = (int32_t)(((uint32_t)x_zp & 0xFFFFu) * 0x10001u);
+        for (ky = 0; ky < g->k_h; ++ky) {
+            const int32_t iy = iy0 + ky;
+            int16_t *d = xw + ky * seg;
+            if (iy < 0 || iy >= g->in_h) {
+                int32_t i;
+                for (i = 0; i < seg; i += 2) {
+                    memcpy(d + i, &fill, 4); /* all lanes x_zp: order does not matter */
+                }
+            } else if (full_x) {
+                mf_widen_row(x + (iy * g->in_w + ix0) * g->in_c, seg, d);
+            } else {
+                mf_im2col_seg8(x, g, x_zp, iy, ix0, patch);
+                mf_widen_row(patch, seg, d);
+            }
+        }
+    } else {
+        for (ky = 0; ky < g->k_h; ++ky) {
+            mf_im2col_seg8(x, g, x_zp, iy0 + ky, ix0, patch + ky * seg);
+        }
+        mf_widen_row(patch, K, xw);
+    }
+}
+
+static inline void mf_conv_body(const int8_t *x, const mf_conv_geom *g, int32_t x_zp,
+                                const void *w, int32_t fmt, const int32_t *bias,
+                                const mf_rq *rq, int32_t O, int32_t lo, int32_t hi,
+                                int32_t mode, int8_t *y, int16_t *scratch) {
+    const int32_t Kp = MF_KPAD(g->k_h * g->k_w * g->in_c), G = Kp >> 2;
+    int8_t *patch = (int8_t *)(scratch + Kp);
+    int32_t oy, ox;
+    for (oy = 0; oy < g->out_h; ++oy) {
+        for (ox = 0; ox < g->out_w; ++ox) {
+            mf_im2col_row(x, g, x_zp, oy, ox, scratch, patch);
+            mf_gemm_row(scratch, G, w, fmt, bias, rq, O, lo, hi, mode, y);
+            y += O;
+        }
+    }
+}
+
+/* mf_conv_w16 / mf_conv_w8: a KxK int8 convolution (any stride, SAME/VALID padding, dilation
+ * 1), NHWC, batch 1, by im2col + the GEMM above.
+ *   x       int8 [in_h][in_w][in_c]; g: the geometry; x_zp: the input zero point (padding)
+ *   w       pack_gemm_weights(w[O][k_h][k_w][in_c] as [O, K], fmt), K = k_h * k_w * in_c
+ *   bias, rq, lo, hi, signfix: as mf_gemm_w16
+ *   y       int8 [out_h][out_w][O]
+ *   scratch 3 * Kp bytes (int16_t[Kp] widened patch + int8_t[Kp] patch), 4-byte aligned
+ *           (pack.gemm_scratch_bytes(K, im2col=True)) */
+MF_MICRO void mf_conv_w16(const int8_t *x, const mf_conv_geom *g, int32_t x_zp,
+                          const int16_t *w, const int32_t *bias, const mf_rq *rq, int32_t O,
+                          int32_t lo, int32_t hi, int32_t signfix, int8_t *y,
+                          int16_t *scratch) {
+#define MF_BODY(mode) mf_conv_body(x, g, x_zp, w, MF_W16, bias, rq, O, lo, hi, mode, y, scratch)
+    MF_DISPATCH(MF_BODY);
+#undef MF_BODY
+}
+
+MF_MICRO void mf_conv_w8(const int8_t *x, const mf_conv_geom *g, int32_t x_zp,
+                         const int8_t *w, const int32_t *bias, const mf_rq *rq, int32_t O,
+                         int32_t lo, int32_t hi, int32_t signfix, int8_t *y,
+                         int16_t *scratch) {
+#define MF_BODY(mode) mf_conv_body(x, g, x_zp, w, MF_W8, bias, rq, O, lo, hi, mode, y, scratch)
+    MF_DISPATCH(MF_BODY);
+#undef MF_BODY
 }
 
 #endif /* MCUFORGE_NN_H */

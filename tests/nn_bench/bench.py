@@ -1,0 +1,112 @@
+"""Instructions per MAC of the GEMM micro-kernels on QEMU mps2-an386 (Cortex-M4).
+
+    PYTHONPATH=$PWD python -m tests.nn_bench.bench [--act=relu|none|relu6] [-O2 -Os ...]
+
+Each shape runs once to warm up, then `reps` times between two SysTick reads (40 instructions
+per tick under -icount shift=0); the figure includes widening / im2col, requantization, the
+clamp and the call. Shapes: KWS's 1x1 64->64 over 125 pixels, its FC 64->12, its first conv
+10x4 1->64 stride 2 on 49x10 (output 25x5), ResNet-8's 3x3 16->16 on 32x32.
+"""
+from __future__ import annotations
+
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+from codegen_c import pack
+from tests.nn_bench import harness
+
+# name, kind, geometry, O, reps
+SHAPES = [
+    ("1x1 64->64 x125 px", "gemm", dict(rows=125, k=64), 64, 1),
+    ("FC 64->12", "gemm", dict(rows=1, k=64), 12, 50),
+    ("conv 10x4 1->64 s2 49x10", "conv", (49, 10, 1, 10, 4, 2, 2, 4, 1, 25, 5), 64, 1),
+    ("conv 3x3 16->16 s1 32x32", "conv", (32, 32, 16, 3, 3, 1, 1, 1, 1, 32, 32), 16, 1),
+]
+
+
+def _layer(rng, o, k):
+    w = rng.integers(-127, 128, (o, k))
+    bias = pack.fold_bias(rng.integers(-2000, 2000, o), w, -3)
+    mult, shift = 1518500250, -9  # a typical scale, ~0.0014
+    rq = pack.requant_params([mult] * o, [shift] * o, -5, pack.acc_bounds(bias, w))
+    return w, bias, rq
+
+
+def program(fmt: str, rng, act: str = "relu") -> str:
+    """act: "relu" (clamp = int8 range, no sign term: TFLite's fused ReLU with zero point -128),
+    "none" (int8 range, sign term), "relu6" (a narrower clamp [-128, 100], sign term)."""
+    lo, hi, sf = {"relu": (-128, 127, 0), "none": (-128, 127, 1), "relu6": (-128, 100, 1)}[act]
+    src = ['#include "mcuforge_nn.h"\n#include "bench.h"\n']
+    body = []
+    scratch = 0
+    for i, (name, kind, geo, o, reps) in enumerate(SHAPES):
+        k = geo["k"] if kind == "gemm" else geo[3] * geo[4] * geo[2]
+        scratch = max(scratch, pack.gemm_scratch_bytes(k, kind == "conv") // 2)
+        w, bias, rq = _layer(rng, o, k)
+        packed, _ = pack.pack_gemm_weights(w, fmt)
+        wt = "int16_t" if fmt == "w16" else "int8_t"
+        if kind == "gemm":
+            nx, ny, macs = geo["rows"] * k, geo["rows"] * o, geo["rows"] * k * o
+        else:
+            nx, ny = geo[0] * geo[1] * geo[2], geo[9] * geo[10] * o
+            macs = geo[9] * geo[10] * k * o
+        src.append(f"static int8_t x{i}[{nx}];\nstatic int8_t y{i}[{ny}];\n")
+        src.append(f"static const {wt} w{i}[] __attribute__((aligned(4))) = {{"
+                   + ",".join(map(str, packed.tolist())) + "};\n")
+        src.append(f"static const int32_t b{i}[] = {{" + ",".join(map(str, bias.tolist())) + "};\n")
+        src.append(f"static const mf_rq rq{i}[] = {{" + ",".join(
+            "{%d,%d,%d,%d}" % tuple(r) for r in rq.tolist()) + "};\n")
+        tail = f"w{i}, b{i}, rq{i}, {o}, {lo}, {hi}, {sf}, y{i}"
+        if kind == "gemm":
+            call = f"mf_gemm_{fmt}(x{i}, {geo['rows']}, {k}, {k}, {tail}, {o}, scratch)"
+        else:
+            src.append(f"static const mf_conv_geom g{i} = {{{','.join(map(str, geo))}}};\n")
+            call = f"mf_conv_{fmt}(x{i}, &g{i}, -3, {tail}, scratch)"
+        body.append(f"""    for (j = 0; j < {nx}; ++j) x{i}[j] = (int8_t)(j * 37 + 11);
+    {call};
+    t0 = bench_counter_read();
+    for (r = 0; r < {reps}; ++r) {call};
+    t1 = bench_counter_read();
+    bench_puts("{name}|{macs * reps}|"); bench_put_i64((int64_t)(t1 - t0)); bench_puts("\\n");
+""")
+    src.append(f"static int16_t scratch[{scratch}] __attribute__((aligned(8)));\n")
+    src.append("int main(void) {\n    int32_t j, r;\n    uint64_t t0, t1;\n"
+               "    bench_counter_start();\n" + "".join(body) + "    return 0;\n}\n")
+    return "".join(src)
+
+
+def measure(opts, fmts=pack.GEMM_FORMATS, act="relu"):
+    """{(fmt, opt): [(shape, instr/MAC)]}"""
+    results = {}
+    with tempfile.TemporaryDirectory() as d:
+        for fmt in fmts:
+            src = Path(d) / f"bench_{fmt}.c"
+            src.write_text(program(fmt, np.random.default_rng(0), act))
+            for opt in opts:
+                out = harness.run(harness.build(src, "m4", opt, Path(d)), "m4")
+                rows = []
+                for line in out.strip().splitlines():
+                    name, macs, ticks = line.split("|")
+                    rows.append((name, int(ticks) * harness.TICK / int(macs)))
+                results[(fmt, opt)] = rows
+    return results
+
+
+def main(argv):
+    act = "relu"
+    if argv and argv[0].startswith("--act="):
+        act, argv = argv[0][6:], argv[1:]
+    opts = argv or ["-O2", "-Os", "-O2 -fno-schedule-insns", "-Os -fno-schedule-insns"]
+    res = measure(opts, act=act)
+    names = [s[0] for s in SHAPES]
+    print(f"instructions per MAC, mps2-an386 (Cortex-M4), activation {act}")
+    print(f"{'fmt / flags':34s}" + "".join(f"{n:>27s}" for n in names))
+    for (fmt, opt), rows in res.items():
+        print(f"{fmt + ' ' + opt:34s}" + "".join(f"{v:27.3f}" for _, v in rows))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

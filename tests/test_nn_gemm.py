@@ -1,0 +1,309 @@
+"""The GEMM micro-kernels of runtime_c/mcuforge_nn.h (mf_gemm_w16/w8: 1x1 convolutions and fully
+connected layers; mf_conv_w16/w8: im2col convolutions) with codegen_c/pack.py's weight packing,
+byte for byte against a numpy model of TFLM's int8 reference kernels written here (input zero
+point subtracted, bias added, MultiplyByQuantizedMultiplier as SaturatingRoundingDoublingHighMul
++ RoundingDivideByPOT, output zero point, activation clamp).
+
+Builds: host gcc (portable C, with ASan/UBSan), Cortex-M4 on QEMU mps2-an386 with the DSP body
+at -O0/-O2/-Os, the portable body on the M4 (MF_USE_DSP=0) and on a Cortex-M3 (mps2-an385).
+Shapes are random with tails: odd row counts, O not a multiple of 4, K not a multiple of 4,
+row strides wider than the rows; channels with power-of-two scales force rounding ties; relu,
+relu6-like and no clamps; both weight formats."""
+from __future__ import annotations
+
+import math
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from codegen_c import pack
+from tests.nn_bench import harness
+
+INT32_MIN, INT32_MAX = -2**31, 2**31 - 1
+SENTINEL = 0x55  # bytes of y the kernel must not write (row gaps)
+
+
+# ---- numpy model of TFLM's int8 arithmetic --------------------------------------------------
+def quantize_multiplier(real: float):
+    """TFLM QuantizeMultiplier: real = mult * 2^(shift - 31), mult in [2^30, 2^31)."""
+    q, shift = math.frexp(real)
+    mult = int(round(q * 2**31))
+    if mult == 2**31:
+        mult //= 2
+        shift += 1
+    return mult, shift
+
+
+def srdhm(a: np.ndarray, b: int) -> np.ndarray:
+    """SaturatingRoundingDoublingHighMul (b > 0 here, so no saturation case)."""
+    ab = a.astype(np.int64) * b
+    nudge = np.where(ab >= 0, 1 << 30, 1 - (1 << 30))
+    t = ab + nudge
+    return np.where(t >= 0, t // 2**31, -((-t) // 2**31))  # C division truncates
+
+
+def rdbpot(x: np.ndarray, e: int) -> np.ndarray:
+    mask = (1 << e) - 1
+    rem = x & mask
+    threshold = (mask >> 1) + (x < 0)
+    return (x >> e) + (rem > threshold)
+
+
+def mbqm(acc: np.ndarray, mult: int, shift: int) -> np.ndarray:
+    left, right = max(shift, 0), max(-shift, 0)
+    return rdbpot(srdhm(acc * (1 << left), mult), right)
+
+
+def tflm_outputs(x_rows, w, bias, x_zp, mults, shifts, y_zp, lo, hi):
+    """[rows, O] int8: clamp(y_zp + MBQM(bias + sum (x - x_zp) * w), lo, hi)."""
+    acc = (x_rows.astype(np.int64) - x_zp) @ w.astype(np.int64).T + bias
+    y = np.stack([mbqm(acc[:, o], mults[o], shifts[o]) for o in range(w.shape[0])], axis=1)
+    return np.clip(y + y_zp, lo, hi).astype(np.int8)
+
+
+def tflm_conv(x, w, bias, x_zp, stride, padding, mults, shifts, y_zp, lo, hi):
+    """x [H, W, C], w [O, KH, KW, C] -> [OH, OW, O] like TFLM's reference Conv (dilation 1)."""
+    h, wd, c = x.shape
+    o, kh, kw, _ = w.shape
+    oh, ow, pt, pl = conv_geometry(h, wd, kh, kw, stride, padding)
+    ph = max((oh - 1) * stride + kh - h, 0)
+    pw = max((ow - 1) * stride + kw - wd, 0)
+    xp = np.full((h + ph + kh, wd + pw + kw, c), x_zp, np.int64)
+    xp[pt:pt + h, pl:pl + wd] = x
+    rows = np.array([xp[oy * stride:oy * stride + kh, ox * stride:ox * stride + kw].reshape(-1)
+                     for oy in range(oh) for ox in range(ow)])
+    y = tflm_outputs(rows, w.reshape(o, -1), bias, x_zp, mults, shifts, y_zp, lo, hi)
+    return y.reshape(oh, ow, o)
+
+
+def conv_geometry(h, w, kh, kw, stride, padding):
+    """TFLM's output size and top/left padding for SAME / VALID, dilation 1."""
+    if padding == "VALID":
+        oh, ow = (h - kh + stride) // stride, (w - kw + stride) // stride
+    else:
+        oh, ow = (h + stride - 1) // stride, (w + stride - 1) // stride
+    pt = max((oh - 1) * stride + kh - h, 0) // 2
+    pl = max((ow - 1) * stride + kw - w, 0) // 2
+    return oh, ow, pt, pl
+
+
+# ---- random layers ---------------------------------------------------------------------------
+def random_layer(rng, o, k, act):
+    """Weights, bias, zero points, per-channel scales (some powers of two: rounding ties) and
+    the clamp of one layer."""
+    w = rng.integers(-127, 128, (o, k))
+    if rng.random() < 0.3:
+        w[:, rng.integers(0, k)] = 127  # extreme taps
+    bias = rng.integers(-3000, 3000, o)
+    x_zp, y_zp = int(rng.integers(-128, 128)), int(rng.integers(-100, 100))
+    if act != "none" and rng.random() < 0.4:
+        y_zp = -128  # TFLite's fused ReLU: the clamp is the int8 range, no sign term needed
+    spread = 128 * 80 * math.sqrt(k)  # rough |acc|
+    scales = []
+    for i in range(o):
+        r = rng.random()
+        if r < 0.3:
+            scales.append(2.0 ** -int(rng.integers(1, 8)))  # exact halves: ties
+        elif r < 0.4:
+            scales.append(float(rng.uniform(0.5, 0.99)))  # shift 0: no right shift
+            w[i] = 0  # and a small accumulator, so that the output is not all clamped
+            w[i, rng.integers(0, k)] = rng.choice([-1, 1])
+            bias[i] = rng.integers(-50, 50)
+        else:
+            scales.append(float(60 / spread * np.exp(rng.uniform(-1.5, 1.5))))
+    ms = [quantize_multiplier(s) for s in scales]
+    if act == "relu":
+        lo, hi = max(-128, y_zp), 127
+    elif act == "relu6":
+        lo, hi = max(-128, y_zp), min(127, y_zp + int(rng.integers(5, 60)))
+    else:
+        lo, hi = -128, 127
+    return dict(w=w, bias=bias, x_zp=x_zp, y_zp=y_zp, mults=[m for m, _ in ms],
+                shifts=[s for _, s in ms], lo=lo, hi=hi)
+
+
+def kernel_args(L, w_rows):
+    """What the compiler passes: folded bias, mf_rq rows, signfix (pack.py)."""
+    folded = pack.fold_bias(L["bias"], w_rows, L["x_zp"])
+    rq = pack.requant_params(L["mults"], L["shifts"], L["y_zp"], pack.acc_bounds(folded, w_rows))
+    assert folded is not None and rq is not None
+    return folded, rq, pack.needs_signfix(L["y_zp"], L["lo"])
+
+
+def gemm_case(rng, rows, k, o, fmt, act, x_gap=0, y_gap=0):
+    L = random_layer(rng, o, k, act)
+    xs, ys = k + x_gap, o + y_gap
+    x = rng.integers(-128, 128, rows * xs).astype(np.int8)
+    x_rows = np.stack([x[r * xs:r * xs + k] for r in range(rows)])
+    want = np.full(rows * ys - y_gap, SENTINEL, np.int8)
+    y = tflm_outputs(x_rows, L["w"], L["bias"], L["x_zp"], L["mults"], L["shifts"], L["y_zp"],
+                     L["lo"], L["hi"])
+    for r in range(rows):
+        want[r * ys:r * ys + o] = y[r]
+    folded, rq, sf = kernel_args(L, L["w"])
+    return dict(kind="gemm", fmt=fmt, x=x, rows=rows, xs=xs, k=k, o=o, ys=ys, w=L["w"],
+                bias=folded, rq=rq, sf=sf, lo=L["lo"], hi=L["hi"], want=want)
+
+
+def conv_case(rng, h, wd, c, kh, kw, stride, padding, o, fmt, act):
+    L = random_layer(rng, o, kh * kw * c, act)
+    x = rng.integers(-128, 128, (h, wd, c))
+    w4 = L["w"].reshape(o, kh, kw, c)
+    y = tflm_conv(x, w4, L["bias"], L["x_zp"], stride, padding, L["mults"], L["shifts"],
+                  L["y_zp"], L["lo"], L["hi"])
+    oh, ow, pt, pl = conv_geometry(h, wd, kh, kw, stride, padding)
+    folded, rq, sf = kernel_args(L, L["w"])
+    geom = (h, wd, c, kh, kw, stride, stride, pt, pl, oh, ow)
+    return dict(kind="conv", fmt=fmt, x=x.reshape(-1).astype(np.int8), geom=geom,
+                x_zp=L["x_zp"], k=kh * kw * c, o=o, w=L["w"], bias=folded, rq=rq, sf=sf,
+                lo=L["lo"], hi=L["hi"], want=y.reshape(-1))
+
+
+def all_cases(seed=0):
+    rng = np.random.default_rng(seed)
+    cases = []
+    acts = ("none", "relu", "relu6")
+    for fmt in pack.GEMM_FORMATS:
+        # hand-picked tails, then random shapes
+        for rows, k, o in ((1, 1, 1), (1, 4, 4), (3, 5, 6), (2, 8, 3), (7, 64, 12),
+                           (5, 63, 13), (1, 64, 12), (4, 2, 9)):
+            cases.append(gemm_case(rng, rows, k, o, fmt, acts[len(cases) % 3]))
+        for _ in range(8):
+            rows, k, o = (int(rng.integers(1, 10)), int(rng.integers(1, 90)),
+                          int(rng.integers(1, 22)))
+            cases.append(gemm_case(rng, rows, k, o, fmt, acts[int(rng.integers(0, 3))],
+                                   int(rng.integers(0, 3)) * int(rng.integers(0, 7)),
+                                   int(rng.integers(0, 2)) * int(rng.integers(0, 5))))
+        # convolutions: first layers with 1..3 channels, KWS's 10x4 stride 2, 3x3, 1x1 strided
+        for geo in ((12, 6, 1, 10, 4, 2, "SAME", 8), (9, 8, 3, 3, 3, 1, "SAME", 5),
+                    (9, 7, 3, 3, 3, 2, "VALID", 6), (6, 6, 16, 3, 3, 1, "SAME", 7),
+                    (7, 5, 4, 1, 1, 2, "VALID", 9), (5, 9, 2, 3, 2, 2, "SAME", 4),
+                    (4, 4, 5, 4, 4, 3, "SAME", 3)):
+            h, wd, c, kh, kw, s, pad, o = geo
+            cases.append(conv_case(rng, h, wd, c, kh, kw, s, pad, o, fmt,
+                                   acts[int(rng.integers(0, 3))]))
+        for _ in range(4):
+            kh, kw, s = int(rng.integers(1, 5)), int(rng.integers(1, 5)), int(rng.integers(1, 4))
+            h, wd = int(rng.integers(kh, 10)), int(rng.integers(kw, 10))
+            cases.append(conv_case(rng, h, wd, int(rng.integers(1, 9)), kh, kw, s,
+                                   ("SAME", "VALID")[int(rng.integers(0, 2))],
+                                   int(rng.integers(1, 11)), fmt, acts[int(rng.integers(0, 3))]))
+    return cases
+
+
+# ---- the C program ---------------------------------------------------------------------------
+def c_array(ctype, name, values, align=False):
+    vals = ",".join(str(int(v)) for v in np.asarray(values).reshape(-1))
+    attr = " __attribute__((aligned(4)))" if align else ""
+    return f"static const {ctype} {name}[]{attr} = {{{vals}}};\n"
+
+
+def c_program(cases) -> str:
+    scratch = max(pack.gemm_scratch_bytes(c["k"], c["kind"] == "conv") for c in cases) // 2
+    out = ["#include <string.h>\n#include \"mcuforge_nn.h\"\n#include \"bench.h\"\n",
+           f"#define SCRATCH {scratch}\n",
+           "static int16_t scratch[SCRATCH + 8] __attribute__((aligned(4)));\n"]
+    calls = []
+    for i, c in enumerate(cases):
+        packed, nbytes = pack.pack_gemm_weights(c["w"], c["fmt"])
+        assert nbytes == packed.nbytes
+        wt = "int16_t" if c["fmt"] == "w16" else "int8_t"
+        out.append(c_array("int8_t", f"x{i}", c["x"]))
+        out.append(c_array(wt, f"w{i}", packed, align=True))
+        out.append(c_array("int32_t", f"b{i}", c["bias"]))
+        rq = ",".join("{%d,%d,%d,%d}" % tuple(int(v) for v in r) for r in c["rq"])
+        out.append(f"static const mf_rq rq{i}[] = {{{rq}}};\n")
+        out.append(c_array("int8_t", f"e{i}", c["want"]))
+        out.append(f"static int8_t y{i}[{len(c['want'])}];\n")
+        common = f"b{i}, rq{i}, {c['o']}, {c['lo']}, {c['hi']}, {c['sf']}, y{i}"
+        if c["kind"] == "gemm":
+            call = (f"mf_gemm_{c['fmt']}(x{i}, {c['rows']}, {c['xs']}, {c['k']}, w{i}, {common}, "
+                    f"{c['ys']}, scratch)")
+        else:
+            out.append("static const mf_conv_geom g%d = {%s};\n" % (i, ",".join(map(str, c["geom"]))))
+            call = f"mf_conv_{c['fmt']}(x{i}, &g{i}, {c['x_zp']}, w{i}, {common}, scratch)"
+        need = (pack.gemm_scratch_bytes(c["k"], c["kind"] == "conv") + 1) // 2
+        calls.append(f"    memset(y{i}, {SENTINEL}, sizeof y{i});\n"
+                     f"    for (j = {need}; j < SCRATCH + 8; ++j) scratch[j] = 0x1234;\n"
+                     f"    {call};\n"
+                     f"    bad += check({i}, y{i}, e{i}, (int32_t)sizeof y{i}, {need});\n")
+    out.append("""
+static int32_t check(int32_t id, const int8_t *y, const int8_t *e, int32_t n, int32_t need) {
+    int32_t j, bad = 0, first = -1;
+    for (j = 0; j < n; ++j) {
+        if (y[j] != e[j]) { if (first < 0) first = j; ++bad; }
+    }
+    for (j = need; j < SCRATCH + 8; ++j) {
+        if (scratch[j] != 0x1234) { bench_puts("scratch overrun\\n"); ++bad; break; }
+    }
+    if (bad) {
+        bench_puts("case "); bench_put_i64(id); bench_puts(": "); bench_put_i64(bad);
+        bench_puts(" bad, first "); bench_put_i64(first); bench_puts(" got ");
+        bench_put_i64(y[first]); bench_puts(" want "); bench_put_i64(e[first]); bench_puts("\\n");
+    }
+    return bad != 0;
+}
+
+int main(void) {
+    int32_t j, bad = 0;
+""")
+    out.extend(calls)
+    out.append('    bench_puts(bad ? "FAIL " : "OK "); bench_put_i64(bad); bench_puts("\\n");\n'
+               "    (void)j;\n    return 0;\n}\n")
+    return "".join(out)
+
+
+@pytest.fixture(scope="module")
+def program(tmp_path_factory):
+    d = tmp_path_factory.mktemp("gemm")
+    cases = all_cases()
+    src = d / "gemm_test.c"
+    src.write_text(c_program(cases))
+    return src, len(cases)
+
+
+def check_build(program, target, opt, extra=()):
+    src, n = program
+    exe = harness.build(src, target, opt, src.parent, extra)
+    out = harness.run(exe, target)
+    assert out.strip().splitlines()[-1] == "OK 0", out
+
+
+@pytest.mark.parametrize("opt", ["-O0", "-O2"])
+def test_host_portable(program, opt):
+    san = ["-fsanitize=address,undefined", "-fno-sanitize-recover=all"]
+    check_build(program, "host", opt, san if opt == "-O2" else ())
+
+
+needs_arm = pytest.mark.skipif(not harness.have_arm(), reason="no arm-none-eabi-gcc / QEMU")
+
+
+@needs_arm
+@pytest.mark.parametrize("opt", ["-O0", "-O2", "-Os", "-O2 -fno-schedule-insns", "-O3"])
+def test_m4_dsp(program, opt):
+    check_build(program, "m4", opt)
+
+
+@needs_arm
+@pytest.mark.parametrize("target", ["m4-nodsp", "m3"])
+def test_arm_portable(program, target):
+    check_build(program, target, "-O2")
+
+
+def test_packing_layout():
+    """pack_gemm_weights puts w[o][k] where the layout comment of mcuforge_nn.h says."""
+    rng = np.random.default_rng(3)
+    o, k = 6, 7
+    w = rng.integers(-127, 128, (o, k))
+    kp = pack.kpad(k)
+    for fmt, lanes in (("w16", (0, 2, 1, 3)), ("w8", (0, 1, 2, 3))):
+        packed, nbytes = pack.pack_gemm_weights(w, fmt)
+        assert nbytes == 8 * kp * (2 if fmt == "w16" else 1)  # 2 blocks of 4 channels
+        for oo in range(8):
+            for kk in range(kp):
+                idx = ((oo // 4) * (kp // 4) + kk // 4) * 16 + (oo % 4) * 4 + lanes.index(kk % 4)
+                assert packed[idx] == (w[oo, kk] if oo < o and kk < k else 0)
+    assert pack.gemm_scratch_bytes(7) == 16 and pack.gemm_scratch_bytes(64) == 128
+    assert pack.gemm_scratch_bytes(7, im2col=True) == 24
