@@ -19,6 +19,7 @@ import pytest
 from codegen_c.evaluate import run_kernel
 from codegen_c.lower import lower_node, reference_kernel
 from conftest import require_tflm, require_tools
+from mcuforge.tools import tflm
 from frontend.tflite import load_tflite
 from ir.target import HOST, Target
 from mcuforge import runner
@@ -117,7 +118,7 @@ def test_scheduled_kernel_equals_reference(name, op, kw):
 
 @pytest.mark.parametrize("name,op,kw", CASES, ids=[c[0] for c in CASES])
 def test_host_c_equals_tflm(name, op, kw):
-    tflm = require_tflm()
+    require_tflm()
     model, x = layer_model(sum(map(ord, name)), op, **kw)
     want = tflm.run(model, [x])[0]
     got = runner.run(model, x)
@@ -126,7 +127,7 @@ def test_host_c_equals_tflm(name, op, kw):
 
 @pytest.mark.parametrize("name,op,kw", CASES[::4], ids=[c[0] for c in CASES[::4]])
 def test_m4_dsp_equals_tflm(name, op, kw):
-    tflm = require_tflm()
+    require_tflm()
     require_tools("arm-none-eabi-gcc", "qemu-system-arm")
     model, x = layer_model(sum(map(ord, name)), op, **kw)
     want = tflm.run(model, [x])[0]

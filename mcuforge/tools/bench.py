@@ -109,7 +109,7 @@ def bench_board(model: str, board_name: str, with_tflm: bool) -> dict:
     from ..runner import split_inputs
     from ..target import run_on_board
     board = load_board(board_name)
-    info = model_info(model)
+    info = model_info(model, board=board_name)
     g = load(model)
     rng = np.random.default_rng(0)
     xs = []
@@ -125,6 +125,7 @@ def bench_board(model: str, board_name: str, with_tflm: bool) -> dict:
     row = {
         "model": Path(model).name, "board": board_name, "macs": info["macs"],
         "arena_bytes": info["arena_bytes"], "lower_bound_bytes": info["lower_bound_bytes"],
+        "scratch_bytes": info["scratch_bytes"],
         "ram_bytes": sizes["data"] + sizes["bss"], "weight_bytes": info["weight_bytes"],
         "latency_us": None, "tflm_arena_bytes": None, "tflm_latency_us": None,
         "instructions": instructions,
@@ -164,13 +165,15 @@ def format_table(rows: list) -> str:
 
 def format_board_table(rows: list) -> str:
     head = ("model", "MACs", "instructions", "TFLM+CMSIS", "instr/TFLM", "MACs/instr", "arena",
-            "TFLM arena", "RAM", "flash", "code", "stack")
+            "scratch", "TFLM arena", "RAM", "flash", "weights", "code", "stack")
     lines = [(r["model"], f"{r['macs']:,}", f"{r['instructions']:,}",
               f"{r['tflm_cmsis_instructions']:,}" if r["tflm_cmsis_instructions"] else "-",
               _ratio(r["instructions"], r["tflm_cmsis_instructions"]),
               f"{r['macs_per_instruction']:.3f}", f"{r['arena_bytes']:,}",
+              f"{r['scratch_bytes']:,}",
               f"{r['tflm_arena_bytes']:,}" if r["tflm_arena_bytes"] else "-",
-              f"{r['ram_bytes']:,}", f"{r['flash_bytes']:,}", f"{r['code_bytes']:,}",
+              f"{r['ram_bytes']:,}", f"{r['flash_bytes']:,}", f"{r['weight_bytes']:,}",
+              f"{r['code_bytes']:,}",
               f"{r['stack_bytes']:,}") for r in rows]
     return _table(head, lines)
 

@@ -5,14 +5,18 @@ from collections import Counter
 from pathlib import Path
 
 
-def model_info(model, input_shapes: dict | None = None) -> dict:
+def model_info(model, input_shapes: dict | None = None, board: str = "host") -> dict:
+    """The figures of the model as compiled for `board` (its schedules decide the packed
+    weights' size and the kernels' scratch)."""
     from codegen_c.model import generate
     from optimizer.pipeline import optimize
 
     from ..api import load
+    from ..boards import load_board
     g = optimize(load(model, input_shapes))
-    gen = generate(g, "model")
+    gen = generate(g, "model", load_board(board).target())
     plan = gen.plan
+    scratch = [r.size for r in plan.requests if r.name.endswith("/kernel")]
 
     def port(name):
         t = g.tensors[name]
@@ -28,6 +32,7 @@ def model_info(model, input_shapes: dict | None = None) -> dict:
         "weight_bytes": gen.weight_bytes,
         "arena_bytes": plan.arena_size,
         "lower_bound_bytes": plan.lower_bound,
+        "scratch_bytes": max(scratch, default=0),  # the largest kernel scratch (in the arena)
         "state_bytes": plan.state_size,
         "inputs": [port(n) for n in g.inputs],
         "outputs": [port(n) for n in g.outputs],
