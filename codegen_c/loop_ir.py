@@ -200,6 +200,7 @@ class Kernel:
     body: tuple
     doc: str = ""  # shapes and quantization, printed above the function
     macs: int = 0
+    schedule: str = ""  # the micro-kernel a schedule chose (e.g. "mf_gemm_w16"); "" reference
 
     @property
     def params(self) -> list:

@@ -18,6 +18,7 @@ from optimizer.memory_plan import MemoryPlan, plan_graph
 
 from . import printer
 from .names import c_comment, c_identifier
+from .kernels import budget
 from .lower import lower_node
 
 
@@ -92,6 +93,7 @@ class GeneratedModel:
     inputs: list  # Port
     outputs: list
     plan: MemoryPlan | None = None  # the arena plan the code addresses (kernel scratch included)
+    schedules: list = field(default_factory=list)  # kernels.budget.Choice per scheduled layer
 
 
 def short_name(tensor_name: str) -> str:
@@ -112,6 +114,9 @@ def generate(g: Graph, name: str, target: Target = HOST) -> GeneratedModel:
     """The C sources of graph `g` for `target`: every node lowered and scheduled, the arena
     planned with the kernels' scratch, the calls and definitions printed."""
     kernels = _lower_all(g, target)
+    narrowed = budget.fit(target, {out: kernels[key] for key, out in _outputs(g).items()})
+    if narrowed != target:  # the flash budget keeps some layers' weights int8
+        kernels = _lower_all(g, narrowed)
 
     def scratch_of(graph, node):
         k = kernels.get(id(node))
@@ -140,7 +145,19 @@ def generate(g: Graph, name: str, target: Target = HOST) -> GeneratedModel:
         f"{name}.h": render("model.h.j2", ctx),
         f"{name}.c": render("model.c.j2", ctx),
     }
-    return GeneratedModel(name, files, kernels, macs, weight_bytes, inputs, outputs, plan)
+    return GeneratedModel(name, files, kernels, macs, weight_bytes, inputs, outputs, plan,
+                          budget.choices({out: em.lowered[key] for key, out in _outputs(g).items()}))
+
+
+def _outputs(g: Graph, out: dict | None = None) -> dict:
+    """id(node) -> its first output's name, for every node with a kernel (subgraphs too)."""
+    out = {} if out is None else out
+    for node in g.nodes:
+        for sub in subgraphs(node):
+            _outputs(sub, out)
+        if node.op not in SUBGRAPH_ATTRS:
+            out[id(node)] = node.outputs[0]
+    return out
 
 
 def _lower_all(g: Graph, target: Target, out: dict | None = None) -> dict:

@@ -21,6 +21,9 @@ class Target:
     flash_bytes: int | None = None  # None: unbounded (the host)
     ram_bytes: int | None = None
     flash_budget: int | None = None  # weights + code may use at most this (else flash_bytes)
+    # layers (output tensor names) whose weights stay int8 where the target would widen them
+    # to int16: the flash budget's choice (codegen_c/kernels/budget.py)
+    narrow_weights: frozenset = frozenset()
 
     def __post_init__(self):
         unknown = set(self.features) - set(FEATURES)

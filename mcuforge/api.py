@@ -7,7 +7,7 @@ import re
 import shutil
 import sys
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -31,6 +31,8 @@ class CompileResult:
     macs: int
     files: list
     state_bytes: int = 0  # state kept between invokes, outside the arena
+    schedules: list = field(default_factory=list)  # codegen_c.kernels.budget.Choice per layer
+    scratch_bytes: int = 0  # the largest kernel scratch, inside the arena
 
 
 def load(model, input_shapes: dict | None = None) -> Graph:
@@ -47,10 +49,12 @@ def default_name(model) -> str:
     return name if not name[0].isdigit() else "m_" + name
 
 
-def generate_project(graph: Graph, name: str, board: str = "host", vectors=None):
+def generate_project(graph: Graph, name: str, board: str = "host", vectors=None,
+                     flash_budget: int | None = None):
     """All files of the C project, as {file name: text}, plus the plan and the model code.
     `vectors`: input vectors built into firmware (a list of [one array per input]); by
-    default one all-zero vector."""
+    default one all-zero vector. `flash_budget`: bytes of flash the model may take (weights
+    plus an allowance for the code; default: the board's flash)."""
     from codegen_c.model import generate
     from optimizer.pipeline import optimize
 
@@ -67,8 +71,10 @@ def generate_project(graph: Graph, name: str, board: str = "host", vectors=None)
                             f"project ({', '.join(sorted(others))}, make clean); "
                             "choose another name")
     graph = optimize(graph)
-    model = generate(graph, name, b.target())
+    model = generate(graph, name, b.target(flash_budget))
     plan = model.plan
+    if flash_budget is not None:
+        check_budget(model, flash_budget)
     files = dict(model.files)
     for f in RUNTIME_FILES:  # the math header only when the model includes it
         if f == RUNTIME_FILES[0] or f'#include "{f}"' in files[f"{name}.c"]:
@@ -98,6 +104,18 @@ def _c_bytes(a) -> str:
     return ", ".join(map(str, np.ascontiguousarray(a).view(np.uint8).reshape(-1).tolist()))
 
 
+def check_budget(model, budget: int) -> None:
+    """Refuse a model that does not fit --flash-budget even with every layer's weights int8."""
+    from codegen_c.kernels.budget import CODE_ALLOWANCE
+    need = model.weight_bytes + CODE_ALLOWANCE
+    if need > budget:
+        raise McuforgeError(
+            f"the model needs {model.weight_bytes:,} bytes of weights and tables plus "
+            f"{CODE_ALLOWANCE:,} for the code, {need:,} in all, over the flash budget of "
+            f"{budget:,} bytes (every layer's weights are already int8): raise "
+            f"--flash-budget or use a smaller model")
+
+
 def check_fits(b, arena: int, weights: int) -> None:
     """Refuse a model whose arena (with its state block) or weights cannot fit the board,
     with the numbers."""
@@ -116,13 +134,16 @@ def compile(model, out_dir, board: str = "host", name: str | None = None,
             vectors=None, input_shapes: dict | None = None, quantize: str | None = None,
             calibration=None, calibration_method: str | None = None,
             quantize_io: str = "int8", emit_tflite=None,
-            int16_budget: int | None = 0, force: bool = False) -> CompileResult:
+            int16_budget: int | None = 0, force: bool = False,
+            flash_budget: int | None = None) -> CompileResult:
     """Compile `model` (a .tflite or .onnx path, or bytes) into a C project in `out_dir`.
     `quantize="int8"` quantizes a float model first, calibrated on `calibration` (a .npy /
     .npz / folder of .npy, or arrays; see optimizer.quantize), with a progress bar on stderr;
     `emit_tflite` also writes that int8 model as a .tflite file; `int16_budget` > 0 (bytes of
     arena growth, None: automatic) keeps the activations that matter most in int16 (TFLite's
-    16x8 scheme).
+    16x8 scheme). `flash_budget` (bytes): the flash the model may take; layers whose weights
+    would be pre-widened to int16 (the fastest form on DSP cores) keep int8 weights until the
+    model fits (default: the board's flash).
 
     Everything is generated in memory first, so a failure leaves no partial directory. A
     manifest (.mcuforge-manifest) lists what was written: a later compile into the same folder
@@ -138,11 +159,13 @@ def compile(model, out_dir, board: str = "host", name: str | None = None,
                                      quantize_io, emit_tflite, progress=sys.stderr,
                                      int16_budget_bytes=int16_budget, run=run)
     name = default_name(model) if name is None else name
-    files, plan, gen, graph = generate_project(graph, name, board, vectors)
+    files, plan, gen, graph = generate_project(graph, name, board, vectors, flash_budget)
     out_dir = Path(out_dir)
     write_files(out_dir, files, force)
+    scratch = max((r.size for r in plan.requests if r.name.endswith("/kernel")), default=0)
     return CompileResult(out_dir, name, graph, plan.arena_size, plan.lower_bound,
-                         gen.weight_bytes, gen.macs, sorted(files), plan.state_size)
+                         gen.weight_bytes, gen.macs, sorted(files), plan.state_size,
+                         gen.schedules, scratch)
 
 
 MANIFEST = ".mcuforge-manifest"  # what mcuforge wrote in a project: "sha256  file" lines

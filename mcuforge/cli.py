@@ -7,6 +7,7 @@ import os
 import sys
 import warnings
 import zipfile
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -37,7 +38,7 @@ def _cmd_compile(a) -> int:
                       input_shapes=a.input_shapes, quantize=a.quantize,
                       calibration=a.calibration, calibration_method=a.calibration_method,
                       quantize_io=a.quantize_io, emit_tflite=a.emit_tflite,
-                      int16_budget=a.int16_budget, force=a.force)
+                      int16_budget=a.int16_budget, force=a.force, flash_budget=a.flash_budget)
     print(f"wrote {len(r.files)} files to {r.out_dir}: {', '.join(r.files)}")
     if a.quantize:  # the user quantizes inputs / dequantizes outputs with these
         from optimizer.quantize import io_params
@@ -47,8 +48,16 @@ def _cmd_compile(a) -> int:
     if a.emit_tflite:
         print(f"wrote {a.emit_tflite}")
     state = f", state {r.state_bytes} bytes" if r.state_bytes else ""
-    print(f"arena {r.arena_bytes} bytes (lower bound {r.lower_bound_bytes}){state}, "
+    scratch = f", kernel scratch {r.scratch_bytes} bytes of it" if r.scratch_bytes else ""
+    print(f"arena {r.arena_bytes} bytes (lower bound {r.lower_bound_bytes}{scratch}){state}, "
           f"weights {r.weight_bytes} bytes, {r.macs} MACs")
+    if r.schedules:
+        kinds = Counter(c.schedule for c in r.schedules)
+        print("micro-kernels: " + ", ".join(f"{k} x{n}" for k, n in sorted(kinds.items())))
+        narrow = [c.layer for c in r.schedules if c.schedule.endswith("_w8")]
+        wide = [c for c in r.schedules if c.schedule.endswith("_w16")]
+        if narrow and wide:
+            print(f"flash budget: {len(narrow)} layers keep int8 weights, {len(wide)} int16")
     print(f"build it with: make -C {r.out_dir}")
     return 0
 
@@ -131,7 +140,7 @@ def _cmd_info(a) -> int:
 def _cmd_bench(a) -> int:
     from .tools.bench import bench, format_table
     rows = bench(a.models, board=a.board, iterations=a.iterations, with_tflm=not a.no_tflm,
-                 progress=None if a.json else sys.stderr)
+                 flash_budget=a.flash_budget, progress=None if a.json else sys.stderr)
     print(json.dumps(rows, indent=2) if a.json else format_table(rows))
     return 0
 
@@ -184,6 +193,19 @@ def _cmd_fuzz_files(a) -> int:
              progress=None if a.json else sys.stderr, save_dir=a.save)
     print(json.dumps(r.as_dict(), indent=2) if a.json else r.text())
     return 1 if r.bad else 0
+
+
+def _bytes(text: str) -> int:
+    """A byte count: 100000, 512K (KiB), 1M (MiB)."""
+    scale = {"K": 1024, "M": 1024 * 1024}.get(text[-1:].upper(), 1)
+    try:
+        value = int(text[:-1] if scale > 1 else text) * scale
+    except ValueError:
+        value = -1
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"'{text}' is not a number of bytes (e.g. 262144, "
+                                         f"256K, 1M)")
+    return value
 
 
 def _int16_budget(text: str):
@@ -280,6 +302,11 @@ def parser() -> argparse.ArgumentParser:
                    help="keep the activations whose rounding hurts the output most in int16 "
                         "(TFLite's 16x8 scheme, run by tflite-micro) while the arena grows by "
                         "at most BYTES; auto: 2%% of the int8 arena (default: 0, all int8)")
+    c.add_argument("--flash-budget", type=_bytes, metavar="BYTES",
+                   help="flash the model may take (weights plus 16 KiB for code; default: the "
+                        "board's flash). On DSP cores the fastest kernels widen weights to "
+                        "int16 (twice the bytes); layers keep int8 weights, cheapest first, "
+                        "until the model fits")
     c.set_defaults(fn=_cmd_compile)
 
     r = command("run", "compile, build and run a model on inputs from a .npy/.npz")
@@ -306,6 +333,8 @@ def parser() -> argparse.ArgumentParser:
     b.add_argument("--iterations", type=int, default=50, help="inferences per timing round")
     b.add_argument("--json", action="store_true", help="print a JSON list, one object per model")
     b.add_argument("--no-tflm", action="store_true", help="skip TFLM's figures")
+    b.add_argument("--flash-budget", type=_bytes, metavar="BYTES",
+                   help="as compile's (boards only)")
     b.set_defaults(fn=_cmd_bench)
 
     q = command("bench-quant", "measure int8 quantization quality of float models: SQNR and "

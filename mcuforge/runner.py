@@ -224,11 +224,13 @@ def run_executable(exe: Path, graph, arrays: list, timeout: float | None = None)
 
 
 def run(model, inputs, board: str = "host", sanitize: bool = False,
-        input_shapes: dict | None = None, opt: str | None = None):
+        input_shapes: dict | None = None, opt: str | None = None,
+        flash_budget: int | None = None):
     """Run `model` on `inputs` (an array, a batch along a new leading axis, or a dict for
     several inputs). Returns one array, or a dict by output name for several outputs.
     `input_shapes` ({input name: shape}) fixes the open dimensions of inputs; `opt`: the
-    host build's optimisation flags (default $MCUFORGE_OPT, else the Makefile's -O2)."""
+    host build's optimisation flags (default $MCUFORGE_OPT, else the Makefile's -O2);
+    `flash_budget`: as compile's, on a board."""
     from .api import load
     graph = load(model, input_shapes)
     arrays, batched = split_inputs(graph, inputs)  # bad inputs fail before any build
@@ -239,7 +241,7 @@ def run(model, inputs, board: str = "host", sanitize: bool = False,
         if input_shapes:  # target.run_on_board compiles the model from its file alone
             raise McuforgeError("--input-shape works on the host board only for now")
         from .target import run_on_board
-        outs = run_on_board(model, arrays, board).outputs
+        outs = run_on_board(model, arrays, board, flash_budget=flash_budget).outputs
     if not batched:
         outs = [o[0] for o in outs]
     if len(outs) == 1:

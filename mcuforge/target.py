@@ -34,11 +34,13 @@ def require_tool(tool: str) -> None:
                             f"{APT_HINT.get(tool, tool)})")
 
 
-def build_firmware(model, board: Board, vectors, workdir: Path, name: str = "model") -> tuple:
+def build_firmware(model, board: Board, vectors, workdir: Path, name: str = "model",
+                   flash_budget: int | None = None) -> tuple:
     """Write and `make` the firmware project with `vectors` built in; (project dir, elf, graph)."""
     from .api import compile as compile_model
     require_tool(board.cross + "gcc")
-    result = compile_model(model, workdir, board=board.name, name=name, vectors=vectors)
+    result = compile_model(model, workdir, board=board.name, name=name, vectors=vectors,
+                           flash_budget=flash_budget)
     from .runner import opt_flags
     opt = opt_flags()  # $MCUFORGE_OPT, else the Makefile's own -O2
     r = subprocess.run(["make", "-s", "-C", str(workdir)] + ([f"OPT={opt}"] if opt else []),
@@ -82,21 +84,23 @@ def parse_output(text: str, graph, board: Board) -> tuple:
     return [np.stack(o) for o in outs], ticks, stack
 
 
-def run_on_board(model, arrays: list, board_name: str, workdir: Path | None = None) -> TargetRun:
+def run_on_board(model, arrays: list, board_name: str, workdir: Path | None = None,
+                 flash_budget: int | None = None) -> TargetRun:
     """Run [N, ...] input arrays (one per model input) on the board under QEMU."""
-    from .runner import cache_lock, cache_root
+    from .runner import cache_lock, cache_root, opt_flags
     board = load_board(board_name)
     n = len(arrays[0])
     vectors = [[a[i] for a in arrays] for i in range(n)]
     lock = contextlib.nullcontext()
     if workdir is None:
         data = Path(model).read_bytes() if not isinstance(model, bytes) else model
-        key = hashlib.sha256(data + board_name.encode()
+        key = hashlib.sha256(data + board_name.encode() + str(flash_budget).encode()
+                             + str(opt_flags()).encode()
                              + b"".join(a.tobytes() for a in arrays)).hexdigest()[:24]
         workdir = cache_root() / "fw" / key
         lock = cache_lock(workdir)  # concurrent runs of one model and input take turns
     with lock:  # each build rewrites the sources, so `make` never keeps a half-linked elf
-        _, elf, graph = build_firmware(model, board, vectors, Path(workdir))
+        _, elf, graph = build_firmware(model, board, vectors, Path(workdir), flash_budget=flash_budget)
         text = run_elf(board, elf)
     outs, ticks, stack = parse_output(text, graph, board)
     if len(ticks) != n or any(len(o) != n for o in outs):

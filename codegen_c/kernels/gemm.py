@@ -7,7 +7,8 @@ schedule declines (the reference loops stay) where TFLM's arithmetic could not b
 exactly (pack.py's proofs) or the layer is not a TFLM int8 one.
 
 Weight format: "w16" (pre-widened, 2x flash, fastest on the DSP extension) on targets with
-`dsp`, "w8" (widened in the loop) elsewhere; `formats` overrides per node (the flash budget)."""
+`dsp` except the layers the flash budget keeps narrow (Target.narrow_weights), "w8" (widened
+in the loop) elsewhere."""
 from __future__ import annotations
 
 import numpy as np
@@ -18,9 +19,6 @@ from ..lower import OpContext
 from ..lower.conv import output_multipliers
 from ..lower.q_uint8 import activation_range
 from . import schedules
-
-FORMATS = {}  # node output name -> "w16" / "w8": the flash budget's choice, when it made one
-
 
 def gemm_layer(ctx: OpContext) -> dict | None:
     """The compile-time data of the layer's GEMM form, or None when it has none: weights as
@@ -53,7 +51,8 @@ def gemm_layer(ctx: OpContext) -> dict | None:
 
 
 def weight_format(ctx: OpContext, target) -> str:
-    return FORMATS.get(ctx.node.outputs[0]) or ("w16" if target.dsp else "w8")
+    wide = target.dsp and ctx.node.outputs[0] not in target.narrow_weights
+    return "w16" if wide else "w8"
 
 
 @schedules("conv2d", "fully_connected")
@@ -102,6 +101,9 @@ def gemm(ctx: OpContext, ref: ir.Kernel, target) -> ir.Kernel | None:
         how = f"im2col, {oh * ow} patches x {k} taps"
     bufs = [b for b in ref.params if b.kind != "scratch"] + consts + [
         ir.Buffer("scratch", "int16", (scratch + 1) // 2, "scratch")]
+    why = " (int8: the flash budget)" if fmt == "w8" and target.dsp else ""
     doc = (f"{ref.doc}\nscheduled: mf_{'gemm' if one_by_one else 'conv'}_{fmt} ({how}), weights "
-           f"{fmt} packed 4 channels x 4 taps ({packed.nbytes} bytes), {scratch} bytes scratch")
-    return ir.Kernel(ctx.name, tuple(bufs), tuple(body), doc, ref.macs)
+           f"{fmt}{why} packed 4 channels x 4 taps ({packed.nbytes} bytes), {scratch} bytes "
+           f"scratch")
+    return ir.Kernel(ctx.name, tuple(bufs), tuple(body), doc, ref.macs,
+                     f"mf_{'gemm' if one_by_one else 'conv'}_{fmt}")

@@ -99,7 +99,8 @@ TFLM_CMSIS_INSTRUCTIONS = {"mps2-an386": {
     "pretrainedResnet_quant.tflite": 29_863_456, "ad01_int8.tflite": 582_950}}
 
 
-def bench_board(model: str, board_name: str, with_tflm: bool) -> dict:
+def bench_board(model: str, board_name: str, with_tflm: bool,
+                flash_budget: int | None = None) -> dict:
     """Instructions per inference under QEMU, flash/RAM from the ELF, measured stack."""
     import numpy as np
 
@@ -109,7 +110,7 @@ def bench_board(model: str, board_name: str, with_tflm: bool) -> dict:
     from ..runner import split_inputs
     from ..target import run_on_board
     board = load_board(board_name)
-    info = model_info(model, board=board_name)
+    info = model_info(model, board=board_name, flash_budget=flash_budget)
     g = load(model)
     rng = np.random.default_rng(0)
     xs = []
@@ -119,7 +120,7 @@ def bench_board(model: str, board_name: str, with_tflm: bool) -> dict:
         xs.append(rng.integers(lim.min, lim.max + 1, size=t.shape).astype(t.dtype) if lim
                   else rng.standard_normal(t.shape).astype(np.float32))
     arrays, _ = split_inputs(g, dict(zip(g.inputs, xs)))
-    run = run_on_board(model, arrays, board_name)
+    run = run_on_board(model, arrays, board_name, flash_budget=flash_budget)
     sizes = elf_sizes(run.elf, board.cross)
     instructions = run.instructions[0]
     row = {
@@ -141,6 +142,7 @@ def bench_board(model: str, board_name: str, with_tflm: bool) -> dict:
 
 
 def bench(models: list, board: str = "host", iterations: int = 50, with_tflm: bool = True,
+          flash_budget: int | None = None,
           progress=None) -> list:
     rows = []
     for i, m in enumerate(models):
@@ -149,7 +151,7 @@ def bench(models: list, board: str = "host", iterations: int = 50, with_tflm: bo
         if board == "host":
             rows.append(bench_one(m, board, iterations, with_tflm))
         else:
-            rows.append(bench_board(m, board, with_tflm))
+            rows.append(bench_board(m, board, with_tflm, flash_budget))
     return rows
 
 

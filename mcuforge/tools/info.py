@@ -5,7 +5,8 @@ from collections import Counter
 from pathlib import Path
 
 
-def model_info(model, input_shapes: dict | None = None, board: str = "host") -> dict:
+def model_info(model, input_shapes: dict | None = None, board: str = "host",
+               flash_budget: int | None = None) -> dict:
     """The figures of the model as compiled for `board` (its schedules decide the packed
     weights' size and the kernels' scratch)."""
     from codegen_c.model import generate
@@ -14,7 +15,7 @@ def model_info(model, input_shapes: dict | None = None, board: str = "host") -> 
     from ..api import load
     from ..boards import load_board
     g = optimize(load(model, input_shapes))
-    gen = generate(g, "model", load_board(board).target())
+    gen = generate(g, "model", load_board(board).target(flash_budget))
     plan = gen.plan
     scratch = [r.size for r in plan.requests if r.name.endswith("/kernel")]
 

@@ -1,0 +1,53 @@
+"""Flash is a budget: int16 pre-widened weights (the fastest GEMM form on the DSP extension)
+double a layer's weight bytes. When the whole model (every kernel's constant data plus an
+allowance for the code) would not fit the target's flash budget, layers go back to int8
+weights widened in the loop, cheapest first: the fewest extra instructions per byte saved,
+estimated from the micro-kernels' measured costs. The choice is reported per layer."""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+CODE_ALLOWANCE = 16 * 1024  # bytes of flash kept for the code itself (runtime and kernels)
+# extra instructions per MAC of int8 weights widened in the loop over pre-widened int16 ones
+# (mf_gemm_w8 vs mf_gemm_w16 on the Cortex-M4, tests/nn_bench)
+W8_EXTRA_PER_MAC = 0.45
+
+
+@dataclass(frozen=True)
+class Choice:
+    layer: str  # the kernel's output tensor
+    schedule: str
+    weight_bytes: int  # constant data of the kernel (packed weights and tables)
+
+
+def flash_bytes(kernels) -> int:
+    return CODE_ALLOWANCE + sum(b.data.nbytes for k in kernels if k is not None
+                                for b in k.consts)
+
+
+def fit(target, lowered: dict):
+    """The target with Target.narrow_weights set so that the model fits target.budget (as far
+    as int8 weights can make it fit): `lowered` maps each layer's output tensor to its kernel
+    for `target`. Layers leave int16 weights in order of extra instructions per byte saved."""
+    budget = target.budget
+    if budget is None or flash_bytes(lowered.values()) <= budget:
+        return target
+    wide = []
+    for key, k in lowered.items():
+        if k is not None and k.schedule.endswith("_w16"):
+            w = next(b for b in k.consts if b.name == "w")
+            saved = w.data.nbytes // 2  # int16 -> int8
+            wide.append((k.macs * W8_EXTRA_PER_MAC / max(saved, 1), key, saved))
+    need = flash_bytes(lowered.values()) - budget
+    narrow = set(target.narrow_weights)
+    for _, key, saved in sorted(wide, key=lambda t: (t[0], str(t[1]))):
+        if need <= 0:
+            break
+        narrow.add(key)
+        need -= saved
+    return replace(target, narrow_weights=frozenset(narrow))
+
+
+def choices(lowered: dict) -> list:
+    return [Choice(key, k.schedule, sum(b.data.nbytes for b in k.consts))
+            for key, k in lowered.items() if k is not None and k.schedule]

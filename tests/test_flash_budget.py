@@ -1,0 +1,65 @@
+"""Flash as a budget (--flash-budget): on a DSP core the GEMM kernels widen weights to int16,
+doubling their bytes; under a budget the compiler keeps layers' weights int8 until the model
+fits, says which, refuses a budget it cannot meet, and stays bit-exact with tflite-micro."""
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import numpy as np
+
+from codegen_c.kernels.budget import CODE_ALLOWANCE
+from conftest import mlperf_model, require_tflm, require_tools
+from mcuforge import runner
+from mcuforge.api import load
+from mcuforge.tools import tflm
+from mcuforge.tools.info import model_info
+
+
+def test_budget_narrows_just_enough():
+    model = mlperf_model("ad01_int8")  # ten fully connected layers, 270 KB of int8 weights
+    full = model_info(model, board="mps2-an386")
+    narrow = model_info(model, board="host")  # int8 weights everywhere (no DSP)
+    assert full["weight_bytes"] > 1.8 * narrow["weight_bytes"]
+    previous = None
+    for budget in (full["weight_bytes"] + CODE_ALLOWANCE, 480_000, 400_000, 330_000):
+        info = model_info(model, board="mps2-an386", flash_budget=budget)
+        assert info["weight_bytes"] + CODE_ALLOWANCE <= budget
+        # never narrower than needed: one layer less narrowed would not fit (checked by size)
+        if previous is not None:
+            assert info["weight_bytes"] <= previous
+        previous = info["weight_bytes"]
+
+
+def _cli(*args):
+    return subprocess.run([sys.executable, "-m", "mcuforge.cli", *args], capture_output=True,
+                          text=True)
+
+
+def test_budget_reported_and_refused(tmp_path):
+    model = str(mlperf_model("ad01_int8"))
+    r = _cli("compile", model, "-o", str(tmp_path / "a"), "--board", "mps2-an386",
+             "--flash-budget", "400K")
+    assert r.returncode == 0, r.stderr
+    assert "flash budget:" in r.stdout and "keep int8 weights" in r.stdout
+    r = _cli("compile", model, "-o", str(tmp_path / "b"), "--board", "mps2-an386",
+             "--flash-budget", "100K")
+    assert r.returncode == 2 and "over the flash budget of 102,400 bytes" in r.stderr
+    assert "Traceback" not in r.stderr
+    r = _cli("compile", model, "-o", str(tmp_path / "c"), "--flash-budget", "lots")
+    assert r.returncode == 2 and "not a number of bytes" in r.stderr
+
+
+def test_mixed_weight_forms_bit_exact_on_m4():
+    require_tflm()
+    require_tools("arm-none-eabi-gcc", "qemu-system-arm")
+    model = mlperf_model("kws_ref_model")
+    g = load(model)
+    x = np.random.default_rng(3).integers(-128, 128, (2, *g.tensors[g.inputs[0]].shape))
+    x = x.astype(np.int8)
+    full = model_info(model, board="mps2-an386")["weight_bytes"]
+    budget = full + CODE_ALLOWANCE - 5_000  # some layers must go back to int8 weights
+    info = model_info(model, board="mps2-an386", flash_budget=budget)
+    assert info["weight_bytes"] < full
+    got = runner.run(model, x, board="mps2-an386", flash_budget=budget)
+    np.testing.assert_array_equal(got, tflm.run(model.read_bytes(), [x])[0])
