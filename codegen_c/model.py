@@ -48,6 +48,7 @@ class LayerCall:
     comment: str
     args: list  # C expressions, one per kernel parameter
     lines: list = field(default_factory=list)  # control flow: C statements instead of a call
+    macs: int = 0  # of the kernel; control flow: of its subgraphs, each kernel once (as .macs)
 
     @property
     def statements(self) -> list:
@@ -89,6 +90,7 @@ class GeneratedModel:
     weight_bytes: int
     inputs: list  # Port
     outputs: list
+    layers: list = field(default_factory=list)  # (name, MACs) of each call in the invoke
 
 
 def short_name(tensor_name: str) -> str:
@@ -105,7 +107,9 @@ def _port(g: Graph, name: str, index: int, offset: int) -> Port:
                 offset, float(q.scale[0]) if q else None, int(q.zero_point[0]) if q else None)
 
 
-def generate(g: Graph, plan: MemoryPlan, name: str) -> GeneratedModel:
+def generate(g: Graph, plan: MemoryPlan, name: str, profile: bool = False) -> GeneratedModel:
+    """`profile`: the invoke marks each layer boundary with MF_LAYER_MARK (model.c.j2), a
+    no-op unless compiled with -DMCUFORGE_PROFILE; without it the C is as it always was."""
     em = _Emitter(name)
     calls = em.calls(g, plan, 0, "")
     kernels, consts = em.kernels, em.definitions
@@ -120,13 +124,14 @@ def generate(g: Graph, plan: MemoryPlan, name: str) -> GeneratedModel:
     ctx = dict(name=name, NAME=name.upper(), graph=g, plan=plan, inputs=inputs, outputs=outputs,
                calls=calls, definitions=consts, functions=em.functions, macs=macs,
                weight_bytes=weight_bytes, uses_math=uses_math, state_copies=state_copies,
-               state_inits=state_inits, state_size=plan.state_size,
+               state_inits=state_inits, state_size=plan.state_size, profile=profile,
                ops=sorted({n.op for n in _all_nodes(g)}))
     files = {
         f"{name}.h": render("model.h.j2", ctx),
         f"{name}.c": render("model.c.j2", ctx),
     }
-    return GeneratedModel(name, files, kernels, macs, weight_bytes, inputs, outputs)
+    return GeneratedModel(name, files, kernels, macs, weight_bytes, inputs, outputs,
+                          [(c.kernel_name, c.macs) for c in calls])
 
 
 def _all_nodes(g: Graph):
@@ -150,10 +155,10 @@ class _Emitter:
         """The calls running graph g, whose plan starts at arena offset `base`."""
         calls = []
         for i, node in enumerate(g.nodes):
-            if node.op in SUBGRAPH_ATTRS:
-                calls.append(self._control(g, plan, base, i, node))
-                continue
             kname = f"{prefix}l{i:02d}_{node.op}_{short_name(node.outputs[0])}"
+            if node.op in SUBGRAPH_ATTRS:
+                calls.append(self._control(g, plan, base, i, node, kname))
+                continue
             try:
                 k = lower_node(node, g, kname)
             except (NotImplementedError, ValueError) as e:
@@ -174,7 +179,7 @@ class _Emitter:
                 const = "const " if b.kind == "in" else ""
                 args.append(f"({const}{printer.C_TYPES[b.dtype]} *){_address(plan, tname, base)}")
             comment = f"{node.op} -> {node.outputs[0]}"
-            calls.append(LayerCall(k.name, c_comment(comment), args))
+            calls.append(LayerCall(k.name, c_comment(comment), args, macs=k.macs))
             self.definitions.append(printer.print_kernel(k, names))
         return calls
 
@@ -187,8 +192,10 @@ class _Emitter:
         self.definitions.append(printer.print_array(name, t.dtype, t.data))
         return name
 
-    def _control(self, g: Graph, plan: MemoryPlan, base: int, i: int, node) -> LayerCall:
-        """An if / while node: its subgraphs as functions, itself as C control flow."""
+    def _control(self, g: Graph, plan: MemoryPlan, base: int, i: int, node,
+                 label: str) -> LayerCall:
+        """An if / while node: its subgraphs as functions, itself as C control flow (one
+        layer named `label` to a profile)."""
         offset, plans = plan.subplans[i]
         runs = []
         for attr, sub, sub_plan in zip(SUBGRAPH_ATTRS[node.op], subgraphs(node), plans):
@@ -236,7 +243,9 @@ class _Emitter:
                                + out_of(body)),
                       "}"]
             comment = f"while -> {node.outputs[0]}: cond {cond.function}, body {body.function}"
-        return LayerCall("", c_comment(comment), [], lines)
+        macs = sum(c.macs for f in self.functions if f.name in {r.function for r in runs}
+                   for c in f.calls)
+        return LayerCall(label, c_comment(comment), [], lines, macs)
 
 
 @dataclass

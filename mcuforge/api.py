@@ -7,7 +7,7 @@ import re
 import shutil
 import sys
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -31,6 +31,7 @@ class CompileResult:
     macs: int
     files: list
     state_bytes: int = 0  # state kept between invokes, outside the arena
+    layers: list = field(default_factory=list)  # (kernel name, MACs) of each invoke call
 
 
 def load(model, input_shapes: dict | None = None) -> Graph:
@@ -47,10 +48,12 @@ def default_name(model) -> str:
     return name if not name[0].isdigit() else "m_" + name
 
 
-def generate_project(graph: Graph, name: str, board: str = "host", vectors=None):
+def generate_project(graph: Graph, name: str, board: str = "host", vectors=None,
+                     profile: bool = False):
     """All files of the C project, as {file name: text}, plus the plan and the model code.
     `vectors`: input vectors built into firmware (a list of [one array per input]); by
-    default one all-zero vector."""
+    default one all-zero vector. `profile`: per-layer marks in the invoke, which the firmware
+    harness times (codegen_c.model.generate); without it the files are as they always were."""
     from codegen_c.model import generate
     from optimizer.memory_plan import plan_graph
     from optimizer.pipeline import optimize
@@ -69,7 +72,7 @@ def generate_project(graph: Graph, name: str, board: str = "host", vectors=None)
                             "choose another name")
     graph = optimize(graph)
     plan = plan_graph(graph)
-    model = generate(graph, plan, name)
+    model = generate(graph, plan, name, profile)
     files = dict(model.files)
     for f in RUNTIME_FILES:  # the math header only when the model includes it
         if f == RUNTIME_FILES[0] or f'#include "{f}"' in files[f"{name}.c"]:
@@ -87,7 +90,7 @@ def generate_project(graph: Graph, name: str, board: str = "host", vectors=None)
     sources = ["main.c", f"{name}.c", *support, *b.extra_sources]
     ctx = dict(name=name, NAME=name.upper(), graph=graph, board=b, inputs=model.inputs,
                outputs=model.outputs, vectors=[[_c_bytes(a) for a in vec] for vec in vectors],
-               sources=sources,
+               sources=sources, profile=profile, layers=model.layers,
                headers=[f"{name}.h", "mcuforge_rt.h", "inputs.h", "mf_board.h"])
     for out_name, template in b.files.items():
         files[out_name] = render(template, ctx)
@@ -117,7 +120,8 @@ def compile(model, out_dir, board: str = "host", name: str | None = None,
             vectors=None, input_shapes: dict | None = None, quantize: str | None = None,
             calibration=None, calibration_method: str | None = None,
             quantize_io: str = "int8", emit_tflite=None,
-            int16_budget: int | None = 0, force: bool = False) -> CompileResult:
+            int16_budget: int | None = 0, force: bool = False,
+            profile: bool = False) -> CompileResult:
     """Compile `model` (a .tflite or .onnx path, or bytes) into a C project in `out_dir`.
     `quantize="int8"` quantizes a float model first, calibrated on `calibration` (a .npy /
     .npz / folder of .npy, or arrays; see optimizer.quantize), with a progress bar on stderr;
@@ -129,7 +133,7 @@ def compile(model, out_dir, board: str = "host", name: str | None = None,
     manifest (.mcuforge-manifest) lists what was written: a later compile into the same folder
     replaces those files and removes the ones it no longer writes, but refuses to overwrite
     any other file (the user's own main.c, or a generated file the user changed) unless
-    `force`."""
+    `force`. `profile`: per-layer marks (see generate_project)."""
     from optimizer.quantize import quantize_for_compile
 
     from .runner import GraphRunner
@@ -139,11 +143,12 @@ def compile(model, out_dir, board: str = "host", name: str | None = None,
                                      quantize_io, emit_tflite, progress=sys.stderr,
                                      int16_budget_bytes=int16_budget, run=run)
     name = default_name(model) if name is None else name
-    files, plan, gen, graph = generate_project(graph, name, board, vectors)
+    files, plan, gen, graph = generate_project(graph, name, board, vectors, profile)
     out_dir = Path(out_dir)
     write_files(out_dir, files, force)
     return CompileResult(out_dir, name, graph, plan.arena_size, plan.lower_bound,
-                         gen.weight_bytes, gen.macs, sorted(files), plan.state_size)
+                         gen.weight_bytes, gen.macs, sorted(files), plan.state_size,
+                         gen.layers)
 
 
 MANIFEST = ".mcuforge-manifest"  # what mcuforge wrote in a project: "sha256  file" lines

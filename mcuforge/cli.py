@@ -131,6 +131,7 @@ def _cmd_info(a) -> int:
 def _cmd_bench(a) -> int:
     from .tools.bench import bench, format_table
     rows = bench(a.models, board=a.board, iterations=a.iterations, with_tflm=not a.no_tflm,
+                 per_layer=a.per_layer,
                  progress=None if a.json else sys.stderr)
     print(json.dumps(rows, indent=2) if a.json else format_table(rows))
     return 0
@@ -306,6 +307,8 @@ def parser() -> argparse.ArgumentParser:
     b.add_argument("--iterations", type=int, default=50, help="inferences per timing round")
     b.add_argument("--json", action="store_true", help="print a JSON list, one object per model")
     b.add_argument("--no-tflm", action="store_true", help="skip TFLM's figures")
+    b.add_argument("--per-layer", action="store_true",
+                   help="with --board: each layer's instructions, MACs and MACs per instruction")
     b.set_defaults(fn=_cmd_bench)
 
     q = command("bench-quant", "measure int8 quantization quality of float models: SQNR and "
