@@ -126,7 +126,7 @@ def layer_rows(run, board, whole: int) -> dict:
     return {"layers": layers, "layers_instructions": total,
             "layers_outside_instructions": whole - total,
             "mark_instructions": round(mark, 1),
-            "counter_resolution_instructions": board.instructions(1),
+            "counter_resolution_instructions": round(per_tick, 2),
             "profiled_instructions": run.instructions[0]}
 
 
@@ -171,12 +171,13 @@ def format_layer_table(r: dict) -> str:
                   f"{macs / total:.3f}" if total else "-"))
     lines.append(("whole invoke", f"{r['instructions']:,}", "", f"{r['macs']:,}",
                   f"{r['macs_per_instruction']:.3f}" if r["macs_per_instruction"] else "-"))
-    note = (f"{r['model']} on {r['board']}, per layer: counter ticks between marks, less one "
-            f"mark ({r['mark_instructions']} instructions); each figure within "
-            f"{r['counter_resolution_instructions']} instructions. Whole invoke - layers = "
-            f"{r['layers_outside_instructions']:,} (the invoke's own code outside its calls, "
-            f"and the counter's resolution)")
-    return note + "\n" + _table(head, lines)
+    head_note = (f"{r['model']} on {r['board']}, per layer: instructions between layer marks "
+                 f"less a mark's own {r['mark_instructions']}, each to within one counter tick "
+                 f"({r['counter_resolution_instructions']:g} instructions)")
+    foot_note = (f"whole invoke - layers = {r['layers_outside_instructions']:,}: the invoke's "
+                 f"own code outside its calls (entry, state copies, return) and the counter's "
+                 f"resolution")
+    return "\n".join([head_note, _table(head, lines), foot_note])
 
 
 def format_board_table(rows: list) -> str:
