@@ -37,7 +37,7 @@ def _cmd_compile(a) -> int:
                       input_shapes=a.input_shapes, quantize=a.quantize,
                       calibration=a.calibration, calibration_method=a.calibration_method,
                       quantize_io=a.quantize_io, emit_tflite=a.emit_tflite,
-                      int16_budget=a.int16_budget, force=a.force)
+                      int16_budget=a.int16_budget, force=a.force, profile=a.profile)
     print(f"wrote {len(r.files)} files to {r.out_dir}: {', '.join(r.files)}")
     if a.quantize:  # the user quantizes inputs / dequantizes outputs with these
         from optimizer.quantize import io_params
@@ -281,6 +281,10 @@ def parser() -> argparse.ArgumentParser:
                    help="keep the activations whose rounding hurts the output most in int16 "
                         "(TFLite's 16x8 scheme, run by tflite-micro) while the arena grows by "
                         "at most BYTES; auto: 2%% of the int8 arena (default: 0, all int8)")
+    c.add_argument("--profile", action="store_true",
+                   help="mark each layer in the invoke: mf_layer_mark(k, name), called when "
+                        "built with -DMCUFORGE_PROFILE (firmware boards: make PROFILE=1, "
+                        "the default then)")
     c.set_defaults(fn=_cmd_compile)
 
     r = command("run", "compile, build and run a model on inputs from a .npy/.npz")

@@ -203,3 +203,14 @@ def test_a_control_flow_node_is_one_layer(tmp_path):
     assert p.macs == [4 * 8, 4 * 4]  # the if: its branches' kernels (then: 4x4, else: none)
     # the layers' ticks tile the invoke: its own code and the marks' share aside
     assert 0 <= run.ticks[0] - sum(p.ticks[0]) <= 2
+
+
+def test_compile_profile_writes_the_marks(tmp_path):
+    model = str(mlperf_model("ad01_int8"))
+    for flag, out in (([], tmp_path / "plain"), (["--profile"], tmp_path / "prof")):
+        r = _cli("compile", model, "--board", BOARD, "--name", "ad", "-o", str(out), *flag)
+        assert r.returncode == 0, r.stderr
+    assert "MF_LAYER_MARK(" not in (tmp_path / "plain" / "ad.c").read_text()
+    text = (tmp_path / "prof" / "ad.c").read_text()
+    assert len(MARK.findall(text)) == 11  # ten layers, and the end of the last
+    assert "CFLAGS += -DMCUFORGE_PROFILE" in (tmp_path / "prof" / "Makefile").read_text()
