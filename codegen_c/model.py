@@ -51,6 +51,7 @@ class LayerCall:
     comment: str
     args: list  # C expressions, one per kernel parameter
     lines: list = field(default_factory=list)  # control flow: C statements instead of a call
+    macs: int = 0  # of the kernel; control flow: of its subgraphs, each kernel once (as .macs)
 
     @property
     def statements(self) -> list:
@@ -94,6 +95,7 @@ class GeneratedModel:
     outputs: list
     plan: MemoryPlan | None = None  # the arena plan the code addresses (kernel scratch included)
     schedules: list = field(default_factory=list)  # kernels.budget.Choice per scheduled layer
+    layers: list = field(default_factory=list)  # (name, MACs) of each call in the invoke
 
 
 def short_name(tensor_name: str) -> str:
@@ -110,9 +112,11 @@ def _port(g: Graph, name: str, index: int, offset: int) -> Port:
                 offset, float(q.scale[0]) if q else None, int(q.zero_point[0]) if q else None)
 
 
-def generate(g: Graph, name: str, target: Target = HOST) -> GeneratedModel:
+def generate(g: Graph, name: str, target: Target = HOST, profile: bool = False) -> GeneratedModel:
     """The C sources of graph `g` for `target`: every node lowered and scheduled, the arena
-    planned with the kernels' scratch, the calls and definitions printed."""
+    planned with the kernels' scratch, the calls and definitions printed. `profile`: the invoke
+    marks each layer boundary with MF_LAYER_MARK (model.c.j2), a no-op unless compiled with
+    -DMCUFORGE_PROFILE; without it the C is as it always was."""
     kernels = _lower_all(g, target)
     narrowed = budget.fit(target, {out: kernels[key] for key, out in _outputs(g).items()})
     if narrowed != target:  # the flash budget keeps some layers' weights int8
@@ -138,15 +142,17 @@ def generate(g: Graph, name: str, target: Target = HOST) -> GeneratedModel:
                      if any(p in d for d in consts for p in prefixes)]
     ctx = dict(name=name, NAME=name.upper(), graph=g, plan=plan, inputs=inputs, outputs=outputs,
                calls=calls, definitions=consts, functions=em.functions, macs=macs,
-               weight_bytes=weight_bytes, uses_math=uses_math, micro_headers=micro_headers, state_copies=state_copies,
-               state_inits=state_inits, state_size=plan.state_size,
+               weight_bytes=weight_bytes, uses_math=uses_math, micro_headers=micro_headers,
+               state_copies=state_copies, state_inits=state_inits, state_size=plan.state_size,
+               profile=profile,
                ops=sorted({n.op for n in _all_nodes(g)}))
     files = {
         f"{name}.h": render("model.h.j2", ctx),
         f"{name}.c": render("model.c.j2", ctx),
     }
     return GeneratedModel(name, files, kernels, macs, weight_bytes, inputs, outputs, plan,
-                          budget.choices({out: em.lowered[key] for key, out in _outputs(g).items()}))
+                          budget.choices({out: em.lowered[key] for key, out in _outputs(g).items()}),
+                          [(c.kernel_name, c.macs) for c in calls])
 
 
 def _outputs(g: Graph, out: dict | None = None) -> dict:
@@ -201,8 +207,9 @@ class _Emitter:
         """The calls running graph g, whose plan starts at arena offset `base`."""
         calls = []
         for i, node in enumerate(g.nodes):
+            kname = f"{prefix}l{i:02d}_{node.op}_{short_name(node.outputs[0])}"
             if node.op in SUBGRAPH_ATTRS:
-                calls.append(self._control(g, plan, base, i, node))
+                calls.append(self._control(g, plan, base, i, node, kname))
                 continue
             k = self.lowered[id(node)]
             if k is None:
@@ -223,7 +230,7 @@ class _Emitter:
                 args.append(f"({printer.C_TYPES[b.dtype]} *)&arena.bytes[{base + at}]")
                 at += (b.size * printer.ITEMSIZE[b.dtype] + 7) // 8 * 8
             comment = f"{node.op} -> {node.outputs[0]}"
-            calls.append(LayerCall(k.name, c_comment(comment), args))
+            calls.append(LayerCall(k.name, c_comment(comment), args, macs=k.macs))
             self.definitions.append(printer.print_kernel(k, names))
         return calls
 
@@ -236,8 +243,10 @@ class _Emitter:
         self.definitions.append(printer.print_array(name, t.dtype, t.data))
         return name
 
-    def _control(self, g: Graph, plan: MemoryPlan, base: int, i: int, node) -> LayerCall:
-        """An if / while node: its subgraphs as functions, itself as C control flow."""
+    def _control(self, g: Graph, plan: MemoryPlan, base: int, i: int, node,
+                 label: str) -> LayerCall:
+        """An if / while node: its subgraphs as functions, itself as C control flow (one
+        layer named `label` to a profile)."""
         offset, plans = plan.subplans[i]
         runs = []
         for attr, sub, sub_plan in zip(SUBGRAPH_ATTRS[node.op], subgraphs(node), plans):
@@ -285,7 +294,9 @@ class _Emitter:
                                + out_of(body)),
                       "}"]
             comment = f"while -> {node.outputs[0]}: cond {cond.function}, body {body.function}"
-        return LayerCall("", c_comment(comment), [], lines)
+        macs = sum(c.macs for f in self.functions if f.name in {r.function for r in runs}
+                   for c in f.calls)
+        return LayerCall(label, c_comment(comment), [], lines, macs)
 
 
 @dataclass

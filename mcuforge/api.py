@@ -33,6 +33,7 @@ class CompileResult:
     state_bytes: int = 0  # state kept between invokes, outside the arena
     schedules: list = field(default_factory=list)  # codegen_c.kernels.budget.Choice per layer
     scratch_bytes: int = 0  # the largest kernel scratch, inside the arena
+    layers: list = field(default_factory=list)  # (kernel name, MACs) of each invoke call
 
 
 def load(model, input_shapes: dict | None = None) -> Graph:
@@ -50,11 +51,13 @@ def default_name(model) -> str:
 
 
 def generate_project(graph: Graph, name: str, board: str = "host", vectors=None,
-                     flash_budget: int | None = None):
+                     flash_budget: int | None = None, profile: bool = False):
     """All files of the C project, as {file name: text}, plus the plan and the model code.
     `vectors`: input vectors built into firmware (a list of [one array per input]); by
     default one all-zero vector. `flash_budget`: bytes of flash the model may take (weights
-    plus an allowance for the code; default: the board's flash)."""
+    plus an allowance for the code; default: the board's flash). `profile`: per-layer marks in
+    the invoke, which the firmware harness times (codegen_c.model.generate); without it the
+    files are as they always were."""
     from codegen_c.model import generate
     from optimizer.pipeline import optimize
 
@@ -71,7 +74,7 @@ def generate_project(graph: Graph, name: str, board: str = "host", vectors=None,
                             f"project ({', '.join(sorted(others))}, make clean); "
                             "choose another name")
     graph = optimize(graph)
-    model = generate(graph, name, b.target(flash_budget))
+    model = generate(graph, name, b.target(flash_budget), profile)
     plan = model.plan
     if flash_budget is not None:
         check_budget(model, flash_budget)
@@ -92,7 +95,7 @@ def generate_project(graph: Graph, name: str, board: str = "host", vectors=None,
     sources = ["main.c", f"{name}.c", *support, *b.extra_sources]
     ctx = dict(name=name, NAME=name.upper(), graph=graph, board=b, inputs=model.inputs,
                outputs=model.outputs, vectors=[[_c_bytes(a) for a in vec] for vec in vectors],
-               sources=sources,
+               sources=sources, profile=profile, layers=model.layers,
                headers=[f"{name}.h", "mcuforge_rt.h", "inputs.h", "mf_board.h"])
     for out_name, template in b.files.items():
         files[out_name] = render(template, ctx)
@@ -135,7 +138,7 @@ def compile(model, out_dir, board: str = "host", name: str | None = None,
             calibration=None, calibration_method: str | None = None,
             quantize_io: str = "int8", emit_tflite=None,
             int16_budget: int | None = 0, force: bool = False,
-            flash_budget: int | None = None) -> CompileResult:
+            flash_budget: int | None = None, profile: bool = False) -> CompileResult:
     """Compile `model` (a .tflite or .onnx path, or bytes) into a C project in `out_dir`.
     `quantize="int8"` quantizes a float model first, calibrated on `calibration` (a .npy /
     .npz / folder of .npy, or arrays; see optimizer.quantize), with a progress bar on stderr;
@@ -149,7 +152,7 @@ def compile(model, out_dir, board: str = "host", name: str | None = None,
     manifest (.mcuforge-manifest) lists what was written: a later compile into the same folder
     replaces those files and removes the ones it no longer writes, but refuses to overwrite
     any other file (the user's own main.c, or a generated file the user changed) unless
-    `force`."""
+    `force`. `profile`: per-layer marks (see generate_project)."""
     from optimizer.quantize import quantize_for_compile
 
     from .runner import GraphRunner
@@ -159,13 +162,14 @@ def compile(model, out_dir, board: str = "host", name: str | None = None,
                                      quantize_io, emit_tflite, progress=sys.stderr,
                                      int16_budget_bytes=int16_budget, run=run)
     name = default_name(model) if name is None else name
-    files, plan, gen, graph = generate_project(graph, name, board, vectors, flash_budget)
+    files, plan, gen, graph = generate_project(graph, name, board, vectors, flash_budget,
+                                               profile)
     out_dir = Path(out_dir)
     write_files(out_dir, files, force)
     scratch = max((r.size for r in plan.requests if r.name.endswith("/kernel")), default=0)
     return CompileResult(out_dir, name, graph, plan.arena_size, plan.lower_bound,
                          gen.weight_bytes, gen.macs, sorted(files), plan.state_size,
-                         gen.schedules, scratch)
+                         gen.schedules, scratch, gen.layers)
 
 
 MANIFEST = ".mcuforge-manifest"  # what mcuforge wrote in a project: "sha256  file" lines

@@ -38,7 +38,8 @@ def _cmd_compile(a) -> int:
                       input_shapes=a.input_shapes, quantize=a.quantize,
                       calibration=a.calibration, calibration_method=a.calibration_method,
                       quantize_io=a.quantize_io, emit_tflite=a.emit_tflite,
-                      int16_budget=a.int16_budget, force=a.force, flash_budget=a.flash_budget)
+                      int16_budget=a.int16_budget, force=a.force, flash_budget=a.flash_budget,
+                      profile=a.profile)
     print(f"wrote {len(r.files)} files to {r.out_dir}: {', '.join(r.files)}")
     if a.quantize:  # the user quantizes inputs / dequantizes outputs with these
         from optimizer.quantize import io_params
@@ -140,7 +141,8 @@ def _cmd_info(a) -> int:
 def _cmd_bench(a) -> int:
     from .tools.bench import bench, format_table
     rows = bench(a.models, board=a.board, iterations=a.iterations, with_tflm=not a.no_tflm,
-                 flash_budget=a.flash_budget, progress=None if a.json else sys.stderr)
+                 flash_budget=a.flash_budget, per_layer=a.per_layer,
+                 progress=None if a.json else sys.stderr)
     print(json.dumps(rows, indent=2) if a.json else format_table(rows))
     return 0
 
@@ -307,6 +309,10 @@ def parser() -> argparse.ArgumentParser:
                         "board's flash). On DSP cores the fastest kernels widen weights to "
                         "int16 (twice the bytes); layers keep int8 weights, cheapest first, "
                         "until the model fits")
+    c.add_argument("--profile", action="store_true",
+                   help="mark each layer in the invoke: mf_layer_mark(k, name), called when "
+                        "built with -DMCUFORGE_PROFILE (firmware boards: make PROFILE=1, "
+                        "the default then)")
     c.set_defaults(fn=_cmd_compile)
 
     r = command("run", "compile, build and run a model on inputs from a .npy/.npz")
@@ -335,6 +341,8 @@ def parser() -> argparse.ArgumentParser:
     b.add_argument("--no-tflm", action="store_true", help="skip TFLM's figures")
     b.add_argument("--flash-budget", type=_bytes, metavar="BYTES",
                    help="as compile's (boards only)")
+    b.add_argument("--per-layer", action="store_true",
+                   help="with --board: each layer's instructions, MACs and MACs per instruction")
     b.set_defaults(fn=_cmd_bench)
 
     q = command("bench-quant", "measure int8 quantization quality of float models: SQNR and "

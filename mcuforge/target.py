@@ -20,12 +20,24 @@ APT_HINT = {"arm-none-eabi-": "gcc-arm-none-eabi libnewlib-arm-none-eabi",
 
 
 @dataclass
+class LayerProfile:
+    """Per-layer counter ticks of a firmware built with profile=True (templates/firmware/main.c.j2
+    times the marks codegen_c.model puts between the invoke's calls)."""
+    names: list  # kernel name of each layer, as generated
+    macs: list  # MACs of each layer
+    ticks: list  # per invoke: each layer's ticks, one mark's cost included
+    mark_ticks: int  # ticks of `marks` marks in a row: the cost a layer's ticks include
+    marks: int
+
+
+@dataclass
 class TargetRun:
     outputs: list  # one [N, ...] array per model output
     ticks: list  # counter ticks of each invoke
     instructions: list  # executed instructions of each invoke (QEMU -icount)
     stack_bytes: int
     elf: Path
+    profile: LayerProfile | None = None  # run_on_board(..., profile=True)
 
 
 def require_tool(tool: str) -> None:
@@ -35,19 +47,20 @@ def require_tool(tool: str) -> None:
 
 
 def build_firmware(model, board: Board, vectors, workdir: Path, name: str = "model",
-                   flash_budget: int | None = None) -> tuple:
-    """Write and `make` the firmware project with `vectors` built in; (project dir, elf, graph)."""
+                   flash_budget: int | None = None, profile: bool = False) -> tuple:
+    """Write and `make` the firmware project with `vectors` built in (`profile`: with per-layer
+    marks); (project dir, elf, api.CompileResult)."""
     from .api import compile as compile_model
     require_tool(board.cross + "gcc")
     result = compile_model(model, workdir, board=board.name, name=name, vectors=vectors,
-                           flash_budget=flash_budget)
+                           flash_budget=flash_budget, profile=profile)
     from .runner import opt_flags
     opt = opt_flags()  # $MCUFORGE_OPT, else the Makefile's own -O2
     r = subprocess.run(["make", "-s", "-C", str(workdir)] + ([f"OPT={opt}"] if opt else []),
                        capture_output=True, text=True)
     if r.returncode != 0:
         raise BuildError(f"building the firmware in {workdir} failed:\n{r.stdout}{r.stderr}")
-    return workdir, workdir / f"{name}.elf", result.graph
+    return workdir, workdir / f"{name}.elf", result
 
 
 def run_elf(board: Board, elf: Path, timeout: float = 900) -> str:
@@ -84,9 +97,32 @@ def parse_output(text: str, graph, board: Board) -> tuple:
     return [np.stack(o) for o in outs], ticks, stack
 
 
+def parse_profile(text: str, layers: list, n: int) -> LayerProfile:
+    """The "markcost" line and the "layer <ticks> <name>" lines (len(layers) per invoke) of a
+    profiled firmware; `layers`: (kernel name, MACs) of the invoke's calls."""
+    names = [name for name, _ in layers]
+    mark, got = None, []
+    for line in text.splitlines():
+        key, _, value = line.partition(" ")
+        if key == "markcost":
+            ticks, count = value.split()
+            mark = (int(ticks), int(count))
+        elif key == "layer":
+            ticks, _, name = value.partition(" ")
+            got.append((name, int(ticks)))
+    per_invoke = [got[i * len(names):(i + 1) * len(names)] for i in range(n)]
+    if mark is None or len(got) != n * len(names) \
+            or any([name for name, _ in p] != names for p in per_invoke):
+        raise BuildError(f"the profiled firmware reported {len(got)} layer lines, not "
+                         f"{len(names)} per each of {n} inferences:\n{text}")
+    return LayerProfile(names, [m for _, m in layers], [[t for _, t in p] for p in per_invoke],
+                        *mark)
+
+
 def run_on_board(model, arrays: list, board_name: str, workdir: Path | None = None,
-                 flash_budget: int | None = None) -> TargetRun:
-    """Run [N, ...] input arrays (one per model input) on the board under QEMU."""
+                 flash_budget: int | None = None, profile: bool = False) -> TargetRun:
+    """Run [N, ...] input arrays (one per model input) on the board under QEMU; `profile`:
+    with per-layer counts (TargetRun.profile)."""
     from .runner import cache_lock, cache_root, opt_flags
     board = load_board(board_name)
     n = len(arrays[0])
@@ -95,14 +131,16 @@ def run_on_board(model, arrays: list, board_name: str, workdir: Path | None = No
     if workdir is None:
         data = Path(model).read_bytes() if not isinstance(model, bytes) else model
         key = hashlib.sha256(data + board_name.encode() + str(flash_budget).encode()
-                             + str(opt_flags()).encode()
+                             + str(opt_flags()).encode() + (b"profile" if profile else b"")
                              + b"".join(a.tobytes() for a in arrays)).hexdigest()[:24]
         workdir = cache_root() / "fw" / key
         lock = cache_lock(workdir)  # concurrent runs of one model and input take turns
     with lock:  # each build rewrites the sources, so `make` never keeps a half-linked elf
-        _, elf, graph = build_firmware(model, board, vectors, Path(workdir), flash_budget=flash_budget)
+        _, elf, result = build_firmware(model, board, vectors, Path(workdir),
+                                        flash_budget=flash_budget, profile=profile)
         text = run_elf(board, elf)
-    outs, ticks, stack = parse_output(text, graph, board)
+    outs, ticks, stack = parse_output(text, result.graph, board)
     if len(ticks) != n or any(len(o) != n for o in outs):
         raise BuildError(f"the firmware reported {len(ticks)} of {n} inferences")
-    return TargetRun(outs, ticks, [board.instructions(t) for t in ticks], stack, elf)
+    layers = parse_profile(text, result.layers, n) if profile else None
+    return TargetRun(outs, ticks, [board.instructions(t) for t in ticks], stack, elf, layers)

@@ -6,7 +6,7 @@ import subprocess
 from pathlib import Path
 
 from . import tflm
-from ir.errors import BuildError
+from ir.errors import BuildError, McuforgeError
 
 
 def static_ram_bytes(project: Path, name: str) -> int:
@@ -99,9 +99,10 @@ TFLM_CMSIS_INSTRUCTIONS = {"mps2-an386": {
     "pretrainedResnet_quant.tflite": 29_863_456, "ad01_int8.tflite": 582_950}}
 
 
-def bench_board(model: str, board_name: str, with_tflm: bool,
+def bench_board(model: str, board_name: str, with_tflm: bool, per_layer: bool = False,
                 flash_budget: int | None = None) -> dict:
-    """Instructions per inference under QEMU, flash/RAM from the ELF, measured stack."""
+    """Instructions per inference under QEMU, flash/RAM from the ELF, measured stack;
+    `per_layer`: also each layer's instructions, from a second, profiled build (layer_rows)."""
     import numpy as np
 
     from ..api import load
@@ -138,12 +139,42 @@ def bench_board(model: str, board_name: str, with_tflm: bool,
     }
     if with_tflm and tflm.available():
         row["tflm_arena_bytes"] = tflm.arena_bytes(model)["head"]
+    if per_layer:
+        row.update(layer_rows(run_on_board(model, arrays, board_name, flash_budget=flash_budget,
+                                           profile=True), board,
+                              instructions))
     return row
 
 
+def layer_rows(run, board, whole: int) -> dict:
+    """A profiled run's per-layer figures. A layer's ticks span the counter reads of two marks
+    (templates/firmware/main.c.j2), so they include one mark's own cost, which the firmware
+    measures on a run of marks and this subtracts. The marks tile the invoke, so the layers add
+    up to the whole invoke (`whole`, instructions of the build without marks) less the
+    invoke's own code outside its calls (entry, state copies, return) and the counter's
+    resolution: one tick, board.instructions(1) instructions, per layer and in the whole."""
+    p = run.profile
+    per_tick = 1e9 / board.clock_hz  # instructions per tick under QEMU -icount shift=0
+    mark = p.mark_ticks * per_tick / p.marks
+    layers = []
+    for name, macs, ticks in zip(p.names, p.macs, p.ticks[0]):
+        n = max(0, round(ticks * per_tick - mark))
+        layers.append({"layer": name, "instructions": n, "macs": macs,
+                       "macs_per_instruction": round(macs / n, 3) if n else None})
+    total = sum(r["instructions"] for r in layers)
+    return {"layers": layers, "layers_instructions": total,
+            "layers_outside_instructions": whole - total,
+            "mark_instructions": round(mark, 1),
+            "counter_resolution_instructions": round(per_tick, 2),
+            "profiled_instructions": run.instructions[0]}
+
+
 def bench(models: list, board: str = "host", iterations: int = 50, with_tflm: bool = True,
-          flash_budget: int | None = None,
-          progress=None) -> list:
+          progress=None, per_layer: bool = False, flash_budget: int | None = None) -> list:
+    if per_layer and board == "host":
+        raise McuforgeError("bench --per-layer counts instructions on an emulated board: give "
+                            "--board (mps2-an385, mps2-an386, mps2-an500, mps3-an547, "
+                            "riscv32-virt)")
     rows = []
     for i, m in enumerate(models):
         if progress:
@@ -151,7 +182,7 @@ def bench(models: list, board: str = "host", iterations: int = 50, with_tflm: bo
         if board == "host":
             rows.append(bench_one(m, board, iterations, with_tflm))
         else:
-            rows.append(bench_board(m, board, with_tflm, flash_budget))
+            rows.append(bench_board(m, board, with_tflm, per_layer, flash_budget))
     return rows
 
 
@@ -161,8 +192,31 @@ def _ratio(a, b) -> str:
 
 def format_table(rows: list) -> str:
     if rows and rows[0]["board"] != "host":
-        return format_board_table(rows)
+        return "\n\n".join([format_board_table(rows)]
+                           + [format_layer_table(r) for r in rows if "layers" in r])
     return _table(*_host_columns(rows))
+
+
+def format_layer_table(r: dict) -> str:
+    """One model's layers: instructions, MACs, MACs per instruction, share of the layers."""
+    total = r["layers_instructions"]
+    head = ("layer", "instructions", "share", "MACs", "MACs/instr")
+    lines = [(x["layer"], f"{x['instructions']:,}",
+              f"{100 * x['instructions'] / total:.1f}%" if total else "-", f"{x['macs']:,}",
+              f"{x['macs_per_instruction']:.3f}" if x["macs_per_instruction"] else "-")
+             for x in r["layers"]]
+    macs = sum(x["macs"] for x in r["layers"])
+    lines.append(("total (layers)", f"{total:,}", "100.0%" if total else "-", f"{macs:,}",
+                  f"{macs / total:.3f}" if total else "-"))
+    lines.append(("whole invoke", f"{r['instructions']:,}", "", f"{r['macs']:,}",
+                  f"{r['macs_per_instruction']:.3f}" if r["macs_per_instruction"] else "-"))
+    head_note = (f"{r['model']} on {r['board']}, per layer: instructions between layer marks "
+                 f"less a mark's own {r['mark_instructions']}, each to within one counter tick "
+                 f"({r['counter_resolution_instructions']:g} instructions)")
+    foot_note = (f"whole invoke - layers = {r['layers_outside_instructions']:,}: the invoke's "
+                 f"own code outside its calls (entry, state copies, return) and the counter's "
+                 f"resolution")
+    return "\n".join([head_note, _table(head, lines), foot_note])
 
 
 def format_board_table(rows: list) -> str:
