@@ -36,6 +36,29 @@ def acc_bounds(bias, w_rows: np.ndarray, x_lo: int = -128, x_hi: int = 127) -> n
     return np.maximum(np.abs(hi), np.abs(lo))
 
 
+def constant_channels(bias, w_rows, mults, shifts, zp: int, lo: int, hi: int) -> dict:
+    """{channel: output} for the channels whose output is the same for every int8 input: TFLM's
+    clamp(zp + MultiplyByQuantizedMultiplier(acc)) is monotone in acc, so equal values at both
+    ends of the accumulator's range prove it. Such channels (a multiplier so small that the
+    product rounds to 0, a dead filter) need no arithmetic, and their often huge accumulator
+    bounds would otherwise keep the whole layer off the fast requantization."""
+    from .qmath import mf_mbqm
+    w = np.asarray(w_rows, dtype=np.int64).reshape(len(w_rows), -1)
+    b = np.zeros(len(w), np.int64) if bias is None else np.asarray(bias, np.int64).reshape(-1)
+    top = b + np.where(w > 0, w * 127, w * -128).sum(axis=1)
+    bottom = b + np.where(w > 0, w * -128, w * 127).sum(axis=1)
+    out = {}
+    for c, (m, sh, a0, a1) in enumerate(zip(np.asarray(mults).tolist(),
+                                             np.asarray(shifts).tolist(),
+                                             bottom.tolist(), top.tolist())):
+        if m < 0 or not INT32_MIN <= a0 <= a1 <= INT32_MAX:
+            continue
+        y0, y1 = (min(max(zp + mf_mbqm(a, m, sh), lo), hi) for a in (a0, a1))
+        if y0 == y1:
+            out[c] = y0
+    return out
+
+
 def requant_params(mults, shifts, zp: int, acc_bound) -> np.ndarray | None:
     """[O, 4] int32 rows of mf_rq (mult, add, pre, post) for TFLM's per-channel (mult, shift),
     or None when some channel is outside the fast form's exact range: a negative multiplier, an

@@ -31,8 +31,10 @@ SAME, VALID = 0, 1
 
 
 def layer_model(seed: int, op: str, hw=(5, 6), c=3, o=5, k=(3, 3), stride=(1, 1),
-                pad=SAME, act="none", per_channel=True, batch=1):
-    """A one-layer int8 model; returns (model bytes, int8 input batch [2, ...])."""
+                pad=SAME, act="none", per_channel=True, batch=1, dead=False):
+    """A one-layer int8 model; returns (model bytes, int8 input batch [2, ...]). `dead`: channel
+    0 gets a huge bias and a weight scale so small that its output multiplier is ~2^-31 (a
+    channel whose output is constant, as in trained models: VWW has such channels)."""
     rng = np.random.default_rng(seed)
     m = Model()
     sx, zx = float(rng.uniform(0.01, 0.05)), int(rng.integers(-128, 128))
@@ -50,13 +52,16 @@ def layer_model(seed: int, op: str, hw=(5, 6), c=3, o=5, k=(3, 3), stride=(1, 1)
     else:
         sw = np.full(1, rng.uniform(0.002, 0.02))
     b = rng.integers(-3000, 3000, o)
+    sy, zy = float(rng.uniform(0.02, 0.2)), int(rng.integers(-128, 128))
+    if dead:
+        sw[0] = sy * 2.0**-31 / sx * 1.7
+        b[0] = 1_070_000_000
     if op == "FULLY_CONNECTED":
         yshape = (batch, o)
     else:
         def out(n, kk, s):
             return -(-n // s) if pad == SAME else (n - kk) // s + 1
         yshape = (1, out(hw[0], k[0], stride[0]), out(hw[1], k[1], stride[1]), o)
-    sy, zy = float(rng.uniform(0.02, 0.2)), int(rng.integers(-128, 128))
     xi = m.tensor("x", xshape, "int8", scale=sx, zero_point=zx)
     wi = m.tensor("w", wshape, "int8", w, scale=sw if per_channel else float(sw[0]),
                   zero_point=np.zeros(len(sw), int) if per_channel else 0, axis=axis)
@@ -93,6 +98,10 @@ def cases():
         out.append((f"fc_{i}", "FULLY_CONNECTED", dict(c=int(rng.integers(1, 70)), o=o, act=act,
                                                        per_channel=i % 2 == 0,
                                                        batch=1 + i % 3)))
+    out.append(("conv1x1_dead", "CONV_2D", dict(hw=(3, 3), c=16, o=6, k=(1, 1), dead=True)))
+    out.append(("conv_dead", "CONV_2D", dict(hw=(5, 5), c=3, o=5, k=(3, 3), act="relu",
+                                             dead=True)))
+    out.append(("fc_dead", "FULLY_CONNECTED", dict(c=40, o=7, dead=True)))
     return out
 
 
@@ -125,7 +134,10 @@ def test_host_c_equals_tflm(name, op, kw):
     np.testing.assert_array_equal(got, want)
 
 
-@pytest.mark.parametrize("name,op,kw", CASES[::4], ids=[c[0] for c in CASES[::4]])
+M4_CASES = CASES[::4] + CASES[-3:]
+
+
+@pytest.mark.parametrize("name,op,kw", M4_CASES, ids=[c[0] for c in M4_CASES])
 def test_m4_dsp_equals_tflm(name, op, kw):
     require_tflm()
     require_tools("arm-none-eabi-gcc", "qemu-system-arm")

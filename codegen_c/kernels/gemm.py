@@ -36,16 +36,21 @@ def gemm_layer(ctx: OpContext) -> dict | None:
         return None
     if bias is not None and (not bias.is_const or bias.dtype != "int32"):
         return None
-    rows = np.asarray(w.data).reshape(w.shape[0], -1)
+    rows = np.asarray(w.data).reshape(w.shape[0], -1).copy()
     x_zp, y_zp = int(x.quant.zero_point[0]), int(y.quant.zero_point[0])
     folded = pack.fold_bias(None if bias is None else bias.data, rows, x_zp)
     if folded is None:
         return None
-    mults, shifts = output_multipliers(ctx, rows.shape[0])
+    mults, shifts = (a.copy() for a in output_multipliers(ctx, rows.shape[0]))
+    lo, hi = activation_range(ctx.attrs.get("activation", "none"), y.quant.scale[0], y_zp, "int8")
+    const = pack.constant_channels(folded, rows, mults, shifts, y_zp, lo, hi)
+    for c in const:  # computed as 0 * x + 0, the output set by the constant below
+        rows[c], folded[c], mults[c], shifts[c] = 0, 0, 0, 0
     rq = pack.requant_params(mults, shifts, y_zp, pack.acc_bounds(folded, rows))
     if rq is None:
         return None
-    lo, hi = activation_range(ctx.attrs.get("activation", "none"), y.quant.scale[0], y_zp, "int8")
+    for c, value in const.items():  # mult 0: h = 0, y = add
+        rq[c] = (0, value, 1, 0)
     return dict(rows=rows, bias=folded, rq=rq, lo=int(lo), hi=int(hi), x_zp=x_zp,
                 signfix=pack.needs_signfix(y_zp, int(lo)))
 
