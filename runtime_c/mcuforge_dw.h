@@ -57,6 +57,11 @@ typedef struct {
 #define mf_dw_smlatb(a, b, c) __smlatb((int32_t)(a), (int32_t)(b), (c))
 #define mf_dw_smlabt(a, b, c) __smlabt((int32_t)(a), (int32_t)(b), (c))
 #define mf_dw_sat8(v) __ssat((v), 8)
+MF_DW_INLINE int32_t mf_dw_smmulr(int32_t a, int32_t b) { /* mf_smmlar without the zero */
+    int32_t r;
+    __asm__("smmulr %0, %1, %2" : "=r"(r) : "r"(a), "r"(b));
+    return r;
+}
 #else
 MF_DW_INLINE int32_t mf_dw_lo(uint32_t a) { return (int32_t)(int16_t)(a & 0xFFFFu); }
 MF_DW_INLINE int32_t mf_dw_hi(uint32_t a) { return (int32_t)(int16_t)(a >> 16); }
@@ -71,12 +76,13 @@ MF_DW_INLINE int32_t mf_dw_smlabt(uint32_t a, uint32_t b, int32_t c) {
     return c + mf_dw_lo(a) * mf_dw_hi(b);
 }
 MF_DW_INLINE int32_t mf_dw_sat8(int32_t v) { return v < -128 ? -128 : v > 127 ? 127 : v; }
+#define mf_dw_smmulr mf_smmlar
 #endif
 
 /* mf_rq_apply with the left shift already in the accumulator, then the clamp. */
 MF_DW_INLINE int32_t mf_dw_rq(int32_t acc, int32_t mult, int32_t add, int32_t post, int sf,
                               int clamp, int32_t lo, int32_t hi) {
-    int32_t h = mf_smmlar(acc, mult);
+    int32_t h = mf_dw_smmulr(acc, mult);
     int32_t v = h + add;
     if (sf) v += h >> 31;
     v = mf_dw_sat8(v >> post);
@@ -122,6 +128,21 @@ MF_DW_INLINE void mf_dw_widen(const int8_t *x, int w, int c, int nc, int16_t *ds
     }
 }
 
+/* Two adjacent outputs of one kernel row: stride 1 reads columns x..x+3 (words u, v), stride 2
+ * columns 2x..2x+5 (u, v, t). */
+#define MF_DW_ROW1(p, k01, k12)                                                              \
+    do {                                                                                       \
+        uint32_t u_ = (p)[0], v_ = (p)[1];                                                     \
+        a0 = mf_dw_smlad(u_, k01, a0), a1 = mf_dw_smlatb(u_, k01, a1);                         \
+        a0 = mf_dw_smlabt(v_, k12, a0), a1 = mf_dw_smlad(v_, k12, a1);                         \
+    } while (0)
+#define MF_DW_ROW2(p, k01, k12)                                                              \
+    do {                                                                                       \
+        uint32_t u_ = (p)[0], v_ = (p)[1], t_ = (p)[2];                                        \
+        a0 = mf_dw_smlad(u_, k01, a0), a1 = mf_dw_smlad(v_, k01, a1);                          \
+        a0 = mf_dw_smlabt(v_, k12, a0), a1 = mf_dw_smlabt(t_, k12, a1);                        \
+    } while (0)
+
 /* All output rows of one channel in the band: rows r0 (3 kernel rows at r0, r0 + pw, r0 + 2pw),
  * the next output row s * pw further; outputs to y, y + c, ... (NHWC). */
 MF_DW_INLINE void mf_dw_chan(const int16_t *r0, int pw, int nrows, int ow, int c,
@@ -137,44 +158,146 @@ MF_DW_INLINE void mf_dw_chan(const int16_t *r0, int pw, int nrows, int ow, int c
         const mf_dw_u32 *p0 = (const mf_dw_u32 *)(const void *)r0;
         const mf_dw_u32 *p1 = (const mf_dw_u32 *)(const void *)(r0 + pw);
         const mf_dw_u32 *p2 = (const mf_dw_u32 *)(const void *)(r0 + 2 * pw);
+        const mf_dw_u32 *end = p0 + s * npairs;
         int8_t *o = y;
-        int i;
-        /* one more pass for an odd ow: it reads zero-point columns and stores one output */
-        for (i = 0; i < npairs + (ow & 1); ++i) {
-            int32_t a0, a1;
-            uint32_t u, v, t;
-            if (s == 1) { /* outputs x, x+1 from columns x..x+3 = words u, v */
-                u = p0[0], v = p0[1], ++p0;
-                a0 = mf_dw_smlad(u, k01a, bias), a1 = mf_dw_smlatb(u, k01a, bias);
-                a0 = mf_dw_smlabt(v, k12a, a0), a1 = mf_dw_smlad(v, k12a, a1);
-                u = p1[0], v = p1[1], ++p1;
-                a0 = mf_dw_smlad(u, k01b, a0), a1 = mf_dw_smlatb(u, k01b, a1);
-                a0 = mf_dw_smlabt(v, k12b, a0), a1 = mf_dw_smlad(v, k12b, a1);
-                u = p2[0], v = p2[1], ++p2;
-                a0 = mf_dw_smlad(u, k01c, a0), a1 = mf_dw_smlatb(u, k01c, a1);
-                a0 = mf_dw_smlabt(v, k12c, a0), a1 = mf_dw_smlad(v, k12c, a1);
-            } else { /* outputs x, x+1 from columns 2x..2x+4 = words u, v, t */
-                u = p0[0], v = p0[1], t = p0[2], p0 += 2;
-                a0 = mf_dw_smlad(u, k01a, bias), a1 = mf_dw_smlad(v, k01a, bias);
-                a0 = mf_dw_smlabt(v, k12a, a0), a1 = mf_dw_smlabt(t, k12a, a1);
-                u = p1[0], v = p1[1], t = p1[2], p1 += 2;
-                a0 = mf_dw_smlad(u, k01b, a0), a1 = mf_dw_smlad(v, k01b, a1);
-                a0 = mf_dw_smlabt(v, k12b, a0), a1 = mf_dw_smlabt(t, k12b, a1);
-                u = p2[0], v = p2[1], t = p2[2], p2 += 2;
-                a0 = mf_dw_smlad(u, k01c, a0), a1 = mf_dw_smlad(v, k01c, a1);
-                a0 = mf_dw_smlabt(v, k12c, a0), a1 = mf_dw_smlabt(t, k12c, a1);
+        int32_t a0, a1;
+        for (; p0 != end; p0 += s, p1 += s, p2 += s, o += 2 * c) {
+            a0 = bias, a1 = bias;
+            if (s == 1) {
+                MF_DW_ROW1(p0, k01a, k12a); MF_DW_ROW1(p1, k01b, k12b); MF_DW_ROW1(p2, k01c, k12c);
+            } else {
+                MF_DW_ROW2(p0, k01a, k12a); MF_DW_ROW2(p1, k01b, k12b); MF_DW_ROW2(p2, k01c, k12c);
             }
             o[0] = (int8_t)mf_dw_rq(a0, mult, add, post, sf, clamp, lo, hi);
-            if (i < npairs) o[c] = (int8_t)mf_dw_rq(a1, mult, add, post, sf, clamp, lo, hi);
-            o += 2 * c;
+            o[c] = (int8_t)mf_dw_rq(a1, mult, add, post, sf, clamp, lo, hi);
+        }
+        if (ow & 1) { /* the last output, as a pair whose second half reads zero-point columns */
+            a0 = bias, a1 = bias;
+            if (s == 1) {
+                MF_DW_ROW1(p0, k01a, k12a); MF_DW_ROW1(p1, k01b, k12b); MF_DW_ROW1(p2, k01c, k12c);
+            } else {
+                MF_DW_ROW2(p0, k01a, k12a); MF_DW_ROW2(p1, k01b, k12b); MF_DW_ROW2(p2, k01c, k12c);
+            }
+            o[0] = (int8_t)mf_dw_rq(a0, mult, add, post, sf, clamp, lo, hi);
         }
     }
 }
 
+#if MF_USE_DSP && defined(__GNUC__)
+/* The DSP body of one channel's band as one asm block: gcc 12 cannot keep the 6 weight pairs,
+ * 2 accumulators, 3 row pointers and 2 data words in registers (it spilled ~25 instructions per
+ * output pair) and splits the 64-bit loads. All 14 registers are saved and used; the state
+ * lives in a word block addressed by lr, reloaded with one LDM where a phase needs it:
+ *   lr[-8..-1] weight pairs k01a k12a k01b k12b k01c k12c, bias, bias  (LDMDB: r0-r5, r6, r8)
+ *   lr[0..7]   mult add post lo hi c o n                              (LDM: r0-r5, r7, r12)
+ *   lr[8..17]  rowbase pwb rowstep yrow ystride npairs rows odd c0 odd0
+ * Pair of outputs: r6, r8 accumulators; r9-r11 kernel-row pointers; r12, r7 data words. An odd
+ * last output runs the pair once more with c = 0, storing the second (phantom) output first so
+ * that the real one overwrites it. */
+#define MF_DW_R1(P, WA, WB)                                                                   \
+    "ldrd r12, r7, [" P "], #4\n\t"                                                            \
+    "smlad r6, r12, " WA ", r6\n\t"                                                            \
+    "smlatb r8, r12, " WA ", r8\n\t"                                                           \
+    "smlabt r6, r7, " WB ", r6\n\t"                                                            \
+    "smlad r8, r7, " WB ", r8\n\t"
+#define MF_DW_R2(P, WA, WB)                                                                   \
+    "ldrd r12, r7, [" P "], #8\n\t"                                                            \
+    "smlad r6, r12, " WA ", r6\n\t"                                                            \
+    "smlabt r6, r7, " WB ", r6\n\t"                                                            \
+    "smlad r8, r7, " WA ", r8\n\t"                                                             \
+    "ldr r12, [" P "]\n\t"                                                                     \
+    "smlabt r8, r12, " WB ", r8\n\t"
+#define MF_DW_SF0 ""
+#define MF_DW_SF1 "add r6, r6, r6, asr #31\n\tadd r8, r8, r8, asr #31\n\t"
+#define MF_DW_CL0 ""
+#define MF_DW_CL1                                                                              \
+    "cmp r6, r3\n\tit lt\n\tmovlt r6, r3\n\tcmp r6, r4\n\tit gt\n\tmovgt r6, r4\n\t"             \
+    "cmp r8, r3\n\tit lt\n\tmovlt r8, r3\n\tcmp r8, r4\n\tit gt\n\tmovgt r8, r4\n\t"
+#define MF_DW_ASM(ROW, SF, CL)                                                                \
+    "push {r0-r12, lr}\n\t"                                                                    \
+    "mov lr, %0\n"                                                                             \
+    "1:\n\t" /* output row: pointers, o, n, c, odd */                                          \
+    "add r0, lr, #32\n\t"                                                                      \
+    "ldm r0, {r1-r6}\n\t"                                                                      \
+    "mov r9, r1\n\t"                                                                           \
+    "add r10, r1, r2\n\t"                                                                      \
+    "add r11, r10, r2\n\t"                                                                     \
+    "add r1, r1, r3\n\t"                                                                       \
+    "str r1, [lr, #32]\n\t"                                                                    \
+    "add r3, r4, r5\n\t"                                                                       \
+    "str r3, [lr, #44]\n\t"                                                                    \
+    "strd r4, r6, [lr, #24]\n\t"                                                               \
+    "ldrd r0, r1, [lr, #64]\n\t"                                                               \
+    "str r0, [lr, #20]\n\t"                                                                    \
+    "str r1, [lr, #60]\n\t"                                                                    \
+    "cmp r6, #0\n\t"                                                                           \
+    "beq 3f\n"                                                                                 \
+    "2:\n\t" /* two outputs */                                                                 \
+    "ldmdb lr, {r0-r6, r8}\n\t"                                                                \
+    ROW("r9", "r0", "r1") ROW("r10", "r2", "r3") ROW("r11", "r4", "r5")                        \
+    "ldm lr, {r0-r5, r7, r12}\n\t"                                                             \
+    "smmulr r6, r6, r0\n\t"                                                                    \
+    "smmulr r8, r8, r0\n\t"                                                                    \
+    SF                                                                                         \
+    "add r6, r6, r1\n\t"                                                                       \
+    "add r8, r8, r1\n\t"                                                                       \
+    "asr r6, r6, r2\n\t"                                                                       \
+    "asr r8, r8, r2\n\t"                                                                       \
+    "ssat r6, #8, r6\n\t"                                                                      \
+    "ssat r8, #8, r8\n\t"                                                                      \
+    CL                                                                                         \
+    "strb r8, [r7, r5]\n\t"                                                                    \
+    "strb r6, [r7]\n\t"                                                                        \
+    "add r7, r7, r5, lsl #1\n\t"                                                               \
+    "subs r12, r12, #1\n\t"                                                                    \
+    "strd r7, r12, [lr, #24]\n\t"                                                              \
+    "bne 2b\n"                                                                                 \
+    "3:\n\t" /* an odd last output: once more with c = 0 */                                    \
+    "ldr r0, [lr, #60]\n\t"                                                                    \
+    "cmp r0, #0\n\t"                                                                           \
+    "beq 4f\n\t"                                                                               \
+    "movs r0, #0\n\t"                                                                          \
+    "str r0, [lr, #20]\n\t"                                                                    \
+    "str r0, [lr, #60]\n\t"                                                                    \
+    "movs r1, #1\n\t"                                                                          \
+    "str r1, [lr, #28]\n\t"                                                                    \
+    "b 2b\n"                                                                                   \
+    "4:\n\t"                                                                                   \
+    "ldr r0, [lr, #56]\n\t"                                                                    \
+    "subs r0, r0, #1\n\t"                                                                      \
+    "str r0, [lr, #56]\n\t"                                                                    \
+    "bne 1b\n\t"                                                                               \
+    "pop {r0-r12, lr}\n\t"
+
+MF_MICRO void mf_dw_chan_any(const int16_t *r0, int pw, int nrows, int ow, int c, const int32_t *k,
+                             int8_t *y, int ystride, int s, int sf, int clamp, int32_t lo,
+                             int32_t hi) {
+    int32_t blk[26];
+    int32_t *m = blk + 8;
+    int i;
+    for (i = 0; i < 6; ++i) blk[i] = k[i];
+    blk[6] = blk[7] = k[6];
+    m[0] = k[7], m[1] = k[8], m[2] = k[9], m[3] = lo, m[4] = hi, m[5] = c;
+    m[6] = (int32_t)(uintptr_t)y, m[7] = 0;
+    m[8] = (int32_t)(uintptr_t)r0, m[9] = 2 * pw, m[10] = 2 * s * pw;
+    m[11] = (int32_t)(uintptr_t)y, m[12] = ystride, m[13] = ow >> 1, m[14] = nrows;
+    m[15] = ow & 1, m[16] = c, m[17] = ow & 1;
+    switch ((s == 2 ? 4 : 0) + (sf ? 2 : 0) + (clamp ? 1 : 0)) {
+    case 0: __asm__ volatile(MF_DW_ASM(MF_DW_R1, MF_DW_SF0, MF_DW_CL0) : : "r"(m) : "memory", "cc"); break;
+    case 1: __asm__ volatile(MF_DW_ASM(MF_DW_R1, MF_DW_SF0, MF_DW_CL1) : : "r"(m) : "memory", "cc"); break;
+    case 2: __asm__ volatile(MF_DW_ASM(MF_DW_R1, MF_DW_SF1, MF_DW_CL0) : : "r"(m) : "memory", "cc"); break;
+    case 3: __asm__ volatile(MF_DW_ASM(MF_DW_R1, MF_DW_SF1, MF_DW_CL1) : : "r"(m) : "memory", "cc"); break;
+    case 4: __asm__ volatile(MF_DW_ASM(MF_DW_R2, MF_DW_SF0, MF_DW_CL0) : : "r"(m) : "memory", "cc"); break;
+    case 5: __asm__ volatile(MF_DW_ASM(MF_DW_R2, MF_DW_SF0, MF_DW_CL1) : : "r"(m) : "memory", "cc"); break;
+    case 6: __asm__ volatile(MF_DW_ASM(MF_DW_R2, MF_DW_SF1, MF_DW_CL0) : : "r"(m) : "memory", "cc"); break;
+    default: __asm__ volatile(MF_DW_ASM(MF_DW_R2, MF_DW_SF1, MF_DW_CL1) : : "r"(m) : "memory", "cc"); break;
+    }
+}
+#else
 /* The 8 specialisations of mf_dw_chan (stride, sign term, clamp), chosen per channel. */
 MF_MICRO void mf_dw_chan_any(const int16_t *r0, int pw, int nrows, int ow, int c, const int32_t *k,
-                           int8_t *y, int ystride, int s, int sf, int clamp, int32_t lo,
-                           int32_t hi) {
+                             int8_t *y, int ystride, int s, int sf, int clamp, int32_t lo,
+                             int32_t hi) {
     switch ((s == 2 ? 4 : 0) + (sf ? 2 : 0) + (clamp ? 1 : 0)) {
     case 0: mf_dw_chan(r0, pw, nrows, ow, c, k, y, ystride, 1, 0, 0, lo, hi); break;
     case 1: mf_dw_chan(r0, pw, nrows, ow, c, k, y, ystride, 1, 0, 1, lo, hi); break;
@@ -186,6 +309,7 @@ MF_MICRO void mf_dw_chan_any(const int16_t *r0, int pw, int nrows, int ow, int c
     default: mf_dw_chan(r0, pw, nrows, ow, c, k, y, ystride, 2, 1, 1, lo, hi); break;
     }
 }
+#endif
 
 /* mf_dw3x3_s8: y = depthwise 3x3 of x, TFLM reference int8 semantics.
  *   x        input [g->h][g->w][g->c] int8 (NHWC, batch 1); any alignment
