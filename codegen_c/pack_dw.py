@@ -22,7 +22,8 @@ from codegen_c import pack
 CB = 4      # MF_DW_CB
 REC = 10    # MF_DW_REC: 6 weight pairs, bias, mult, add, post
 DEFAULT_BUDGET = 4096
-GEOM_FIELDS = ("h", "w", "c", "oh", "ow", "stride", "pad_t", "pad_l", "pw", "rows")  # mf_dw_geom
+GEOM_FIELDS = ("h", "w", "c", "oh", "ow", "stride", "pad_t", "pad_l", "transpose", "pw",
+               "rows")  # mf_dw_geom, in struct order
 
 
 def geometry(h: int, w: int, c: int, oh: int, ow: int, stride, pad_t: int, pad_l: int,
@@ -35,13 +36,18 @@ def geometry(h: int, w: int, c: int, oh: int, ow: int, stride, pad_t: int, pad_l
     s = int(sh)
     if min(h, w, c, oh, ow) < 1 or pad_t < 0 or pad_l < 0:
         return None
-    owe = ow + (ow & 1)
-    pw = max(pad_l + w, s * owe + 2)
+    # Each output row costs ~20 instructions of set-up and an odd one a pair more: walk the
+    # columns of images taller than wide (KWS 25x5: 5 rows of 25 instead of 25 rows of 5).
+    transpose = int(oh > ow)
+    vw, vh, voh, vow, vpt, vpl = (h, w, ow, oh, pad_l, pad_t) if transpose else (w, h, oh, ow, pad_t, pad_l)
+    owe = vow + (vow & 1)
+    pw = max(vpl + vw, s * owe + 2)
     pw += pw & 1
     row_bytes = CB * pw * 2
-    band = max(1, min(oh, ((budget // row_bytes) - 3) // s + 1))
+    band = max(1, min(voh, ((budget // row_bytes) - 3) // s + 1))
     rows = (band - 1) * s + 3
-    g = dict(h=h, w=w, c=c, oh=oh, ow=ow, stride=s, pad_t=pad_t, pad_l=pad_l, pw=pw, rows=rows)
+    g = dict(h=h, w=w, c=c, oh=oh, ow=ow, stride=s, pad_t=pad_t, pad_l=pad_l,
+             transpose=transpose, pw=pw, rows=rows)
     if max(g.values()) > 2**15 - 1 or (oh * ow * c) > 2**31 - 1:
         return None
     return g
@@ -52,15 +58,19 @@ def scratch_bytes(geom: dict) -> int:
     return CB * geom["rows"] * geom["pw"] * 2
 
 
-def pack_dw(weights, bias, x_zp: int, mults, shifts, y_zp: int) -> np.ndarray | None:
+def pack_dw(weights, bias, x_zp: int, mults, shifts, y_zp: int,
+            transpose: int = 0) -> np.ndarray | None:
     """[C, REC] int32 constants for mf_dw3x3_s8, or None when the layer's integers are outside
     the kernel's exact range. weights: int [3, 3, C] (TFLite's [1, 3, 3, C] accepted), bias: [C]
-    int32 or None, mults/shifts: TFLM's per-channel (or per-tensor) multiplier and shift."""
+    int32 or None, mults/shifts: TFLM's per-channel (or per-tensor) multiplier and shift,
+    transpose: the geometry's (the kernel then reads the weights' columns as rows)."""
     w = np.asarray(weights, np.int64)
     if w.ndim == 4 and w.shape[0] == 1:
         w = w[0]
     if w.ndim != 3 or w.shape[:2] != (3, 3):
         return None
+    if transpose:
+        w = w.transpose(1, 0, 2)
     c = w.shape[2]
     rows = w.reshape(9, c).T  # [C, 9]
     folded = pack.fold_bias(bias, rows, x_zp)

@@ -47,8 +47,10 @@ typedef struct {
     int16_t oh, ow;        /* output [oh][ow][c] int8 */
     int16_t stride;        /* 1 or 2, both directions */
     int16_t pad_t, pad_l;  /* zero-point rows above / columns left of the input */
-    int16_t pw;            /* int16 elements per scratch row: even, >= pad_l + w, >= s*(ow rounded up to even) + 2 */
-    int16_t rows;          /* scratch rows per channel: (band - 1) * stride + 3 */
+    int16_t transpose;     /* 1: the kernel walks columns (narrow images: fewer, longer rows) */
+    /* the scratch, in the kernel's view (h, w, oh, ow, pad_t, pad_l swapped when transpose): */
+    int16_t pw;            /* int16 per row: even, >= pad_l + w, >= s * (ow rounded up to even) + 2 */
+    int16_t rows;          /* rows per channel: (output rows per band - 1) * stride + 3 */
 } mf_dw_geom;
 
 /* ---- the DSP primitives, and their portable twins (same integers) ------------------------ */
@@ -95,34 +97,53 @@ MF_DW_INLINE int32_t mf_dw_rq(int32_t acc, int32_t mult, int32_t add, int32_t po
 
 MF_DW_INLINE void mf_dw_put32(int16_t *p, uint32_t v) { memcpy(p, &v, 4); }
 
-/* Widen one NHWC row (w pixels, nc <= 4 channels from x, pixel stride c bytes) into nc planar
+#if MF_USE_DSP
+MF_DW_INLINE uint32_t mf_dw_sxtb16r8(uint32_t a) { /* bytes 1 and 3, sign-extended */
+    uint32_t r;
+    __asm__("sxtb16 %0, %1, ror #8" : "=r"(r) : "r"(a));
+    return r;
+}
+MF_DW_INLINE uint32_t mf_dw_pkhbt(uint32_t lo, uint32_t hi) { /* low halves of lo, hi */
+    uint32_t r;
+    __asm__("pkhbt %0, %1, %2, lsl #16" : "=r"(r) : "r"(lo), "r"(hi));
+    return r;
+}
+MF_DW_INLINE uint32_t mf_dw_pkhtb(uint32_t hi, uint32_t lo) { /* high halves of lo, hi */
+    uint32_t r;
+    __asm__("pkhtb %0, %1, %2, asr #16" : "=r"(r) : "r"(hi), "r"(lo));
+    return r;
+}
+#endif
+
+/* Widen one row of w pixels (pixel stride xp bytes, nc <= 4 channels from x) into nc planar
  * int16 rows at dst, dst + plane, ... */
-MF_DW_INLINE void mf_dw_widen(const int8_t *x, int w, int c, int nc, int16_t *dst, int plane) {
+MF_DW_INLINE void mf_dw_widen(const int8_t *x, int w, int xp, int nc, int16_t *dst, int plane) {
     int px = 0;
 #if MF_USE_DSP
     if (nc == MF_DW_CB) {
         int16_t *d0 = dst, *d1 = dst + plane, *d2 = dst + 2 * plane, *d3 = dst + 3 * plane;
+        uint32_t a, b, a02, a13, b02, b13;
         for (; px + 2 <= w; px += 2) {
-            uint32_t a, b, a02, a13, b02, b13, t;
             memcpy(&a, x, 4);
-            memcpy(&b, x + c, 4);
-            x += 2 * c;
-            a02 = (uint32_t)__sxtb16((int32_t)a);
-            b02 = (uint32_t)__sxtb16((int32_t)b);
-            __asm__("sxtb16 %0, %1, ror #8" : "=r"(a13) : "r"(a));
-            __asm__("sxtb16 %0, %1, ror #8" : "=r"(b13) : "r"(b));
-            mf_dw_put32(d0, (a02 & 0xFFFFu) | (b02 << 16));
-            __asm__("pkhtb %0, %1, %2, asr #16" : "=r"(t) : "r"(b02), "r"(a02));
-            mf_dw_put32(d2, t);
-            mf_dw_put32(d1, (a13 & 0xFFFFu) | (b13 << 16));
-            __asm__("pkhtb %0, %1, %2, asr #16" : "=r"(t) : "r"(b13), "r"(a13));
-            mf_dw_put32(d3, t);
-            d0 += 2, d1 += 2, d2 += 2, d3 += 2;
+            memcpy(&b, x + xp, 4);
+            x += 2 * xp;
+            a02 = (uint32_t)__sxtb16((int32_t)a), a13 = mf_dw_sxtb16r8(a);
+            b02 = (uint32_t)__sxtb16((int32_t)b), b13 = mf_dw_sxtb16r8(b);
+            mf_dw_put32(d0, mf_dw_pkhbt(a02, b02)), d0 += 2;
+            mf_dw_put32(d1, mf_dw_pkhbt(a13, b13)), d1 += 2;
+            mf_dw_put32(d2, mf_dw_pkhtb(b02, a02)), d2 += 2;
+            mf_dw_put32(d3, mf_dw_pkhtb(b13, a13)), d3 += 2;
         }
-        dst += px;
+        if (px < w) {
+            memcpy(&a, x, 4);
+            a02 = (uint32_t)__sxtb16((int32_t)a), a13 = mf_dw_sxtb16r8(a);
+            d0[0] = (int16_t)a02, d2[0] = (int16_t)(a02 >> 16);
+            d1[0] = (int16_t)a13, d3[0] = (int16_t)(a13 >> 16);
+        }
+        return;
     }
 #endif
-    for (; px < w; ++px, ++dst, x += c) {
+    for (; px < w; ++px, ++dst, x += xp) {
         int k;
         for (k = 0; k < nc; ++k) dst[k * plane] = x[k];
     }
@@ -326,7 +347,13 @@ MF_MICRO void mf_dw_chan_any(const int16_t *r0, int pw, int nrows, int ow, int c
 MF_MICRO void mf_dw3x3_s8(const int8_t *x, int8_t *y, const int32_t *pk, const mf_dw_geom *g,
                           int32_t x_zp, int32_t lo, int32_t hi, int32_t signfix,
                           int16_t *scratch) {
-    const int h = g->h, w = g->w, c = g->c, oh = g->oh, ow = g->ow, s = g->stride;
+    /* the kernel's view: rows of the image, or its columns when g->transpose */
+    const int t = g->transpose, c = g->c, s = g->stride;
+    const int h = t ? g->w : g->h, w = t ? g->h : g->w, oh = t ? g->ow : g->oh;
+    const int ow = t ? g->oh : g->ow, pad_t = t ? g->pad_l : g->pad_t;
+    const int pad_l = t ? g->pad_t : g->pad_l;
+    const int xr = t ? c : g->w * c, xp = t ? g->w * c : c;      /* input row / pixel stride */
+    const int yr = t ? c : g->ow * c, yp = t ? g->ow * c : c;    /* output row / pixel stride */
     const int pw = g->pw, rows = g->rows, plane = g->rows * g->pw;
     const int band = (rows - 3) / s + 1; /* output rows per band */
     const int clamp = lo > -128 || hi < 127;
@@ -338,13 +365,13 @@ MF_MICRO void mf_dw3x3_s8(const int8_t *x, int8_t *y, const int32_t *pk, const m
         const int nc = c - c0 < MF_DW_CB ? c - c0 : MF_DW_CB;
         for (oy0 = 0; oy0 < oh; oy0 += band) {
             const int nb = oh - oy0 < band ? oh - oy0 : band;
-            const int iy0 = oy0 * s - g->pad_t;
+            const int iy0 = oy0 * s - pad_t;
             int r, k;
             for (r = 0; r < (nb - 1) * s + 3; ++r) {
                 const int iy = iy0 + r;
-                int16_t *d = scratch + r * pw + g->pad_l;
+                int16_t *d = scratch + r * pw + pad_l;
                 if (iy >= 0 && iy < h) {
-                    mf_dw_widen(x + (iy * w) * c + c0, w, c, nc, d, plane);
+                    mf_dw_widen(x + iy * xr + c0, w, xp, nc, d, plane);
                 } else {
                     for (k = 0; k < nc; ++k) {
                         int j;
@@ -354,9 +381,8 @@ MF_MICRO void mf_dw3x3_s8(const int8_t *x, int8_t *y, const int32_t *pk, const m
             }
             for (k = 0; k < nc; ++k) {
                 const int32_t *kk = pk + (c0 + k) * MF_DW_REC;
-                mf_dw_chan_any(scratch + k * plane, pw, nb, ow, c, kk,
-                               y + (oy0 * ow) * c + c0 + k, ow * c, s,
-                               signfix && kk[9] != 0, clamp, lo, hi);
+                mf_dw_chan_any(scratch + k * plane, pw, nb, ow, yp, kk, y + oy0 * yr + c0 + k,
+                               yr, s, signfix && kk[9] != 0, clamp, lo, hi);
             }
         }
     }

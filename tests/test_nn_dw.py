@@ -77,7 +77,7 @@ def random_case(rng, h, w, c, s, same, act, budget):
         lo, hi = max(-128, y_zp), min(127, y_zp + int(rng.integers(5, 120)))
     x = rng.integers(-128, 128, (h, w, c))
     geom = pack_dw.geometry(h, w, c, oh, ow, s, pt, pl, budget=budget)
-    pk = pack_dw.pack_dw(wts, bias, x_zp, mult, shift, y_zp)
+    pk = pack_dw.pack_dw(wts, bias, x_zp, mult, shift, y_zp, geom["transpose"])
     assert geom is not None and pk is not None
     want = tflm_depthwise(x, wts, bias, x_zp, mult, shift, y_zp, lo, hi, s, pt, pl, oh, ow)
     return dict(geom=geom, x=x, pk=pk, x_zp=x_zp, lo=lo, hi=hi,
@@ -115,6 +115,7 @@ def test_cases_cover_the_edges(cases):
     assert any(g["rows"] == 3 and g["oh"] > 1 for g in geoms)  # bands of one output row
     assert any(g["ow"] % 2 for g in geoms) and any(c["lo"] > -128 for c in cases)
     assert any(c["signfix"] for c in cases) and any(g["pad_l"] == 0 for g in geoms)
+    assert any(g["transpose"] for g in geoms) and not all(g["transpose"] for g in geoms)
 
 
 @pytest.mark.parametrize("opt", ["-O0", "-O2"])
@@ -158,11 +159,12 @@ def test_pack_refusals():
 
 
 def test_scratch_budget():
-    """VWW's widest layer stays inside the default budget; KWS's fits in one band."""
+    """VWW's widest layer stays inside the default budget; KWS's (walked by columns: 5 rows of
+    25 + 2 padding) fits in one band."""
     g = pack_dw.geometry(48, 48, 8, 48, 48, 1, 1, 1)
     assert pack_dw.scratch_bytes(g) <= pack_dw.DEFAULT_BUDGET and g["rows"] < 48
     g = pack_dw.geometry(25, 5, 64, 25, 5, 1, 1, 1)
-    assert g["rows"] == 27 and pack_dw.scratch_bytes(g) < 2048
+    assert g["transpose"] and g["rows"] == 7 and pack_dw.scratch_bytes(g) < 2048
 
 
 # ---- the numpy model above against tflite-micro, and the kernel against both ----------------
@@ -206,7 +208,8 @@ def test_against_tflite_micro(tmp_path):
                              p["lo"], p["hi"], p["s"], p["pt"], p["pl"], p["oh"], p["ow"])
         assert (ref == got).all()
         geom = pack_dw.geometry(h, w, c, p["oh"], p["ow"], s, p["pt"], p["pl"])
-        pk = pack_dw.pack_dw(p["w"], p["bias"], p["x_zp"], p["mult"], p["shift"], p["y_zp"])
+        pk = pack_dw.pack_dw(p["w"], p["bias"], p["x_zp"], p["mult"], p["shift"], p["y_zp"],
+                             geom["transpose"])
         cases.append(dict(geom=geom, x=x, pk=pk, x_zp=p["x_zp"], lo=p["lo"], hi=p["hi"],
                           signfix=pack_dw.pack.needs_signfix(p["y_zp"], p["lo"]), want=got))
     check(cases, "host", ["-O2"], tmp_path)

@@ -121,7 +121,7 @@ def bench_case(h, w, c, s, rng, budget=pack_dw.DEFAULT_BUDGET):
     bias = rng.integers(-5000, 5000, c)
     mults = rng.integers(2**30, 2**31 - 1, c)
     shifts = rng.integers(-10, -6, c)
-    pk = pack_dw.pack_dw(wts, bias, -3, mults, shifts, -128)
+    pk = pack_dw.pack_dw(wts, bias, -3, mults, shifts, -128, geom["transpose"])
     x = rng.integers(-128, 128, (h, w, c))
     return dict(geom=geom, x=x, pk=pk, x_zp=-3, lo=-128, hi=127, signfix=0, want=None), oh * ow * c * 9
 
