@@ -256,10 +256,8 @@ MF_DW_INLINE void mf_dw_chan(const int16_t *r0, int pw, int nrows, int ow, int c
  * lives in a word block addressed by lr, reloaded with one LDM where a phase needs it:
  *   lr[-8..-1] weight pairs k01a k12a k01b k12b k01c k12c, bias, bias  (LDMDB: r0-r5, r6, r8)
  *   lr[0..7]   mult add post lo hi c o n                              (LDM: r0-r5, r7, r12)
- *   lr[8..17]  rowbase pwb rowstep yrow ystride npairs rows odd c0 odd0
- * Pair of outputs: r6, r8 accumulators; r9-r11 kernel-row pointers; r12, r7 data words. An odd
- * last output runs the pair once more with c = 0, storing the second (phantom) output first so
- * that the real one overwrites it. */
+ *   lr[8..14]  rowbase pwb rowstep yrow ystride npairs rows
+ * Pair of outputs: r6, r8 accumulators; r9-r11 kernel-row pointers; r12, r7 data words. */
 #define MF_DW_R1(P, WA, WB)                                                                   \
     "ldrd r12, r7, [" P "], #4\n\t"                                                            \
     "smlad r6, r12, " WA ", r6\n\t"                                                            \
@@ -282,22 +280,17 @@ MF_DW_INLINE void mf_dw_chan(const int16_t *r0, int pw, int nrows, int ow, int c
 #define MF_DW_ASM(ROW, SF, CL)                                                                \
     "push {r0-r12, lr}\n\t"                                                                    \
     "mov lr, %0\n"                                                                             \
-    "1:\n\t" /* output row: pointers, o, n, c, odd */                                          \
+    "1:\n\t" /* output row: kernel-row pointers, o, n; next rowbase and yrow */                \
     "add r0, lr, #32\n\t"                                                                      \
     "ldm r0, {r1-r6}\n\t"                                                                      \
     "mov r9, r1\n\t"                                                                           \
     "add r10, r1, r2\n\t"                                                                      \
     "add r11, r10, r2\n\t"                                                                     \
     "add r1, r1, r3\n\t"                                                                       \
-    "str r1, [lr, #32]\n\t"                                                                    \
     "add r3, r4, r5\n\t"                                                                       \
+    "str r1, [lr, #32]\n\t"                                                                    \
     "str r3, [lr, #44]\n\t"                                                                    \
-    "strd r4, r6, [lr, #24]\n\t"                                                               \
-    "ldrd r0, r1, [lr, #64]\n\t"                                                               \
-    "str r0, [lr, #20]\n\t"                                                                    \
-    "str r1, [lr, #60]\n\t"                                                                    \
-    "cmp r6, #0\n\t"                                                                           \
-    "beq 3f\n"                                                                                 \
+    "strd r4, r6, [lr, #24]\n"                                                                 \
     "2:\n\t" /* two outputs */                                                                 \
     "ldmdb lr, {r0-r6, r8}\n\t"                                                                \
     ROW("r9", "r0", "r1") ROW("r10", "r2", "r3") ROW("r11", "r4", "r5")                        \
@@ -317,38 +310,16 @@ MF_DW_INLINE void mf_dw_chan(const int16_t *r0, int pw, int nrows, int ow, int c
     "add r7, r7, r5, lsl #1\n\t"                                                               \
     "subs r12, r12, #1\n\t"                                                                    \
     "strd r7, r12, [lr, #24]\n\t"                                                              \
-    "bne 2b\n"                                                                                 \
-    "3:\n\t" /* an odd last output: once more with c = 0 */                                    \
-    "ldr r0, [lr, #60]\n\t"                                                                    \
-    "cmp r0, #0\n\t"                                                                           \
-    "beq 4f\n\t"                                                                               \
-    "movs r0, #0\n\t"                                                                          \
-    "str r0, [lr, #20]\n\t"                                                                    \
-    "str r0, [lr, #60]\n\t"                                                                    \
-    "movs r1, #1\n\t"                                                                          \
-    "str r1, [lr, #28]\n\t"                                                                    \
-    "b 2b\n"                                                                                   \
-    "4:\n\t"                                                                                   \
+    "bne 2b\n\t"                                                                               \
     "ldr r0, [lr, #56]\n\t"                                                                    \
     "subs r0, r0, #1\n\t"                                                                      \
     "str r0, [lr, #56]\n\t"                                                                    \
     "bne 1b\n\t"                                                                               \
     "pop {r0-r12, lr}\n\t"
 
-MF_MICRO void mf_dw_chan_any(const int16_t *r0, int pw, int nrows, int ow, int c, const int32_t *k,
-                             int8_t *y, int ystride, int s, int sf, int clamp, int32_t lo,
-                             int32_t hi) {
-    int32_t blk[26];
-    int32_t *m = blk + 8;
-    int i;
-    for (i = 0; i < 6; ++i) blk[i] = k[i];
-    blk[6] = blk[7] = k[6];
-    m[0] = k[7], m[1] = k[8], m[2] = k[9], m[3] = lo, m[4] = hi, m[5] = c;
-    m[6] = (int32_t)(uintptr_t)y, m[7] = 0;
-    m[8] = (int32_t)(uintptr_t)r0, m[9] = 2 * pw, m[10] = 2 * s * pw;
-    m[11] = (int32_t)(uintptr_t)y, m[12] = ystride, m[13] = ow >> 1, m[14] = nrows;
-    m[15] = ow & 1, m[16] = c, m[17] = ow & 1;
-    switch ((s == 2 ? 4 : 0) + (sf ? 2 : 0) + (clamp ? 1 : 0)) {
+/* One run of the asm over the rows described by m (see above); v: stride 2, sign term, clamp. */
+MF_MICRO void mf_dw_run(int32_t *m, int v) {
+    switch (v) {
     case 0: __asm__ volatile(MF_DW_ASM(MF_DW_R1, MF_DW_SF0, MF_DW_CL0) : : "r"(m) : "memory", "cc"); break;
     case 1: __asm__ volatile(MF_DW_ASM(MF_DW_R1, MF_DW_SF0, MF_DW_CL1) : : "r"(m) : "memory", "cc"); break;
     case 2: __asm__ volatile(MF_DW_ASM(MF_DW_R1, MF_DW_SF1, MF_DW_CL0) : : "r"(m) : "memory", "cc"); break;
@@ -357,6 +328,30 @@ MF_MICRO void mf_dw_chan_any(const int16_t *r0, int pw, int nrows, int ow, int c
     case 5: __asm__ volatile(MF_DW_ASM(MF_DW_R2, MF_DW_SF0, MF_DW_CL1) : : "r"(m) : "memory", "cc"); break;
     case 6: __asm__ volatile(MF_DW_ASM(MF_DW_R2, MF_DW_SF1, MF_DW_CL0) : : "r"(m) : "memory", "cc"); break;
     default: __asm__ volatile(MF_DW_ASM(MF_DW_R2, MF_DW_SF1, MF_DW_CL1) : : "r"(m) : "memory", "cc"); break;
+    }
+}
+
+/* An odd ow: the pairs first, then the last column of every row as a pair whose second
+ * (phantom) output, stored first with c = 0, is overwritten by the real one. */
+MF_MICRO void mf_dw_chan_any(const int16_t *r0, int pw, int nrows, int ow, int c, const int32_t *k,
+                             int8_t *y, int ystride, int s, int sf, int clamp, int32_t lo,
+                             int32_t hi) {
+    int32_t blk[24];
+    int32_t *m = blk + 8;
+    const int v = (s == 2 ? 4 : 0) + (sf ? 2 : 0) + (clamp ? 1 : 0);
+    blk[0] = k[0], blk[1] = k[1], blk[2] = k[2], blk[3] = k[3], blk[4] = k[4], blk[5] = k[5];
+    blk[6] = blk[7] = k[6];
+    m[0] = k[7], m[1] = k[8], m[2] = k[9], m[3] = lo, m[4] = hi;
+    m[9] = 2 * pw, m[10] = 2 * s * pw, m[12] = ystride;
+    if (ow >= 2) {
+        m[5] = c, m[8] = (int32_t)(uintptr_t)r0, m[11] = (int32_t)(uintptr_t)y;
+        m[13] = ow >> 1, m[14] = nrows;
+        mf_dw_run(m, v);
+    }
+    if (ow & 1) {
+        m[5] = 0, m[8] = (int32_t)(uintptr_t)(r0 + s * (ow - 1));
+        m[11] = (int32_t)(uintptr_t)(y + (ow - 1) * c), m[13] = 1, m[14] = nrows;
+        mf_dw_run(m, v);
     }
 }
 #else
