@@ -127,15 +127,21 @@ def bench_case(h, w, c, s, rng, budget=pack_dw.DEFAULT_BUDGET):
 
 
 def main(argv):
-    flag_sets = [argv[1:]] if len(argv) > 1 else [["-O2"], ["-Os"], ["-O2", "-fno-schedule-insns"]]
+    """dw_bench.py [--kind m4|m4-portable|m3] [--budget BYTES] [gcc flags...]"""
+    args = list(argv[1:])
+    kind, budget = "m4", pack_dw.DEFAULT_BUDGET
+    while args and args[0] in ("--kind", "--budget"):
+        opt, val = args.pop(0), args.pop(0)
+        kind, budget = (val, budget) if opt == "--kind" else (kind, int(val))
+    flag_sets = [args] if args else [["-O2"], ["-Os"], ["-O2", "-fno-schedule-insns"]]
     rng = np.random.default_rng(0)
-    cases, macs = zip(*(bench_case(h, w, c, s, rng) for _, h, w, c, s in SHAPES))
+    cases, macs = zip(*(bench_case(h, w, c, s, rng, budget) for _, h, w, c, s in SHAPES))
     with tempfile.TemporaryDirectory() as tmp:
         for flags in flag_sets:
-            exe = build(cases, "m4", flags, tmp)
-            rows, ok, log = run(exe, "m4")
+            exe = build(cases, kind, flags, tmp)
+            rows, ok, log = run(exe, kind)
             assert len(rows) == len(cases), log
-            print(f"{' '.join(flags)}: kernel code {text_size(exe)} bytes")
+            print(f"{kind} {' '.join(flags)}: kernel code {text_size(exe)} bytes")
             for (name, *_), (ticks, _), m, cs in zip(SHAPES, rows, macs, cases):
                 print(f"  {name:18s} MACs {m:7d}  instr ~{ticks * TICK:8d}  "
                       f"{ticks * TICK / m:5.2f} instr/MAC  scratch {pack_dw.scratch_bytes(cs['geom'])} B")
