@@ -271,8 +271,12 @@ MF_DW_INLINE void mf_dw_chan(const int16_t *r0, int pw, int nrows, int ow, int c
     "smlad r8, r7, " WA ", r8\n\t"                                                             \
     "ldr r12, [" P "]\n\t"                                                                     \
     "smlabt r8, r12, " WB ", r8\n\t"
-#define MF_DW_SF0 ""
-#define MF_DW_SF1 "add r6, r6, r6, asr #31\n\tadd r8, r8, r8, asr #31\n\t"
+/* h + add: one SMMLAR, or with the sign term SMMULR, the sign, then the constant */
+#define MF_DW_SF0 "smmlar r6, r6, r0, r1\n\tsmmlar r8, r8, r0, r1\n\t"
+#define MF_DW_SF1                                                                              \
+    "smmulr r6, r6, r0\n\tsmmulr r8, r8, r0\n\t"                                                \
+    "add r6, r6, r6, asr #31\n\tadd r8, r8, r8, asr #31\n\t"                                    \
+    "add r6, r6, r1\n\tadd r8, r8, r1\n\t"
 #define MF_DW_CL0 ""
 #define MF_DW_CL1                                                                              \
     "cmp r6, r3\n\tit lt\n\tmovlt r6, r3\n\tcmp r6, r4\n\tit gt\n\tmovgt r6, r4\n\t"             \
@@ -295,11 +299,7 @@ MF_DW_INLINE void mf_dw_chan(const int16_t *r0, int pw, int nrows, int ow, int c
     "ldmdb lr, {r0-r6, r8}\n\t"                                                                \
     ROW("r9", "r0", "r1") ROW("r10", "r2", "r3") ROW("r11", "r4", "r5")                        \
     "ldm lr, {r0-r5, r7, r12}\n\t"                                                             \
-    "smmulr r6, r6, r0\n\t"                                                                    \
-    "smmulr r8, r8, r0\n\t"                                                                    \
     SF                                                                                         \
-    "add r6, r6, r1\n\t"                                                                       \
-    "add r8, r8, r1\n\t"                                                                       \
     "asr r6, r6, r2\n\t"                                                                       \
     "asr r8, r8, r2\n\t"                                                                       \
     "ssat r6, #8, r6\n\t"                                                                      \
