@@ -250,14 +250,18 @@ MF_DW_INLINE void mf_dw_chan(const int16_t *r0, int pw, int nrows, int ow, int c
 }
 
 #if MF_USE_DSP && defined(__GNUC__)
-/* The DSP body of one channel's band as one asm block: gcc 12 cannot keep the 6 weight pairs,
- * 2 accumulators, 3 row pointers and 2 data words in registers (it spilled ~25 instructions per
- * output pair) and splits the 64-bit loads. All 14 registers are saved and used; the state
- * lives in a word block addressed by lr, reloaded with one LDM where a phase needs it:
- *   lr[-8..-1] weight pairs k01a k12a k01b k12b k01c k12c, bias, bias  (LDMDB: r0-r5, r6, r8)
- *   lr[0..7]   mult add post lo hi c o n                              (LDM: r0-r5, r7, r12)
- *   lr[8..14]  rowbase pwb rowstep yrow ystride npairs rows
- * Pair of outputs: r6, r8 accumulators; r9-r11 kernel-row pointers; r12, r7 data words. */
+/* The DSP body of a band of up to 4 channels as one asm block: gcc 12 cannot keep the 6 weight
+ * pairs, 2 accumulators, 3 row pointers and 2 data words in registers (it spilled ~25
+ * instructions per output pair) and splits the 64-bit loads. All 14 registers are saved and
+ * used; the state lives in a word block addressed by lr, reloaded with one LDM where a phase
+ * needs it:
+ *   lr[-8..-1]  weight pairs k01a k12a k01b k12b k01c k12c, bias, bias  (LDMDB: r0-r5, r6, r8)
+ *   lr[0..7]    mult add post lo hi c o n                              (LDM: r0-r5, r7, r12)
+ *   lr[8..14]   rowbase pwb rowstep yrow ystride npairs rows           (this channel's rows)
+ *   lr[15..20]  record plane channels rowbase0 y0 rows0                (the channel loop)
+ * Pair of outputs: r6, r8 accumulators; r9-r11 kernel-row pointers; r12, r7 data words.
+ * Per pair of outputs at stride 1: 31 instructions (LDMDB, 3 x (LDRD + 4 MAC), LDM, 2 SMMLAR,
+ * 2 ASR, 2 SSAT, 2 STRB, ADD, SUBS, STRD, BNE); per output row 15, per channel 20. */
 #define MF_DW_R1(P, WA, WB)                                                                   \
     "ldrd r12, r7, [" P "], #4\n\t"                                                            \
     "smlad r6, r12, " WA ", r6\n\t"                                                            \
@@ -284,6 +288,23 @@ MF_DW_INLINE void mf_dw_chan(const int16_t *r0, int pw, int nrows, int ow, int c
 #define MF_DW_ASM(ROW, SF, CL)                                                                \
     "push {r0-r12, lr}\n\t"                                                                    \
     "mov lr, %0\n"                                                                             \
+    "5:\n\t" /* channel: its record to lr[-8..2], its rows and outputs */                       \
+    "ldr r12, [lr, #60]\n\t"                                                                   \
+    "ldm r12!, {r0-r6}\n\t"                                                                    \
+    "mov r7, r6\n\t"                                                                           \
+    "stmdb lr, {r0-r7}\n\t"                                                                    \
+    "ldm r12!, {r0-r2}\n\t"                                                                    \
+    "str r12, [lr, #60]\n\t"                                                                   \
+    "stm lr, {r0-r2}\n\t"                                                                      \
+    "add r0, lr, #64\n\t"                                                                      \
+    "ldm r0, {r1-r5}\n\t" /* plane channels rowbase0 y0 rows0 */                               \
+    "str r3, [lr, #32]\n\t"                                                                    \
+    "str r4, [lr, #44]\n\t"                                                                    \
+    "str r5, [lr, #56]\n\t"                                                                    \
+    "add r3, r3, r1\n\t"                                                                       \
+    "add r4, r4, #1\n\t"                                                                       \
+    "subs r2, r2, #1\n\t"                                                                      \
+    "stm r0, {r1-r4}\n"                                                                        \
     "1:\n\t" /* output row: kernel-row pointers, o, n; next rowbase and yrow */                \
     "add r0, lr, #32\n\t"                                                                      \
     "ldm r0, {r1-r6}\n\t"                                                                      \
@@ -315,9 +336,12 @@ MF_DW_INLINE void mf_dw_chan(const int16_t *r0, int pw, int nrows, int ow, int c
     "subs r0, r0, #1\n\t"                                                                      \
     "str r0, [lr, #56]\n\t"                                                                    \
     "bne 1b\n\t"                                                                               \
+    "ldr r0, [lr, #68]\n\t"                                                                    \
+    "cmp r0, #0\n\t"                                                                           \
+    "bne 5b\n\t"                                                                               \
     "pop {r0-r12, lr}\n\t"
 
-/* One run of the asm over the rows described by m (see above); v: stride 2, sign term, clamp. */
+/* One run of the asm over the channels and rows described by m; v: stride 2, sign, clamp. */
 MF_MICRO void mf_dw_run(int32_t *m, int v) {
     switch (v) {
     case 0: __asm__ volatile(MF_DW_ASM(MF_DW_R1, MF_DW_SF0, MF_DW_CL0) : : "r"(m) : "memory", "cc"); break;
@@ -331,43 +355,47 @@ MF_MICRO void mf_dw_run(int32_t *m, int v) {
     }
 }
 
-/* An odd ow: the pairs first, then the last column of every row as a pair whose second
- * (phantom) output, stored first with c = 0, is overwritten by the real one. */
-MF_MICRO void mf_dw_chan_any(const int16_t *r0, int pw, int nrows, int ow, int c, const int32_t *k,
-                             int8_t *y, int ystride, int s, int sf, int clamp, int32_t lo,
-                             int32_t hi) {
-    int32_t blk[24];
+/* nch channels (planes `plane` int16 apart, records pk, outputs y, y + 1, ...), nrows output
+ * rows each. An odd ow: the pairs first, then the last column of every row as a pair whose
+ * second (phantom) output, stored first with c = 0, is overwritten by the real one. */
+MF_MICRO void mf_dw_chans(const int16_t *r0, int plane, int nch, int pw, int nrows, int ow, int c,
+                          const int32_t *pk, int8_t *y, int ystride, int s, int sf, int clamp,
+                          int32_t lo, int32_t hi) {
+    int32_t blk[29];
     int32_t *m = blk + 8;
     const int v = (s == 2 ? 4 : 0) + (sf ? 2 : 0) + (clamp ? 1 : 0);
-    blk[0] = k[0], blk[1] = k[1], blk[2] = k[2], blk[3] = k[3], blk[4] = k[4], blk[5] = k[5];
-    blk[6] = blk[7] = k[6];
-    m[0] = k[7], m[1] = k[8], m[2] = k[9], m[3] = lo, m[4] = hi;
-    m[9] = 2 * pw, m[10] = 2 * s * pw, m[12] = ystride;
+    m[3] = lo, m[4] = hi, m[9] = 2 * pw, m[10] = 2 * s * pw, m[12] = ystride, m[14] = nrows;
+    m[16] = 2 * plane, m[20] = nrows;
     if (ow >= 2) {
-        m[5] = c, m[8] = (int32_t)(uintptr_t)r0, m[11] = (int32_t)(uintptr_t)y;
-        m[13] = ow >> 1, m[14] = nrows;
+        m[5] = c, m[13] = ow >> 1, m[15] = (int32_t)(uintptr_t)pk, m[17] = nch;
+        m[18] = (int32_t)(uintptr_t)r0, m[19] = (int32_t)(uintptr_t)y;
         mf_dw_run(m, v);
     }
     if (ow & 1) {
-        m[5] = 0, m[8] = (int32_t)(uintptr_t)(r0 + s * (ow - 1));
-        m[11] = (int32_t)(uintptr_t)(y + (ow - 1) * c), m[13] = 1, m[14] = nrows;
+        m[5] = 0, m[13] = 1, m[15] = (int32_t)(uintptr_t)pk, m[17] = nch;
+        m[18] = (int32_t)(uintptr_t)(r0 + s * (ow - 1));
+        m[19] = (int32_t)(uintptr_t)(y + (ow - 1) * c);
         mf_dw_run(m, v);
     }
 }
 #else
-/* The 8 specialisations of mf_dw_chan (stride, sign term, clamp), chosen per channel. */
-MF_MICRO void mf_dw_chan_any(const int16_t *r0, int pw, int nrows, int ow, int c, const int32_t *k,
-                             int8_t *y, int ystride, int s, int sf, int clamp, int32_t lo,
-                             int32_t hi) {
-    switch ((s == 2 ? 4 : 0) + (sf ? 2 : 0) + (clamp ? 1 : 0)) {
-    case 0: mf_dw_chan(r0, pw, nrows, ow, c, k, y, ystride, 1, 0, 0, lo, hi); break;
-    case 1: mf_dw_chan(r0, pw, nrows, ow, c, k, y, ystride, 1, 0, 1, lo, hi); break;
-    case 2: mf_dw_chan(r0, pw, nrows, ow, c, k, y, ystride, 1, 1, 0, lo, hi); break;
-    case 3: mf_dw_chan(r0, pw, nrows, ow, c, k, y, ystride, 1, 1, 1, lo, hi); break;
-    case 4: mf_dw_chan(r0, pw, nrows, ow, c, k, y, ystride, 2, 0, 0, lo, hi); break;
-    case 5: mf_dw_chan(r0, pw, nrows, ow, c, k, y, ystride, 2, 0, 1, lo, hi); break;
-    case 6: mf_dw_chan(r0, pw, nrows, ow, c, k, y, ystride, 2, 1, 0, lo, hi); break;
-    default: mf_dw_chan(r0, pw, nrows, ow, c, k, y, ystride, 2, 1, 1, lo, hi); break;
+MF_MICRO void mf_dw_chans(const int16_t *r0, int plane, int nch, int pw, int nrows, int ow, int c,
+                          const int32_t *pk, int8_t *y, int ystride, int s, int sf, int clamp,
+                          int32_t lo, int32_t hi) {
+    /* the 8 specialisations of mf_dw_chan (stride, sign term, clamp) */
+    const int v = (s == 2 ? 4 : 0) + (sf ? 2 : 0) + (clamp ? 1 : 0);
+    int k;
+    for (k = 0; k < nch; ++k, r0 += plane, pk += MF_DW_REC, ++y) {
+        switch (v) {
+        case 0: mf_dw_chan(r0, pw, nrows, ow, c, pk, y, ystride, 1, 0, 0, lo, hi); break;
+        case 1: mf_dw_chan(r0, pw, nrows, ow, c, pk, y, ystride, 1, 0, 1, lo, hi); break;
+        case 2: mf_dw_chan(r0, pw, nrows, ow, c, pk, y, ystride, 1, 1, 0, lo, hi); break;
+        case 3: mf_dw_chan(r0, pw, nrows, ow, c, pk, y, ystride, 1, 1, 1, lo, hi); break;
+        case 4: mf_dw_chan(r0, pw, nrows, ow, c, pk, y, ystride, 2, 0, 0, lo, hi); break;
+        case 5: mf_dw_chan(r0, pw, nrows, ow, c, pk, y, ystride, 2, 0, 1, lo, hi); break;
+        case 6: mf_dw_chan(r0, pw, nrows, ow, c, pk, y, ystride, 2, 1, 0, lo, hi); break;
+        default: mf_dw_chan(r0, pw, nrows, ow, c, pk, y, ystride, 2, 1, 1, lo, hi); break;
+        }
     }
 }
 #endif
@@ -417,10 +445,15 @@ MF_MICRO void mf_dw3x3_s8(const int8_t *x, int8_t *y, const int32_t *pk, const m
                     for (k = 0; k < nc; ++k) mf_dw_fill(d + k * plane, w, zz);
                 }
             }
-            for (k = 0; k < nc; ++k) {
+            /* channels whose sign term differs from the layer's (post = 0) run on their own */
+            for (k = 0; k < nc;) {
                 const int32_t *kk = pk + (c0 + k) * MF_DW_REC;
-                mf_dw_chan_any(scratch + k * plane, pw, nb, ow, yp, kk, y + oy0 * yr + c0 + k,
-                               yr, s, signfix && kk[9] != 0, clamp, lo, hi);
+                const int sf = signfix && kk[9] != 0;
+                int n = 1;
+                while (k + n < nc && (signfix && kk[n * MF_DW_REC + 9] != 0) == sf) ++n;
+                mf_dw_chans(scratch + k * plane, plane, n, pw, nb, ow, yp, kk,
+                            y + oy0 * yr + c0 + k, yr, s, sf, clamp, lo, hi);
+                k += n;
             }
         }
     }
