@@ -60,22 +60,30 @@ def tflm_padding(h, w, s, same):
     return oh, ow, max((oh - 1) * s + 3 - h, 0) // 2, max((ow - 1) * s + 3 - w, 0) // 2
 
 
-def random_case(rng, h, w, c, s, same, act, budget):
+def random_case(rng, h, w, c, s, same, act, budget, small=False):
+    """small: tiny weights, inputs near the zero point and multipliers >= 0.5 on some channels,
+    so that outputs without a rounding shift (post = 0) land inside the int8 range."""
     oh, ow, pt, pl = tflm_padding(h, w, s, same)
-    wmax = int(rng.choice([3, 40, 127]))
+    wmax = 1 if small else int(rng.choice([3, 40, 127]))
     wts = rng.integers(-wmax, wmax + 1, (3, 3, c))
-    bias = rng.integers(-30000, 30000, c)
+    bias = rng.integers(-20, 20, c) if small else rng.integers(-30000, 30000, c)
     x_zp, y_zp = (int(v) for v in rng.integers(-128, 128, 2))
+    if small:
+        x_zp, y_zp = int(rng.integers(-20, 20)), int(rng.integers(-20, 20))
     mult = rng.integers(2**30, 2**31, c)
     shift = rng.integers(-14, 2, c)
     tie = rng.random(c) < 0.3  # power-of-two scales: many accumulators round half way
     mult[tie], shift[tie] = 2**30, rng.integers(-7, 0, tie.sum())
+    if small:
+        shift = np.where(np.arange(c) % 3 == 0, 0, rng.integers(-3, 0, c))
     lo, hi = -128, 127
     if act == "relu":
         lo = max(-128, y_zp)
     elif act == "relu6":
         lo, hi = max(-128, y_zp), min(127, y_zp + int(rng.integers(5, 120)))
     x = rng.integers(-128, 128, (h, w, c))
+    if small:
+        x = np.clip(x_zp + rng.integers(-6, 7, (h, w, c)), -128, 127)
     geom = pack_dw.geometry(h, w, c, oh, ow, s, pt, pl, budget=budget)
     pk = pack_dw.pack_dw(wts, bias, x_zp, mult, shift, y_zp, geom["transpose"])
     assert geom is not None and pk is not None
@@ -92,8 +100,10 @@ def make_cases(seed=0, n=28):
                        int(rng.integers(1, 20)), int(rng.integers(1, 3)), bool(rng.random() < .6))
                       for _ in range(n - len(fixed))]
     acts = ["none", "relu", "relu6"]
-    return [random_case(rng, h, w, c, s, same, acts[i % 3], [0, 300, 4096][i % 3 if i > 2 else 2])
-            for i, (h, w, c, s, same) in enumerate(shapes)]
+    out = [random_case(rng, h, w, c, s, same, acts[i % 3], [0, 300, 4096][i % 3 if i > 2 else 2])
+           for i, (h, w, c, s, same) in enumerate(shapes)]
+    # channels with and without a rounding shift side by side, outputs not clamped away
+    return out + [random_case(rng, 7, 6, 7, s, True, "none", 4096, small=True) for s in (1, 2)]
 
 
 @pytest.fixture(scope="module")
@@ -116,6 +126,9 @@ def test_cases_cover_the_edges(cases):
     assert any(g["ow"] % 2 for g in geoms) and any(c["lo"] > -128 for c in cases)
     assert any(c["signfix"] for c in cases) and any(g["pad_l"] == 0 for g in geoms)
     assert any(g["transpose"] for g in geoms) and not all(g["transpose"] for g in geoms)
+    # a sign term on, with channels of post = 0 (no rounding) whose outputs are not all clamped
+    assert any(c["signfix"] and (c["pk"][:, 9] == 0).any() and (c["pk"][:, 9] != 0).any()
+               and (np.abs(c["want"].astype(int)) < 100).mean() > .5 for c in cases)
 
 
 @pytest.mark.parametrize("opt", ["-O0", "-O2"])
