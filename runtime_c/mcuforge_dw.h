@@ -33,14 +33,10 @@ static inline int mf_dw_smmlar_asm(int a, int b, int c) {
 #if defined(__GNUC__)
 #define MF_DW_INLINE static inline __attribute__((always_inline))
 typedef uint32_t mf_dw_u32 __attribute__((may_alias));
-typedef uint32_t mf_dw_u32u __attribute__((may_alias, aligned(1))); /* unaligned: LDR/STR on v7-M */
-#define MF_DW_GET32(p) (*(const mf_dw_u32u *)(const void *)(p))
+typedef uint32_t mf_dw_u32u __attribute__((may_alias, aligned(1))); /* STR on v7-M, no call */
 #define MF_DW_PUT32(p, v) (*(mf_dw_u32u *)(void *)(p) = (v))
 #else
 #define MF_DW_INLINE static inline
-typedef uint32_t mf_dw_u32;
-MF_DW_INLINE uint32_t mf_dw_get32(const void *p) { uint32_t v; memcpy(&v, p, 4); return v; }
-#define MF_DW_GET32(p) mf_dw_get32(p)
 #define MF_DW_PUT32(p, v) do { uint32_t v_ = (v); memcpy((p), &v_, 4); } while (0)
 #endif
 
@@ -59,18 +55,7 @@ typedef struct {
     int16_t rows;          /* rows per channel: (output rows per band - 1) * stride + 3 */
 } mf_dw_geom;
 
-/* ---- the DSP primitives, and their portable twins (same integers) ------------------------ */
-#if MF_USE_DSP
-#define mf_dw_smlad(a, b, c) __smlad((int32_t)(a), (int32_t)(b), (c))
-#define mf_dw_smlatb(a, b, c) __smlatb((int32_t)(a), (int32_t)(b), (c))
-#define mf_dw_smlabt(a, b, c) __smlabt((int32_t)(a), (int32_t)(b), (c))
-#define mf_dw_sat8(v) __ssat((v), 8)
-MF_DW_INLINE int32_t mf_dw_smmulr(int32_t a, int32_t b) { /* mf_smmlar without the zero */
-    int32_t r;
-    __asm__("smmulr %0, %1, %2" : "=r"(r) : "r"(a), "r"(b));
-    return r;
-}
-#else
+/* ---- the portable body's primitives: the DSP instructions' integers in C --------------- */
 MF_DW_INLINE int32_t mf_dw_lo(uint32_t a) { return (int32_t)(int16_t)(a & 0xFFFFu); }
 MF_DW_INLINE int32_t mf_dw_hi(uint32_t a) { return (int32_t)(int16_t)(a >> 16); }
 /* Every partial sum is an accumulator of some input (see pack_dw.py), so int32 cannot overflow. */
@@ -84,13 +69,21 @@ MF_DW_INLINE int32_t mf_dw_smlabt(uint32_t a, uint32_t b, int32_t c) {
     return c + mf_dw_lo(a) * mf_dw_hi(b);
 }
 MF_DW_INLINE int32_t mf_dw_sat8(int32_t v) { return v < -128 ? -128 : v > 127 ? 127 : v; }
-#define mf_dw_smmulr mf_smmlar
+/* one aligned word of the scratch (two int16) */
+MF_DW_INLINE uint32_t mf_dw_ld(const int16_t *p, int i) {
+#if defined(__GNUC__)
+    return ((const mf_dw_u32 *)(const void *)p)[i];
+#else
+    uint32_t v;
+    memcpy(&v, p + 2 * i, 4);
+    return v;
 #endif
+}
 
 /* mf_rq_apply with the left shift already in the accumulator, then the clamp. */
 MF_DW_INLINE int32_t mf_dw_rq(int32_t acc, int32_t mult, int32_t add, int32_t post, int sf,
                               int clamp, int32_t lo, int32_t hi) {
-    int32_t h = mf_dw_smmulr(acc, mult);
+    int32_t h = mf_smmlar(acc, mult);
     int32_t v = h + add;
     if (sf) v += h >> 31;
     v = mf_dw_sat8(v >> post);
@@ -109,102 +102,97 @@ MF_DW_INLINE void mf_dw_fill(int16_t *d, int n, uint32_t zz) {
     if (n) *d = (int16_t)zz;
 }
 
-#if MF_USE_DSP
-MF_DW_INLINE uint32_t mf_dw_sxtb16r8(uint32_t a) { /* bytes 1 and 3, sign-extended */
-    uint32_t r;
-    __asm__("sxtb16 %0, %1, ror #8" : "=r"(r) : "r"(a));
-    return r;
-}
-MF_DW_INLINE uint32_t mf_dw_pkhbt(uint32_t lo, uint32_t hi) { /* low halves of lo, hi */
-    uint32_t r;
-    __asm__("pkhbt %0, %1, %2, lsl #16" : "=r"(r) : "r"(lo), "r"(hi));
-    return r;
-}
-MF_DW_INLINE uint32_t mf_dw_pkhtb(uint32_t hi, uint32_t lo) { /* high halves of lo, hi */
-    uint32_t r;
-    __asm__("pkhtb %0, %1, %2, asr #16" : "=r"(r) : "r"(hi), "r"(lo));
-    return r;
-}
-#endif
-
 /* Widen one row of w pixels (pixel stride xp bytes, nc <= 4 channels from x) into nc planar
- * int16 rows at dst, dst + plane, ... */
+ * int16 rows at dst, dst + plane, ... (the portable body; the DSP one is below) */
 MF_DW_INLINE void mf_dw_widen(const int8_t *x, int w, int xp, int nc, int16_t *dst, int plane) {
-    int px = 0;
-#if MF_USE_DSP
-    if (nc == MF_DW_CB) {
-        int16_t *d0 = dst, *d1 = dst + plane, *d2 = dst + 2 * plane, *d3 = dst + 3 * plane;
-        uint32_t a, a02, a13;
-#if defined(__GNUC__)
-        if (w >= 2) { /* gcc spills this loop at -Os: 17 instructions per 2 pixels x 4 channels */
-            int n = w >> 1;
-            uint32_t t0, t1, t2, t3, t4;
-            __asm__ volatile(
-                "1:\n\t"
-                "ldr %[a], [%[x]]\n\t"
-                "ldr %[b], [%[x], %[xp]]\n\t"
-                "add %[x], %[x], %[xp], lsl #1\n\t"
-                "sxtb16 %[e], %[a]\n\t"
-                "sxtb16 %[f], %[b]\n\t"
-                "pkhbt %[t], %[e], %[f], lsl #16\n\t"
-                "pkhtb %[f], %[f], %[e], asr #16\n\t"
-                "str %[t], [%[d0]], #4\n\t"
-                "str %[f], [%[d2]], #4\n\t"
-                "sxtb16 %[e], %[a], ror #8\n\t"
-                "sxtb16 %[f], %[b], ror #8\n\t"
-                "pkhbt %[t], %[e], %[f], lsl #16\n\t"
-                "pkhtb %[f], %[f], %[e], asr #16\n\t"
-                "str %[t], [%[d1]], #4\n\t"
-                "str %[f], [%[d3]], #4\n\t"
-                "subs %[n], %[n], #1\n\t"
-                "bne 1b\n\t"
-                : [x] "+r"(x), [d0] "+r"(d0), [d1] "+r"(d1), [d2] "+r"(d2), [d3] "+r"(d3),
-                  [n] "+r"(n), [a] "=&r"(t0), [b] "=&r"(t1), [e] "=&r"(t2), [f] "=&r"(t3),
-                  [t] "=&r"(t4)
-                : [xp] "r"(xp)
-                : "memory", "cc");
-            px = w & ~1;
-        }
-#else
-        for (; px + 2 <= w; px += 2) {
-            uint32_t b, b02, b13;
-            a = MF_DW_GET32(x);
-            b = MF_DW_GET32(x + xp);
-            x += 2 * xp;
-            a02 = (uint32_t)__sxtb16((int32_t)a), a13 = mf_dw_sxtb16r8(a);
-            b02 = (uint32_t)__sxtb16((int32_t)b), b13 = mf_dw_sxtb16r8(b);
-            mf_dw_put32(d0, mf_dw_pkhbt(a02, b02)), d0 += 2;
-            mf_dw_put32(d1, mf_dw_pkhbt(a13, b13)), d1 += 2;
-            mf_dw_put32(d2, mf_dw_pkhtb(b02, a02)), d2 += 2;
-            mf_dw_put32(d3, mf_dw_pkhtb(b13, a13)), d3 += 2;
-        }
-#endif
-        if (px < w) {
-            a = MF_DW_GET32(x);
-            a02 = (uint32_t)__sxtb16((int32_t)a), a13 = mf_dw_sxtb16r8(a);
-            d0[0] = (int16_t)a02, d2[0] = (int16_t)(a02 >> 16);
-            d1[0] = (int16_t)a13, d3[0] = (int16_t)(a13 >> 16);
-        }
-        return;
-    }
-#endif
-    for (; px < w; ++px, ++dst, x += xp) {
+    for (; w > 0; --w, ++dst, x += xp) {
         int k;
         for (k = 0; k < nc; ++k) dst[k * plane] = x[k];
     }
+}
+
+/* Widen nrows rows (xr bytes apart in x, pw int16 apart in dst) of w pixels of nc channels. */
+MF_DW_INLINE void mf_dw_widen_rows(const int8_t *x, int xr, int nrows, int w, int xp, int nc,
+                                   int16_t *dst, int pw, int plane) {
+#if MF_USE_DSP && defined(__GNUC__)
+    if (nc == MF_DW_CB) { /* one asm block: gcc's row loop cost ~50 instructions a row */
+        int32_t m[9];
+        m[0] = (int32_t)(uintptr_t)x, m[1] = xp, m[2] = (int32_t)(uintptr_t)dst, m[3] = w >> 1;
+        m[4] = 2 * plane, m[5] = xr, m[6] = 2 * pw, m[7] = nrows, m[8] = w & 1;
+        __asm__ volatile(
+            "push {r0-r12, lr}\n\t"
+            "mov lr, %0\n"
+            "1:\n\t"
+            "ldm lr, {r0, r1, r2, r6, r12}\n\t" /* x xp d0 npairs plane */
+            "add r3, r2, r12\n\t"
+            "add r4, r3, r12\n\t"
+            "add r5, r4, r12\n\t"
+            "cmp r6, #0\n\t"
+            "beq 3f\n"
+            "2:\n\t"
+            "ldr r7, [r0]\n\t"
+            "ldr r8, [r0, r1]\n\t"
+            "add r0, r0, r1, lsl #1\n\t"
+            "sxtb16 r9, r7\n\t"
+            "sxtb16 r10, r8\n\t"
+            "pkhbt r11, r9, r10, lsl #16\n\t"
+            "pkhtb r10, r10, r9, asr #16\n\t"
+            "str r11, [r2], #4\n\t"
+            "str r10, [r4], #4\n\t"
+            "sxtb16 r9, r7, ror #8\n\t"
+            "sxtb16 r10, r8, ror #8\n\t"
+            "pkhbt r11, r9, r10, lsl #16\n\t"
+            "pkhtb r10, r10, r9, asr #16\n\t"
+            "str r11, [r3], #4\n\t"
+            "str r10, [r5], #4\n\t"
+            "subs r6, r6, #1\n\t"
+            "bne 2b\n"
+            "3:\n\t" /* an odd last pixel */
+            "ldr r7, [lr, #32]\n\t"
+            "cmp r7, #0\n\t"
+            "beq 4f\n\t"
+            "ldr r7, [r0]\n\t"
+            "sxtb16 r8, r7\n\t"
+            "sxtb16 r7, r7, ror #8\n\t"
+            "strh r8, [r2]\n\t"
+            "strh r7, [r3]\n\t"
+            "lsr r8, r8, #16\n\t"
+            "lsr r7, r7, #16\n\t"
+            "strh r8, [r4]\n\t"
+            "strh r7, [r5]\n"
+            "4:\n\t" /* next row */
+            "ldr r0, [lr]\n\t"
+            "ldr r2, [lr, #8]\n\t"
+            "ldrd r7, r8, [lr, #20]\n\t"
+            "add r0, r0, r7\n\t"
+            "add r2, r2, r8\n\t"
+            "str r0, [lr]\n\t"
+            "str r2, [lr, #8]\n\t"
+            "ldr r7, [lr, #28]\n\t"
+            "subs r7, r7, #1\n\t"
+            "str r7, [lr, #28]\n\t"
+            "bne 1b\n\t"
+            "pop {r0-r12, lr}\n\t"
+            :
+            : "r"(m)
+            : "memory", "cc");
+        return;
+    }
+#endif
+    for (; nrows > 0; --nrows, x += xr, dst += pw) mf_dw_widen(x, w, xp, nc, dst, plane);
 }
 
 /* Two adjacent outputs of one kernel row: stride 1 reads columns x..x+3 (words u, v), stride 2
  * columns 2x..2x+5 (u, v, t). */
 #define MF_DW_ROW1(p, k01, k12)                                                              \
     do {                                                                                       \
-        uint32_t u_ = (p)[0], v_ = (p)[1];                                                     \
+        uint32_t u_ = mf_dw_ld(p, 0), v_ = mf_dw_ld(p, 1);                                     \
         a0 = mf_dw_smlad(u_, k01, a0), a1 = mf_dw_smlatb(u_, k01, a1);                         \
         a0 = mf_dw_smlabt(v_, k12, a0), a1 = mf_dw_smlad(v_, k12, a1);                         \
     } while (0)
 #define MF_DW_ROW2(p, k01, k12)                                                              \
     do {                                                                                       \
-        uint32_t u_ = (p)[0], v_ = (p)[1], t_ = (p)[2];                                        \
+        uint32_t u_ = mf_dw_ld(p, 0), v_ = mf_dw_ld(p, 1), t_ = mf_dw_ld(p, 2);                \
         a0 = mf_dw_smlad(u_, k01, a0), a1 = mf_dw_smlad(v_, k01, a1);                          \
         a0 = mf_dw_smlabt(v_, k12, a0), a1 = mf_dw_smlabt(t_, k12, a1);                        \
     } while (0)
@@ -221,13 +209,11 @@ MF_DW_INLINE void mf_dw_chan(const int16_t *r0, int pw, int nrows, int ow, int c
     const int npairs = ow >> 1;
     int row;
     for (row = 0; row < nrows; ++row, r0 += s * pw, y += ystride) {
-        const mf_dw_u32 *p0 = (const mf_dw_u32 *)(const void *)r0;
-        const mf_dw_u32 *p1 = (const mf_dw_u32 *)(const void *)(r0 + pw);
-        const mf_dw_u32 *p2 = (const mf_dw_u32 *)(const void *)(r0 + 2 * pw);
-        const mf_dw_u32 *end = p0 + s * npairs;
+        const int16_t *p0 = r0, *p1 = r0 + pw, *p2 = r0 + 2 * pw;
+        const int16_t *end = p0 + 2 * s * npairs;
         int8_t *o = y;
         int32_t a0, a1;
-        for (; p0 != end; p0 += s, p1 += s, p2 += s, o += 2 * c) {
+        for (; p0 != end; p0 += 2 * s, p1 += 2 * s, p2 += 2 * s, o += 2 * c) {
             a0 = bias, a1 = bias;
             if (s == 1) {
                 MF_DW_ROW1(p0, k01a, k12a); MF_DW_ROW1(p1, k01b, k12b); MF_DW_ROW1(p2, k01c, k12c);
@@ -436,15 +422,15 @@ MF_MICRO void mf_dw3x3_s8(const int8_t *x, int8_t *y, const int32_t *pk, const m
             const int nb = oh - oy0 < band ? oh - oy0 : band;
             const int iy0 = oy0 * s - pad_t;
             int r, k;
-            for (r = 0; r < (nb - 1) * s + 3; ++r) {
-                const int iy = iy0 + r;
-                int16_t *d = scratch + r * pw + pad_l;
-                if (iy >= 0 && iy < h) {
-                    mf_dw_widen(x + iy * xr + c0, w, xp, nc, d, plane);
-                } else if (band < oh) {
-                    for (k = 0; k < nc; ++k) mf_dw_fill(d + k * plane, w, zz);
-                }
-            }
+            const int nr = (nb - 1) * s + 3;                  /* rows of this band */
+            const int r0 = iy0 < 0 ? -iy0 : 0;                /* its rows inside the input */
+            const int r1 = h - iy0 < nr ? h - iy0 : nr;
+            if (r1 > r0)
+                mf_dw_widen_rows(x + (iy0 + r0) * xr + c0, xr, r1 - r0, w, xp, nc,
+                                 scratch + r0 * pw + pad_l, pw, plane);
+            for (r = 0; r < nr && band < oh; ++r) /* zero-point rows where data was before */
+                if (r < r0 || r >= r1)
+                    for (k = 0; k < nc; ++k) mf_dw_fill(scratch + r * pw + pad_l + k * plane, w, zz);
             /* channels whose sign term differs from the layer's (post = 0) run on their own */
             for (k = 0; k < nc;) {
                 const int32_t *kk = pk + (c0 + k) * MF_DW_REC;
