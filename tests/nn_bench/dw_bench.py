@@ -106,6 +106,7 @@ SHAPES = [  # name, h, w, c, stride (SAME padding as TFLite computes it)
     ("VWW 48x48x8 s1", 48, 48, 8, 1),
     ("VWW 48x48x16 s2", 48, 48, 16, 2),
     ("VWW 6x6x256 s1", 6, 6, 256, 1),
+    ("3x3x256 s1 (extra)", 3, 3, 256, 1),
 ]
 
 
