@@ -1,0 +1,111 @@
+"""Compile-time data of the depthwise 3x3 micro-kernel mf_dw3x3_s8 (runtime_c/mcuforge_dw.h):
+the layer geometry with the scratch shape, and the packed per-channel constants.
+
+Both return None when the kernel does not apply (kernel not 3x3, stride not 1 or 2 in both
+directions, dilation, depth multiplier, or a layer whose integers the fast form cannot prove
+exact); the layer then keeps its reference loops.
+
+Scratch: the kernel widens a band of input rows of 4 channels (MF_DW_CB) to planar int16 rows
+with zero-point borders. 4 channels is the unit of one 32-bit NHWC load; more channels per band
+would not save instructions (the per-channel work does not depend on it) but would cost RAM. The
+band holds as many output rows as `budget` bytes allow (all of them when the layer is small, as
+in KWS: 1.7 KB), at least one: 3 rows of 4 channels. Rows shared by two bands are widened twice,
+so a small budget costs a little time (VWW's 48-wide layers: 4 KB -> 8 output rows per band, the
+2 repeated rows add about 0.05 instructions per MAC).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from codegen_c import pack
+
+CB = 4      # MF_DW_CB
+REC = 10    # MF_DW_REC: 6 weight pairs, bias, mult, add, post
+DEFAULT_BUDGET = 4096
+GEOM_FIELDS = ("h", "w", "c", "oh", "ow", "stride", "pad_t", "pad_l", "transpose", "pw",
+               "rows")  # mf_dw_geom, in struct order
+
+
+def geometry(h: int, w: int, c: int, oh: int, ow: int, stride, pad_t: int, pad_l: int,
+             kernel=(3, 3), dilation=(1, 1), budget: int = DEFAULT_BUDGET) -> dict | None:
+    """mf_dw_geom's fields (in GEOM_FIELDS order) for an NHWC [h, w, c] -> [oh, ow, c] layer, or
+    None when the kernel does not handle it. stride: an int or (sh, sw)."""
+    sh, sw = (stride, stride) if np.isscalar(stride) else tuple(stride)
+    if tuple(kernel) != (3, 3) or tuple(dilation) != (1, 1) or sh != sw or sh not in (1, 2):
+        return None
+    s = int(sh)
+    if min(h, w, c, oh, ow) < 1 or pad_t < 0 or pad_l < 0:
+        return None
+    # Walk the columns instead of the rows when that is cheaper (KWS 25x5: 5 rows of 25).
+    transpose = int(_cost(w, h, ow, oh, s) < _cost(h, w, oh, ow, s))
+    vw, vh, voh, vow, vpt, vpl = (h, w, ow, oh, pad_l, pad_t) if transpose else (w, h, oh, ow, pad_t, pad_l)
+    owe = vow + (vow & 1)
+    pw = max(vpl + vw, s * owe + 2)
+    pw += pw & 1
+    row_bytes = CB * pw * 2
+    band = max(1, min(voh, ((budget // row_bytes) - 3) // s + 1))
+    rows = (band - 1) * s + 3
+    g = dict(h=h, w=w, c=c, oh=oh, ow=ow, stride=s, pad_t=pad_t, pad_l=pad_l,
+             transpose=transpose, pw=pw, rows=rows)
+    if max(g.values()) > 2**15 - 1 or (oh * ow * c) > 2**31 - 1:
+        return None
+    return g
+
+
+def _cost(rows: int, width: int, out_rows: int, out_w: int, s: int) -> float:
+    """Instructions per channel of mf_dw3x3_s8's DSP body walking `out_rows` rows of out_w
+    outputs (figures measured on mps2-an386): per output row 15 of set-up and 31 (stride 1) or
+    34 (stride 2) per pair of outputs; an odd row width a second pass of 46 per row; widening
+    ~18 per input row + 17 per 2 pixels, for 4 channels."""
+    pair = 31 if s == 1 else 34
+    compute = out_rows * (15 + pair * (out_w // 2)) + (out_rows * 46 + 20 if out_w & 1 else 0)
+    return compute + rows * (18 + 17 * width / 2) / CB
+
+
+def scratch_bytes(geom: dict) -> int:
+    """Bytes of the int16 scratch mf_dw3x3_s8 needs (4-byte aligned)."""
+    return CB * geom["rows"] * geom["pw"] * 2
+
+
+def pack_dw(weights, bias, x_zp: int, mults, shifts, y_zp: int,
+            transpose: int = 0) -> np.ndarray | None:
+    """[C, REC] int32 constants for mf_dw3x3_s8, or None when the layer's integers are outside
+    the kernel's exact range. weights: int [3, 3, C] (TFLite's [1, 3, 3, C] accepted), bias: [C]
+    int32 or None, mults/shifts: TFLM's per-channel (or per-tensor) multiplier and shift,
+    transpose: the geometry's (the kernel then reads the weights' columns as rows)."""
+    w = np.asarray(weights, np.int64)
+    if w.ndim == 4 and w.shape[0] == 1:
+        w = w[0]
+    if w.ndim != 3 or w.shape[:2] != (3, 3):
+        return None
+    if transpose:
+        w = w.transpose(1, 0, 2)
+    c = w.shape[2]
+    rows = w.reshape(9, c).T  # [C, 9]
+    folded = pack.fold_bias(bias, rows, x_zp)
+    if folded is None:
+        return None
+    bound = pack.acc_bounds(folded, rows)  # raw inputs, padding = x_zp, both in [-128, 127]
+    mults = np.broadcast_to(np.asarray(mults, np.int64).reshape(-1), (c,))
+    shifts = np.broadcast_to(np.asarray(shifts, np.int64).reshape(-1), (c,))
+    rq = pack.requant_params(mults, shifts, int(y_zp), bound)
+    if rq is None:
+        return None
+    pre = rq[:, 2].astype(np.int64)
+    ws = w * (np.int64(1) << pre)[None, None, :]  # the left shift, folded into the weights
+    if np.abs(ws).max(initial=0) > 2**15 - 1:
+        return None
+    bs = folded.astype(np.int64) << pre  # |bias| <= bound and bound << pre fits (requant_params)
+
+    def pair(lo, hi):
+        return (lo & 0xFFFF) | ((hi & 0xFFFF) << 16)
+
+    out = np.zeros((c, REC), np.int64)
+    for ky in range(3):
+        out[:, 2 * ky] = pair(ws[ky, 0], ws[ky, 1])
+        out[:, 2 * ky + 1] = pair(ws[ky, 1], ws[ky, 2])
+    out[:, 6] = bs
+    out[:, 7] = rq[:, 0]
+    out[:, 8] = rq[:, 1]
+    out[:, 9] = rq[:, 3]
+    return ((out + 2**31) % 2**32 - 2**31).astype(np.int32)  # the pairs as int32 words

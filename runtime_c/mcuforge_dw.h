@@ -1,0 +1,448 @@
+/* mcuforge_dw.h: int8 depthwise 3x3 convolution micro-kernel (TFLM numerics, per-channel
+ * quantization, depth multiplier 1, dilation 1, stride 1 or 2, explicit top/left padding).
+ *
+ * Technique: a band of input rows of 4 channels at a time is widened from NHWC int8 to planar
+ * int16 rows whose borders hold the input zero point (the zero point is folded into the bias at
+ * compile time, so padding contributes 0 exactly as TFLM's skipped taps); each kernel row's
+ * weights are stored as two int16 pairs [w0,w1] and [w1,w2], so two adjacent outputs of one
+ * kernel row cost one word load and four multiply-accumulates (SMLAD, SMLATB, SMLABT, SMLAD).
+ * The requantization's left shift is folded into the weights and the bias at compile time;
+ * the rest is mf_rq_apply's SMMLAR form (see mcuforge_nn.h). The portable body reads the same
+ * packed data and scratch layout and computes the same integers.
+ *
+ * Measured on QEMU mps2-an386 (Cortex-M4, arm-none-eabi-gcc 12.2), instructions per MAC with
+ * the relayout included (tests/nn_bench/dw_bench.py): see the figures in the report of the
+ * commit that added them and at mf_dw3x3_s8 below.
+ */
+#ifndef MCUFORGE_DW_H
+#define MCUFORGE_DW_H
+
+/* gcc 12's <arm_acle.h> has no __smmlar, which mcuforge_nn.h's DSP path calls: until that file
+ * provides its own, supply the one instruction here (a no-op once mcuforge_nn.h stops using it). */
+#if defined(__GNUC__) && defined(__ARM_FEATURE_DSP) && __ARM_FEATURE_DSP && !defined(__smmlar)
+static inline int mf_dw_smmlar_asm(int a, int b, int c) {
+    int r;
+    __asm__("smmlar %0, %1, %2, %3" : "=r"(r) : "r"(a), "r"(b), "r"(c));
+    return r;
+}
+#define __smmlar(a, b, c) mf_dw_smmlar_asm((a), (b), (c))
+#define MF_DW_SMMLAR_SHIM 1
+#endif
+#include "mcuforge_nn.h"
+
+#if defined(__GNUC__)
+#define MF_DW_INLINE static inline __attribute__((always_inline))
+typedef uint32_t mf_dw_u32 __attribute__((may_alias));
+typedef uint32_t mf_dw_u32u __attribute__((may_alias, aligned(1))); /* STR on v7-M, no call */
+#define MF_DW_PUT32(p, v) (*(mf_dw_u32u *)(void *)(p) = (v))
+#else
+#define MF_DW_INLINE static inline
+#define MF_DW_PUT32(p, v) do { uint32_t v_ = (v); memcpy((p), &v_, 4); } while (0)
+#endif
+
+#define MF_DW_CB 4   /* channels widened together (one 32-bit load of NHWC int8 per pixel) */
+#define MF_DW_REC 10 /* int32 per channel in the packed array, see mf_dw3x3_s8 */
+
+/* Layer geometry; codegen_c/pack_dw.py computes pw and rows (the scratch shape). */
+typedef struct {
+    int16_t h, w, c;       /* input [h][w][c] int8 */
+    int16_t oh, ow;        /* output [oh][ow][c] int8 */
+    int16_t stride;        /* 1 or 2, both directions */
+    int16_t pad_t, pad_l;  /* zero-point rows above / columns left of the input */
+    int16_t transpose;     /* 1: the kernel walks columns (narrow images: fewer, longer rows) */
+    /* the scratch, in the kernel's view (h, w, oh, ow, pad_t, pad_l swapped when transpose): */
+    int16_t pw;            /* int16 per row: even, >= pad_l + w, >= s * (ow rounded up to even) + 2 */
+    int16_t rows;          /* rows per channel: (output rows per band - 1) * stride + 3 */
+} mf_dw_geom;
+
+/* ---- the portable body's primitives: the DSP instructions' integers in C --------------- */
+MF_DW_INLINE int32_t mf_dw_lo(uint32_t a) { return (int32_t)(int16_t)(a & 0xFFFFu); }
+MF_DW_INLINE int32_t mf_dw_hi(uint32_t a) { return (int32_t)(int16_t)(a >> 16); }
+/* Every partial sum is an accumulator of some input (see pack_dw.py), so int32 cannot overflow. */
+MF_DW_INLINE int32_t mf_dw_smlad(uint32_t a, uint32_t b, int32_t c) {
+    return c + mf_dw_lo(a) * mf_dw_lo(b) + mf_dw_hi(a) * mf_dw_hi(b);
+}
+MF_DW_INLINE int32_t mf_dw_smlatb(uint32_t a, uint32_t b, int32_t c) {
+    return c + mf_dw_hi(a) * mf_dw_lo(b);
+}
+MF_DW_INLINE int32_t mf_dw_smlabt(uint32_t a, uint32_t b, int32_t c) {
+    return c + mf_dw_lo(a) * mf_dw_hi(b);
+}
+MF_DW_INLINE int32_t mf_dw_sat8(int32_t v) { return v < -128 ? -128 : v > 127 ? 127 : v; }
+/* one aligned word of the scratch (two int16) */
+MF_DW_INLINE uint32_t mf_dw_ld(const int16_t *p, int i) {
+#if defined(__GNUC__)
+    return ((const mf_dw_u32 *)(const void *)p)[i];
+#else
+    uint32_t v;
+    memcpy(&v, p + 2 * i, 4);
+    return v;
+#endif
+}
+
+/* mf_rq_apply with the left shift already in the accumulator, then the clamp. */
+MF_DW_INLINE int32_t mf_dw_rq(int32_t acc, int32_t mult, int32_t add, int32_t post, int sf,
+                              int clamp, int32_t lo, int32_t hi) {
+    int32_t h = mf_smmlar(acc, mult);
+    int32_t v = h + add;
+    if (sf) v += h >> 31;
+    v = mf_dw_sat8(v >> post);
+    if (clamp) {
+        v = v < lo ? lo : v;
+        v = v > hi ? hi : v;
+    }
+    return v;
+}
+
+MF_DW_INLINE void mf_dw_put32(int16_t *p, uint32_t v) { MF_DW_PUT32(p, v); }
+
+/* n int16 of the zero point (zz: two of them) from d on, d 2-byte aligned. */
+MF_DW_INLINE void mf_dw_fill(int16_t *d, int n, uint32_t zz) {
+    for (; n >= 2; n -= 2, d += 2) mf_dw_put32(d, zz);
+    if (n) *d = (int16_t)zz;
+}
+
+/* Widen one row of w pixels (pixel stride xp bytes, nc <= 4 channels from x) into nc planar
+ * int16 rows at dst, dst + plane, ... (the portable body; the DSP one is below) */
+MF_DW_INLINE void mf_dw_widen(const int8_t *x, int w, int xp, int nc, int16_t *dst, int plane) {
+    for (; w > 0; --w, ++dst, x += xp) {
+        int k;
+        for (k = 0; k < nc; ++k) dst[k * plane] = x[k];
+    }
+}
+
+/* Widen nrows rows (xr bytes apart in x, pw int16 apart in dst) of w pixels of nc channels. */
+MF_DW_INLINE void mf_dw_widen_rows(const int8_t *x, int xr, int nrows, int w, int xp, int nc,
+                                   int16_t *dst, int pw, int plane) {
+#if MF_USE_DSP && defined(__GNUC__)
+    if (nc == MF_DW_CB) { /* one asm block: gcc's row loop cost ~50 instructions a row */
+        int32_t m[9];
+        m[0] = (int32_t)(uintptr_t)x, m[1] = xp, m[2] = (int32_t)(uintptr_t)dst, m[3] = w >> 1;
+        m[4] = 2 * plane, m[5] = xr, m[6] = 2 * pw, m[7] = nrows, m[8] = w & 1;
+        __asm__ volatile(
+            "push {r0-r12, lr}\n\t"
+            "mov lr, %0\n"
+            "1:\n\t"
+            "ldm lr, {r0, r1, r2, r6, r12}\n\t" /* x xp d0 npairs plane */
+            "add r3, r2, r12\n\t"
+            "add r4, r3, r12\n\t"
+            "add r5, r4, r12\n\t"
+            "cmp r6, #0\n\t"
+            "beq 3f\n"
+            "2:\n\t"
+            "ldr r7, [r0]\n\t"
+            "ldr r8, [r0, r1]\n\t"
+            "add r0, r0, r1, lsl #1\n\t"
+            "sxtb16 r9, r7\n\t"
+            "sxtb16 r10, r8\n\t"
+            "pkhbt r11, r9, r10, lsl #16\n\t"
+            "pkhtb r10, r10, r9, asr #16\n\t"
+            "str r11, [r2], #4\n\t"
+            "str r10, [r4], #4\n\t"
+            "sxtb16 r9, r7, ror #8\n\t"
+            "sxtb16 r10, r8, ror #8\n\t"
+            "pkhbt r11, r9, r10, lsl #16\n\t"
+            "pkhtb r10, r10, r9, asr #16\n\t"
+            "str r11, [r3], #4\n\t"
+            "str r10, [r5], #4\n\t"
+            "subs r6, r6, #1\n\t"
+            "bne 2b\n"
+            "3:\n\t" /* an odd last pixel */
+            "ldr r7, [lr, #32]\n\t"
+            "cmp r7, #0\n\t"
+            "beq 4f\n\t"
+            "ldr r7, [r0]\n\t"
+            "sxtb16 r8, r7\n\t"
+            "sxtb16 r7, r7, ror #8\n\t"
+            "strh r8, [r2]\n\t"
+            "strh r7, [r3]\n\t"
+            "lsr r8, r8, #16\n\t"
+            "lsr r7, r7, #16\n\t"
+            "strh r8, [r4]\n\t"
+            "strh r7, [r5]\n"
+            "4:\n\t" /* next row */
+            "ldr r0, [lr]\n\t"
+            "ldr r2, [lr, #8]\n\t"
+            "ldrd r7, r8, [lr, #20]\n\t"
+            "add r0, r0, r7\n\t"
+            "add r2, r2, r8\n\t"
+            "str r0, [lr]\n\t"
+            "str r2, [lr, #8]\n\t"
+            "ldr r7, [lr, #28]\n\t"
+            "subs r7, r7, #1\n\t"
+            "str r7, [lr, #28]\n\t"
+            "bne 1b\n\t"
+            "pop {r0-r12, lr}\n\t"
+            :
+            : "r"(m)
+            : "memory", "cc");
+        return;
+    }
+#endif
+    for (; nrows > 0; --nrows, x += xr, dst += pw) mf_dw_widen(x, w, xp, nc, dst, plane);
+}
+
+/* Two adjacent outputs of one kernel row: stride 1 reads columns x..x+3 (words u, v), stride 2
+ * columns 2x..2x+5 (u, v, t). */
+#define MF_DW_ROW1(p, k01, k12)                                                              \
+    do {                                                                                       \
+        uint32_t u_ = mf_dw_ld(p, 0), v_ = mf_dw_ld(p, 1);                                     \
+        a0 = mf_dw_smlad(u_, k01, a0), a1 = mf_dw_smlatb(u_, k01, a1);                         \
+        a0 = mf_dw_smlabt(v_, k12, a0), a1 = mf_dw_smlad(v_, k12, a1);                         \
+    } while (0)
+#define MF_DW_ROW2(p, k01, k12)                                                              \
+    do {                                                                                       \
+        uint32_t u_ = mf_dw_ld(p, 0), v_ = mf_dw_ld(p, 1), t_ = mf_dw_ld(p, 2);                \
+        a0 = mf_dw_smlad(u_, k01, a0), a1 = mf_dw_smlad(v_, k01, a1);                          \
+        a0 = mf_dw_smlabt(v_, k12, a0), a1 = mf_dw_smlabt(t_, k12, a1);                        \
+    } while (0)
+
+/* All output rows of one channel in the band: rows r0 (3 kernel rows at r0, r0 + pw, r0 + 2pw),
+ * the next output row s * pw further; outputs to y, y + c, ... (NHWC). */
+MF_DW_INLINE void mf_dw_chan(const int16_t *r0, int pw, int nrows, int ow, int c,
+                             const int32_t *k, int8_t *y, int ystride, const int s,
+                             const int sf, const int clamp, int32_t lo, int32_t hi) {
+    const uint32_t k01a = (uint32_t)k[0], k12a = (uint32_t)k[1];
+    const uint32_t k01b = (uint32_t)k[2], k12b = (uint32_t)k[3];
+    const uint32_t k01c = (uint32_t)k[4], k12c = (uint32_t)k[5];
+    const int32_t bias = k[6], mult = k[7], add = k[8], post = k[9];
+    const int npairs = ow >> 1;
+    int row;
+    for (row = 0; row < nrows; ++row, r0 += s * pw, y += ystride) {
+        const int16_t *p0 = r0, *p1 = r0 + pw, *p2 = r0 + 2 * pw;
+        const int16_t *end = p0 + 2 * s * npairs;
+        int8_t *o = y;
+        int32_t a0, a1;
+        for (; p0 != end; p0 += 2 * s, p1 += 2 * s, p2 += 2 * s, o += 2 * c) {
+            a0 = bias, a1 = bias;
+            if (s == 1) {
+                MF_DW_ROW1(p0, k01a, k12a); MF_DW_ROW1(p1, k01b, k12b); MF_DW_ROW1(p2, k01c, k12c);
+            } else {
+                MF_DW_ROW2(p0, k01a, k12a); MF_DW_ROW2(p1, k01b, k12b); MF_DW_ROW2(p2, k01c, k12c);
+            }
+            o[0] = (int8_t)mf_dw_rq(a0, mult, add, post, sf, clamp, lo, hi);
+            o[c] = (int8_t)mf_dw_rq(a1, mult, add, post, sf, clamp, lo, hi);
+        }
+        if (ow & 1) { /* the last output, as a pair whose second half reads zero-point columns */
+            a0 = bias, a1 = bias;
+            if (s == 1) {
+                MF_DW_ROW1(p0, k01a, k12a); MF_DW_ROW1(p1, k01b, k12b); MF_DW_ROW1(p2, k01c, k12c);
+            } else {
+                MF_DW_ROW2(p0, k01a, k12a); MF_DW_ROW2(p1, k01b, k12b); MF_DW_ROW2(p2, k01c, k12c);
+            }
+            o[0] = (int8_t)mf_dw_rq(a0, mult, add, post, sf, clamp, lo, hi);
+        }
+    }
+}
+
+#if MF_USE_DSP && defined(__GNUC__)
+/* The DSP body of a band of up to 4 channels as one asm block: gcc 12 cannot keep the 6 weight
+ * pairs, 2 accumulators, 3 row pointers and 2 data words in registers (it spilled ~25
+ * instructions per output pair) and splits the 64-bit loads. All 14 registers are saved and
+ * used; the state lives in a word block addressed by lr, reloaded with one LDM where a phase
+ * needs it:
+ *   lr[-8..-1]  weight pairs k01a k12a k01b k12b k01c k12c, bias, bias  (LDMDB: r0-r5, r6, r8)
+ *   lr[0..7]    mult add post lo hi c o n                              (LDM: r0-r5, r7, r12)
+ *   lr[8..14]   rowbase pwb rowstep yrow ystride npairs rows           (this channel's rows)
+ *   lr[15..20]  record plane channels rowbase0 y0 rows0                (the channel loop)
+ * Pair of outputs: r6, r8 accumulators; r9-r11 kernel-row pointers; r12, r7 data words.
+ * Per pair of outputs at stride 1: 31 instructions (LDMDB, 3 x (LDRD + 4 MAC), LDM, 2 SMMLAR,
+ * 2 ASR, 2 SSAT, 2 STRB, ADD, SUBS, STRD, BNE); per output row 15, per channel 20. */
+#define MF_DW_R1(P, WA, WB)                                                                   \
+    "ldrd r12, r7, [" P "], #4\n\t"                                                            \
+    "smlad r6, r12, " WA ", r6\n\t"                                                            \
+    "smlatb r8, r12, " WA ", r8\n\t"                                                           \
+    "smlabt r6, r7, " WB ", r6\n\t"                                                            \
+    "smlad r8, r7, " WB ", r8\n\t"
+#define MF_DW_R2(P, WA, WB)                                                                   \
+    "ldrd r12, r7, [" P "], #8\n\t"                                                            \
+    "smlad r6, r12, " WA ", r6\n\t"                                                            \
+    "smlabt r6, r7, " WB ", r6\n\t"                                                            \
+    "smlad r8, r7, " WA ", r8\n\t"                                                             \
+    "ldr r12, [" P "]\n\t"                                                                     \
+    "smlabt r8, r12, " WB ", r8\n\t"
+/* h + add: one SMMLAR, or with the sign term SMMULR, the sign, then the constant */
+#define MF_DW_SF0 "smmlar r6, r6, r0, r1\n\tsmmlar r8, r8, r0, r1\n\t"
+#define MF_DW_SF1                                                                              \
+    "smmulr r6, r6, r0\n\tsmmulr r8, r8, r0\n\t"                                                \
+    "add r6, r6, r6, asr #31\n\tadd r8, r8, r8, asr #31\n\t"                                    \
+    "add r6, r6, r1\n\tadd r8, r8, r1\n\t"
+#define MF_DW_CL0 ""
+#define MF_DW_CL1                                                                              \
+    "cmp r6, r3\n\tit lt\n\tmovlt r6, r3\n\tcmp r6, r4\n\tit gt\n\tmovgt r6, r4\n\t"             \
+    "cmp r8, r3\n\tit lt\n\tmovlt r8, r3\n\tcmp r8, r4\n\tit gt\n\tmovgt r8, r4\n\t"
+#define MF_DW_ASM(ROW, SF, CL)                                                                \
+    "push {r0-r12, lr}\n\t"                                                                    \
+    "mov lr, %0\n"                                                                             \
+    "5:\n\t" /* channel: its record to lr[-8..2], its rows and outputs */                       \
+    "ldr r12, [lr, #60]\n\t"                                                                   \
+    "ldm r12!, {r0-r6}\n\t"                                                                    \
+    "mov r7, r6\n\t"                                                                           \
+    "stmdb lr, {r0-r7}\n\t"                                                                    \
+    "ldm r12!, {r0-r2}\n\t"                                                                    \
+    "str r12, [lr, #60]\n\t"                                                                   \
+    "stm lr, {r0-r2}\n\t"                                                                      \
+    "add r0, lr, #64\n\t"                                                                      \
+    "ldm r0, {r1-r5}\n\t" /* plane channels rowbase0 y0 rows0 */                               \
+    "str r3, [lr, #32]\n\t"                                                                    \
+    "str r4, [lr, #44]\n\t"                                                                    \
+    "str r5, [lr, #56]\n\t"                                                                    \
+    "add r3, r3, r1\n\t"                                                                       \
+    "add r4, r4, #1\n\t"                                                                       \
+    "subs r2, r2, #1\n\t"                                                                      \
+    "stm r0, {r1-r4}\n"                                                                        \
+    "1:\n\t" /* output row: kernel-row pointers, o, n; next rowbase and yrow */                \
+    "add r0, lr, #32\n\t"                                                                      \
+    "ldm r0, {r1-r6}\n\t"                                                                      \
+    "mov r9, r1\n\t"                                                                           \
+    "add r10, r1, r2\n\t"                                                                      \
+    "add r11, r10, r2\n\t"                                                                     \
+    "add r1, r1, r3\n\t"                                                                       \
+    "add r3, r4, r5\n\t"                                                                       \
+    "str r1, [lr, #32]\n\t"                                                                    \
+    "str r3, [lr, #44]\n\t"                                                                    \
+    "strd r4, r6, [lr, #24]\n"                                                                 \
+    "2:\n\t" /* two outputs */                                                                 \
+    "ldmdb lr, {r0-r6, r8}\n\t"                                                                \
+    ROW("r9", "r0", "r1") ROW("r10", "r2", "r3") ROW("r11", "r4", "r5")                        \
+    "ldm lr, {r0-r5, r7, r12}\n\t"                                                             \
+    SF                                                                                         \
+    "asr r6, r6, r2\n\t"                                                                       \
+    "asr r8, r8, r2\n\t"                                                                       \
+    "ssat r6, #8, r6\n\t"                                                                      \
+    "ssat r8, #8, r8\n\t"                                                                      \
+    CL                                                                                         \
+    "strb r8, [r7, r5]\n\t"                                                                    \
+    "strb r6, [r7]\n\t"                                                                        \
+    "add r7, r7, r5, lsl #1\n\t"                                                               \
+    "subs r12, r12, #1\n\t"                                                                    \
+    "strd r7, r12, [lr, #24]\n\t"                                                              \
+    "bne 2b\n\t"                                                                               \
+    "ldr r0, [lr, #56]\n\t"                                                                    \
+    "subs r0, r0, #1\n\t"                                                                      \
+    "str r0, [lr, #56]\n\t"                                                                    \
+    "bne 1b\n\t"                                                                               \
+    "ldr r0, [lr, #68]\n\t"                                                                    \
+    "cmp r0, #0\n\t"                                                                           \
+    "bne 5b\n\t"                                                                               \
+    "pop {r0-r12, lr}\n\t"
+
+/* One run of the asm over the channels and rows described by m; v: stride 2, sign, clamp. */
+MF_MICRO void mf_dw_run(int32_t *m, int v) {
+    switch (v) {
+    case 0: __asm__ volatile(MF_DW_ASM(MF_DW_R1, MF_DW_SF0, MF_DW_CL0) : : "r"(m) : "memory", "cc"); break;
+    case 1: __asm__ volatile(MF_DW_ASM(MF_DW_R1, MF_DW_SF0, MF_DW_CL1) : : "r"(m) : "memory", "cc"); break;
+    case 2: __asm__ volatile(MF_DW_ASM(MF_DW_R1, MF_DW_SF1, MF_DW_CL0) : : "r"(m) : "memory", "cc"); break;
+    case 3: __asm__ volatile(MF_DW_ASM(MF_DW_R1, MF_DW_SF1, MF_DW_CL1) : : "r"(m) : "memory", "cc"); break;
+    case 4: __asm__ volatile(MF_DW_ASM(MF_DW_R2, MF_DW_SF0, MF_DW_CL0) : : "r"(m) : "memory", "cc"); break;
+    case 5: __asm__ volatile(MF_DW_ASM(MF_DW_R2, MF_DW_SF0, MF_DW_CL1) : : "r"(m) : "memory", "cc"); break;
+    case 6: __asm__ volatile(MF_DW_ASM(MF_DW_R2, MF_DW_SF1, MF_DW_CL0) : : "r"(m) : "memory", "cc"); break;
+    default: __asm__ volatile(MF_DW_ASM(MF_DW_R2, MF_DW_SF1, MF_DW_CL1) : : "r"(m) : "memory", "cc"); break;
+    }
+}
+
+/* nch channels (planes `plane` int16 apart, records pk, outputs y, y + 1, ...), nrows output
+ * rows each. An odd ow: the pairs first, then the last column of every row as a pair whose
+ * second (phantom) output, stored first with c = 0, is overwritten by the real one. */
+MF_MICRO void mf_dw_chans(const int16_t *r0, int plane, int nch, int pw, int nrows, int ow, int c,
+                          const int32_t *pk, int8_t *y, int ystride, int s, int sf, int clamp,
+                          int32_t lo, int32_t hi) {
+    int32_t blk[29];
+    int32_t *m = blk + 8;
+    const int v = (s == 2 ? 4 : 0) + (sf ? 2 : 0) + (clamp ? 1 : 0);
+    m[3] = lo, m[4] = hi, m[9] = 2 * pw, m[10] = 2 * s * pw, m[12] = ystride, m[14] = nrows;
+    m[16] = 2 * plane, m[20] = nrows;
+    if (ow >= 2) {
+        m[5] = c, m[13] = ow >> 1, m[15] = (int32_t)(uintptr_t)pk, m[17] = nch;
+        m[18] = (int32_t)(uintptr_t)r0, m[19] = (int32_t)(uintptr_t)y;
+        mf_dw_run(m, v);
+    }
+    if (ow & 1) {
+        m[5] = 0, m[13] = 1, m[15] = (int32_t)(uintptr_t)pk, m[17] = nch;
+        m[18] = (int32_t)(uintptr_t)(r0 + s * (ow - 1));
+        m[19] = (int32_t)(uintptr_t)(y + (ow - 1) * c);
+        mf_dw_run(m, v);
+    }
+}
+#else
+MF_MICRO void mf_dw_chans(const int16_t *r0, int plane, int nch, int pw, int nrows, int ow, int c,
+                          const int32_t *pk, int8_t *y, int ystride, int s, int sf, int clamp,
+                          int32_t lo, int32_t hi) {
+    /* the 8 specialisations of mf_dw_chan (stride, sign term, clamp) */
+    const int v = (s == 2 ? 4 : 0) + (sf ? 2 : 0) + (clamp ? 1 : 0);
+    int k;
+    for (k = 0; k < nch; ++k, r0 += plane, pk += MF_DW_REC, ++y) {
+        switch (v) {
+        case 0: mf_dw_chan(r0, pw, nrows, ow, c, pk, y, ystride, 1, 0, 0, lo, hi); break;
+        case 1: mf_dw_chan(r0, pw, nrows, ow, c, pk, y, ystride, 1, 0, 1, lo, hi); break;
+        case 2: mf_dw_chan(r0, pw, nrows, ow, c, pk, y, ystride, 1, 1, 0, lo, hi); break;
+        case 3: mf_dw_chan(r0, pw, nrows, ow, c, pk, y, ystride, 1, 1, 1, lo, hi); break;
+        case 4: mf_dw_chan(r0, pw, nrows, ow, c, pk, y, ystride, 2, 0, 0, lo, hi); break;
+        case 5: mf_dw_chan(r0, pw, nrows, ow, c, pk, y, ystride, 2, 0, 1, lo, hi); break;
+        case 6: mf_dw_chan(r0, pw, nrows, ow, c, pk, y, ystride, 2, 1, 0, lo, hi); break;
+        default: mf_dw_chan(r0, pw, nrows, ow, c, pk, y, ystride, 2, 1, 1, lo, hi); break;
+        }
+    }
+}
+#endif
+
+/* mf_dw3x3_s8: y = depthwise 3x3 of x, TFLM reference int8 semantics.
+ *   x        input [g->h][g->w][g->c] int8 (NHWC, batch 1); any alignment
+ *   y        output [g->oh][g->ow][g->c] int8; must not overlap x
+ *   pk       packed constants, MF_DW_REC int32 per channel (codegen_c/pack_dw.py): for kernel
+ *            rows 0..2 the int16 pairs [w0,w1] and [w1,w2] (low half first) of the weights times
+ *            2^pre, then bias' = (bias - x_zp * sum w) << pre, then mf_rq's mult, add, post
+ *   x_zp     input zero point (fills the padding)
+ *   lo, hi   output clamp (activation), -128 <= lo <= hi <= 127
+ *   signfix  pack.needs_signfix(y_zp, lo)
+ *   scratch  int16 [MF_DW_CB][g->rows][g->pw], 4-byte aligned: pack_dw.scratch_bytes(...)
+ * Padding bottom/right is whatever the output size needs (zero-point filled).
+ * Instructions per MAC on mps2-an386 incl. the relayout: see tests/nn_bench/dw_bench.py. */
+MF_MICRO void mf_dw3x3_s8(const int8_t *x, int8_t *y, const int32_t *pk, const mf_dw_geom *g,
+                          int32_t x_zp, int32_t lo, int32_t hi, int32_t signfix,
+                          int16_t *scratch) {
+    /* the kernel's view: rows of the image, or its columns when g->transpose */
+    const int t = g->transpose, c = g->c, s = g->stride;
+    const int h = t ? g->w : g->h, w = t ? g->h : g->w, oh = t ? g->ow : g->oh;
+    const int ow = t ? g->oh : g->ow, pad_t = t ? g->pad_l : g->pad_t;
+    const int pad_l = t ? g->pad_t : g->pad_l;
+    const int xr = t ? c : g->w * c, xp = t ? g->w * c : c;      /* input row / pixel stride */
+    const int yr = t ? c : g->ow * c, yp = t ? g->ow * c : c;    /* output row / pixel stride */
+    const int pw = g->pw, rows = g->rows, plane = g->rows * g->pw;
+    const int band = (rows - 3) / s + 1; /* output rows per band */
+    const int clamp = lo > -128 || hi < 127;
+    const uint32_t zz = ((uint32_t)x_zp & 0xFFFFu) * 0x10001u;
+    int c0, oy0;
+    /* every border column is x_zp for good; data columns are rewritten per row, and rows of
+     * zero-point padding refilled unless the layer is one band (its padding rows never change) */
+    mf_dw_fill(scratch, MF_DW_CB * plane, zz);
+    for (c0 = 0; c0 < c; c0 += MF_DW_CB) {
+        const int nc = c - c0 < MF_DW_CB ? c - c0 : MF_DW_CB;
+        for (oy0 = 0; oy0 < oh; oy0 += band) {
+            const int nb = oh - oy0 < band ? oh - oy0 : band;
+            const int iy0 = oy0 * s - pad_t;
+            int r, k;
+            const int nr = (nb - 1) * s + 3;                  /* rows of this band */
+            const int r0 = iy0 < 0 ? -iy0 : 0;                /* its rows inside the input */
+            const int r1 = h - iy0 < nr ? h - iy0 : nr;
+            if (r1 > r0)
+                mf_dw_widen_rows(x + (iy0 + r0) * xr + c0, xr, r1 - r0, w, xp, nc,
+                                 scratch + r0 * pw + pad_l, pw, plane);
+            for (r = 0; r < nr && band < oh; ++r) /* zero-point rows where data was before */
+                if (r < r0 || r >= r1)
+                    for (k = 0; k < nc; ++k) mf_dw_fill(scratch + r * pw + pad_l + k * plane, w, zz);
+            /* channels whose sign term differs from the layer's (post = 0) run on their own */
+            for (k = 0; k < nc;) {
+                const int32_t *kk = pk + (c0 + k) * MF_DW_REC;
+                const int sf = signfix && kk[9] != 0;
+                int n = 1;
+                while (k + n < nc && (signfix && kk[n * MF_DW_REC + 9] != 0) == sf) ++n;
+                mf_dw_chans(scratch + k * plane, plane, n, pw, nb, ow, yp, kk,
+                            y + oy0 * yr + c0 + k, yr, s, sf, clamp, lo, hi);
+                k += n;
+            }
+        }
+    }
+}
+
+#endif /* MCUFORGE_DW_H */
