@@ -88,3 +88,42 @@ def _conv(fmt):
 
 INTRINSICS.update({"mf_gemm_w16": _gemm("w16"), "mf_gemm_w8": _gemm("w8"),
                    "mf_conv_w16": _conv("w16"), "mf_conv_w8": _conv("w8")})
+
+
+DW_GEOM = ("h", "w", "c", "oh", "ow", "stride", "pad_t", "pad_l", "transpose", "pw", "rows")
+
+
+def _dw3x3(x, y, pk, geom, x_zp, lo, hi, signfix, scratch):
+    """mf_dw3x3_s8: per channel 10 int32 (weight pairs [w0,w1], [w1,w2] of kernel rows 0-2,
+    scaled by 2^pre; bias << pre; mult, add, post); the kernel's rows are the image's columns
+    when `transpose`."""
+    g = dict(zip(DW_GEOM, (int(v) for v in geom[:len(DW_GEOM)])))
+    h, w, c, s = g["h"], g["w"], g["c"], g["stride"]
+    rec = np.asarray(pk[:10 * c], np.int64).reshape(c, 10)
+
+    def half(v, upper):
+        v = (v >> 16) if upper else v
+        return ((v & 0xFFFF) ^ 0x8000) - 0x8000
+    k = np.zeros((3, 3, c), np.int64)
+    for r in range(3):
+        k[r, 0], k[r, 1] = half(rec[:, 2 * r], False), half(rec[:, 2 * r], True)
+        k[r, 2] = half(rec[:, 2 * r + 1], True)
+        assert (half(rec[:, 2 * r + 1], False) == k[r, 1]).all(), "inconsistent weight pairs"
+    if g["transpose"]:
+        k = k.transpose(1, 0, 2)
+    img = np.asarray(x[:h * w * c], np.int64).reshape(h, w, c)
+    pad = np.full((h + 4 + s * g["oh"], w + 4 + s * g["ow"], c), x_zp, np.int64)
+    pad[2:2 + h, 2:2 + w] = img
+    acc = np.broadcast_to(rec[:, 6], (g["oh"], g["ow"], c)).copy()
+    for ky in range(3):
+        for kx in range(3):
+            y0, x0 = 2 - g["pad_t"] + ky, 2 - g["pad_l"] + kx
+            acc += pad[y0:y0 + s * g["oh"]:s, x0:x0 + s * g["ow"]:s] * k[ky, kx]
+    _fits(acc, "the depthwise accumulator")
+    hh = (acc * rec[:, 7] + (1 << 31)) >> 32
+    v = _fits(hh + rec[:, 8], "h + add")
+    v = v + np.where((hh < 0) & (rec[:, 9] > 0) & (signfix != 0), -1, 0)
+    y[:acc.size] = np.clip(v >> rec[:, 9], lo, hi).reshape(-1)
+
+
+INTRINSICS["mf_dw3x3_s8"] = _dw3x3

@@ -17,7 +17,7 @@ from ir.errors import McuforgeError
 from ir.graph import Graph
 from codegen_c.resources import data_dir, render
 
-RUNTIME_FILES = ("mcuforge_rt.h", "mcuforge_math.h", "mcuforge_nn.h")
+RUNTIME_FILES = ("mcuforge_rt.h", "mcuforge_math.h", "mcuforge_nn.h", "mcuforge_dw.h")
 
 
 @dataclass
@@ -79,9 +79,12 @@ def generate_project(graph: Graph, name: str, board: str = "host", vectors=None,
     if flash_budget is not None:
         check_budget(model, flash_budget)
     files = dict(model.files)
-    for f in RUNTIME_FILES:  # the math header only when the model includes it
-        if f == RUNTIME_FILES[0] or f'#include "{f}"' in files[f"{name}.c"]:
-            files[f] = (data_dir("runtime_c") / f).read_text()
+    wanted = [RUNTIME_FILES[0]]  # the others only when the model (or one of them) includes them
+    while wanted:
+        f = wanted.pop()
+        files[f] = (data_dir("runtime_c") / f).read_text()
+        wanted += [h for h in RUNTIME_FILES if h not in files and h not in wanted
+                   and any(f'#include "{h}"' in files[k] for k in (f, f"{name}.c"))]
     if "mcuforge_math.h" in files and b.family == "riscv":
         raise McuforgeError(f"this model needs float math functions (expf, sqrtf, ...) from a C "
                             f"library, and {b.name} is built without one; use a Cortex-M "

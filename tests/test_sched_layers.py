@@ -98,6 +98,15 @@ def cases():
         out.append((f"fc_{i}", "FULLY_CONNECTED", dict(c=int(rng.integers(1, 70)), o=o, act=act,
                                                        per_channel=i % 2 == 0,
                                                        batch=1 + i % 3)))
+    for i in range(8):
+        rng = np.random.default_rng(200 + i)
+        hw = (int(rng.integers(1, 9)), int(rng.integers(1, 9)))
+        out.append((f"dw_{i}", "DEPTHWISE_CONV_2D", dict(
+            hw=hw, c=int(rng.integers(1, 11)), stride=((1, 1), (2, 2))[i % 2],
+            pad=(SAME, VALID)[(i // 2) % 2] if min(hw) >= 3 else SAME,
+            act=("none", "relu", "relu6")[i % 3], per_channel=i != 5)))
+    out.append(("dw_kws", "DEPTHWISE_CONV_2D", dict(hw=(25, 5), c=8, act="relu")))
+    out.append(("dw_dead", "DEPTHWISE_CONV_2D", dict(hw=(6, 7), c=5, stride=(2, 2), dead=True)))
     out.append(("conv1x1_dead", "CONV_2D", dict(hw=(3, 3), c=16, o=6, k=(1, 1), dead=True)))
     out.append(("conv_dead", "CONV_2D", dict(hw=(5, 5), c=3, o=5, k=(3, 3), act="relu",
                                              dead=True)))
@@ -118,7 +127,7 @@ def test_scheduled_kernel_equals_reference(name, op, kw):
     for target in (None, HOST, M4):
         k = ref if target is None else lower_node(node, g, "k", target)
         if target is not None:
-            assert k is not ref and k.scratch, "the GEMM schedule should apply"
+            assert k is not ref and k.scratch, "the schedule should apply"
         y = np.zeros(g.tensors[g.outputs[0]].size, np.int8)
         run_kernel(k, {"x": x[0].reshape(-1).copy(), "y": y})
         ys.append(y)
@@ -134,7 +143,7 @@ def test_host_c_equals_tflm(name, op, kw):
     np.testing.assert_array_equal(got, want)
 
 
-M4_CASES = CASES[::4] + CASES[-3:]
+M4_CASES = CASES[::4] + [c for c in CASES if c[0].startswith("dw_")][::2] + CASES[-4:]
 
 
 @pytest.mark.parametrize("name,op,kw", M4_CASES, ids=[c[0] for c in M4_CASES])

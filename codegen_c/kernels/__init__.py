@@ -33,4 +33,4 @@ def schedule_kernel(ctx, kernel, target: Target):
 
 
 def _load_all():
-    from . import gemm  # noqa: F401  (registers its schedules)
+    from . import depthwise, gemm  # noqa: F401  (they register their schedules)
