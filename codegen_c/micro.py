@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .evaluate import UndefinedBehaviour
+from .loop_ir import UndefinedBehaviour
 from .qmath import INTRINSICS
 
 I32 = (-2**31, 2**31 - 1)

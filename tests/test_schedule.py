@@ -8,7 +8,7 @@ import op_models
 from codegen_c import loop_ir as ir
 from codegen_c import schedule
 from codegen_c.evaluate import run_kernel
-from codegen_c.lower import lower_node
+from codegen_c.kernels import lower_node
 from frontend.tflite import load_tflite
 from frontend.tflite_writer import write_tflite
 

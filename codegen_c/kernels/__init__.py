@@ -8,7 +8,9 @@ on random data and require equal outputs.
 Schedules register per op with `@schedules(op, ...)` and are tried in registration order."""
 from __future__ import annotations
 
-from ir.target import Target
+from ir.target import HOST, Target
+
+from ..lower import OpContext, reference_kernel
 
 SCHEDULES = {}  # op -> [fn(ctx, reference kernel, target) -> Kernel | None]
 
@@ -34,3 +36,12 @@ def schedule_kernel(ctx, kernel, target: Target):
 
 def _load_all():
     from . import depthwise, gemm  # noqa: F401  (they register their schedules)
+
+
+def lower_node(node, graph, name: str, target: Target | None = None):
+    """The kernel the target runs for `node`: the reference lowering, then the schedule stage
+    for `target` (default: the host); None for an alias (no kernel)."""
+    k = reference_kernel(node, graph, name)
+    if k is None:
+        return None
+    return schedule_kernel(OpContext(node, graph, name), k, target or HOST)
