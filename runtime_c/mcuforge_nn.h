@@ -163,28 +163,42 @@ typedef struct {
     } while (0)
 #endif
 
+/* Widen n4 whole groups (4 * n4 int8, any alignment) into xw (lane order, 4-byte aligned). */
+MF_INLINE void mf_widen_groups(const int8_t *x, int32_t n4, int16_t *xw) {
+#if MF_USE_DSP
+    mf_word *d = (mf_word *)(void *)xw;
+    for (; n4 >= 2; n4 -= 2) { /* two unaligned LDR, four SXTB16, four STR per 8 */
+        int32_t v, u;
+        memcpy(&v, x, 4);
+        memcpy(&u, x + 4, 4);
+        d[0] = (int32_t)__sxtb16(v);
+        d[1] = mf_sxtb16_ror8(v);
+        d[2] = (int32_t)__sxtb16(u);
+        d[3] = mf_sxtb16_ror8(u);
+        d += 4;
+        x += 8;
+    }
+    if (n4) {
+        int32_t v;
+        memcpy(&v, x, 4);
+        d[0] = (int32_t)__sxtb16(v);
+        d[1] = mf_sxtb16_ror8(v);
+    }
+#else
+    for (; n4 > 0; --n4, x += 4, xw += 4) {
+        xw[0] = x[0];
+        xw[1] = x[2];
+        xw[2] = x[1];
+        xw[3] = x[3];
+    }
+#endif
+}
+
 /* Widen one row of K int8 activations into xw[Kp] (lane order above, zero tail). x needs no
  * alignment; xw 4-byte aligned. */
 static inline void mf_widen_row(const int8_t *x, int32_t K, int16_t *xw) {
-    int32_t k = 0, r;
-#if MF_USE_DSP
-    mf_word *d = (mf_word *)(void *)xw;
-    for (; k + 4 <= K; k += 4) {
-        int32_t v;
-        memcpy(&v, x + k, 4); /* one unaligned LDR */
-        d[0] = (int32_t)__sxtb16(v);
-        d[1] = mf_sxtb16_ror8(v);
-        d += 2;
-    }
-#else
-    for (; k + 4 <= K; k += 4) {
-        xw[k] = x[k];
-        xw[k + 1] = x[k + 2];
-        xw[k + 2] = x[k + 1];
-        xw[k + 3] = x[k + 3];
-    }
-#endif
-    r = K - k;
+    const int32_t k = K & ~3, r = K & 3;
+    mf_widen_groups(x, K >> 2, xw);
     if (r > 0) {
         xw[k] = x[k];
         xw[k + 1] = (int16_t)(r > 2 ? x[k + 2] : 0);
@@ -564,30 +578,27 @@ static inline void mf_im2col_seg8(const int8_t *x, const mf_conv_geom *g, int32_
 
 /* The widened patch of output pixel (oy, ox) into xw[Kp] (lane order, zero tail), taps in
  * TFLM's weight order k = (ky * k_w + kx) * in_c + c; padding taps get x_zp. When a kernel row
- * is a whole number of groups (k_w * in_c % 4 == 0), rows inside the image are widened straight
- * from the input, rows outside filled, partial rows built as int8 in patch[] first; otherwise
- * the whole patch is built as int8 in patch[Kp] and widened once. */
+ * is a whole number of groups (k_w * in_c % 4 == 0) and the window lies inside the image
+ * horizontally, rows are widened straight from the input or filled; otherwise the patch is
+ * built as int8 in patch[Kp] (word copies) and widened once. */
 static inline void mf_im2col_row(const int8_t *x, const mf_conv_geom *g, int32_t x_zp,
                                  int32_t oy, int32_t ox, int16_t *xw, int8_t *patch) {
     const int32_t seg = g->k_w * g->in_c, K = g->k_h * seg;
     const int32_t iy0 = oy * g->stride_h - g->pad_t, ix0 = ox * g->stride_w - g->pad_l;
     int32_t ky;
-    if ((seg & 3) == 0) {
-        const int32_t full_x = ix0 >= 0 && ix0 + g->k_w <= g->in_w;
+    if ((seg & 3) == 0 && ix0 >= 0 && ix0 + g->k_w <= g->in_w) {
         const int32_t fill = (int32_t)(((uint32_t)x_zp & 0xFFFFu) * 0x10001u);
-        for (ky = 0; ky < g->k_h; ++ky) {
+        const int32_t step = g->in_w * g->in_c;
+        int32_t off = iy0 * step + ix0 * g->in_c; /* x[off]: the row's first tap */
+        for (ky = 0; ky < g->k_h; ++ky, off += step, xw += seg) {
             const int32_t iy = iy0 + ky;
-            int16_t *d = xw + ky * seg;
-            if (iy < 0 || iy >= g->in_h) {
+            if (iy >= 0 && iy < g->in_h) {
+                mf_widen_groups(x + off, seg >> 2, xw);
+            } else {
                 int32_t i;
                 for (i = 0; i < seg; i += 2) {
-                    memcpy(d + i, &fill, 4); /* all lanes x_zp: order does not matter */
+                    memcpy(xw + i, &fill, 4); /* all lanes x_zp: order does not matter */
                 }
-            } else if (full_x) {
-                mf_widen_row(x + (iy * g->in_w + ix0) * g->in_c, seg, d);
-            } else {
-                mf_im2col_seg8(x, g, x_zp, iy, ix0, patch);
-                mf_widen_row(patch, seg, d);
             }
         }
     } else {
