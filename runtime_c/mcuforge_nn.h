@@ -539,25 +539,37 @@ typedef struct {
 } mf_conv_geom;
 
 /* Byte copy / fill for the im2col patch: words where possible (unaligned LDR/STR are fine on
- * v7-M; the portable build goes through memcpy, which compilers turn into the same). */
+ * v7-M; the portable build goes through memcpy, which compilers turn into the same). The empty
+ * asm hides the loops from gcc's pattern matching, which would call newlib-nano's byte-wise
+ * memcpy / memset instead. */
+#if defined(__GNUC__)
+#define MF_OPAQUE(v) __asm__("" : "+r"(v))
+#else
+#define MF_OPAQUE(v) (void)0
+#endif
 static inline void mf_copy8(int8_t *d, const int8_t *s, int32_t n) {
     for (; n >= 4; n -= 4, d += 4, s += 4) {
         int32_t t;
         memcpy(&t, s, 4);
+        MF_OPAQUE(t);
         memcpy(d, &t, 4);
     }
     for (; n > 0; --n) {
-        *d++ = *s++;
+        int32_t t = *s++;
+        MF_OPAQUE(t);
+        *d++ = (int8_t)t;
     }
 }
 
 static inline void mf_fill8(int8_t *d, int32_t v, int32_t n) {
-    const uint32_t t = 0x01010101u * (uint8_t)v;
+    uint32_t t = 0x01010101u * (uint8_t)v;
     for (; n >= 4; n -= 4, d += 4) {
+        MF_OPAQUE(t);
         memcpy(d, &t, 4);
     }
     for (; n > 0; --n) {
-        *d++ = (int8_t)v;
+        MF_OPAQUE(t);
+        *d++ = (int8_t)t;
     }
 }
 
