@@ -29,7 +29,7 @@ SENTINEL = 0x55  # bytes of y the kernel must not write (row gaps)
 def quantize_multiplier(real: float):
     """TFLM QuantizeMultiplier: real = mult * 2^(shift - 31), mult in [2^30, 2^31)."""
     q, shift = math.frexp(real)
-    mult = int(round(q * 2**31))
+    mult = math.floor(q * 2**31 + 0.5)  # TfLiteRound: half away from zero (q > 0)
     if mult == 2**31:
         mult //= 2
         shift += 1
@@ -307,3 +307,68 @@ def test_packing_layout():
                 assert packed[idx] == (w[oo, kk] if oo < o and kk < k else 0)
     assert pack.gemm_scratch_bytes(7) == 16 and pack.gemm_scratch_bytes(64) == 128
     assert pack.gemm_scratch_bytes(7, im2col=True) == 24
+
+
+# ---- against tflite-micro itself: real CONV_2D layer shapes ------------------------------------
+TFLM_LAYERS = [  # (H, W, C, KH, KW, stride, padding, O, fused activation)
+    (49, 10, 1, 10, 4, 2, "SAME", 64, "RELU"),   # KWS DS-CNN's first convolution
+    (8, 8, 16, 3, 3, 1, "SAME", 16, "RELU"),     # a ResNet-8 3x3 (on a smaller image)
+    (9, 9, 3, 3, 3, 2, "VALID", 8, "NONE"),      # a first layer on RGB, no activation
+]
+
+
+def tflm_conv_case(rng, layer, fmt):
+    """A CONV_2D model built with tests/tfl_build.py, run in tflite-micro; the kernel's case
+    with TFLM's output as the expected bytes (and the numpy model checked against it too)."""
+    import tflite
+    from tflite_micro.python.tflite_micro import runtime
+
+    from tests.tfl_build import Model
+    h, wd, c, kh, kw, stride, padding, o, act = layer
+    sx, zx = 0.05, int(rng.integers(-20, 20))
+    sw = rng.uniform(0.002, 0.01, o).astype(np.float32)
+    sy = np.float32(0.05 * 0.006 * math.sqrt(kh * kw * c) * 40)
+    zy = -128 if act == "RELU" else int(rng.integers(-10, 10))
+    w = rng.integers(-127, 128, (o, kh, kw, c)).astype(np.int8)
+    bias = rng.integers(-2000, 2000, o).astype(np.int32)
+    x = rng.integers(-128, 128, (1, h, wd, c)).astype(np.int8)
+    m = Model()
+    xi = m.tensor("x", x.shape, "int8", scale=sx, zero_point=zx)
+    wi = m.tensor("w", w.shape, "int8", data=w, scale=sw.tolist(), zero_point=[0] * o, axis=0)
+    bi = m.tensor("b", (o,), "int32", data=bias, scale=(np.float32(sx) * sw).tolist(),
+                  zero_point=[0] * o)
+    oh, ow, pt, pl = conv_geometry(h, wd, kh, kw, stride, padding)
+    yi = m.tensor("y", (1, oh, ow, o), "int8", scale=float(sy), zero_point=zy)
+    m.op("CONV_2D", [xi, wi, bi], [yi], "Conv2DOptions",
+         Padding=getattr(tflite.Padding, padding), StrideW=stride, StrideH=stride,
+         FusedActivationFunction=getattr(tflite.ActivationFunctionType, act),
+         DilationWFactor=1, DilationHFactor=1)
+    m.io([xi], [yi])
+    it = runtime.Interpreter.from_bytes(m.build(), arena_size=1 << 20)
+    it.set_input(x, 0)
+    it.invoke()
+    want = np.array(it.get_output(0)).reshape(-1)
+    # TFLM's multipliers: float32 scales, effective scale in double
+    ms = [quantize_multiplier(float(np.float64(np.float32(sx)) * float(sw[i]) / float(sy)))
+          for i in range(o)]
+    lo, hi = (max(-128, zy), 127) if act == "RELU" else (-128, 127)
+    L = dict(w=w.reshape(o, -1).astype(np.int64), bias=bias, x_zp=zx, y_zp=zy,
+             mults=[a for a, _ in ms], shifts=[b for _, b in ms], lo=lo, hi=hi)
+    mine = tflm_conv(x[0], w, bias, zx, stride, padding, L["mults"], L["shifts"], zy, lo, hi)
+    assert (mine.reshape(-1) == want).all()  # the numpy model of this file agrees with TFLM
+    assert len(set(want.tolist())) > 20  # outputs spread over the range, not all clamped
+    folded, rq, sf = kernel_args(L, L["w"])
+    return dict(kind="conv", fmt=fmt, x=x.reshape(-1), geom=(h, wd, c, kh, kw, stride, stride,
+                pt, pl, oh, ow), x_zp=zx, k=kh * kw * c, o=o, w=L["w"], bias=folded, rq=rq,
+                sf=sf, lo=lo, hi=hi, want=want)
+
+
+@pytest.mark.parametrize("target", ["host"] + (["m4"] if harness.have_arm() else []))
+def test_against_tflite_micro(tmp_path, target):
+    pytest.importorskip("tflite_micro")
+    rng = np.random.default_rng(11)
+    cases = [tflm_conv_case(rng, layer, fmt) for layer in TFLM_LAYERS
+             for fmt in pack.GEMM_FORMATS]
+    src = tmp_path / "tflm_conv.c"
+    src.write_text(c_program(cases))
+    check_build((src, len(cases)), target, "-O2")
