@@ -385,14 +385,18 @@ MF_INLINE int8_t mf_rq_clamp(int32_t acc, const mf_rq *q, int32_t mode, int32_t 
     "7:\n\t"
 /* y = ssat8((h + add [+ (h >> 31) if post]) >> post), h = SMMULR(acc << pre, mult) */
 #define MF_A_SF(A) "cmp r11, #0\n\tit ne\n\taddne r9, r9, " A ", asr #31\n\t"
-#define MF_A_RQ(A, SF)                                                                      \
+/* the clamp: SSAT for the int8 range, else [lo, hi] held in r5 / lr during the epilogue */
+#define MF_A_SAT(A) "ssat " A ", #8, " A "\n\t"
+#define MF_A_CLAMP(A)                                                                       \
+    "cmp " A ", r5\n\tit lt\n\tmovlt " A ", r5\n\t"                                           \
+    "cmp " A ", lr\n\tit gt\n\tmovgt " A ", lr\n\t"
+#define MF_A_RQ(A, SF, CL)                                                                  \
     "ldmia r6!, {r8, r9, r10, r11}\n\t"                                                     \
     "lsl " A ", " A ", r10\n\t"                                                              \
     "smmulr " A ", " A ", r8\n\t"                                                            \
-    "add r9, r9, " A "\n\t" SF "asr " A ", r9, r11\n\t"                                     \
-    "ssat " A ", #8, " A "\n\t"                                                              \
+    "add r9, r9, " A "\n\t" SF "asr " A ", r9, r11\n\t" CL                                  \
     "strb " A ", [r4], #1\n\t"
-#define MF_A_ROW(GR, SF0, SF1, SF2, SF3)                                                     \
+#define MF_A_ROW(GR, SF0, SF1, SF2, SF3, CL0, CL1, CL2, CL3)                                 \
     "ldr r12, %[wp]\n"                                                                      \
     "9:\n\t"                                                                                \
     "ldr r6, %[xw]\n\t"                                                                     \
@@ -400,8 +404,10 @@ MF_INLINE int8_t mf_rq_clamp(int32_t acc, const mf_rq *q, int32_t mode, int32_t 
     "ldmia r8!, {r0, r1, r2, r3}\n\t"                                                       \
     "str r8, %[bias]\n\t"                                                                   \
     "ldr lr, %[G]\n\t" MF_A_KLOOP(GR) "ldr r6, %[rq]\n\t"                                   \
-    "ldr r4, %[y]\n\t" MF_A_RQ("r0", SF0) MF_A_RQ("r1", SF1) MF_A_RQ("r2", SF2)              \
-        MF_A_RQ("r3", SF3) "str r6, %[rq]\n\t"                                               \
+    "ldr r4, %[y]\n\t"                                                                      \
+    "ldr r5, %[lo]\n\t"                                                                     \
+    "ldr lr, %[hi]\n\t" MF_A_RQ("r0", SF0, CL0) MF_A_RQ("r1", SF1, CL1)                       \
+        MF_A_RQ("r2", SF2, CL2) MF_A_RQ("r3", SF3, CL3) "str r6, %[rq]\n\t"                   \
     "str r4, %[y]\n\t"                                                                      \
     "ldr lr, %[nb]\n\t"                                                                     \
     "subs lr, lr, #1\n\t"                                                                   \
@@ -410,32 +416,36 @@ MF_INLINE int8_t mf_rq_clamp(int32_t acc, const mf_rq *q, int32_t mode, int32_t 
     "str r12, %[wp]\n\t"
 #define MF_A_OPS                                                                            \
     : [bias] "+m"(bias), [rq] "+m"(rq), [y] "+m"(y), [wp] "+m"(wp), [nb] "+m"(nb)           \
-    : [xw] "m"(xw), [G] "m"(G)                                                              \
+    : [xw] "m"(xw), [G] "m"(G), [lo] "m"(lo), [hi] "m"(hi)                                  \
     : "r0", "r1", "r2", "r3", "r4", "r5", "r6", "r8", "r9", "r10", "r11", "r12", "lr", "cc", \
       "memory"
 
-/* nb >= 1 full blocks; advances *pbias, *prq, *py, *pw past them. */
+#define MF_A_SF4 MF_A_SF("r0"), MF_A_SF("r1"), MF_A_SF("r2"), MF_A_SF("r3")
+#define MF_A_SAT4 MF_A_SAT("r0"), MF_A_SAT("r1"), MF_A_SAT("r2"), MF_A_SAT("r3")
+#define MF_A_CLAMP4 MF_A_CLAMP("r0"), MF_A_CLAMP("r1"), MF_A_CLAMP("r2"), MF_A_CLAMP("r3")
+#define MF_A_ROW_X(...) MF_A_ROW(__VA_ARGS__) /* expands the 4-tuples into 4 arguments */
+#define MF_A_MODES(GR)                                                                      \
+    if (mode == (MF_MODE_SF | MF_MODE_SAT)) {                                               \
+        __asm__ volatile(MF_A_ROW_X(GR, MF_A_SF4, MF_A_SAT4) MF_A_OPS);                       \
+    } else if (mode == MF_MODE_SAT) {                                                       \
+        __asm__ volatile(MF_A_ROW_X(GR, "", "", "", "", MF_A_SAT4) MF_A_OPS);                 \
+    } else {                                                                                \
+        __asm__ volatile(MF_A_ROW_X(GR, MF_A_SF4, MF_A_CLAMP4) MF_A_OPS);                     \
+    }
+
+/* nb >= 1 full blocks; advances *pbias, *prq, *py, *pw past them. mode: see mf_rq_clamp (the
+ * general clamp always with the sign term). */
 MF_INLINE void mf_gemm_blocks_asm(const int16_t *xw, int32_t G, int32_t nb, int32_t fmt,
-                                  int32_t sf, const int8_t **pw, const int32_t **pbias,
-                                  const mf_rq **prq, int8_t **py) {
+                                  int32_t mode, int32_t lo, int32_t hi, const int8_t **pw,
+                                  const int32_t **pbias, const mf_rq **prq, int8_t **py) {
     const int8_t *wp = *pw;
     const int32_t *bias = *pbias;
     const mf_rq *rq = *prq;
     int8_t *y = *py;
     if (fmt == MF_W16) {
-        if (sf) {
-            __asm__ volatile(MF_A_ROW(MF_A_G16, MF_A_SF("r0"), MF_A_SF("r1"), MF_A_SF("r2"),
-                                      MF_A_SF("r3")) MF_A_OPS);
-        } else {
-            __asm__ volatile(MF_A_ROW(MF_A_G16, "", "", "", "") MF_A_OPS);
-        }
+        MF_A_MODES(MF_A_G16)
     } else {
-        if (sf) {
-            __asm__ volatile(MF_A_ROW(MF_A_G8, MF_A_SF("r0"), MF_A_SF("r1"), MF_A_SF("r2"),
-                                      MF_A_SF("r3")) MF_A_OPS);
-        } else {
-            __asm__ volatile(MF_A_ROW(MF_A_G8, "", "", "", "") MF_A_OPS);
-        }
+        MF_A_MODES(MF_A_G8)
     }
     *pw = wp;
     *pbias = bias;
@@ -452,8 +462,8 @@ static inline void mf_gemm_row(const int16_t *xw, int32_t G, const void *w, int3
     const int32_t bstep = G * (fmt == MF_W16 ? 32 : 16); /* bytes per block of 4 channels */
     int32_t n = O, acc[4];
 #if MF_GEMM_ASM
-    if ((mode & MF_MODE_SAT) && n >= 4) {
-        mf_gemm_blocks_asm(xw, G, n >> 2, fmt, mode & MF_MODE_SF, &wb, &bias, &rq, &y);
+    if (n >= 4) {
+        mf_gemm_blocks_asm(xw, G, n >> 2, fmt, mode, lo, hi, &wb, &bias, &rq, &y);
         n &= 3;
     }
 #endif
