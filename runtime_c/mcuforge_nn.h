@@ -396,7 +396,7 @@ MF_INLINE int8_t mf_rq_clamp(int32_t acc, const mf_rq *q, int32_t mode, int32_t 
     "smmulr " A ", " A ", r8\n\t"                                                            \
     "add r9, r9, " A "\n\t" SF "asr " A ", r9, r11\n\t" CL                                  \
     "strb " A ", [r4], #1\n\t"
-#define MF_A_ROW(GR, SF0, SF1, SF2, SF3, CL0, CL1, CL2, CL3)                                 \
+#define MF_A_ROW(GR, SF0, SF1, SF2, SF3, LDCL, CL0, CL1, CL2, CL3)                           \
     "ldr r12, %[wp]\n"                                                                      \
     "9:\n\t"                                                                                \
     "ldr r6, %[xw]\n\t"                                                                     \
@@ -404,9 +404,7 @@ MF_INLINE int8_t mf_rq_clamp(int32_t acc, const mf_rq *q, int32_t mode, int32_t 
     "ldmia r8!, {r0, r1, r2, r3}\n\t"                                                       \
     "str r8, %[bias]\n\t"                                                                   \
     "ldr lr, %[G]\n\t" MF_A_KLOOP(GR) "ldr r6, %[rq]\n\t"                                   \
-    "ldr r4, %[y]\n\t"                                                                      \
-    "ldr r5, %[lo]\n\t"                                                                     \
-    "ldr lr, %[hi]\n\t" MF_A_RQ("r0", SF0, CL0) MF_A_RQ("r1", SF1, CL1)                       \
+    "ldr r4, %[y]\n\t" LDCL MF_A_RQ("r0", SF0, CL0) MF_A_RQ("r1", SF1, CL1)                  \
         MF_A_RQ("r2", SF2, CL2) MF_A_RQ("r3", SF3, CL3) "str r6, %[rq]\n\t"                   \
     "str r4, %[y]\n\t"                                                                      \
     "ldr lr, %[nb]\n\t"                                                                     \
@@ -421,8 +419,10 @@ MF_INLINE int8_t mf_rq_clamp(int32_t acc, const mf_rq *q, int32_t mode, int32_t 
       "memory"
 
 #define MF_A_SF4 MF_A_SF("r0"), MF_A_SF("r1"), MF_A_SF("r2"), MF_A_SF("r3")
-#define MF_A_SAT4 MF_A_SAT("r0"), MF_A_SAT("r1"), MF_A_SAT("r2"), MF_A_SAT("r3")
-#define MF_A_CLAMP4 MF_A_CLAMP("r0"), MF_A_CLAMP("r1"), MF_A_CLAMP("r2"), MF_A_CLAMP("r3")
+#define MF_A_SAT4 "", MF_A_SAT("r0"), MF_A_SAT("r1"), MF_A_SAT("r2"), MF_A_SAT("r3")
+#define MF_A_CLAMP4                                                                         \
+    "ldr r5, %[lo]\n\tldr lr, %[hi]\n\t", MF_A_CLAMP("r0"), MF_A_CLAMP("r1"), MF_A_CLAMP("r2"), \
+        MF_A_CLAMP("r3")
 #define MF_A_ROW_X(...) MF_A_ROW(__VA_ARGS__) /* expands the 4-tuples into 4 arguments */
 #define MF_A_MODES(GR)                                                                      \
     if (mode == (MF_MODE_SF | MF_MODE_SAT)) {                                               \
