@@ -40,7 +40,9 @@ def program(fmt: str, rng, act: str = "relu") -> str:
     """act: "relu" (clamp = int8 range, no sign term: TFLite's fused ReLU with zero point -128),
     "none" (int8 range, sign term), "relu6" (a narrower clamp [-128, 100], sign term)."""
     lo, hi, sf = {"relu": (-128, 127, 0), "none": (-128, 127, 1), "relu6": (-128, 100, 1)}[act]
-    src = ['#include "mcuforge_nn.h"\n#include "bench.h"\n']
+    # volatile: the clamp reaches the kernel as in a model whose layers differ (no IPA constants)
+    src = ['#include "mcuforge_nn.h"\n#include "bench.h"\n',
+           f"static volatile int32_t v_lo = {lo}, v_hi = {hi}, v_sf = {sf};\n"]
     body = []
     scratch = 0
     for i, (name, kind, geo, o, reps) in enumerate(SHAPES):
@@ -60,7 +62,7 @@ def program(fmt: str, rng, act: str = "relu") -> str:
         src.append(f"static const int32_t b{i}[] = {{" + ",".join(map(str, bias.tolist())) + "};\n")
         src.append(f"static const mf_rq rq{i}[] = {{" + ",".join(
             "{%d,%d,%d,%d}" % tuple(r) for r in rq.tolist()) + "};\n")
-        tail = f"w{i}, b{i}, rq{i}, {o}, {lo}, {hi}, {sf}, y{i}"
+        tail = f"w{i}, b{i}, rq{i}, {o}, v_lo, v_hi, v_sf, y{i}"
         if kind == "gemm":
             call = f"mf_gemm_{fmt}(x{i}, {geo['rows']}, {k}, {k}, {tail}, {o}, scratch)"
         else:
