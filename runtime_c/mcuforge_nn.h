@@ -167,6 +167,27 @@ typedef struct {
 MF_INLINE void mf_widen_groups(const int8_t *x, int32_t n4, int16_t *xw) {
 #if MF_USE_DSP
     mf_word *d = (mf_word *)(void *)xw;
+#if MF_GEMM_ASM
+    if (n4 >= 2) { /* 10 instructions per 8 bytes: two unaligned LDR, 4 SXTB16, 2 STRD */
+        int32_t n8 = n4 >> 1, v, u, a, b;
+        __asm__ volatile("1:\n\t"
+                         "ldr %[v], [%[x]], #4\n\t"
+                         "ldr %[u], [%[x]], #4\n\t"
+                         "sxtb16 %[a], %[v]\n\t"
+                         "sxtb16 %[b], %[v], ror #8\n\t"
+                         "strd %[a], %[b], [%[d]], #8\n\t"
+                         "sxtb16 %[a], %[u]\n\t"
+                         "sxtb16 %[b], %[u], ror #8\n\t"
+                         "strd %[a], %[b], [%[d]], #8\n\t"
+                         "subs %[n], %[n], #1\n\t"
+                         "bne 1b\n\t"
+                         : [x] "+r"(x), [d] "+r"(d), [n] "+r"(n8), [v] "=&r"(v), [u] "=&r"(u),
+                           [a] "=&r"(a), [b] "=&r"(b)
+                         :
+                         : "cc", "memory");
+        n4 &= 1;
+    }
+#endif
     for (; n4 >= 2; n4 -= 2) { /* two unaligned LDR, four SXTB16, four STR per 8 */
         int32_t v, u;
         memcpy(&v, x, 4);
