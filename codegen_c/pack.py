@@ -91,7 +91,14 @@ def pack_gemm_weights(w_rows, fmt: str):
     return arr, arr.nbytes
 
 
-def gemm_scratch_bytes(k: int, im2col: bool = False) -> int:
-    """Scratch bytes one call needs for K taps per output: mf_gemm_* the widened row
-    (int16[Kp]), mf_conv_* (im2col) that plus an int8[Kp] patch. 4-byte aligned."""
-    return (3 if im2col else 2) * kpad(k)
+def gemm_scratch_bytes(k: int) -> int:
+    """Scratch bytes one mf_gemm_* call needs for K taps per output: the widened row
+    (int16[Kp]). 4-byte aligned."""
+    return 2 * kpad(k)
+
+
+def conv_scratch_bytes(k_h: int, k_w: int, in_c: int, stride_w: int, out_w: int) -> int:
+    """Scratch bytes one mf_conv_* (im2col) call needs: the widened patch int16[Kp], an int8
+    patch [Kp] and the row cache int8[k_h][((out_w - 1) * stride_w + k_w) * in_c]."""
+    kp = kpad(k_h * k_w * in_c)
+    return 3 * kp + k_h * ((out_w - 1) * stride_w + k_w) * in_c

@@ -604,64 +604,48 @@ static inline void mf_fill8(int8_t *d, int32_t v, int32_t n) {
     }
 }
 
-/* One kernel row of the patch as int8 (taps kx * in_c + c): padding taps get x_zp. */
-static inline void mf_im2col_seg8(const int8_t *x, const mf_conv_geom *g, int32_t x_zp,
-                                  int32_t iy, int32_t ix0, int8_t *d) {
-    const int32_t c = g->in_c, seg = g->k_w * c;
-    int32_t lo = ix0 < 0 ? -ix0 : 0, hi = g->in_w - ix0;
-    hi = hi > g->k_w ? g->k_w : hi;
-    if (iy < 0 || iy >= g->in_h || lo >= hi) {
-        mf_fill8(d, x_zp, seg);
-        return;
-    }
-    mf_fill8(d, x_zp, lo * c);
-    mf_copy8(d + lo * c, x + (iy * g->in_w + ix0 + lo) * c, (hi - lo) * c);
-    mf_fill8(d + hi * c, x_zp, (g->k_w - hi) * c);
-}
-
-/* The widened patch of output pixel (oy, ox) into xw[Kp] (lane order, zero tail), taps in
- * TFLM's weight order k = (ky * k_w + kx) * in_c + c; padding taps get x_zp. When a kernel row
- * is a whole number of groups (k_w * in_c % 4 == 0) and the window lies inside the image
- * horizontally, rows are widened straight from the input or filled; otherwise the patch is
- * built as int8 in patch[Kp] (word copies) and widened once. */
-static inline void mf_im2col_row(const int8_t *x, const mf_conv_geom *g, int32_t x_zp,
-                                 int32_t oy, int32_t ox, int16_t *xw, int8_t *patch) {
-    const int32_t seg = g->k_w * g->in_c, K = g->k_h * seg;
-    const int32_t iy0 = oy * g->stride_h - g->pad_t, ix0 = ox * g->stride_w - g->pad_l;
-    int32_t ky;
-    if ((seg & 3) == 0 && ix0 >= 0 && ix0 + g->k_w <= g->in_w) {
-        const int32_t fill = (int32_t)(((uint32_t)x_zp & 0xFFFFu) * 0x10001u);
-        const int32_t step = g->in_w * g->in_c;
-        int32_t off = iy0 * step + ix0 * g->in_c; /* x[off]: the row's first tap */
-        for (ky = 0; ky < g->k_h; ++ky, off += step, xw += seg) {
-            const int32_t iy = iy0 + ky;
-            if (iy >= 0 && iy < g->in_h) {
-                mf_widen_groups(x + off, seg >> 2, xw);
-            } else {
-                int32_t i;
-                for (i = 0; i < seg; i += 2) {
-                    memcpy(xw + i, &fill, 4); /* all lanes x_zp: order does not matter */
-                }
-            }
-        }
-    } else {
-        for (ky = 0; ky < g->k_h; ++ky) {
-            mf_im2col_seg8(x, g, x_zp, iy0 + ky, ix0, patch + ky * seg);
-        }
-        mf_widen_row(patch, K, xw);
-    }
-}
-
+/* im2col through a row cache: for each output row, the k_h input rows it reads are copied
+ * once, padded with x_zp to the width the windows span (wpad = (out_w - 1) * stride_w + k_w),
+ * into rows[k_h][wpad * in_c]; every window is then inside the cache. Its k_h row pieces are
+ * widened straight into xw when a kernel row is a whole number of groups (k_w * in_c % 4 == 0),
+ * else gathered as int8 into patch[Kp] (word copies) and widened once. The cache costs about
+ * k_h * wpad * in_c byte copies per output row, a small part of the widening. */
 static inline void mf_conv_body(const int8_t *x, const mf_conv_geom *g, int32_t x_zp,
                                 const void *w, int32_t fmt, const int32_t *bias,
                                 const mf_rq *rq, int32_t O, int32_t lo, int32_t hi,
                                 int32_t mode, int8_t *y, int16_t *scratch) {
-    const int32_t Kp = MF_KPAD(g->k_h * g->k_w * g->in_c), G = Kp >> 2;
+    const int32_t c = g->in_c, seg = g->k_w * c, K = g->k_h * seg, Kp = MF_KPAD(K);
+    const int32_t G = Kp >> 2, wpad = (g->out_w - 1) * g->stride_w + g->k_w;
+    const int32_t rowb = wpad * c, left = g->pad_l * c;
+    const int32_t ncopy = (g->in_w < wpad - g->pad_l ? g->in_w : wpad - g->pad_l) * c;
     int8_t *patch = (int8_t *)(scratch + Kp);
-    int32_t oy, ox;
+    int8_t *rows = patch + Kp;
+    int32_t oy, ox, ky;
     for (oy = 0; oy < g->out_h; ++oy) {
+        const int32_t iy0 = oy * g->stride_h - g->pad_t;
+        for (ky = 0; ky < g->k_h; ++ky) {
+            const int32_t iy = iy0 + ky;
+            int8_t *r = rows + ky * rowb;
+            if (iy >= 0 && iy < g->in_h) {
+                mf_fill8(r, x_zp, left);
+                mf_copy8(r + left, x + iy * g->in_w * c, ncopy);
+                mf_fill8(r + left + ncopy, x_zp, rowb - left - ncopy);
+            } else {
+                mf_fill8(r, x_zp, rowb);
+            }
+        }
         for (ox = 0; ox < g->out_w; ++ox) {
-            mf_im2col_row(x, g, x_zp, oy, ox, scratch, patch);
+            const int8_t *win = rows + ox * g->stride_w * c;
+            if ((seg & 3) == 0) {
+                for (ky = 0; ky < g->k_h; ++ky) {
+                    mf_widen_groups(win + ky * rowb, seg >> 2, scratch + ky * seg);
+                }
+            } else {
+                for (ky = 0; ky < g->k_h; ++ky) {
+                    mf_copy8(patch + ky * seg, win + ky * rowb, seg);
+                }
+                mf_widen_row(patch, K, scratch);
+            }
             mf_gemm_row(scratch, G, w, fmt, bias, rq, O, lo, hi, mode, y);
             y += O;
         }
@@ -674,8 +658,8 @@ static inline void mf_conv_body(const int8_t *x, const mf_conv_geom *g, int32_t 
  *   w       pack_gemm_weights(w[O][k_h][k_w][in_c] as [O, K], fmt), K = k_h * k_w * in_c
  *   bias, rq, lo, hi, signfix: as mf_gemm_w16
  *   y       int8 [out_h][out_w][O]
- *   scratch 3 * Kp bytes (int16_t[Kp] widened patch + int8_t[Kp] patch), 4-byte aligned
- *           (pack.gemm_scratch_bytes(K, im2col=True)) */
+ *   scratch pack.conv_scratch_bytes(...) bytes, 4-byte aligned: int16_t[Kp] widened patch,
+ *           int8_t[Kp] patch, int8_t[k_h][((out_w - 1) * stride_w + k_w) * in_c] row cache */
 MF_MICRO void mf_conv_w16(const int8_t *x, const mf_conv_geom *g, int32_t x_zp,
                           const int16_t *w, const int32_t *bias, const mf_rq *rq, int32_t O,
                           int32_t lo, int32_t hi, int32_t signfix, int8_t *y,

@@ -200,8 +200,15 @@ def c_array(ctype, name, values, align=False):
     return f"static const {ctype} {name}[]{attr} = {{{vals}}};\n"
 
 
+def scratch_bytes(c) -> int:
+    if c["kind"] == "gemm":
+        return pack.gemm_scratch_bytes(c["k"])
+    h, wd, ch, kh, kw, sh, sw, pt, pl, oh, ow = c["geom"]
+    return pack.conv_scratch_bytes(kh, kw, ch, sw, ow)
+
+
 def c_program(cases) -> str:
-    scratch = max(pack.gemm_scratch_bytes(c["k"], c["kind"] == "conv") for c in cases) // 2
+    scratch = (max(scratch_bytes(c) for c in cases) + 1) // 2
     out = ["#include <string.h>\n#include \"mcuforge_nn.h\"\n#include \"bench.h\"\n",
            f"#define SCRATCH {scratch}\n",
            "static int16_t scratch[SCRATCH + 8] __attribute__((aligned(4)));\n"]
@@ -224,7 +231,7 @@ def c_program(cases) -> str:
         else:
             out.append("static const mf_conv_geom g%d = {%s};\n" % (i, ",".join(map(str, c["geom"]))))
             call = f"mf_conv_{c['fmt']}(x{i}, &g{i}, {c['x_zp']}, w{i}, {common}, scratch)"
-        need = (pack.gemm_scratch_bytes(c["k"], c["kind"] == "conv") + 1) // 2
+        need = (scratch_bytes(c) + 1) // 2
         calls.append(f"    memset(y{i}, {SENTINEL}, sizeof y{i});\n"
                      f"    for (j = {need}; j < SCRATCH + 8; ++j) scratch[j] = 0x1234;\n"
                      f"    {call};\n"
@@ -306,7 +313,8 @@ def test_packing_layout():
                 idx = ((oo // 4) * (kp // 4) + kk // 4) * 16 + (oo % 4) * 4 + lanes.index(kk % 4)
                 assert packed[idx] == (w[oo, kk] if oo < o and kk < k else 0)
     assert pack.gemm_scratch_bytes(7) == 16 and pack.gemm_scratch_bytes(64) == 128
-    assert pack.gemm_scratch_bytes(7, im2col=True) == 24
+    # KWS's first conv: Kp = 40, row cache 10 rows x (4 * 2 + 4) taps of 1 channel
+    assert pack.conv_scratch_bytes(10, 4, 1, 2, 5) == 3 * 40 + 10 * 12
 
 
 # ---- against tflite-micro itself: real CONV_2D layer shapes ------------------------------------

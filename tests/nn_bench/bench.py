@@ -47,7 +47,9 @@ def program(fmt: str, rng, act: str = "relu") -> str:
     scratch = 0
     for i, (name, kind, geo, o, reps) in enumerate(SHAPES):
         k = geo["k"] if kind == "gemm" else geo[3] * geo[4] * geo[2]
-        scratch = max(scratch, pack.gemm_scratch_bytes(k, kind == "conv") // 2)
+        need = (pack.gemm_scratch_bytes(k) if kind == "gemm" else
+                pack.conv_scratch_bytes(geo[3], geo[4], geo[2], geo[6], geo[10]))
+        scratch = max(scratch, (need + 1) // 2)
         w, bias, rq = _layer(rng, o, k)
         packed, _ = pack.pack_gemm_weights(w, fmt)
         wt = "int16_t" if fmt == "w16" else "int8_t"
