@@ -95,6 +95,9 @@ static inline int32_t mf_rq_apply(int32_t acc, const mf_rq *q, int32_t signfix) 
  * branch. Both bodies (MF_USE_DSP or portable C) read the same packed data.
  * Instruction counts (QEMU mps2-an386): see tests/nn_bench/README.md and the report. */
 
+#if MF_USE_DSP && defined(__ARMEB__)
+#error "mcuforge_nn.h: the DSP kernels assume little-endian memory; build with -DMF_USE_DSP=0"
+#endif
 #define MF_KPAD(K) (((K) + 3) & ~3)
 #if defined(__GNUC__)
 #define MF_INLINE static inline __attribute__((always_inline)) /* keep accumulators in registers */
@@ -167,7 +170,7 @@ typedef struct {
 MF_INLINE void mf_widen_groups(const int8_t *x, int32_t n4, int16_t *xw) {
 #if MF_USE_DSP
     mf_word *d = (mf_word *)(void *)xw;
-#if MF_GEMM_ASM
+#if MF_GEMM_ASM && defined(__ARM_FEATURE_UNALIGNED)
     if (n4 >= 2) { /* 10 instructions per 8 bytes: two unaligned LDR, 4 SXTB16, 2 STRD */
         int32_t n8 = n4 >> 1, v, u, a, b;
         __asm__ volatile("1:\n\t"
