@@ -93,7 +93,16 @@ static inline int32_t mf_rq_apply(int32_t acc, const mf_rq *q, int32_t signfix) 
  * Register block: 4 channels x 1 row (an LDM of 4 words gives two channels' 4 taps); the K
  * loop runs 8 taps per iteration with the odd group peeled before it, so there is no per-tap
  * branch. Both bodies (MF_USE_DSP or portable C) read the same packed data.
- * Instruction counts (QEMU mps2-an386): see tests/nn_bench/README.md and the report. */
+ * Entry points: mf_gemm_w16 / mf_gemm_w8 (rows of activations), mf_conv_w16 / mf_conv_w8
+ * (im2col); each comment gives arguments, layouts, scratch and alignment.
+ *
+ * Instructions per MAC on QEMU mps2-an386 (Cortex-M4), arm-none-eabi-gcc 12.2 -O2, including
+ * widening / im2col, requantization and the call (tests/nn_bench: bench.py, README.md), clamp =
+ * int8 range without sign term (TFLite's fused ReLU), w16 / w8 weights:
+ *   1x1 64->64 over 125 px 0.93 / 1.43, FC 64->12 1.11 / 1.61, conv 10x4 1->64 s2 on 49x10
+ *   1.15 / 1.65, conv 3x3 16->16 on 32x32 0.95 / 1.45, 1x1 8->16 (VWW) 2.54 / 3.04; -Os within
+ *   1-5 %, -fno-schedule-insns no effect (the hot loops are asm). The sign term adds ~3 and a
+ *   clamp narrower than int8 ~5 instructions per output. */
 
 #if MF_USE_DSP && defined(__ARMEB__)
 #error "mcuforge_nn.h: the DSP kernels assume little-endian memory; build with -DMF_USE_DSP=0"
@@ -532,16 +541,23 @@ static inline void mf_gemm_body(const int8_t *x, int32_t rows, int32_t x_stride,
     }
 }
 
-/* mf_gemm_w16 / mf_gemm_w8: y = requant(x . w^T) for `rows` rows (1x1 convolution over
- * pixels, fully connected layer over batch rows).
- *   x       rows x K int8, row r at x + r * x_stride (any alignment, x_stride >= K)
- *   w       packed weights (layout above): MF_W16 int16_t[ceil(O/4) * 16 * Kp / 4 * ...]
- *           = pack_gemm_weights(w, "w16"); MF_W8 int8_t, pack_gemm_weights(w, "w8");
- *           4-byte aligned
- *   bias    int32_t[O], zero point folded (pack.fold_bias); rq: mf_rq[O] (pack.requant_params)
- *   lo, hi  output clamp (activation), -128 <= lo <= hi <= 127; signfix: pack.needs_signfix
- *   y       int8 outputs, row r at y + r * y_stride (y_stride >= O)
- *   scratch int16_t[Kp], 4-byte aligned (pack.gemm_scratch_bytes) */
+/* mf_gemm_w16 / mf_gemm_w8: y = requant(x . w^T) for `rows` rows: a 1x1 stride-1 convolution
+ * over H*W pixels (rows = H*W, x_stride = K = C_in, y_stride = O), a fully connected layer over
+ * B rows, or rows the caller built (a strided 1x1 convolution may pass x_stride = C_in per
+ * pixel row and call once per output row).
+ *   x        int8 rows x K, row r at x + r * x_stride; any alignment; x_stride >= K
+ *   rows     >= 0; K >= 1 taps per output; O >= 1 output channels
+ *   w        packed weights (layout above), 4-byte aligned: mf_gemm_w16 int16_t[Op * Kp],
+ *            mf_gemm_w8 int8_t[Op * Kp] (Op = O rounded up to 4) = pack.pack_gemm_weights(
+ *            w[O][K], "w16" / "w8")
+ *   bias     int32_t[O], input zero point folded in (pack.fold_bias)
+ *   rq       mf_rq[O] (pack.requant_params; its int32 exactness proof must hold)
+ *   lo, hi   the output clamp, -128 <= lo <= hi <= 127 (lo = -128, hi = 127 is fastest)
+ *   signfix  pack.needs_signfix(y_zp, lo); 1 is always exact
+ *   y        int8 outputs, row r at y + r * y_stride, y_stride >= O (gaps untouched)
+ *   scratch  pack.gemm_scratch_bytes(K) bytes (int16_t[Kp]), 4-byte aligned; x and y must not
+ *            overlap it; y may overlap x only if y_stride <= x_stride and y <= x (row r is
+ *            widened before row r is written) */
 MF_MICRO void mf_gemm_w16(const int8_t *x, int32_t rows, int32_t x_stride, int32_t K,
                           const int16_t *w, const int32_t *bias, const mf_rq *rq, int32_t O,
                           int32_t lo, int32_t hi, int32_t signfix, int8_t *y,
@@ -656,11 +672,14 @@ static inline void mf_conv_body(const int8_t *x, const mf_conv_geom *g, int32_t 
 }
 
 /* mf_conv_w16 / mf_conv_w8: a KxK int8 convolution (any stride, SAME/VALID padding, dilation
- * 1), NHWC, batch 1, by im2col + the GEMM above.
- *   x       int8 [in_h][in_w][in_c]; g: the geometry; x_zp: the input zero point (padding)
- *   w       pack_gemm_weights(w[O][k_h][k_w][in_c] as [O, K], fmt), K = k_h * k_w * in_c
- *   bias, rq, lo, hi, signfix: as mf_gemm_w16
- *   y       int8 [out_h][out_w][O]
+ * 1), NHWC, batch 1 (call per batch), by im2col + the GEMM above.
+ *   x       int8 [in_h][in_w][in_c], any alignment; g: the geometry (pad_t/pad_l as TFLM
+ *           computes them; the bottom/right padding follows from out_h/out_w)
+ *   x_zp    the input zero point: padding taps read it, so with the folded bias they add 0
+ *   w       pack.pack_gemm_weights(w[O][k_h][k_w][in_c] reshaped to [O, K], "w16" / "w8"),
+ *           K = k_h * k_w * in_c (TFLM's OHWI order), 4-byte aligned
+ *   bias, rq, O, lo, hi, signfix: as mf_gemm_w16
+ *   y       int8 [out_h][out_w][O], must not overlap x
  *   scratch pack.conv_scratch_bytes(...) bytes, 4-byte aligned: int16_t[Kp] widened patch,
  *           int8_t[Kp] patch, int8_t[k_h][((out_w - 1) * stride_w + k_w) * in_c] row cache */
 MF_MICRO void mf_conv_w16(const int8_t *x, const mf_conv_geom *g, int32_t x_zp,
