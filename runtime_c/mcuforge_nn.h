@@ -555,9 +555,8 @@ static inline void mf_gemm_body(const int8_t *x, int32_t rows, int32_t x_stride,
  *   lo, hi   the output clamp, -128 <= lo <= hi <= 127 (lo = -128, hi = 127 is fastest)
  *   signfix  pack.needs_signfix(y_zp, lo); 1 is always exact
  *   y        int8 outputs, row r at y + r * y_stride, y_stride >= O (gaps untouched)
- *   scratch  pack.gemm_scratch_bytes(K) bytes (int16_t[Kp]), 4-byte aligned; x and y must not
- *            overlap it; y may overlap x only if y_stride <= x_stride and y <= x (row r is
- *            widened before row r is written) */
+ *   scratch  pack.gemm_scratch_bytes(K) bytes (int16_t[Kp]), 4-byte aligned
+ *   x, y and scratch must not overlap. */
 MF_MICRO void mf_gemm_w16(const int8_t *x, int32_t rows, int32_t x_stride, int32_t K,
                           const int16_t *w, const int32_t *bias, const mf_rq *rq, int32_t O,
                           int32_t lo, int32_t hi, int32_t signfix, int8_t *y,
