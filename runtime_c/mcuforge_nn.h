@@ -318,18 +318,28 @@ MF_INLINE void mf_dot4(const int16_t *xw, const void *wblock, int32_t G, int32_t
     acc[2] = a2;
     acc[3] = a3;
 #else
-    int32_t g, c;
+    /* each group's 4 activations loaded once for the 4 channels, accumulators in registers */
+    int32_t g, a0 = acc[0], a1 = acc[1], a2 = acc[2], a3 = acc[3];
     for (g = 0; g < G; ++g, xw += 4) {
-        for (c = 0; c < 4; ++c) {
-            if (fmt == MF_W16) {
-                const int16_t *w = (const int16_t *)wblock + (g * 4 + c) * 4;
-                acc[c] += xw[0] * w[0] + xw[1] * w[1] + xw[2] * w[2] + xw[3] * w[3];
-            } else {
-                const int8_t *w = (const int8_t *)wblock + (g * 4 + c) * 4;
-                acc[c] += xw[0] * w[0] + xw[1] * w[2] + xw[2] * w[1] + xw[3] * w[3];
-            }
+        const int32_t x0 = xw[0], x1 = xw[1], x2 = xw[2], x3 = xw[3];
+        if (fmt == MF_W16) { /* lanes (w0, w2, w1, w3), like the activations */
+            const int16_t *w = (const int16_t *)wblock + g * 16;
+            a0 += x0 * w[0] + x1 * w[1] + x2 * w[2] + x3 * w[3];
+            a1 += x0 * w[4] + x1 * w[5] + x2 * w[6] + x3 * w[7];
+            a2 += x0 * w[8] + x1 * w[9] + x2 * w[10] + x3 * w[11];
+            a3 += x0 * w[12] + x1 * w[13] + x2 * w[14] + x3 * w[15];
+        } else { /* natural tap order: activation lane 1 holds tap 2, lane 2 tap 1 */
+            const int8_t *w = (const int8_t *)wblock + g * 16;
+            a0 += x0 * w[0] + x1 * w[2] + x2 * w[1] + x3 * w[3];
+            a1 += x0 * w[4] + x1 * w[6] + x2 * w[5] + x3 * w[7];
+            a2 += x0 * w[8] + x1 * w[10] + x2 * w[9] + x3 * w[11];
+            a3 += x0 * w[12] + x1 * w[14] + x2 * w[13] + x3 * w[15];
         }
     }
+    acc[0] = a0;
+    acc[1] = a1;
+    acc[2] = a2;
+    acc[3] = a3;
 #endif
 }
 

@@ -1,6 +1,7 @@
 """Instructions per MAC of the GEMM micro-kernels on QEMU mps2-an386 (Cortex-M4).
 
-    PYTHONPATH=$PWD python -m tests.nn_bench.bench [--act=relu|none|relu6] [-O2 -Os ...]
+    PYTHONPATH=$PWD python -m tests.nn_bench.bench [--act=relu|none|relu6] [--target=m4|m3|m4-nodsp]
+                                                   [-O2 -Os ...]
 
 Each shape runs once to warm up, then `reps` times between two SysTick reads (40 instructions
 per tick under -icount shift=0); the figure includes widening / im2col, requantization, the
@@ -83,7 +84,7 @@ def program(fmt: str, rng, act: str = "relu") -> str:
     return "".join(src)
 
 
-def measure(opts, fmts=pack.GEMM_FORMATS, act="relu"):
+def measure(opts, fmts=pack.GEMM_FORMATS, act="relu", target="m4"):
     """{(fmt, opt): [(shape, instr/MAC)]}"""
     results = {}
     with tempfile.TemporaryDirectory() as d:
@@ -91,7 +92,7 @@ def measure(opts, fmts=pack.GEMM_FORMATS, act="relu"):
             src = Path(d) / f"bench_{fmt}.c"
             src.write_text(program(fmt, np.random.default_rng(0), act))
             for opt in opts:
-                out = harness.run(harness.build(src, "m4", opt, Path(d)), "m4")
+                out = harness.run(harness.build(src, target, opt, Path(d)), target)
                 rows = []
                 for line in out.strip().splitlines():
                     name, macs, ticks = line.split("|")
@@ -101,13 +102,15 @@ def measure(opts, fmts=pack.GEMM_FORMATS, act="relu"):
 
 
 def main(argv):
-    act = "relu"
-    if argv and argv[0].startswith("--act="):
-        act, argv = argv[0][6:], argv[1:]
+    act, target = "relu", "m4"
+    while argv and argv[0].startswith("--"):
+        key, _, value = argv[0][2:].partition("=")
+        act, target = (value, target) if key == "act" else (act, value)
+        argv = argv[1:]
     opts = argv or ["-O2", "-Os", "-O2 -fno-schedule-insns", "-Os -fno-schedule-insns"]
-    res = measure(opts, act=act)
+    res = measure(opts, act=act, target=target)
     names = [s[0] for s in SHAPES]
-    print(f"instructions per MAC, mps2-an386 (Cortex-M4), activation {act}")
+    print(f"instructions per MAC, {harness.TARGETS[target][1]} ({target}), activation {act}")
     print(f"{'fmt / flags':34s}" + "".join(f"{n:>27s}" for n in names))
     for (fmt, opt), rows in res.items():
         print(f"{fmt + ' ' + opt:34s}" + "".join(f"{v:27.3f}" for _, v in rows))
