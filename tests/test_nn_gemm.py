@@ -64,15 +64,17 @@ def tflm_outputs(x_rows, w, bias, x_zp, mults, shifts, y_zp, lo, hi):
 
 
 def tflm_conv(x, w, bias, x_zp, stride, padding, mults, shifts, y_zp, lo, hi):
-    """x [H, W, C], w [O, KH, KW, C] -> [OH, OW, O] like TFLM's reference Conv (dilation 1)."""
+    """x [H, W, C], w [O, KH, KW, C] -> [OH, OW, O] like TFLM's reference Conv (dilation 1);
+    stride: one number or (stride_h, stride_w)."""
     h, wd, c = x.shape
     o, kh, kw, _ = w.shape
-    oh, ow, pt, pl = conv_geometry(h, wd, kh, kw, stride, padding)
-    ph = max((oh - 1) * stride + kh - h, 0)
-    pw = max((ow - 1) * stride + kw - wd, 0)
+    sh, sw = (stride, stride) if np.isscalar(stride) else stride
+    oh, ow, pt, pl = conv_geometry(h, wd, kh, kw, (sh, sw), padding)
+    ph = max((oh - 1) * sh + kh - h, 0)
+    pw = max((ow - 1) * sw + kw - wd, 0)
     xp = np.full((h + ph + kh, wd + pw + kw, c), x_zp, np.int64)
     xp[pt:pt + h, pl:pl + wd] = x
-    rows = np.array([xp[oy * stride:oy * stride + kh, ox * stride:ox * stride + kw].reshape(-1)
+    rows = np.array([xp[oy * sh:oy * sh + kh, ox * sw:ox * sw + kw].reshape(-1)
                      for oy in range(oh) for ox in range(ow)])
     y = tflm_outputs(rows, w.reshape(o, -1), bias, x_zp, mults, shifts, y_zp, lo, hi)
     return y.reshape(oh, ow, o)
@@ -80,12 +82,13 @@ def tflm_conv(x, w, bias, x_zp, stride, padding, mults, shifts, y_zp, lo, hi):
 
 def conv_geometry(h, w, kh, kw, stride, padding):
     """TFLM's output size and top/left padding for SAME / VALID, dilation 1."""
+    sh, sw = (stride, stride) if np.isscalar(stride) else stride
     if padding == "VALID":
-        oh, ow = (h - kh + stride) // stride, (w - kw + stride) // stride
+        oh, ow = (h - kh + sh) // sh, (w - kw + sw) // sw
     else:
-        oh, ow = (h + stride - 1) // stride, (w + stride - 1) // stride
-    pt = max((oh - 1) * stride + kh - h, 0) // 2
-    pl = max((ow - 1) * stride + kw - w, 0) // 2
+        oh, ow = (h + sh - 1) // sh, (w + sw - 1) // sw
+    pt = max((oh - 1) * sh + kh - h, 0) // 2
+    pl = max((ow - 1) * sw + kw - w, 0) // 2
     return oh, ow, pt, pl
 
 
@@ -155,7 +158,8 @@ def conv_case(rng, h, wd, c, kh, kw, stride, padding, o, fmt, act):
                   L["y_zp"], L["lo"], L["hi"])
     oh, ow, pt, pl = conv_geometry(h, wd, kh, kw, stride, padding)
     folded, rq, sf = kernel_args(L, L["w"])
-    geom = (h, wd, c, kh, kw, stride, stride, pt, pl, oh, ow)
+    sh, sw = (stride, stride) if np.isscalar(stride) else stride
+    geom = (h, wd, c, kh, kw, sh, sw, pt, pl, oh, ow)
     return dict(kind="conv", fmt=fmt, x=x.reshape(-1).astype(np.int8), geom=geom,
                 x_zp=L["x_zp"], k=kh * kw * c, o=o, w=L["w"], bias=folded, rq=rq, sf=sf,
                 lo=L["lo"], hi=L["hi"], want=y.reshape(-1))
@@ -180,7 +184,8 @@ def all_cases(seed=0):
         for geo in ((12, 6, 1, 10, 4, 2, "SAME", 8), (9, 8, 3, 3, 3, 1, "SAME", 5),
                     (9, 7, 3, 3, 3, 2, "VALID", 6), (6, 6, 16, 3, 3, 1, "SAME", 7),
                     (7, 5, 4, 1, 1, 2, "VALID", 9), (5, 9, 2, 3, 2, 2, "SAME", 4),
-                    (4, 4, 5, 4, 4, 3, "SAME", 3)):
+                    (4, 4, 5, 4, 4, 3, "SAME", 3), (9, 8, 4, 3, 2, (1, 2), "SAME", 6),
+                    (8, 7, 2, 2, 3, (3, 1), "VALID", 5)):
             h, wd, c, kh, kw, s, pad, o = geo
             cases.append(conv_case(rng, h, wd, c, kh, kw, s, pad, o, fmt,
                                    acts[int(rng.integers(0, 3))]))
