@@ -26,6 +26,8 @@ SHAPES = [
     ("conv 10x4 1->64 s2 49x10", "conv", (49, 10, 1, 10, 4, 2, 2, 4, 1, 25, 5), 64, 1),
     ("conv 3x3 16->16 s1 32x32", "conv", (32, 32, 16, 3, 3, 1, 1, 1, 1, 32, 32), 16, 1),
     ("1x1 8->16 x2304 px (VWW)", "gemm", dict(rows=2304, k=8), 16, 1),
+    ("conv 3x3 3->16 s1 32x32 (RN8 1st)", "conv", (32, 32, 3, 3, 3, 1, 1, 1, 1, 32, 32), 16, 1),
+    ("conv 3x3 3->8 s2 96x96 (VWW 1st)", "conv", (96, 96, 3, 3, 3, 2, 2, 0, 0, 48, 48), 8, 1),
 ]
 
 
@@ -111,9 +113,10 @@ def main(argv):
     res = measure(opts, act=act, target=target)
     names = [s[0] for s in SHAPES]
     print(f"instructions per MAC, {harness.TARGETS[target][1]} ({target}), activation {act}")
-    print(f"{'fmt / flags':34s}" + "".join(f"{n:>27s}" for n in names))
+    width = max(len(n) for n in names) + 2
+    print(f"{'fmt / flags':30s}" + "".join(f"{n:>{width}s}" for n in names))
     for (fmt, opt), rows in res.items():
-        print(f"{fmt + ' ' + opt:34s}" + "".join(f"{v:27.3f}" for _, v in rows))
+        print(f"{fmt + ' ' + opt:30s}" + "".join(f"{v:{width}.3f}" for _, v in rows))
 
 
 if __name__ == "__main__":
