@@ -320,6 +320,25 @@ def test_packing_layout():
     assert pack.gemm_scratch_bytes(7) == 16 and pack.gemm_scratch_bytes(64) == 128
     # KWS's first conv: Kp = 40, row cache 10 rows x (4 * 2 + 4) taps of 1 channel
     assert pack.conv_scratch_bytes(10, 4, 1, 2, 5) == 3 * 40 + 10 * 12
+    for o, k in ((6, 7), (64, 64), (12, 40)):
+        for fmt in pack.GEMM_FORMATS:
+            assert pack.gemm_flash_bytes(o, k, fmt) == pack.pack_gemm_weights(w[:1].repeat(o, 0)[
+                :, :1].repeat(k, 1), fmt)[1]
+
+
+def test_conv_geom_matches_tflm_padding():
+    """pack.conv_geom against this file's TFLM geometry (and KWS's first layer by hand: 49x10,
+    10x4 stride 2 SAME -> 25x5, total padding 9 rows / 2 columns, top 4, left 1)."""
+    assert pack.conv_geom(49, 10, 1, 10, 4, 2, 2, "SAME") == (49, 10, 1, 10, 4, 2, 2, 4, 1, 25, 5)
+    rng = np.random.default_rng(5)
+    for _ in range(200):
+        kh, kw = int(rng.integers(1, 6)), int(rng.integers(1, 6))
+        h, wd = int(rng.integers(kh, 40)), int(rng.integers(kw, 40))
+        sh, sw = int(rng.integers(1, 4)), int(rng.integers(1, 4))
+        pad = ("SAME", "VALID")[int(rng.integers(0, 2))]
+        oh, ow, pt, pl = conv_geometry(h, wd, kh, kw, (sh, sw), pad)
+        assert pack.conv_geom(h, wd, 3, kh, kw, sh, sw, pad) == (h, wd, 3, kh, kw, sh, sw, pt, pl,
+                                                                 oh, ow)
 
 
 # ---- against tflite-micro itself: real CONV_2D layer shapes ------------------------------------
