@@ -78,7 +78,8 @@ static inline int32_t mf_rq_apply(int32_t acc, const mf_rq *q, int32_t signfix) 
  *                                           signfix), lo, hi)
  * with x_r the raw stored int8 values of activation row r.
  *
- * Layouts (codegen_c/pack.py builds them: pack_gemm_weights, gemm_scratch_bytes):
+ * Layouts (codegen_c/pack.py builds them: pack_gemm_weights; scratch: gemm_scratch_bytes,
+ * conv_scratch_bytes; flash: gemm_flash_bytes; mf_conv_geom: conv_geom):
  *   Kp = MF_KPAD(K), K rounded up to a multiple of 4; G = Kp / 4 groups of 4 taps.
  *   Widened activations (scratch, int16): per group [x0, x2, x1, x3] -- the two words SXTB16
  *     makes of the bytes x0..x3: (x0, x2) and (x1, x3) -- taps K..Kp-1 are 0.
@@ -90,9 +91,12 @@ static inline int32_t mf_rq_apply(int32_t acc, const mf_rq *q, int32_t signfix) 
  *     element index of w[o][4g + j]: ((o / 4) * G + g) * 16 + (o % 4) * 4 + lane(j), with
  *     lane = (0, 2, 1, 3) for MF_W16 and the identity for MF_W8; taps K..Kp-1 are 0.
  *   bias[O] (int32, input zero point folded in) and rq[O] are per channel, unpadded.
- * Register block: 4 channels x 1 row (an LDM of 4 words gives two channels' 4 taps); the K
- * loop runs 8 taps per iteration with the odd group peeled before it, so there is no per-tap
- * branch. Both bodies (MF_USE_DSP or portable C) read the same packed data.
+ * Register block: 4 channels x 1 row (an LDRD gives a group's activations, an LDM of 4 words
+ * two channels' 4 taps); the K loop runs 16 taps per iteration after peeling G mod 4 groups,
+ * with no per-tap branch. 2 ch x 2 rows was not taken: 4 LDRD + 8 SMLAD per 16 MACs against
+ * 1 LDRD + 2 LDM + 8 SMLAD here, for half an mf_rq load per output less (the feasibility
+ * study measured 0.91 against 0.83 instr/MAC). Both bodies (MF_USE_DSP or portable C) read
+ * the same packed data.
  * Entry points: mf_gemm_w16 / mf_gemm_w8 (rows of activations), mf_conv_w16 / mf_conv_w8
  * (im2col); each comment gives arguments, layouts, scratch and alignment.
  *
@@ -122,8 +126,10 @@ typedef int32_t __attribute__((__may_alias__)) mf_word; /* int16 pairs / int8 qu
 typedef int32_t mf_word;
 #endif
 
-/* The DSP K loop as one asm block (LDRD + LDM + SMLAD, 13 registers) where gcc optimises;
- * at -O0 the frame pointer takes r7 and the intrinsics body below is used instead. */
+/* Asm where gcc optimises (mf_gemm_blocks_asm: a row's full channel blocks; mf_dot4: the K
+ * loop of a tail block; the widening loop); at -O0 gcc keeps r7 as the frame pointer and
+ * cannot give the asm 13 registers, so the intrinsics bodies are used. Define MF_GEMM_ASM 0
+ * to build the intrinsics bodies everywhere. */
 #if MF_USE_DSP && defined(__GNUC__) && defined(__OPTIMIZE__) && defined(__thumb2__)
 #ifndef MF_GEMM_ASM
 #define MF_GEMM_ASM 1

@@ -299,6 +299,12 @@ def test_m4_dsp(program, opt):
 
 
 @needs_arm
+def test_m4_dsp_intrinsics_only(program):
+    """The DSP intrinsics bodies optimised (what -O0 builds), without the asm routines."""
+    check_build(program, "m4", "-O2", ["-DMF_GEMM_ASM=0"])
+
+
+@needs_arm
 @pytest.mark.parametrize("target", ["m4-nodsp", "m3"])
 def test_arm_portable(program, target):
     check_build(program, target, "-O2")
