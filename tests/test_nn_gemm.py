@@ -12,8 +12,6 @@ relu6-like and no clamps; both weight formats."""
 from __future__ import annotations
 
 import math
-import shutil
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -234,7 +232,8 @@ def c_program(cases) -> str:
             call = (f"mf_gemm_{c['fmt']}(x{i}, {c['rows']}, {c['xs']}, {c['k']}, w{i}, {common}, "
                     f"{c['ys']}, scratch)")
         else:
-            out.append("static const mf_conv_geom g%d = {%s};\n" % (i, ",".join(map(str, c["geom"]))))
+            geom = ",".join(map(str, c["geom"]))
+            out.append(f"static const mf_conv_geom g{i} = {{{geom}}};\n")
             call = f"mf_conv_{c['fmt']}(x{i}, &g{i}, {c['x_zp']}, w{i}, {common}, scratch)"
         need = (scratch_bytes(c) + 1) // 2
         calls.append(f"    memset(y{i}, {SENTINEL}, sizeof y{i});\n"
