@@ -98,7 +98,7 @@ def gemm(ctx: OpContext, ref: ir.Kernel, target) -> ir.Kernel | None:
         consts.append(ir.Buffer("geom", "int32", geom.size, "const", geom,
                                 "mf_conv_geom: input h w c, kernel h w, stride h w, pad t l, "
                                 "output h w"))
-        scratch = pack.gemm_scratch_bytes(k, im2col=True)
+        scratch = pack.conv_scratch_bytes(kh, kw, c, sw, ow)
         body = ir.loops([("n", n)], lambda b: [ir.CallStmt(f"mf_conv_{fmt}", (
             ir.Ptr("x", b * (h * w_ * c)), ir.Ptr("geom", ir.Const(0), ctype="const mf_conv_geom *"),
             ir.Const(layer["x_zp"]), *common, ir.Ptr("y", b * (oh * ow * o)),
