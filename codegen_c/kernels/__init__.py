@@ -23,6 +23,20 @@ def schedules(*ops):
     return register
 
 
+def tflm_int8_layer(ctx) -> bool:
+    """A weighted layer with TFLM's int8 arithmetic: int8 input, output and constant symmetric
+    weights, per-tensor input quantization, a constant int32 bias or none (not the
+    onnxruntime-style requantization of quantized ONNX imports)."""
+    x, w, bias, y = ctx.input(0), ctx.input(1), ctx.input(2), ctx.output()
+    if x.dtype != "int8" or y.dtype != "int8" or w.dtype != "int8" or not w.is_const \
+            or ctx.attrs.get("requant") == "onnxruntime":
+        return False
+    if any(t.quant is None for t in (x, w, y)) or len(x.quant.zero_point) != 1 \
+            or any(int(z) != 0 for z in w.quant.zero_point):
+        return False
+    return bias is None or (bias.is_const and bias.dtype == "int32")
+
+
 def schedule_kernel(ctx, kernel, target: Target):
     """The kernel the target runs for ctx's node: the first schedule that applies, else the
     reference."""
