@@ -1,18 +1,32 @@
-/* mcuforge_dw.h: int8 depthwise 3x3 convolution micro-kernel (TFLM numerics, per-channel
- * quantization, depth multiplier 1, dilation 1, stride 1 or 2, explicit top/left padding).
+/* mcuforge_dw.h: int8 depthwise 3x3 convolution micro-kernel (TFLM reference numerics,
+ * per-channel quantization, depth multiplier 1, dilation 1, stride 1 or 2 in both directions,
+ * explicit top/left padding: SAME or VALID as TFLM computes them, or any other).
  *
- * Technique: a band of input rows of 4 channels at a time is widened from NHWC int8 to planar
- * int16 rows whose borders hold the input zero point (the zero point is folded into the bias at
- * compile time, so padding contributes 0 exactly as TFLM's skipped taps); each kernel row's
- * weights are stored as two int16 pairs [w0,w1] and [w1,w2], so two adjacent outputs of one
- * kernel row cost one word load and four multiply-accumulates (SMLAD, SMLATB, SMLABT, SMLAD).
- * The requantization's left shift is folded into the weights and the bias at compile time;
- * the rest is mf_rq_apply's SMMLAR form (see mcuforge_nn.h). The portable body reads the same
- * packed data and scratch layout and computes the same integers.
+ * Technique: a band of input rows of 4 channels is widened from NHWC int8 to planar int16 rows
+ * whose borders hold the input zero point (the zero point is folded into the bias at compile
+ * time, so padding contributes 0 exactly like TFLM's skipped taps); each kernel row's weights
+ * are stored as two int16 pairs [w0,w1] and [w1,w2], so two adjacent outputs of one kernel row
+ * cost one 64-bit load and four multiply-accumulates (SMLAD, SMLATB, SMLABT, SMLAD: 12 MAC
+ * instructions for 18 MACs). The requantization's left shift is folded into the weights and the
+ * bias at compile time; the rest is mf_rq_apply's form (mcuforge_nn.h): SMMLAR (rounding and
+ * zero point in its accumulate operand), ASR, SSAT, and the activation clamp only when the
+ * layer has one. Images taller than wide are walked by columns (geom.transpose). The DSP body
+ * is two asm blocks (widening; channels x rows x output pairs), the portable body plain C on the
+ * same packed data and scratch layout; both compute the same integers (tests/test_nn_dw.py).
  *
- * Measured on QEMU mps2-an386 (Cortex-M4, arm-none-eabi-gcc 12.2), instructions per MAC with
- * the relayout included (tests/nn_bench/dw_bench.py): see the figures in the report of the
- * commit that added them and at mf_dw3x3_s8 below.
+ * Instructions per MAC on QEMU mps2-an386 (Cortex-M4), arm-none-eabi-gcc 12.2, widening and
+ * all overheads included, default 4 KB scratch budget (tests/nn_bench/dw_bench.py):
+ *                                 -O2    -Os    -O2 -fno-schedule-insns   scratch
+ *   KWS  25x5x64   s1 SAME       2.17   2.19   2.17                      1568 B
+ *   VWW  48x48x8   s1 SAME       2.00   2.03   2.00                      4000 B
+ *   VWW  48x48x16  s2 SAME       3.10   3.15   3.10                      3600 B
+ *   VWW  6x6x256   s1 SAME       2.45   2.46   2.45                       512 B
+ *   (3x3x256 s1: 4.92 -- per-row and odd-width overheads dominate 9 outputs a channel)
+ * The flags hardly matter (the hot loops are asm): -Os is as good as -O2 for this kernel.
+ * Portable body on the same core (-DMF_USE_DSP=0, -O2): 5.4 / 5.4 / 8.1 / 6.3.
+ * Cycles on a real M4 are higher than instructions: the per-pair LDMDB/LDM of 8 registers take
+ * 9 cycles each, LDRD 2-3; about 52 cycles per pair of outputs, ~2.9 cycles per MAC in the core.
+ * Code: ~3.5 KB (8 specialisations: stride, sign term, clamp). Stack: ~190 bytes.
  */
 #ifndef MCUFORGE_DW_H
 #define MCUFORGE_DW_H
@@ -386,18 +400,22 @@ MF_MICRO void mf_dw_chans(const int16_t *r0, int plane, int nch, int pw, int nro
 }
 #endif
 
-/* mf_dw3x3_s8: y = depthwise 3x3 of x, TFLM reference int8 semantics.
- *   x        input [g->h][g->w][g->c] int8 (NHWC, batch 1); any alignment
- *   y        output [g->oh][g->ow][g->c] int8; must not overlap x
- *   pk       packed constants, MF_DW_REC int32 per channel (codegen_c/pack_dw.py): for kernel
- *            rows 0..2 the int16 pairs [w0,w1] and [w1,w2] (low half first) of the weights times
- *            2^pre, then bias' = (bias - x_zp * sum w) << pre, then mf_rq's mult, add, post
- *   x_zp     input zero point (fills the padding)
- *   lo, hi   output clamp (activation), -128 <= lo <= hi <= 127
+/* mf_dw3x3_s8: y = DepthwiseConv2D 3x3 of x, TFLM reference int8 semantics, batch 1.
+ *   x        input [g->h][g->w][g->c] int8, NHWC; any alignment (unaligned LDR: the core must
+ *            allow unaligned word access, the v7-M default)
+ *   y        output [g->oh][g->ow][g->c] int8, NHWC; any alignment; must not overlap x
+ *   pk       const int32 [g->c][MF_DW_REC] from codegen_c/pack_dw.pack_dw (weights in the
+ *            geometry's orientation): kernel rows 0..2 as int16 pairs [w0,w1], [w1,w2] (low
+ *            half first) of w * 2^pre, then (bias - x_zp * sum w) << pre, then mf_rq's mult,
+ *            add and post (pre is folded away); 4-byte aligned
+ *   g        geometry from pack_dw.geometry (mf_dw_geom: sizes, stride, padding, orientation,
+ *            scratch shape)
+ *   x_zp     input zero point: fills the padding
+ *   lo, hi   output clamp of the fused activation, -128 <= lo <= hi <= 127
  *   signfix  pack.needs_signfix(y_zp, lo)
- *   scratch  int16 [MF_DW_CB][g->rows][g->pw], 4-byte aligned: pack_dw.scratch_bytes(...)
- * Padding bottom/right is whatever the output size needs (zero-point filled).
- * Instructions per MAC on mps2-an386 incl. the relayout: see tests/nn_bench/dw_bench.py. */
+ *   scratch  int16 [MF_DW_CB][g->rows][g->pw], caller-provided, 4-BYTE ALIGNED (LDRD faults
+ *            otherwise): pack_dw.scratch_bytes(g) bytes; free again on return
+ * Padding bottom/right is whatever the output size implies (zero point as well). */
 MF_MICRO void mf_dw3x3_s8(const int8_t *x, int8_t *y, const int32_t *pk, const mf_dw_geom *g,
                           int32_t x_zp, int32_t lo, int32_t hi, int32_t signfix,
                           int16_t *scratch) {
