@@ -125,6 +125,30 @@ MF_DW_INLINE void mf_dw_widen(const int8_t *x, int w, int xp, int nc, int16_t *d
     }
 }
 
+/* Copy n words from s to d (both 4-byte aligned, s >= d: forward overlap allowed). */
+MF_DW_INLINE void mf_dw_copy(int16_t *d, const int16_t *s, int n) {
+#if MF_USE_DSP && defined(__GNUC__)
+    if (n >= 4) {
+        int q = n >> 2;
+        uint32_t t0, t1, t2, t3;
+        __asm__ volatile("1:\n\t"
+                         "ldm %[s]!, {%[a], %[b], %[c], %[e]}\n\t"
+                         "stm %[d]!, {%[a], %[b], %[c], %[e]}\n\t"
+                         "subs %[q], %[q], #1\n\t"
+                         "bne 1b\n\t"
+                         : [s] "+r"(s), [d] "+r"(d), [q] "+r"(q), [a] "=&r"(t0), [b] "=&r"(t1),
+                           [c] "=&r"(t2), [e] "=&r"(t3)
+                         :
+                         : "memory", "cc");
+        n &= 3;
+    }
+#endif
+    for (; n > 0; --n, d += 2, s += 2) {
+        int16_t t0 = s[0], t1 = s[1];
+        d[0] = t0, d[1] = t1;
+    }
+}
+
 /* Widen nrows rows (xr bytes apart in x, pw int16 apart in dst) of w pixels of nc channels. */
 MF_DW_INLINE void mf_dw_widen_rows(const int8_t *x, int xr, int nrows, int w, int xp, int nc,
                                    int16_t *dst, int pw, int plane) {
@@ -441,12 +465,17 @@ MF_MICRO void mf_dw3x3_s8(const int8_t *x, int8_t *y, const int32_t *pk, const m
             const int iy0 = oy0 * s - pad_t;
             int r, k;
             const int nr = (nb - 1) * s + 3;                  /* rows of this band */
-            const int r0 = iy0 < 0 ? -iy0 : 0;                /* its rows inside the input */
+            const int keep = oy0 ? 3 - s : 0;                 /* rows the last band had too */
+            const int rin = iy0 < 0 ? -iy0 : 0;               /* first row inside the input */
+            const int r0 = rin > keep ? rin : keep;           /* first row to widen */
             const int r1 = h - iy0 < nr ? h - iy0 : nr;
+            for (k = 0; keep && k < nc; ++k) /* copied (LDM/STM) rather than widened again */
+                mf_dw_copy(scratch + k * plane, scratch + k * plane + band * s * pw,
+                           keep * pw / 2);
             if (r1 > r0)
                 mf_dw_widen_rows(x + (iy0 + r0) * xr + c0, xr, r1 - r0, w, xp, nc,
                                  scratch + r0 * pw + pad_l, pw, plane);
-            for (r = 0; r < nr && band < oh; ++r) /* zero-point rows where data was before */
+            for (r = keep; r < nr && band < oh; ++r) /* zero-point rows where data was before */
                 if (r < r0 || r >= r1)
                     for (k = 0; k < nc; ++k) mf_dw_fill(scratch + r * pw + pad_l + k * plane, w, zz);
             /* channels whose sign term differs from the layer's (post = 0) run on their own */
