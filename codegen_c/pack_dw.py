@@ -2,16 +2,30 @@
 the layer geometry with the scratch shape, and the packed per-channel constants.
 
 Both return None when the kernel does not apply (kernel not 3x3, stride not 1 or 2 in both
-directions, dilation, depth multiplier, or a layer whose integers the fast form cannot prove
-exact); the layer then keeps its reference loops.
+directions, dilation, or a layer whose integers the fast form cannot prove exact: the folded
+bias or `acc << pre` leaving int32, weights * 2^pre leaving int16); the layer then keeps its
+reference loops. Depth multiplier 1 is the caller's check (weights [1, 3, 3, C] with C = input
+channels).
+
+Use (per layer; TFLite weights [1, 3, 3, C], TFLM's per-channel mult/shift, activation lo/hi):
+
+    g = pack_dw.geometry(h, w, c, oh, ow, stride, pad_t, pad_l, budget=free_bytes)
+    pk = pack_dw.pack_dw(weights, bias, x_zp, mults, shifts, y_zp, g["transpose"])
+    # C: static const mf_dw_geom G = {<g[f] for f in GEOM_FIELDS>};
+    #    static const int32_t PK[C * REC] = {<pk>};
+    #    static int32_t SCRATCH[scratch_bytes(g) / 4];       (4-byte aligned, or arena space)
+    #    mf_dw3x3_s8(x, y, PK, &G, x_zp, lo, hi, pack.needs_signfix(y_zp, lo),
+    #                (int16_t *)(void *)SCRATCH);
 
 Scratch: the kernel widens a band of input rows of 4 channels (MF_DW_CB) to planar int16 rows
 with zero-point borders. 4 channels is the unit of one 32-bit NHWC load; more channels per band
 would not save instructions (the per-channel work does not depend on it) but would cost RAM. The
-band holds as many output rows as `budget` bytes allow (all of them when the layer is small, as
-in KWS: 1.7 KB), at least one: 3 rows of 4 channels. Rows shared by two bands are widened twice,
-so a small budget costs a little time (VWW's 48-wide layers: 4 KB -> 8 output rows per band, the
-2 repeated rows add about 0.05 instructions per MAC).
+band holds as many output rows as `budget` bytes allow (all of them when the layer is small: KWS
+1.6 KB, VWW 6x6x256 0.5 KB), at least one (3 rows of 4 channels). The rows two bands share are
+copied, not widened again; the price of a small budget is per-band overhead. Measured on VWW's
+48x48x8 s1 / 48x48x16 s2 layers (instructions per MAC): budget 1 KB 2.26 / 3.44, 2 KB 2.03 /
+3.17, 4 KB (default) 1.96 / 3.04, 8 KB 1.96 / 3.00. Pass the bytes the memory plan has free at
+that layer.
 """
 from __future__ import annotations
 

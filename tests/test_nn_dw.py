@@ -112,6 +112,7 @@ def cases():
 
 
 def check(cases, kind, flags, tmp_path):
+    Path(tmp_path).mkdir(parents=True, exist_ok=True)
     exe = dw_bench.build(cases, kind, flags, tmp_path)
     rows, ok, log = dw_bench.run(exe, kind)
     assert len(rows) == len(cases), log
@@ -225,4 +226,6 @@ def test_against_tflite_micro(tmp_path):
                              geom["transpose"])
         cases.append(dict(geom=geom, x=x, pk=pk, x_zp=p["x_zp"], lo=p["lo"], hi=p["hi"],
                           signfix=pack_dw.pack.needs_signfix(p["y_zp"], p["lo"]), want=got))
-    check(cases, "host", ["-O2"], tmp_path)
+    check(cases, "host", ["-O2"], tmp_path / "host")
+    if shutil.which("arm-none-eabi-gcc") and shutil.which("qemu-system-arm"):
+        check(cases, "m4", ["-O2"], tmp_path / "m4")
