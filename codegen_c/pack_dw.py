@@ -4,8 +4,7 @@ the layer geometry with the scratch shape, and the packed per-channel constants.
 Both return None when the kernel does not apply (kernel not 3x3, stride not 1 or 2 in both
 directions, dilation, or a layer whose integers the fast form cannot prove exact: the folded
 bias or `acc << pre` leaving int32, weights * 2^pre leaving int16); the layer then keeps its
-reference loops. Depth multiplier 1 is the caller's check (weights [1, 3, 3, C] with C = input
-channels).
+reference loops (geometry also refuses a depth multiplier other than 1).
 
 Use (per layer; TFLite weights [1, 3, 3, C], TFLM's per-channel mult/shift, activation lo/hi):
 
@@ -41,18 +40,21 @@ GEOM_FIELDS = ("h", "w", "c", "oh", "ow", "stride", "pad_t", "pad_l", "transpose
 
 
 def geometry(h: int, w: int, c: int, oh: int, ow: int, stride, pad_t: int, pad_l: int,
-             kernel=(3, 3), dilation=(1, 1), budget: int = DEFAULT_BUDGET) -> dict | None:
+             kernel=(3, 3), dilation=(1, 1), budget: int = DEFAULT_BUDGET,
+             depth_multiplier: int = 1) -> dict | None:
     """mf_dw_geom's fields (in GEOM_FIELDS order) for an NHWC [h, w, c] -> [oh, ow, c] layer, or
     None when the kernel does not handle it. stride: an int or (sh, sw)."""
     sh, sw = (stride, stride) if np.isscalar(stride) else tuple(stride)
-    if tuple(kernel) != (3, 3) or tuple(dilation) != (1, 1) or sh != sw or sh not in (1, 2):
+    if (tuple(kernel) != (3, 3) or tuple(dilation) != (1, 1) or sh != sw or sh not in (1, 2)
+            or depth_multiplier != 1):
         return None
     s = int(sh)
     if min(h, w, c, oh, ow) < 1 or pad_t < 0 or pad_l < 0:
         return None
     # Walk the columns instead of the rows when that is cheaper (KWS 25x5: 5 rows of 25).
     transpose = int(_cost(w, h, ow, oh, s) < _cost(h, w, oh, ow, s))
-    vw, vh, voh, vow, vpt, vpl = (h, w, ow, oh, pad_l, pad_t) if transpose else (w, h, oh, ow, pad_t, pad_l)
+    vw, vow, vpl = (h, oh, pad_t) if transpose else (w, ow, pad_l)  # the kernel's rows
+    voh = ow if transpose else oh
     owe = vow + (vow & 1)
     pw = max(vpl + vw, s * owe + 2)
     pw += pw & 1

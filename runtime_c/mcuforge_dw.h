@@ -65,7 +65,7 @@ typedef struct {
     int16_t pad_t, pad_l;  /* zero-point rows above / columns left of the input */
     int16_t transpose;     /* 1: the kernel walks columns (narrow images: fewer, longer rows) */
     /* the scratch, in the kernel's view (h, w, oh, ow, pad_t, pad_l swapped when transpose): */
-    int16_t pw;            /* int16 per row: even, >= pad_l + w, >= s * (ow rounded up to even) + 2 */
+    int16_t pw;            /* int16 per row: even, >= pad_l + w, >= s * (ow rounded to even) + 2 */
     int16_t rows;          /* rows per channel: (output rows per band - 1) * stride + 3 */
 } mf_dw_geom;
 
@@ -365,17 +365,19 @@ MF_DW_INLINE void mf_dw_chan(const int16_t *r0, int pw, int nrows, int ow, int c
     "bne 5b\n\t"                                                                               \
     "pop {r0-r12, lr}\n\t"
 
+#define MF_DW_RUN(ROW, SF, CL) __asm__ volatile(MF_DW_ASM(ROW, SF, CL) : : "r"(m) : "memory", "cc")
+
 /* One run of the asm over the channels and rows described by m; v: stride 2, sign, clamp. */
 MF_MICRO void mf_dw_run(int32_t *m, int v) {
     switch (v) {
-    case 0: __asm__ volatile(MF_DW_ASM(MF_DW_R1, MF_DW_SF0, MF_DW_CL0) : : "r"(m) : "memory", "cc"); break;
-    case 1: __asm__ volatile(MF_DW_ASM(MF_DW_R1, MF_DW_SF0, MF_DW_CL1) : : "r"(m) : "memory", "cc"); break;
-    case 2: __asm__ volatile(MF_DW_ASM(MF_DW_R1, MF_DW_SF1, MF_DW_CL0) : : "r"(m) : "memory", "cc"); break;
-    case 3: __asm__ volatile(MF_DW_ASM(MF_DW_R1, MF_DW_SF1, MF_DW_CL1) : : "r"(m) : "memory", "cc"); break;
-    case 4: __asm__ volatile(MF_DW_ASM(MF_DW_R2, MF_DW_SF0, MF_DW_CL0) : : "r"(m) : "memory", "cc"); break;
-    case 5: __asm__ volatile(MF_DW_ASM(MF_DW_R2, MF_DW_SF0, MF_DW_CL1) : : "r"(m) : "memory", "cc"); break;
-    case 6: __asm__ volatile(MF_DW_ASM(MF_DW_R2, MF_DW_SF1, MF_DW_CL0) : : "r"(m) : "memory", "cc"); break;
-    default: __asm__ volatile(MF_DW_ASM(MF_DW_R2, MF_DW_SF1, MF_DW_CL1) : : "r"(m) : "memory", "cc"); break;
+    case 0: MF_DW_RUN(MF_DW_R1, MF_DW_SF0, MF_DW_CL0); break;
+    case 1: MF_DW_RUN(MF_DW_R1, MF_DW_SF0, MF_DW_CL1); break;
+    case 2: MF_DW_RUN(MF_DW_R1, MF_DW_SF1, MF_DW_CL0); break;
+    case 3: MF_DW_RUN(MF_DW_R1, MF_DW_SF1, MF_DW_CL1); break;
+    case 4: MF_DW_RUN(MF_DW_R2, MF_DW_SF0, MF_DW_CL0); break;
+    case 5: MF_DW_RUN(MF_DW_R2, MF_DW_SF0, MF_DW_CL1); break;
+    case 6: MF_DW_RUN(MF_DW_R2, MF_DW_SF1, MF_DW_CL0); break;
+    default: MF_DW_RUN(MF_DW_R2, MF_DW_SF1, MF_DW_CL1); break;
     }
 }
 
@@ -477,7 +479,8 @@ MF_MICRO void mf_dw3x3_s8(const int8_t *x, int8_t *y, const int32_t *pk, const m
                                  scratch + r0 * pw + pad_l, pw, plane);
             for (r = keep; r < nr && band < oh; ++r) /* zero-point rows where data was before */
                 if (r < r0 || r >= r1)
-                    for (k = 0; k < nc; ++k) mf_dw_fill(scratch + r * pw + pad_l + k * plane, w, zz);
+                    for (k = 0; k < nc; ++k)
+                        mf_dw_fill(scratch + r * pw + pad_l + k * plane, w, zz);
             /* channels whose sign term differs from the layer's (post = 0) run on their own */
             for (k = 0; k < nc;) {
                 const int32_t *kk = pk + (c0 + k) * MF_DW_REC;

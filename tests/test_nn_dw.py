@@ -163,6 +163,7 @@ def test_pack_refusals():
     assert ok is not None and pack_dw.scratch_bytes(ok) % 4 == 0
     assert pack_dw.geometry(8, 8, 4, 8, 8, 1, 1, 1, kernel=(5, 5)) is None
     assert pack_dw.geometry(8, 8, 4, 8, 8, 1, 1, 1, dilation=(2, 2)) is None
+    assert pack_dw.geometry(8, 8, 4, 8, 8, 1, 1, 1, depth_multiplier=2) is None
     assert pack_dw.geometry(8, 8, 4, 3, 3, 3, 0, 0) is None
     assert pack_dw.geometry(8, 8, 4, 4, 8, (2, 1), 0, 1) is None
     assert pack_dw.pack_dw(w, None, 0, [2**30] * 4, [0] * 4, 0) is not None

@@ -3,7 +3,7 @@ mps2-an386 / mps2-an385, for the correctness test (tests/test_nn_dw.py) and as a
 bench. Counts come from SysTick under `-icount shift=0` (40 instructions per tick, see
 /work/shared/notes/measuring-on-qemu.md).
 
-    python tests/nn_bench/dw_bench.py            # the KWS/VWW shapes at -O2, -Os, -O2 -fno-schedule-insns
+    python tests/nn_bench/dw_bench.py        # KWS/VWW shapes, -O2, -Os, -O2 -fno-schedule-insns
     python tests/nn_bench/dw_bench.py -O3        # other flags
 """
 from __future__ import annotations
@@ -87,8 +87,9 @@ def run(exe: Path, kind: str, timeout=120):
                "-monitor", "none", "-semihosting-config", "enable=on,target=native",
                "-icount", "shift=0,align=off,sleep=off", "-kernel", str(exe)]
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
-    rows = [(int(t), int(b)) for t, b in re.findall(r"case \d+ ticks (\d+) bad (\d+)", p.stdout + p.stderr)]
-    return rows, "PASS" in p.stdout + p.stderr and p.returncode == 0, p.stdout + p.stderr
+    out = p.stdout + p.stderr  # semihosting output may land on either
+    rows = [(int(t), int(b)) for t, b in re.findall(r"case \d+ ticks (\d+) bad (\d+)", out)]
+    return rows, "PASS" in out and p.returncode == 0, out
 
 
 def text_size(exe: Path, symbol_prefix="mf_dw") -> int:
@@ -124,7 +125,8 @@ def bench_case(h, w, c, s, rng, budget=pack_dw.DEFAULT_BUDGET):
     shifts = rng.integers(-10, -6, c)
     pk = pack_dw.pack_dw(wts, bias, -3, mults, shifts, -128, geom["transpose"])
     x = rng.integers(-128, 128, (h, w, c))
-    return dict(geom=geom, x=x, pk=pk, x_zp=-3, lo=-128, hi=127, signfix=0, want=None), oh * ow * c * 9
+    case = dict(geom=geom, x=x, pk=pk, x_zp=-3, lo=-128, hi=127, signfix=0, want=None)
+    return case, oh * ow * c * 9
 
 
 def main(argv):
@@ -144,8 +146,9 @@ def main(argv):
             assert len(rows) == len(cases), log
             print(f"{kind} {' '.join(flags)}: kernel code {text_size(exe)} bytes")
             for (name, *_), (ticks, _), m, cs in zip(SHAPES, rows, macs, cases):
+                sb = pack_dw.scratch_bytes(cs["geom"])
                 print(f"  {name:18s} MACs {m:7d}  instr ~{ticks * TICK:8d}  "
-                      f"{ticks * TICK / m:5.2f} instr/MAC  scratch {pack_dw.scratch_bytes(cs['geom'])} B")
+                      f"{ticks * TICK / m:5.2f} instr/MAC  scratch {sb} B")
 
 
 if __name__ == "__main__":
