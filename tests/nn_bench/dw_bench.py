@@ -8,7 +8,6 @@ bench. Counts come from SysTick under `-icount shift=0` (40 instructions per tic
 """
 from __future__ import annotations
 
-import os
 import re
 import subprocess
 import sys
