@@ -130,16 +130,14 @@ MF_DW_INLINE void mf_dw_copy(int16_t *d, const int16_t *s, int n) {
 #if MF_USE_DSP && defined(__GNUC__)
     if (n >= 4) {
         int q = n >> 2;
-        uint32_t t0, t1, t2, t3;
-        __asm__ volatile("1:\n\t"
-                         "ldm %[s]!, {%[a], %[b], %[c], %[e]}\n\t"
-                         "stm %[d]!, {%[a], %[b], %[c], %[e]}\n\t"
+        __asm__ volatile("1:\n\t" /* fixed registers: an LDM list must be ascending */
+                         "ldm %[s]!, {r4, r5, r6, r8}\n\t"
+                         "stm %[d]!, {r4, r5, r6, r8}\n\t"
                          "subs %[q], %[q], #1\n\t"
                          "bne 1b\n\t"
-                         : [s] "+r"(s), [d] "+r"(d), [q] "+r"(q), [a] "=&r"(t0), [b] "=&r"(t1),
-                           [c] "=&r"(t2), [e] "=&r"(t3)
+                         : [s] "+r"(s), [d] "+r"(d), [q] "+r"(q)
                          :
-                         : "memory", "cc");
+                         : "r4", "r5", "r6", "r8", "memory", "cc");
         n &= 3;
     }
 #endif

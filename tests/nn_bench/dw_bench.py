@@ -22,7 +22,7 @@ sys.path.insert(0, str(ROOT))
 from codegen_c import pack_dw  # noqa: E402
 
 ARM = ["arm-none-eabi-gcc", "-mthumb", "-mfloat-abi=soft", "--specs=nano.specs", "-nostartfiles",
-       "-T", str(HERE / "dw_link.ld")]
+       "-Wa,--fatal-warnings", "-T", str(HERE / "dw_link.ld")]
 CPU = {"m4": ["-mcpu=cortex-m4"], "m4-portable": ["-mcpu=cortex-m4", "-DMF_USE_DSP=0"],
        "m3": ["-mcpu=cortex-m3"]}
 MACHINE = {"m4": "mps2-an386", "m4-portable": "mps2-an386", "m3": "mps2-an385"}
@@ -106,6 +106,12 @@ SHAPES = [  # name, h, w, c, stride (SAME padding as TFLite computes it)
     ("VWW 48x48x8 s1", 48, 48, 8, 1),
     ("VWW 48x48x16 s2", 48, 48, 16, 2),
     ("VWW 6x6x256 s1", 6, 6, 256, 1),
+    ("24x24x32 s1 (extra)", 24, 24, 32, 1),   # the other VWW (MobileNet v1 0.25) layers
+    ("24x24x32 s2 (extra)", 24, 24, 32, 2),
+    ("12x12x64 s1 (extra)", 12, 12, 64, 1),
+    ("12x12x64 s2 (extra)", 12, 12, 64, 2),
+    ("6x6x128 s1 (extra)", 6, 6, 128, 1),
+    ("6x6x128 s2 (extra)", 6, 6, 128, 2),
     ("3x3x256 s1 (extra)", 3, 3, 256, 1),
 ]
 
@@ -146,7 +152,7 @@ def main(argv):
             print(f"{kind} {' '.join(flags)}: kernel code {text_size(exe)} bytes")
             for (name, *_), (ticks, _), m, cs in zip(SHAPES, rows, macs, cases):
                 sb = pack_dw.scratch_bytes(cs["geom"])
-                print(f"  {name:18s} MACs {m:7d}  instr ~{ticks * TICK:8d}  "
+                print(f"  {name:19s} MACs {m:7d}  instr ~{ticks * TICK:8d}  "
                       f"{ticks * TICK / m:5.2f} instr/MAC  scratch {sb} B")
 
 
