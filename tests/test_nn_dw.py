@@ -230,3 +230,14 @@ def test_against_tflite_micro(tmp_path):
     check(cases, "host", ["-O2"], tmp_path / "host")
     if shutil.which("arm-none-eabi-gcc") and shutil.which("qemu-system-arm"):
         check(cases, "m4", ["-O2"], tmp_path / "m4")
+
+
+def test_benchmarked_shapes_m4(tmp_path):
+    """The layers dw_bench.py measures (KWS, VWW), full size, DSP body at -O2: bit-exact."""
+    if not (shutil.which("arm-none-eabi-gcc") and shutil.which("qemu-system-arm")):
+        pytest.skip("no Arm toolchain or QEMU")
+    rng = np.random.default_rng(11)
+    acts = ["relu", "none", "relu6"]
+    cases = [random_case(rng, h, w, c, s, True, acts[i % 3], pack_dw.DEFAULT_BUDGET)
+             for i, (_, h, w, c, s) in enumerate(dw_bench.SHAPES)]
+    check(cases, "m4", ["-O2"], tmp_path)
