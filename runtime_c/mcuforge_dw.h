@@ -166,21 +166,19 @@ MF_DW_INLINE void mf_dw_widen_rows(const int8_t *x, int xr, int nrows, int w, in
             "cmp r6, #0\n\t"
             "beq 3f\n"
             "2:\n\t"
-            "ldr r7, [r0]\n\t"
-            "ldr r8, [r0, r1]\n\t"
+            "ldr r7, [r0]\n\t"                   /* a = c0 c1 c2 c3 of pixel p */
+            "ldr r8, [r0, r1]\n\t"               /* b = the same of pixel p + 1 */
             "add r0, r0, r1, lsl #1\n\t"
-            "sxtb16 r9, r7\n\t"
-            "sxtb16 r10, r8\n\t"
-            "pkhbt r11, r9, r10, lsl #16\n\t"
-            "pkhtb r10, r10, r9, asr #16\n\t"
+            "pkhbt r9, r7, r8, lsl #16\n\t"      /* a.c0 a.c1 b.c0 b.c1 */
+            "pkhtb r10, r8, r7, asr #16\n\t"     /* a.c2 a.c3 b.c2 b.c3 */
+            "sxtb16 r11, r9\n\t"                 /* (a.c0, b.c0): channel 0's pair */
             "str r11, [r2], #4\n\t"
-            "str r10, [r4], #4\n\t"
-            "sxtb16 r9, r7, ror #8\n\t"
-            "sxtb16 r10, r8, ror #8\n\t"
-            "pkhbt r11, r9, r10, lsl #16\n\t"
-            "pkhtb r10, r10, r9, asr #16\n\t"
+            "sxtb16 r11, r9, ror #8\n\t"
             "str r11, [r3], #4\n\t"
-            "str r10, [r5], #4\n\t"
+            "sxtb16 r11, r10\n\t"
+            "str r11, [r4], #4\n\t"
+            "sxtb16 r11, r10, ror #8\n\t"
+            "str r11, [r5], #4\n\t"
             "subs r6, r6, #1\n\t"
             "bne 2b\n"
             "3:\n\t" /* an odd last pixel */
