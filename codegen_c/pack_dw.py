@@ -72,10 +72,10 @@ def _cost(rows: int, width: int, out_rows: int, out_w: int, s: int) -> float:
     """Instructions per channel of mf_dw3x3_s8's DSP body walking `out_rows` rows of out_w
     outputs (figures measured on mps2-an386): per output row 15 of set-up and 31 (stride 1) or
     34 (stride 2) per pair of outputs; an odd row width a second pass of 46 per row; widening
-    ~18 per input row + 17 per 2 pixels, for 4 channels."""
+    ~18 per input row + 15 per 2 pixels, for 4 channels."""
     pair = 31 if s == 1 else 34
     compute = out_rows * (15 + pair * (out_w // 2)) + (out_rows * 46 + 20 if out_w & 1 else 0)
-    return compute + rows * (18 + 17 * width / 2) / CB
+    return compute + rows * (18 + 15 * width / 2) / CB
 
 
 def scratch_bytes(geom: dict) -> int:

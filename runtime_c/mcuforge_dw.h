@@ -17,16 +17,21 @@
  * Instructions per MAC on QEMU mps2-an386 (Cortex-M4), arm-none-eabi-gcc 12.2, widening and
  * all overheads included, default 4 KB scratch budget (tests/nn_bench/dw_bench.py):
  *                                 -O2    -Os    -O2 -fno-schedule-insns   scratch
- *   KWS  25x5x64   s1 SAME       2.17   2.19   2.17                      1568 B
- *   VWW  48x48x8   s1 SAME       2.00   2.03   2.00                      4000 B
- *   VWW  48x48x16  s2 SAME       3.10   3.15   3.10                      3600 B
- *   VWW  6x6x256   s1 SAME       2.45   2.46   2.45                       512 B
- *   (3x3x256 s1: 4.92 -- per-row and odd-width overheads dominate 9 outputs a channel)
- * The flags hardly matter (the hot loops are asm): -Os is as good as -O2 for this kernel.
- * Portable body on the same core (-DMF_USE_DSP=0, -O2): 5.4 / 5.4 / 8.1 / 6.3.
- * Cycles on a real M4 are higher than instructions: the per-pair LDMDB/LDM of 8 registers take
- * 9 cycles each, LDRD 2-3; about 52 cycles per pair of outputs, ~2.9 cycles per MAC in the core.
- * Code: ~3.5 KB (8 specialisations: stride, sign term, clamp). Stack: ~190 bytes.
+ *   KWS  25x5x64   s1 SAME       2.15   2.17   2.15                      1568 B
+ *   VWW  48x48x8   s1 SAME       1.94   1.97   1.94                      4000 B
+ *   VWW  48x48x16  s2 SAME       2.93   3.00   2.93                      3600 B
+ *   VWW  6x6x256   s1 SAME       2.43   2.46   2.43                       512 B
+ *   other VWW layers (-O2): 24x24x32 s1 2.00, s2 3.14; 12x12x64 s1 2.08, s2 3.37; 6x6x128 s1
+ *   2.44, s2 6.00; 3x3x256 s1 4.94 (per-row, per-channel and odd-width costs dominate there)
+ * The flags hardly matter (the hot loops are asm): -O2 is 1-3% ahead of -Os.
+ * Portable body on the same core (-DMF_USE_DSP=0, -O2): 5.4 / 5.3 / 8.0 / 6.2.
+ * Where it goes (stride 1): 31 instructions per pair of outputs (LDMDB, 3 x (LDRD + 4 MAC),
+ * LDM, 2 SMMLAR, 2 ASR, 2 SSAT, 2 STRB, ADD, SUBS, STRD, BNE; stride 2: 34), 15 per output row,
+ * 20 per channel and band, an odd row width one more pair per row; widening 15 per 2 pixels of
+ * 4 channels + 18 per row. Cycles on a real M4 are higher than instructions: each LDMDB/LDM of 8
+ * registers takes 9 cycles, LDRD 2-3, a taken branch 2-4: about 55 cycles per pair, ~3 cycles
+ * per MAC in the core.
+ * Code: ~3.7 KB (8 specialisations: stride, sign term, clamp). Stack: ~200 bytes.
  */
 #ifndef MCUFORGE_DW_H
 #define MCUFORGE_DW_H
