@@ -282,8 +282,8 @@ MF_DW_INLINE void mf_dw_chan(const int16_t *r0, int pw, int nrows, int ow, int c
  * needs it:
  *   lr[-8..-1]  weight pairs k01a k12a k01b k12b k01c k12c, bias, bias  (LDMDB: r0-r5, r6, r8)
  *   lr[0..7]    mult add post lo hi c o n                              (LDM: r0-r5, r7, r12)
- *   lr[8..14]   rowbase pwb rowstep yrow ystride npairs rows           (this channel's rows)
- *   lr[15..20]  record plane channels rowbase0 y0 rows0                (the channel loop)
+ *   lr[8..11]   dp do npairs rows: row-to-row steps of the pointers (bytes) and of o, rows left
+ *   lr[12..19]  record plane channels rowbase0 y0 pwb npairs rows0     (the channel loop)
  * Pair of outputs: r6, r8 accumulators; r9-r11 kernel-row pointers; r12, r7 data words.
  * Per pair of outputs at stride 1: 31 instructions (LDMDB, 3 x (LDRD + 4 MAC), LDM, 2 SMMLAR,
  * 2 ASR, 2 SSAT, 2 STRB, ADD, SUBS, STRD, BNE); per output row 15, per channel 20. */
@@ -313,34 +313,25 @@ MF_DW_INLINE void mf_dw_chan(const int16_t *r0, int pw, int nrows, int ow, int c
 #define MF_DW_ASM(ROW, SF, CL)                                                                \
     "push {r0-r12, lr}\n\t"                                                                    \
     "mov lr, %0\n"                                                                             \
-    "5:\n\t" /* channel: its record to lr[-8..2], its rows and outputs */                       \
-    "ldr r12, [lr, #60]\n\t"                                                                   \
+    "5:\n\t" /* channel: its record to lr[-8..2]; row pointers, o, n, rows */                 \
+    "ldr r12, [lr, #48]\n\t"                                                                   \
     "ldm r12!, {r0-r6}\n\t"                                                                    \
     "mov r7, r6\n\t"                                                                           \
     "stmdb lr, {r0-r7}\n\t"                                                                    \
     "ldm r12!, {r0-r2}\n\t"                                                                    \
-    "str r12, [lr, #60]\n\t"                                                                   \
+    "str r12, [lr, #48]\n\t"                                                                   \
     "stm lr, {r0-r2}\n\t"                                                                      \
-    "add r0, lr, #64\n\t"                                                                      \
-    "ldm r0, {r1-r5}\n\t" /* plane channels rowbase0 y0 rows0 */                               \
-    "str r3, [lr, #32]\n\t"                                                                    \
-    "str r4, [lr, #44]\n\t"                                                                    \
-    "str r5, [lr, #56]\n\t"                                                                    \
+    "add r0, lr, #52\n\t"                                                                      \
+    "ldm r0, {r1-r7}\n\t" /* plane channels rowbase0 y0 pwb npairs rows */                    \
+    "mov r9, r3\n\t"                                                                           \
+    "add r10, r3, r5\n\t"                                                                      \
+    "add r11, r10, r5\n\t"                                                                     \
+    "strd r4, r6, [lr, #24]\n\t"                                                               \
+    "str r7, [lr, #44]\n\t"                                                                    \
     "add r3, r3, r1\n\t"                                                                       \
     "add r4, r4, #1\n\t"                                                                       \
     "subs r2, r2, #1\n\t"                                                                      \
-    "stm r0, {r1-r4}\n"                                                                        \
-    "1:\n\t" /* output row: kernel-row pointers, o, n; next rowbase and yrow */                \
-    "add r0, lr, #32\n\t"                                                                      \
-    "ldm r0, {r1-r6}\n\t"                                                                      \
-    "mov r9, r1\n\t"                                                                           \
-    "add r10, r1, r2\n\t"                                                                      \
-    "add r11, r10, r2\n\t"                                                                     \
-    "add r1, r1, r3\n\t"                                                                       \
-    "add r3, r4, r5\n\t"                                                                       \
-    "str r1, [lr, #32]\n\t"                                                                    \
-    "str r3, [lr, #44]\n\t"                                                                    \
-    "strd r4, r6, [lr, #24]\n"                                                                 \
+    "stm r0, {r1-r4}\n"                                                                         \
     "2:\n\t" /* two outputs */                                                                 \
     "ldmdb lr, {r0-r6, r8}\n\t"                                                                \
     ROW("r9", "r0", "r1") ROW("r10", "r2", "r3") ROW("r11", "r4", "r5")                        \
@@ -357,11 +348,18 @@ MF_DW_INLINE void mf_dw_chan(const int16_t *r0, int pw, int nrows, int ow, int c
     "subs r12, r12, #1\n\t"                                                                    \
     "strd r7, r12, [lr, #24]\n\t"                                                              \
     "bne 2b\n\t"                                                                               \
+    /* next output row: pointers and o by constant steps, n again */                           \
+    "add r0, lr, #32\n\t"                                                                      \
+    "ldm r0, {r1-r4}\n\t" /* dp do npairs rows */                                              \
+    "add r9, r9, r1\n\t"                                                                       \
+    "add r10, r10, r1\n\t"                                                                     \
+    "add r11, r11, r1\n\t"                                                                     \
+    "add r7, r7, r2\n\t"                                                                       \
+    "strd r7, r3, [lr, #24]\n\t"                                                               \
+    "subs r4, r4, #1\n\t"                                                                      \
+    "str r4, [lr, #44]\n\t"                                                                    \
+    "bne 2b\n\t"                                                                               \
     "ldr r0, [lr, #56]\n\t"                                                                    \
-    "subs r0, r0, #1\n\t"                                                                      \
-    "str r0, [lr, #56]\n\t"                                                                    \
-    "bne 1b\n\t"                                                                               \
-    "ldr r0, [lr, #68]\n\t"                                                                    \
     "cmp r0, #0\n\t"                                                                           \
     "bne 5b\n\t"                                                                               \
     "pop {r0-r12, lr}\n\t"
@@ -388,20 +386,22 @@ MF_MICRO void mf_dw_run(int32_t *m, int v) {
 MF_MICRO void mf_dw_chans(const int16_t *r0, int plane, int nch, int pw, int nrows, int ow, int c,
                           const int32_t *pk, int8_t *y, int ystride, int s, int sf, int clamp,
                           int32_t lo, int32_t hi) {
-    int32_t blk[29];
+    int32_t blk[28];
     int32_t *m = blk + 8;
     const int v = (s == 2 ? 4 : 0) + (sf ? 2 : 0) + (clamp ? 1 : 0);
-    m[3] = lo, m[4] = hi, m[9] = 2 * pw, m[10] = 2 * s * pw, m[12] = ystride, m[14] = nrows;
-    m[16] = 2 * plane, m[20] = nrows;
+    m[3] = lo, m[4] = hi, m[13] = 2 * plane, m[17] = 2 * pw, m[19] = nrows;
     if (ow >= 2) {
-        m[5] = c, m[13] = ow >> 1, m[15] = (int32_t)(uintptr_t)pk, m[17] = nch;
-        m[18] = (int32_t)(uintptr_t)r0, m[19] = (int32_t)(uintptr_t)y;
+        const int np = ow >> 1;
+        m[5] = c, m[8] = 2 * s * pw - 4 * s * np, m[9] = ystride - 2 * c * np, m[10] = np;
+        m[12] = (int32_t)(uintptr_t)pk, m[14] = nch, m[15] = (int32_t)(uintptr_t)r0;
+        m[16] = (int32_t)(uintptr_t)y, m[18] = np;
         mf_dw_run(m, v);
     }
     if (ow & 1) {
-        m[5] = 0, m[13] = 1, m[15] = (int32_t)(uintptr_t)pk, m[17] = nch;
-        m[18] = (int32_t)(uintptr_t)(r0 + s * (ow - 1));
-        m[19] = (int32_t)(uintptr_t)(y + (ow - 1) * c);
+        m[5] = 0, m[8] = 2 * s * pw - 4 * s, m[9] = ystride, m[10] = 1;
+        m[12] = (int32_t)(uintptr_t)pk, m[14] = nch;
+        m[15] = (int32_t)(uintptr_t)(r0 + s * (ow - 1));
+        m[16] = (int32_t)(uintptr_t)(y + (ow - 1) * c), m[18] = 1;
         mf_dw_run(m, v);
     }
 }
