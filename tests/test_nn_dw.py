@@ -1,8 +1,8 @@
 """The depthwise 3x3 micro-kernel mf_dw3x3_s8 (runtime_c/mcuforge_dw.h, constants from
 codegen_c/pack_dw.py) against TFLM's reference int8 DepthwiseConv2D written here in numpy (and
 that model against tflite-micro itself): every output byte, on the host (portable C, with
-sanitizers), on QEMU mps2-an386 with the DSP body at -O0/-O2/-Os and with the portable body, on
-random shapes (odd sizes, channel counts not a multiple of 4, stride 2 on odd inputs, SAME and
+sanitizers), on QEMU mps2-an386 with the DSP body at -O0/-O2/-Os/-O3 and with the portable body,
+on mps2-an500 (Cortex-M7) and mps2-an385 (Cortex-M3, portable), on random shapes (odd sizes, channel counts not a multiple of 4, stride 2 on odd inputs, SAME and
 VALID, bands of one output row), random zero points, none/relu/relu6 clamps and rounding ties."""
 from __future__ import annotations
 
@@ -140,7 +140,8 @@ def test_host_portable(cases, opt, tmp_path):
           tmp_path)
 
 
-ARM = [("m4", "-O0"), ("m4", "-O2"), ("m4", "-Os"), ("m4", "-O3"), ("m4-portable", "-O2")]
+ARM = [("m4", "-O0"), ("m4", "-O2"), ("m4", "-Os"), ("m4", "-O3"), ("m4-portable", "-O2"),
+       ("m7", "-O2")]  # Cortex-M7 (mps2-an500): the same DSP body
 
 
 @pytest.mark.parametrize("kind,opt", ARM, ids=[f"{k}{o}" for k, o in ARM])

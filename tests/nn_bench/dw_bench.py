@@ -24,8 +24,9 @@ from codegen_c import pack_dw  # noqa: E402
 ARM = ["arm-none-eabi-gcc", "-mthumb", "-mfloat-abi=soft", "--specs=nano.specs", "-nostartfiles",
        "-Wa,--fatal-warnings", "-T", str(HERE / "dw_link.ld")]
 CPU = {"m4": ["-mcpu=cortex-m4"], "m4-portable": ["-mcpu=cortex-m4", "-DMF_USE_DSP=0"],
-       "m3": ["-mcpu=cortex-m3"]}
-MACHINE = {"m4": "mps2-an386", "m4-portable": "mps2-an386", "m3": "mps2-an385"}
+       "m3": ["-mcpu=cortex-m3"], "m7": ["-mcpu=cortex-m7"]}
+MACHINE = {"m4": "mps2-an386", "m4-portable": "mps2-an386", "m3": "mps2-an385",
+           "m7": "mps2-an500"}
 WARN = ["-std=c99", "-Wall", "-Wextra", "-Werror", "-pedantic"]
 TICK = 40  # instructions per SysTick tick on mps2 with -icount shift=0
 
