@@ -1,9 +1,10 @@
 """The depthwise 3x3 micro-kernel mf_dw3x3_s8 (runtime_c/mcuforge_dw.h, constants from
 codegen_c/pack_dw.py) against TFLM's reference int8 DepthwiseConv2D written here in numpy (and
 that model against tflite-micro itself): every output byte, on the host (portable C, with
-sanitizers), on QEMU mps2-an386 with the DSP body at -O0/-O2/-Os/-O3 and with the portable body,
-on mps2-an500 (Cortex-M7) and mps2-an385 (Cortex-M3, portable), on random shapes (odd sizes, channel counts not a multiple of 4, stride 2 on odd inputs, SAME and
-VALID, bands of one output row), random zero points, none/relu/relu6 clamps and rounding ties."""
+sanitizers), on QEMU mps2-an386 with the DSP body at -O0/-O2/-Os/-O3 and with the portable
+body, on mps2-an500 (Cortex-M7) and mps2-an385 (Cortex-M3, portable); random shapes (odd sizes,
+channel counts not a multiple of 4, stride 2 on odd inputs, SAME and VALID, bands of one output
+row), random zero points, none/relu/relu6 clamps and rounding ties."""
 from __future__ import annotations
 
 import importlib.util
