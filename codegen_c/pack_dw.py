@@ -22,9 +22,9 @@ would not save instructions (the per-channel work does not depend on it) but wou
 band holds as many output rows as `budget` bytes allow (all of them when the layer is small: KWS
 1.6 KB, VWW 6x6x256 0.5 KB), at least one (3 rows of 4 channels). The rows two bands share are
 copied, not widened again; the price of a small budget is per-band overhead. Measured on VWW's
-48x48x8 s1 / 48x48x16 s2 layers (instructions per MAC): budget 1 KB 2.26 / 3.44, 2 KB 2.03 /
-3.17, 4 KB (default) 1.96 / 3.04, 8 KB 1.96 / 3.00. Pass the bytes the memory plan has free at
-that layer.
+48x48x8 s1 / 48x48x16 s2 layers (instructions per MAC, -O2): budget 1 KB 2.22 / 3.33, 2 KB
+1.99 / 3.04, 4 KB (default) 1.93 / 2.91, 8 KB 1.92 / 2.88. Pass the bytes the memory plan has
+free at that layer.
 """
 from __future__ import annotations
 
@@ -70,11 +70,11 @@ def geometry(h: int, w: int, c: int, oh: int, ow: int, stride, pad_t: int, pad_l
 
 def _cost(rows: int, width: int, out_rows: int, out_w: int, s: int) -> float:
     """Instructions per channel of mf_dw3x3_s8's DSP body walking `out_rows` rows of out_w
-    outputs (figures measured on mps2-an386): per output row 15 of set-up and 31 (stride 1) or
-    34 (stride 2) per pair of outputs; an odd row width a second pass of 46 per row; widening
+    outputs (figures measured on mps2-an386): per output row 10 of set-up and 31 (stride 1) or
+    34 (stride 2) per pair of outputs; an odd row width a second pass of 41 per row; widening
     ~18 per input row + 15 per 2 pixels, for 4 channels."""
     pair = 31 if s == 1 else 34
-    compute = out_rows * (15 + pair * (out_w // 2)) + (out_rows * 46 + 20 if out_w & 1 else 0)
+    compute = out_rows * (10 + pair * (out_w // 2)) + (out_rows * 41 + 20 if out_w & 1 else 0)
     return compute + rows * (18 + 15 * width / 2) / CB
 
 

@@ -10,24 +10,24 @@
  * instructions for 18 MACs). The requantization's left shift is folded into the weights and the
  * bias at compile time; the rest is mf_rq_apply's form (mcuforge_nn.h): SMMLAR (rounding and
  * zero point in its accumulate operand), ASR, SSAT, and the activation clamp only when the
- * layer has one. Images taller than wide are walked by columns (geom.transpose). The DSP body
+ * layer has one. Some images are walked by columns (geom.transpose: KWS's 25x5). The DSP body
  * is two asm blocks (widening; channels x rows x output pairs), the portable body plain C on the
  * same packed data and scratch layout; both compute the same integers (tests/test_nn_dw.py).
  *
  * Instructions per MAC on QEMU mps2-an386 (Cortex-M4), arm-none-eabi-gcc 12.2, widening and
  * all overheads included, default 4 KB scratch budget (tests/nn_bench/dw_bench.py):
  *                                 -O2    -Os    -O2 -fno-schedule-insns   scratch
- *   KWS  25x5x64   s1 SAME       2.15   2.17   2.15                      1568 B
- *   VWW  48x48x8   s1 SAME       1.94   1.97   1.94                      4000 B
- *   VWW  48x48x16  s2 SAME       2.93   3.00   2.93                      3600 B
- *   VWW  6x6x256   s1 SAME       2.43   2.46   2.43                       512 B
- *   other VWW layers (-O2): 24x24x32 s1 2.00, s2 3.14; 12x12x64 s1 2.08, s2 3.37; 6x6x128 s1
- *   2.44, s2 6.00; 3x3x256 s1 4.94 (per-row, per-channel and odd-width costs dominate there)
- * The flags hardly matter (the hot loops are asm): -O2 is 1-3% ahead of -Os.
- * Portable body on the same core (-DMF_USE_DSP=0, -O2): 5.4 / 5.3 / 8.0 / 6.2.
+ *   KWS  25x5x64   s1 SAME       2.12   2.14   2.12                      1568 B
+ *   VWW  48x48x8   s1 SAME       1.93   1.96   1.93                      4000 B
+ *   VWW  48x48x16  s2 SAME       2.91   2.99   2.91                      3600 B
+ *   VWW  6x6x256   s1 SAME       2.37   2.39   2.37                       512 B
+ *   other VWW layers (-O2): 24x24x32 s1 1.98, s2 3.11; 12x12x64 s1 2.04, s2 3.31; 6x6x128 s1
+ *   2.38, s2 5.78; 3x3x256 s1 4.73 (per-row, per-channel and odd-width costs dominate there)
+ * The flags hardly matter (the hot loops are asm): -O2 is 1-3% ahead of -Os. Same counts on
+ * Cortex-M7 (mps2-an500). Portable body on the M4 (-DMF_USE_DSP=0, -O2): 5.4 / 5.3 / 8.0 / 6.2.
  * Where it goes (stride 1): 31 instructions per pair of outputs (LDMDB, 3 x (LDRD + 4 MAC),
- * LDM, 2 SMMLAR, 2 ASR, 2 SSAT, 2 STRB, ADD, SUBS, STRD, BNE; stride 2: 34), 15 per output row,
- * 20 per channel and band, an odd row width one more pair per row; widening 15 per 2 pixels of
+ * LDM, 2 SMMLAR, 2 ASR, 2 SSAT, 2 STRB, ADD, SUBS, STRD, BNE; stride 2: 34), 10 per output row,
+ * ~20 per channel and band, an odd row width one more pair per row; widening 15 per 2 pixels of
  * 4 channels + 18 per row. Cycles on a real M4 are higher than instructions: each LDMDB/LDM of 8
  * registers takes 9 cycles, LDRD 2-3, a taken branch 2-4: about 55 cycles per pair, ~3 cycles
  * per MAC in the core.
@@ -45,7 +45,6 @@ static inline int mf_dw_smmlar_asm(int a, int b, int c) {
     return r;
 }
 #define __smmlar(a, b, c) mf_dw_smmlar_asm((a), (b), (c))
-#define MF_DW_SMMLAR_SHIM 1
 #endif
 #include "mcuforge_nn.h"
 
