@@ -285,7 +285,7 @@ MF_DW_INLINE void mf_dw_chan(const int16_t *r0, int pw, int nrows, int ow, int c
  *   lr[12..19]  record plane channels rowbase0 y0 pwb npairs rows0     (the channel loop)
  * Pair of outputs: r6, r8 accumulators; r9-r11 kernel-row pointers; r12, r7 data words.
  * Per pair of outputs at stride 1: 31 instructions (LDMDB, 3 x (LDRD + 4 MAC), LDM, 2 SMMLAR,
- * 2 ASR, 2 SSAT, 2 STRB, ADD, SUBS, STRD, BNE); per output row 15, per channel 20. */
+ * 2 ASR, 2 SSAT, 2 STRB, ADD, SUBS, STRD, BNE); per output row 10, per channel ~20. */
 #define MF_DW_R1(P, WA, WB)                                                                   \
     "ldrd r12, r7, [" P "], #4\n\t"                                                            \
     "smlad r6, r12, " WA ", r6\n\t"                                                            \
