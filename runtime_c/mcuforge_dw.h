@@ -36,16 +36,6 @@
 #ifndef MCUFORGE_DW_H
 #define MCUFORGE_DW_H
 
-/* gcc 12's <arm_acle.h> has no __smmlar, which mcuforge_nn.h's DSP path calls: until that file
- * provides its own, supply the one instruction here (a no-op once mcuforge_nn.h stops using it). */
-#if defined(__GNUC__) && defined(__ARM_FEATURE_DSP) && __ARM_FEATURE_DSP && !defined(__smmlar)
-static inline int mf_dw_smmlar_asm(int a, int b, int c) {
-    int r;
-    __asm__("smmlar %0, %1, %2, %3" : "=r"(r) : "r"(a), "r"(b), "r"(c));
-    return r;
-}
-#define __smmlar(a, b, c) mf_dw_smmlar_asm((a), (b), (c))
-#endif
 #include "mcuforge_nn.h"
 
 #if defined(__GNUC__)
