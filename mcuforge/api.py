@@ -124,17 +124,21 @@ def check_budget(model, budget: int) -> None:
 
 
 def check_fits(b, arena: int, weights: int) -> None:
-    """Refuse a model whose arena (with its state block) or weights cannot fit the board,
-    with the numbers."""
+    """Refuse a model whose arena (with its state block) or weights and code cannot fit the
+    board, with the numbers. (Before this, the flash budget has kept as many layers' weights
+    int8 as it takes: codegen_c/kernels/budget.py, which counts the code the same way.)"""
+    from codegen_c.kernels.budget import CODE_ALLOWANCE
     if b.ram_size is not None and arena + b.min_stack > b.ram_size:
         raise McuforgeError(
             f"the model needs {arena:,} bytes of arena plus {b.min_stack:,} of stack, but "
             f"{b.name} has {b.ram_size:,} bytes of RAM: choose a board with more RAM or a "
             f"smaller model")
-    if b.flash_size is not None and weights > b.flash_size:
+    if b.flash_size is not None and weights + CODE_ALLOWANCE > b.flash_size:
         raise McuforgeError(
-            f"the model's weights take {weights:,} bytes, but {b.name} has {b.flash_size:,} "
-            f"bytes of flash: choose a board with more flash or a smaller model")
+            f"the model's weights take {weights:,} bytes and its code about "
+            f"{CODE_ALLOWANCE:,}, {weights + CODE_ALLOWANCE:,} in all, but {b.name} has "
+            f"{b.flash_size:,} bytes of flash: choose a board with more flash or a smaller "
+            f"model")
 
 
 def compile(model, out_dir, board: str = "host", name: str | None = None,
