@@ -1,0 +1,189 @@
+/* mcuforge_ew.h: micro-kernels for int8 element-wise ADD and AVERAGE_POOL_2D (TFLM numerics),
+ * called by the schedules of codegen_c/kernels/eltwise.py on constants that
+ * codegen_c/pack_ew.py computes and proves at compile time. One DSP body (MF_USE_DSP: SMMLAR,
+ * SSAT, SXTAB16) and one portable C99 body per kernel, reading the same data; both are checked
+ * byte for byte against a numpy model of TFLM (tests/test_nn_ew.py).
+ */
+#ifndef MCUFORGE_EW_H
+#define MCUFORGE_EW_H
+
+#include "mcuforge_nn.h" /* MF_USE_DSP, MF_MICRO, MF_INLINE, <arm_acle.h> */
+
+/* ==== int8 ADD, same-shape inputs ==========================================================
+ * TFLM: y = clamp(zp + MBQM_lt1(F1(x1) + F2(x2), mo, so), lo, hi) with
+ * F_k(x) = MBQM_lt1((x - zp_k) << 20, m_k, s_k). The input with the larger scale ("big") has
+ * real multiplier 1/2 exactly, m = 2^30, s = 0, so F_big(x) = (x - zp_big) << 19. With the
+ * other input ("small") through a table of 256 int32 indexed by its byte,
+ *   T[u] = 2 F_small(u) - (zp_big << 20),   2S = (x_big << 20) + T[x_small],
+ *   h = SMMULR(2S, mo) = SRDHM(S, mo),       y = (h + add + signfix * (h >> 31)) >> post
+ * (mf_rq_apply with pre = 1: add = 2^(post-1) + (zp << post), or zp when post = 0), then SSAT
+ * to int8 and the activation clamp. pack_ew.add_constants checks all 65536 input pairs against
+ * TFLM's arithmetic (and that nothing overflows int32) before the schedule uses it.
+ * Cost on the Cortex-M4 (QEMU mps2-an386, -O2): see tests/nn_bench/ew_bench.py; per element
+ * LDRSB, LDRB, LDR, ADD (lsl #20), SMMLAR, ASR, SSAT, STRB without sign term or clamp. */
+
+#if MF_USE_DSP
+static inline int32_t mf_smmlar_acc(int32_t a, int32_t b, int32_t acc) {
+#if defined(__GNUC__)
+    int32_t r;
+    __asm__("smmlar %0, %1, %2, %3" : "=r"(r) : "r"(a), "r"(b), "r"(acc));
+    return r;
+#else
+    return __smmlar(a, b, acc);
+#endif
+}
+#endif
+
+/* One element before the activation clamp: in [-128, 127]. */
+MF_INLINE int32_t mf_ew_add1(int32_t big, uint32_t small, const int32_t *tab, int32_t mult,
+                             int32_t add, int32_t post, int32_t signfix) {
+    int32_t s2 = tab[small] + big * (1 << 20);
+#if MF_USE_DSP
+    int32_t v;
+    if (signfix) {
+        int32_t h = mf_smmlar(s2, mult);
+        v = h + add + (h >> 31);
+    } else {
+        v = mf_smmlar_acc(s2, mult, add);
+    }
+    return __ssat(v >> post, 8);
+#else
+    int32_t h = (int32_t)(((int64_t)s2 * mult + (INT64_C(1) << 31)) >> 32);
+    int32_t v = h + add;
+    if (signfix && h < 0) v -= 1;
+    v >>= post;
+    return v < -128 ? -128 : (v > 127 ? 127 : v);
+#endif
+}
+
+/* y[i] = clamp(ADD(big[i], small[i]), lo, hi) for i < n; y may be one of the inputs. */
+MF_MICRO void mf_ew_add_s8(const int8_t *big, const int8_t *small, int8_t *y, int32_t n,
+                           const int32_t *tab, int32_t mult, int32_t add, int32_t post,
+                           int32_t signfix, int32_t lo, int32_t hi) {
+    const uint8_t *u = (const uint8_t *)small; /* the table's index: the byte */
+    int32_t i = 0;
+    if (lo <= -128 && hi >= 127 && !signfix) { /* the common residual: ReLU with zp = -128 */
+        for (; i + 4 <= n; i += 4) {
+            int32_t v0 = mf_ew_add1(big[i], u[i], tab, mult, add, post, 0);
+            int32_t v1 = mf_ew_add1(big[i + 1], u[i + 1], tab, mult, add, post, 0);
+            int32_t v2 = mf_ew_add1(big[i + 2], u[i + 2], tab, mult, add, post, 0);
+            int32_t v3 = mf_ew_add1(big[i + 3], u[i + 3], tab, mult, add, post, 0);
+            y[i] = (int8_t)v0;
+            y[i + 1] = (int8_t)v1;
+            y[i + 2] = (int8_t)v2;
+            y[i + 3] = (int8_t)v3;
+        }
+    }
+    for (; i < n; ++i) {
+        int32_t v = mf_ew_add1(big[i], u[i], tab, mult, add, post, signfix);
+        v = v < lo ? lo : v;
+        y[i] = (int8_t)(v > hi ? hi : v);
+    }
+}
+
+/* ==== int8 AVERAGE_POOL_2D =================================================================
+ * TFLM: per output pixel and channel, the sum of the raw int8 inputs in the window clipped to
+ * the image, divided by the number of those taps rounding half away from zero, clamped to
+ * [lo, hi]. The DSP body sums 4 channels per word with SXTAB16 into 16-bit lanes (exact while
+ * a window has at most 255 taps: |sum| <= 128 * 255 < 2^15), 8 channels per pass; larger
+ * windows and the channel tail take the portable loop. */
+typedef struct {
+    int16_t h, w, c, fh, fw, sh, sw, pt, pl, oh, ow;
+} mf_pool_geom;
+
+static inline int32_t mf_ew_div_round(int32_t sum, int32_t count) {
+    return sum > 0 ? (sum + count / 2) / count : (sum - count / 2) / count;
+}
+
+static inline int8_t mf_ew_pool_out(int32_t sum, int32_t count, int32_t lo, int32_t hi) {
+    int32_t v = mf_ew_div_round(sum, count);
+    v = v < lo ? lo : v;
+    return (int8_t)(v > hi ? hi : v);
+}
+
+#if MF_USE_DSP
+static inline int32_t mf_sxtab16_ror8(int32_t acc, int32_t v) {
+#if defined(__GNUC__)
+    int32_t r;
+    __asm__("sxtab16 %0, %1, %2, ror #8" : "=r"(r) : "r"(acc), "r"(v));
+    return r;
+#else
+    return (int32_t)__sxtab16(acc, __ror((uint32_t)v, 8));
+#endif
+}
+
+/* Lanes (c0, c2) and (c1, c3) of a SXTAB16 pair out to 4 channels. */
+static inline void mf_ew_pool_out4(int32_t a02, int32_t a13, int32_t count, int32_t lo,
+                                   int32_t hi, int8_t *y) {
+    y[0] = mf_ew_pool_out((int16_t)a02, count, lo, hi);
+    y[1] = mf_ew_pool_out((int16_t)a13, count, lo, hi);
+    y[2] = mf_ew_pool_out(a02 >> 16, count, lo, hi);
+    y[3] = mf_ew_pool_out(a13 >> 16, count, lo, hi);
+}
+#endif
+
+MF_MICRO void mf_ew_avgpool_s8(const int8_t *x, int8_t *y, const mf_pool_geom *g, int32_t lo,
+                               int32_t hi) {
+    const int32_t C = g->c, W = g->w;
+    int32_t oy, ox;
+    for (oy = 0; oy < g->oh; ++oy) {
+        int32_t y0 = oy * g->sh - g->pt, y1 = y0 + g->fh;
+        y0 = y0 < 0 ? 0 : y0;
+        y1 = y1 > g->h ? g->h : y1;
+        for (ox = 0; ox < g->ow; ++ox) {
+            int32_t x0 = ox * g->sw - g->pl, x1 = x0 + g->fw;
+            int32_t count, c = 0, iy, ix;
+            x0 = x0 < 0 ? 0 : x0;
+            x1 = x1 > W ? W : x1;
+            count = (y1 - y0) * (x1 - x0);
+#if MF_USE_DSP
+            if (count <= 255) {
+                const int32_t cols = x1 - x0;
+                for (; c + 8 <= C; c += 8) {
+                    int32_t a0 = 0, a1 = 0, a2 = 0, a3 = 0;
+                    for (iy = y0; iy < y1; ++iy) {
+                        const int8_t *p = x + ((iy * W + x0) * C + c);
+                        for (ix = 0; ix < cols; ++ix) {
+                            int32_t w0, w1;
+                            memcpy(&w0, p, 4); /* unaligned LDRs */
+                            memcpy(&w1, p + 4, 4);
+                            a0 = (int32_t)__sxtab16(a0, w0);
+                            a1 = mf_sxtab16_ror8(a1, w0);
+                            a2 = (int32_t)__sxtab16(a2, w1);
+                            a3 = mf_sxtab16_ror8(a3, w1);
+                            p += C;
+                        }
+                    }
+                    mf_ew_pool_out4(a0, a1, count, lo, hi, y + c);
+                    mf_ew_pool_out4(a2, a3, count, lo, hi, y + c + 4);
+                }
+                for (; c + 4 <= C; c += 4) {
+                    int32_t a0 = 0, a1 = 0;
+                    for (iy = y0; iy < y1; ++iy) {
+                        const int8_t *p = x + ((iy * W + x0) * C + c);
+                        for (ix = 0; ix < cols; ++ix) {
+                            int32_t w0;
+                            memcpy(&w0, p, 4);
+                            a0 = (int32_t)__sxtab16(a0, w0);
+                            a1 = mf_sxtab16_ror8(a1, w0);
+                            p += C;
+                        }
+                    }
+                    mf_ew_pool_out4(a0, a1, count, lo, hi, y + c);
+                }
+            }
+#endif
+            for (; c < C; ++c) {
+                int32_t sum = 0;
+                for (iy = y0; iy < y1; ++iy) {
+                    const int8_t *p = x + ((iy * W + x0) * C + c);
+                    for (ix = x0; ix < x1; ++ix, p += C) sum += *p;
+                }
+                y[c] = mf_ew_pool_out(sum, count, lo, hi);
+            }
+            y += C;
+        }
+    }
+}
+
+#endif /* MCUFORGE_EW_H */
