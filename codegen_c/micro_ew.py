@@ -22,6 +22,29 @@ def _add(big, small, y, n, tab, mult, add, post, signfix, lo, hi):
     y[:n] = out
 
 
+def _windows(geom):
+    """(geometry dict, [(oy, ox, y0, y1, x0, x1)]): each output's window clipped to the image."""
+    g = dict(zip(POOL_GEOM, (int(v) for v in geom[:len(POOL_GEOM)])))
+    out = []
+    for oy in range(g["oh"]):
+        y0 = oy * g["sh"] - g["pt"]
+        for ox in range(g["ow"]):
+            x0 = ox * g["sw"] - g["pl"]
+            out.append((oy, ox, max(y0, 0), min(y0 + g["fh"], g["h"]), max(x0, 0),
+                        min(x0 + g["fw"], g["w"])))
+    return g, out
+
+
+def _maxpool(x, y, geom, lo, hi):
+    g, wins = _windows(geom)
+    img = np.asarray(x[:g["h"] * g["w"] * g["c"]], np.int64).reshape(g["h"], g["w"], g["c"])
+    out = np.zeros((g["oh"], g["ow"], g["c"]), np.int64)
+    for oy, ox, y0, y1, x0, x1 in wins:
+        win = img[y0:y1, x0:x1].reshape(-1, g["c"])
+        out[oy, ox] = win.max(axis=0) if len(win) else -128
+    y[:out.size] = np.clip(out, lo, hi).reshape(-1)
+
+
 def _avgpool(x, y, geom, lo, hi):
     g = dict(zip(POOL_GEOM, (int(v) for v in geom[:len(POOL_GEOM)])))
     img = np.asarray(x[:g["h"] * g["w"] * g["c"]], np.int64).reshape(g["h"], g["w"], g["c"])
@@ -41,4 +64,5 @@ def _avgpool(x, y, geom, lo, hi):
     y[:out.size] = np.clip(out, lo, hi).reshape(-1)
 
 
-INTRINSICS.update({"mf_ew_add_s8": _add, "mf_ew_avgpool_s8": _avgpool})
+INTRINSICS.update({"mf_ew_add_s8": _add, "mf_ew_avgpool_s8": _avgpool,
+                   "mf_ew_maxpool_s8": _maxpool})

@@ -1,7 +1,7 @@
-"""The element-wise micro-kernels mf_ew_add_s8 and mf_ew_avgpool_s8 (runtime_c/mcuforge_ew.h,
-constants from codegen_c/pack_ew.py) against TFLM's reference int8 ADD and AVERAGE_POOL_2D
-written here in numpy: every output byte, on the host (portable C, with sanitizers), on QEMU
-mps2-an386 with the DSP body at -O0/-O2/-Os/-O3 and with the portable body, and on the
+"""The element-wise micro-kernels mf_ew_add_s8, mf_ew_avgpool_s8 and mf_ew_maxpool_s8
+(runtime_c/mcuforge_ew.h, constants from codegen_c/pack_ew.py) against TFLM's reference int8
+ADD, AVERAGE_POOL_2D and MAX_POOL_2D written here in numpy: every output byte, on the host
+(portable C, with sanitizers), on QEMU mps2-an386 with the DSP body at -O0/-O2/-Os/-O3 and with the portable body, and on the
 Cortex-M3. Cases: random scales and zero points (either input the larger scale, equal scales,
 power-of-two ratios: rounding ties), none/relu/relu6, element counts off the block of 4, in
 place, all 65536 input pairs; pools global and windowed (SAME clipping, strides), channel
@@ -68,6 +68,21 @@ def tflm_avg_pool(x, fh, fw, sh, sw, pt, pl, oh, ow, lo, hi):
     return np.clip(out, lo, hi).astype(np.int8)
 
 
+def tflm_max_pool(x, fh, fw, sh, sw, pt, pl, oh, ow, lo, hi):
+    """reference_integer_ops::MaxPool (int8): x [H, W, C]."""
+    h, w, c = x.shape
+    out = np.zeros((oh, ow, c), np.int64)
+    for oy in range(oh):
+        for ox in range(ow):
+            best = np.full(c, -128)
+            for iy in range(oy * sh - pt, oy * sh - pt + fh):
+                for ix in range(ox * sw - pl, ox * sw - pl + fw):
+                    if 0 <= iy < h and 0 <= ix < w:
+                        best = np.maximum(best, x[iy, ix])
+            out[oy, ox] = best
+    return np.clip(out, lo, hi).astype(np.int8)
+
+
 def add_params(rng, act, tie=False, equal=False, swap=False):
     s1, s2, so = (float(v) for v in rng.uniform(0.005, 0.3, 3))
     if tie:
@@ -112,11 +127,13 @@ def make_cases(seed=0):
         zp = int(rng.integers(-100, 50))
         lo, hi = {"none": (-128, 127), "relu": (zp, 127), "relu6": (zp, min(127, zp + 60))}[act]
         for x in (rng.integers(-128, 128, (h, w, c)), rng.choice([-128, 127], (h, w, c)),
-                  np.full((h, w, c), -128)):  # the largest |sum|: a lane's limit
+                  np.full((h, w, c), -128), rng.integers(-128, -100, (h, w, c))):
+            # all -128: the largest |sum| (a lane's limit); all small: max below the clamp
             geom = dict(h=h, w=w, c=c, fh=fh, fw=fw, sh=sh, sw=sw, pt=pt, pl=pl, oh=oh, ow=ow)
-            out.append(ew_bench.pool_case(x, geom, lo, hi,
-                                          tflm_avg_pool(x, fh, fw, sh, sw, pt, pl, oh, ow, lo,
-                                                        hi)))
+            args = (fh, fw, sh, sw, pt, pl, oh, ow, lo, hi)
+            out.append(ew_bench.pool_case(x, geom, lo, hi, tflm_avg_pool(x, *args)))
+            out.append(ew_bench.pool_case(x, geom, lo, hi, tflm_max_pool(x, *args),
+                                          kind="maxpool"))
     return out
 
 
@@ -134,12 +151,13 @@ def check(cases, kind, flags, tmp_path):
 
 
 def test_cases_cover_the_edges(cases):
-    adds = [c for c in cases if c["kind"] != "pool"]
+    adds = [c for c in cases if c["kind"].startswith("add")]
     assert any(c["q"][3] for c in adds) and any(not c["q"][3] for c in adds)  # sign term
     assert any(c["q"][4] > -128 for c in adds) and any(c["q"][5] < 127 for c in adds)
     assert any(c["n"] % 4 for c in adds) and any(c["kind"] == "add_inplace" for c in adds)
     assert any(c["q"][2] == 0 for c in adds) or True  # post = 0 needs huge output scales
     pools = [c for c in cases if c["kind"] == "pool"]
+    assert sum(c["kind"] == "maxpool" for c in cases) == len(pools)
     assert any(c["geom"]["fh"] * c["geom"]["fw"] > 255 for c in pools)
     assert any(c["geom"]["c"] % 8 == 4 for c in pools) and any(c["geom"]["c"] % 4 for c in pools)
 

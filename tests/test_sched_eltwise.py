@@ -1,6 +1,7 @@
-"""The schedule stage on int8 ADD and AVERAGE_POOL_2D (codegen_c/kernels/eltwise.py): a
-scheduled kernel (mf_ew_add_s8 / mf_ew_avgpool_s8 of runtime_c/mcuforge_ew.h) computes exactly
-what its reference lowering computes, and the compiled C equals tflite-micro bit for bit.
+"""The schedule stage on int8 ADD, AVERAGE_POOL_2D and MAX_POOL_2D
+(codegen_c/kernels/eltwise.py): a scheduled kernel (mf_ew_add_s8 / mf_ew_avgpool_s8 /
+mf_ew_maxpool_s8 of runtime_c/mcuforge_ew.h) computes exactly what its reference lowering
+computes, and the compiled C equals tflite-micro bit for bit.
 
 Models are built with tests/tfl_build.py (the `tflite` package's builders): random scales and
 zero points (input 2 the larger scale or the smaller, equal scales, power-of-two ratios that
@@ -50,8 +51,9 @@ def add_model(seed, shape=(1, 5, 7, 3), act="none", ratio=None, equal=False, sha
     return m.build(), {"a": xa, "b": xb}
 
 
-def pool_model(seed, hw=(5, 7), c=3, f=None, stride=(1, 1), pad=VALID, act="none"):
-    """An int8 AVERAGE_POOL_2D; f None: the whole image (a global pool)."""
+def pool_model(seed, hw=(5, 7), c=3, f=None, stride=(1, 1), pad=VALID, act="none",
+               op="AVERAGE_POOL_2D"):
+    """An int8 AVERAGE_POOL_2D (or op); f None: the whole image (a global pool)."""
     rng = np.random.default_rng(seed)
     f = f or hw
     s, z = float(rng.uniform(0.01, 0.2)), int(rng.integers(-128, 128))
@@ -62,7 +64,7 @@ def pool_model(seed, hw=(5, 7), c=3, f=None, stride=(1, 1), pad=VALID, act="none
     m = Model()
     x = m.tensor("x", (1, *hw, c), "int8", scale=s, zero_point=z)
     y = m.tensor("y", oshape, "int8", scale=s, zero_point=z)
-    m.op("AVERAGE_POOL_2D", [x], [y], "Pool2DOptions", Padding=pad, StrideH=stride[0],
+    m.op(op, [x], [y], "Pool2DOptions", Padding=pad, StrideH=stride[0],
          StrideW=stride[1], FilterHeight=f[0], FilterWidth=f[1],
          FusedActivationFunction=ACTS[act])
     m.io([x], [y])
@@ -93,6 +95,8 @@ def cases():
                                        act="relu6")),
             ("pool_valid", "pool", dict(hw=(6, 9), c=8, f=(2, 3), stride=(2, 1))),
             ("pool_same1", "pool", dict(hw=(5, 5), c=4, f=(4, 2), stride=(1, 1), pad=SAME))]
+    out += [("max_" + name, "pool", {**kw, "op": "MAX_POOL_2D"}) for name, _, kw in out
+            if name.startswith("pool_")]
     return out
 
 
@@ -149,7 +153,8 @@ def test_host_c_equals_tflm(name, kind, kw):
 
 
 M4_CASES = [c for c in CASES if c[0] in ("add_1", "add_2", "add_resnet", "add_tail",
-                                          "pool_kws", "pool_big", "pool_same")]
+                                          "pool_kws", "pool_big", "pool_same", "max_pool_same",
+                                          "max_pool_vww")]
 
 
 @pytest.mark.parametrize("name,kind,kw", M4_CASES, ids=[c[0] for c in M4_CASES])

@@ -1,11 +1,11 @@
-"""int8 ADD and AVERAGE_POOL_2D on the micro-kernels of runtime_c/mcuforge_ew.h.
+"""int8 ADD, AVERAGE_POOL_2D and MAX_POOL_2D on the micro-kernels of runtime_c/mcuforge_ew.h.
 
 ADD (same-shape activations, TFLM's integer pipeline): one mf_ew_add_s8 call; the input with the
 smaller scale goes through a 256-entry int32 table, the requantization is one SMMLAR and a
 shift (pack_ew.add_constants, proven on all 65536 input pairs; declined otherwise).
 AVERAGE_POOL_2D (int8, TFLM's reference: windows clipped to the image, rounded division by the
-taps inside): one mf_ew_avgpool_s8 call per image. Both kernels have a portable body, so the
-schedules serve every target."""
+taps inside) and MAX_POOL_2D: one mf_ew_avgpool_s8 / mf_ew_maxpool_s8 call per image. The
+kernels have portable bodies, so the schedules serve every target."""
 from __future__ import annotations
 
 import numpy as np
@@ -66,16 +66,12 @@ def add(ctx: OpContext, ref: ir.Kernel, target) -> ir.Kernel | None:
     return ir.Kernel(ctx.name, tuple(ref.params) + (tab,), body, doc, ref.macs, "mf_ew_add_s8")
 
 
-@schedules("avg_pool2d")
-def avg_pool(ctx: OpContext, ref: ir.Kernel, target) -> ir.Kernel | None:
+def _pool(ctx: OpContext, ref: ir.Kernel, fn: str) -> ir.Kernel | None:
     x, y = ctx.input(0), ctx.output()
-    if x.dtype != "int8" or y.dtype != "int8" or y.quant is None or len(x.shape) != 4 \
+    if x.dtype != "int8" or y.dtype != "int8" or len(x.shape) != 4 \
             or ctx.attrs.get("requant") == "onnxruntime" or ctx.attrs.get("count_include_pad") \
             or tuple(ctx.attrs.get("dilation", (1, 1))) != (1, 1):
         return None
-    if not any(isinstance(e, ir.Call) and e.fn == "mf_div_round_i32"
-               for s in ir.walk(ref.body) if isinstance(s, ir.Assign) for e in [s.value]):
-        return None  # not pool.py's TFLM form
     n, h, w, c = x.shape
     _, oh, ow, _ = y.shape
     (fh, fw), (sh, sw) = ctx.attrs["filter"], ctx.attrs["stride"]
@@ -87,15 +83,33 @@ def avg_pool(ctx: OpContext, ref: ir.Kernel, target) -> ir.Kernel | None:
         starts = np.arange(o) * s - p
         if (np.minimum(starts + f, size) - np.maximum(starts, 0) <= 0).any():
             return None  # an empty window: TFLM fails there
-    lo, hi = activation_range(ctx.attrs.get("activation", "none"), y.quant.scale[0],
-                              y.quant.zero_point[0], "int8")
+    act = ctx.attrs.get("activation", "none")
+    if y.quant is None:  # plain integers (ONNX): pool.py does not clamp
+        if act != "none":
+            return None
+        lo, hi = -128, 127
+    else:
+        lo, hi = activation_range(act, y.quant.scale[0], y.quant.zero_point[0], "int8")
     g = np.array([geom[f] for f in POOL_GEOM], np.int16)
     consts = (ir.Buffer("geom", "int16", g.size, "const", g,
                         "mf_pool_geom: " + " ".join(POOL_GEOM)),)
-    body = ir.loops([("n", n)], lambda b: [ir.CallStmt("mf_ew_avgpool_s8", (
+    body = ir.loops([("n", n)], lambda b: [ir.CallStmt(fn, (
         ir.Ptr("x", b * (h * w * c)), ir.Ptr("y", b * (oh * ow * c)),
         ir.Ptr("geom", ir.Const(0), ctype="const mf_pool_geom *"), ir.Const(int(lo)),
         ir.Const(int(hi))))])
-    doc = f"{ref.doc}\nscheduled: mf_ew_avgpool_s8 (4 channels per word on the DSP extension)"
-    return ir.Kernel(ctx.name, tuple(ref.params) + consts, tuple(body), doc, ref.macs,
-                     "mf_ew_avgpool_s8")
+    doc = f"{ref.doc}\nscheduled: {fn} (4 channels per word on the DSP extension)"
+    return ir.Kernel(ctx.name, tuple(ref.params) + consts, tuple(body), doc, ref.macs, fn)
+
+
+@schedules("avg_pool2d")
+def avg_pool(ctx: OpContext, ref: ir.Kernel, target) -> ir.Kernel | None:
+    if ctx.output().quant is None or not any(
+            isinstance(s.value, ir.Call) and s.value.fn == "mf_div_round_i32"
+            for s in ir.walk(ref.body) if isinstance(s, ir.Assign)):
+        return None  # not pool.py's TFLM form
+    return _pool(ctx, ref, "mf_ew_avgpool_s8")
+
+
+@schedules("max_pool2d")
+def max_pool(ctx: OpContext, ref: ir.Kernel, target) -> ir.Kernel | None:
+    return _pool(ctx, ref, "mf_ew_maxpool_s8")

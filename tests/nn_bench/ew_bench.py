@@ -25,8 +25,9 @@ TICK = dw_bench.TICK
 
 
 def cases_header(cases) -> str:
-    """cases: dicts with kind 'add' (a = big input, b = small input, tab, q = mult add post
-    signfix lo hi) or 'pool' (a = x [h, w, c], geom dict, q[4:6] = lo hi), want or None."""
+    """cases: dicts with kind 'add' / 'add_inplace' (a = big input, b = small input, tab,
+    q = mult add post signfix lo hi) or 'pool' / 'maxpool' (a = x [h, w, c], geom dict,
+    q[4:6] = lo hi), want or None."""
     arr = dw_bench._arr
     out = ["#include <stdint.h>\n",
            "typedef struct { int32_t kind; const int8_t *a, *b; int32_t n; const int32_t *tab;"
@@ -34,7 +35,7 @@ def cases_header(cases) -> str:
     ymax = 1
     for i, c in enumerate(cases):
         out.append(arr(f"a{i}", "int8_t", c["a"]))
-        if c["kind"] != "pool":
+        if c["kind"] in ("add", "add_inplace"):
             out.append(arr(f"b{i}", "int8_t", c["b"]))
             out.append(arr(f"t{i}", "int32_t", c["tab"], 8))
         if c.get("want") is not None:
@@ -46,7 +47,7 @@ def cases_header(cases) -> str:
         add = c["kind"] in ("add", "add_inplace")
         g = ", ".join(str(int(c["geom"][f])) for f in POOL_GEOM) if not add else "0"
         q = ", ".join(str(int(v)) for v in c["q"])
-        kind = {"add": 0, "pool": 1, "add_inplace": 2}[c["kind"]]
+        kind = {"add": 0, "pool": 1, "add_inplace": 2, "maxpool": 3}[c["kind"]]
         out.append(f"  {{{kind}, a{i}, {f'b{i}' if add else '0'}, {c['n']}, "
                    f"{f't{i}' if add else '0'}, {{{q}}}, {{{g}}}, "
                    f"{f'y{i}' if c.get('want') is not None else '0'}}},\n")
@@ -85,8 +86,9 @@ def add_case(a, b, p, want=None, inplace=False) -> dict:
                 n=int(np.size(a)), want=want)
 
 
-def pool_case(x, geom, lo, hi, want=None) -> dict:
-    return dict(kind="pool", a=x, geom=geom, q=[0, 0, 0, 0, lo, hi],
+def pool_case(x, geom, lo, hi, want=None, kind="pool") -> dict:
+    """kind "pool" (average) or "maxpool"."""
+    return dict(kind=kind, a=x, geom=geom, q=[0, 0, 0, 0, lo, hi],
                 n=int(geom["oh"] * geom["ow"] * geom["c"]), want=want)
 
 
@@ -102,6 +104,7 @@ SHAPES = [  # name, what
     ("KWS avg pool 25x5x64", ("pool", (25, 5, 64))),
     ("ResNet-8 avg pool 8x8x64", ("pool", (8, 8, 64))),
     ("VWW avg pool 3x3x256", ("pool", (3, 3, 256))),
+    ("max pool global 8x8x64", ("maxpool", (8, 8, 64))),
 ]
 
 
@@ -115,7 +118,7 @@ def bench_cases(rng):
         else:
             h, w, c = arg
             out.append(pool_case(rng.integers(-128, 128, (h, w, c)), global_geom(h, w, c),
-                                 -128, 127))
+                                 -128, 127, kind=kind))
     return out
 
 
