@@ -36,6 +36,10 @@ def _wrap(x) -> "Expr":
     raise TypeError(f"cannot use {x!r} in the loop IR")
 
 
+class UndefinedBehaviour(ArithmeticError):
+    """What C leaves undefined (signed overflow, ...) happened in the evaluator or a mirror."""
+
+
 class Expr:
     """Base of expressions; arithmetic operators build (and constant-fold) Bin nodes."""
 

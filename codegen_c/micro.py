@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .evaluate import UndefinedBehaviour
+from .loop_ir import UndefinedBehaviour
 from .qmath import INTRINSICS
 
 I32 = (-2**31, 2**31 - 1)
@@ -40,8 +40,15 @@ def requantize(acc: np.ndarray, rq: np.ndarray, signfix: int, lo: int, hi: int) 
     return np.clip(v >> post, lo, hi)
 
 
+def _scratch(scratch: np.ndarray, need: int, what: str) -> None:
+    """The kernel's documented scratch must fit in what the schedule declared."""
+    if scratch.nbytes < need:
+        raise UndefinedBehaviour(f"{what}: {scratch.nbytes} bytes of scratch, needs {need}")
+
+
 def _gemm(fmt):
     def kernel(x, rows, x_stride, k, w, bias, rq, o, lo, hi, signfix, y, y_stride, scratch):
+        _scratch(scratch, 2 * ((k + 3) // 4 * 4), "mf_gemm")  # the widened row
         wm = unpack_gemm(w, fmt, o, k)
         xs = np.stack([np.asarray(x[r * x_stride:r * x_stride + k], np.int64)
                        for r in range(rows)])
@@ -79,6 +86,8 @@ def _conv(fmt):
     def kernel(x, geom, x_zp, w, bias, rq, o, lo, hi, signfix, y, scratch):
         g = dict(zip(GEOM_FIELDS, (int(v) for v in geom[:len(GEOM_FIELDS)])))
         k = g["k_h"] * g["k_w"] * g["in_c"]
+        row_cache = g["k_h"] * ((g["out_w"] - 1) * g["stride_w"] + g["k_w"]) * g["in_c"]
+        _scratch(scratch, 3 * ((k + 3) // 4 * 4) + row_cache, "mf_conv")  # patches, row cache
         patches = im2col(x, g, x_zp)
         acc = patches @ unpack_gemm(w, fmt, o, k).T + np.asarray(bias[:o], np.int64)
         out = requantize(acc, np.asarray(rq[:4 * o]).reshape(o, 4), signfix, lo, hi)
@@ -99,6 +108,7 @@ def _dw3x3(x, y, pk, geom, x_zp, lo, hi, signfix, scratch):
     when `transpose`."""
     g = dict(zip(DW_GEOM, (int(v) for v in geom[:len(DW_GEOM)])))
     h, w, c, s = g["h"], g["w"], g["c"], g["stride"]
+    _scratch(scratch, 4 * g["rows"] * g["pw"] * 2, "mf_dw3x3_s8")  # a band of 4 channels
     rec = np.asarray(pk[:10 * c], np.int64).reshape(c, 10)
 
     def half(v, upper):

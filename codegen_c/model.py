@@ -18,8 +18,7 @@ from optimizer.memory_plan import MemoryPlan, plan_graph
 
 from . import printer
 from .names import c_comment, c_identifier
-from .kernels import budget
-from .lower import lower_node
+from .kernels import budget, lower_node
 
 
 MATH_PREFIX = "mfm_"  # runtime functions of runtime_c/mcuforge_math.h

@@ -114,7 +114,42 @@ def pack_gemm_weights(w_rows, fmt: str):
     return arr, arr.nbytes
 
 
-def gemm_scratch_bytes(k: int, im2col: bool = False) -> int:
-    """Scratch bytes one call needs for K taps per output: mf_gemm_* the widened row
-    (int16[Kp]), mf_conv_* (im2col) that plus an int8[Kp] patch. 4-byte aligned."""
-    return (3 if im2col else 2) * kpad(k)
+def gemm_scratch_bytes(k: int) -> int:
+    """Scratch bytes one mf_gemm_* call needs for K taps per output: the widened row
+    (int16[Kp]). 4-byte aligned."""
+    return 2 * kpad(k)
+
+
+def conv_scratch_bytes(k_h: int, k_w: int, in_c: int, stride_w: int, out_w: int) -> int:
+    """Scratch bytes one mf_conv_* (im2col) call needs: the widened patch int16[Kp], an int8
+    patch [Kp] and the row cache int8[k_h][((out_w - 1) * stride_w + k_w) * in_c]."""
+    kp = kpad(k_h * k_w * in_c)
+    return 3 * kp + k_h * ((out_w - 1) * stride_w + k_w) * in_c
+
+
+def gemm_flash_bytes(o: int, k: int, fmt: str) -> int:
+    """Flash bytes of pack_gemm_weights for O x K weights in `fmt`, without packing them (the
+    per-layer format choice under a flash budget): Op * Kp elements of 2 ("w16") or 1 ("w8")
+    bytes."""
+    if fmt not in GEMM_FORMATS:
+        raise ValueError(f"unknown GEMM weight format {fmt!r}; expected one of {GEMM_FORMATS}")
+    return (int(o) + 3) // 4 * 4 * kpad(k) * (2 if fmt == "w16" else 1)
+
+
+CONV_GEOM_FIELDS = ("in_h", "in_w", "in_c", "k_h", "k_w", "stride_h", "stride_w", "pad_t",
+                    "pad_l", "out_h", "out_w")  # mf_conv_geom, in struct order
+
+
+def conv_geom(in_h: int, in_w: int, in_c: int, k_h: int, k_w: int, stride_h: int,
+              stride_w: int, padding: str) -> tuple:
+    """mf_conv_geom's fields for a TFLite-style SAME / VALID convolution (dilation 1): TFLM's
+    output size and top/left padding (the larger half of an odd total goes bottom/right)."""
+    if padding == "VALID":
+        out_h, out_w = (in_h - k_h) // stride_h + 1, (in_w - k_w) // stride_w + 1
+    elif padding == "SAME":
+        out_h, out_w = -(-in_h // stride_h), -(-in_w // stride_w)
+    else:
+        raise ValueError(f"padding {padding!r}: expected 'SAME' or 'VALID'")
+    pad_t = max((out_h - 1) * stride_h + k_h - in_h, 0) // 2
+    pad_l = max((out_w - 1) * stride_w + k_w - in_w, 0) // 2
+    return (in_h, in_w, in_c, k_h, k_w, stride_h, stride_w, pad_t, pad_l, out_h, out_w)

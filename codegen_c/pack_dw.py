@@ -2,16 +2,29 @@
 the layer geometry with the scratch shape, and the packed per-channel constants.
 
 Both return None when the kernel does not apply (kernel not 3x3, stride not 1 or 2 in both
-directions, dilation, depth multiplier, or a layer whose integers the fast form cannot prove
-exact); the layer then keeps its reference loops.
+directions, dilation, or a layer whose integers the fast form cannot prove exact: the folded
+bias or `acc << pre` leaving int32, weights * 2^pre leaving int16); the layer then keeps its
+reference loops (geometry also refuses a depth multiplier other than 1).
+
+Use (per layer; TFLite weights [1, 3, 3, C], TFLM's per-channel mult/shift, activation lo/hi):
+
+    g = pack_dw.geometry(h, w, c, oh, ow, stride, pad_t, pad_l, budget=free_bytes)
+    pk = pack_dw.pack_dw(weights, bias, x_zp, mults, shifts, y_zp, g["transpose"])
+    # C: static const mf_dw_geom G = {<g[f] for f in GEOM_FIELDS>};
+    #    static const int32_t PK[C * REC] = {<pk>};
+    #    static int32_t SCRATCH[scratch_bytes(g) / 4];       (4-byte aligned, or arena space)
+    #    mf_dw3x3_s8(x, y, PK, &G, x_zp, lo, hi, pack.needs_signfix(y_zp, lo),
+    #                (int16_t *)(void *)SCRATCH);
 
 Scratch: the kernel widens a band of input rows of 4 channels (MF_DW_CB) to planar int16 rows
 with zero-point borders. 4 channels is the unit of one 32-bit NHWC load; more channels per band
 would not save instructions (the per-channel work does not depend on it) but would cost RAM. The
-band holds as many output rows as `budget` bytes allow (all of them when the layer is small, as
-in KWS: 1.7 KB), at least one: 3 rows of 4 channels. Rows shared by two bands are widened twice,
-so a small budget costs a little time (VWW's 48-wide layers: 4 KB -> 8 output rows per band, the
-2 repeated rows add about 0.05 instructions per MAC).
+band holds as many output rows as `budget` bytes allow (all of them when the layer is small: KWS
+1.6 KB, VWW 6x6x256 0.5 KB), at least one (3 rows of 4 channels). The rows two bands share are
+copied, not widened again; the price of a small budget is per-band overhead. Measured on VWW's
+48x48x8 s1 / 48x48x16 s2 layers (instructions per MAC, -O2): budget 1 KB 2.22 / 3.33, 2 KB
+1.99 / 3.04, 4 KB (default) 1.93 / 2.91, 8 KB 1.92 / 2.88. Pass the bytes the memory plan has
+free at that layer.
 """
 from __future__ import annotations
 
@@ -27,18 +40,21 @@ GEOM_FIELDS = ("h", "w", "c", "oh", "ow", "stride", "pad_t", "pad_l", "transpose
 
 
 def geometry(h: int, w: int, c: int, oh: int, ow: int, stride, pad_t: int, pad_l: int,
-             kernel=(3, 3), dilation=(1, 1), budget: int = DEFAULT_BUDGET) -> dict | None:
+             kernel=(3, 3), dilation=(1, 1), budget: int = DEFAULT_BUDGET,
+             depth_multiplier: int = 1) -> dict | None:
     """mf_dw_geom's fields (in GEOM_FIELDS order) for an NHWC [h, w, c] -> [oh, ow, c] layer, or
     None when the kernel does not handle it. stride: an int or (sh, sw)."""
     sh, sw = (stride, stride) if np.isscalar(stride) else tuple(stride)
-    if tuple(kernel) != (3, 3) or tuple(dilation) != (1, 1) or sh != sw or sh not in (1, 2):
+    if (tuple(kernel) != (3, 3) or tuple(dilation) != (1, 1) or sh != sw or sh not in (1, 2)
+            or depth_multiplier != 1):
         return None
     s = int(sh)
     if min(h, w, c, oh, ow) < 1 or pad_t < 0 or pad_l < 0:
         return None
     # Walk the columns instead of the rows when that is cheaper (KWS 25x5: 5 rows of 25).
     transpose = int(_cost(w, h, ow, oh, s) < _cost(h, w, oh, ow, s))
-    vw, vh, voh, vow, vpt, vpl = (h, w, ow, oh, pad_l, pad_t) if transpose else (w, h, oh, ow, pad_t, pad_l)
+    vw, vow, vpl = (h, oh, pad_t) if transpose else (w, ow, pad_l)  # the kernel's rows
+    voh = ow if transpose else oh
     owe = vow + (vow & 1)
     pw = max(vpl + vw, s * owe + 2)
     pw += pw & 1
@@ -54,12 +70,12 @@ def geometry(h: int, w: int, c: int, oh: int, ow: int, stride, pad_t: int, pad_l
 
 def _cost(rows: int, width: int, out_rows: int, out_w: int, s: int) -> float:
     """Instructions per channel of mf_dw3x3_s8's DSP body walking `out_rows` rows of out_w
-    outputs (figures measured on mps2-an386): per output row 15 of set-up and 31 (stride 1) or
-    34 (stride 2) per pair of outputs; an odd row width a second pass of 46 per row; widening
-    ~18 per input row + 17 per 2 pixels, for 4 channels."""
+    outputs (figures measured on mps2-an386): per output row 10 of set-up and 31 (stride 1) or
+    34 (stride 2) per pair of outputs; an odd row width a second pass of 41 per row; widening
+    ~18 per input row + 15 per 2 pixels, for 4 channels."""
     pair = 31 if s == 1 else 34
-    compute = out_rows * (15 + pair * (out_w // 2)) + (out_rows * 46 + 20 if out_w & 1 else 0)
-    return compute + rows * (18 + 17 * width / 2) / CB
+    compute = out_rows * (10 + pair * (out_w // 2)) + (out_rows * 41 + 20 if out_w & 1 else 0)
+    return compute + rows * (18 + 15 * width / 2) / CB
 
 
 def scratch_bytes(geom: dict) -> int:

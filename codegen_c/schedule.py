@@ -35,15 +35,24 @@ def find_loop(body: tuple, var: str) -> ir.Loop:
     raise KeyError(f"no loop over '{var}'")
 
 
-def split(body: tuple, var: str, factor: int) -> tuple:
+def split(body: tuple, var: str, factor: int, tail: bool = False) -> tuple:
     """for v < n  ->  for v_o < n/factor: for v_i < factor: (v = v_o*factor + v_i).
-    Requires factor to divide n (constant bounds stay constant)."""
+    When factor does not divide n: with `tail`, the n % factor last iterations follow as a loop
+    of their own (v = n - n % factor + v_t), in the same order; without, an error (constant
+    bounds stay constant either way)."""
     def do(loop: ir.Loop):
-        if loop.extent % factor or loop.step != 1 or loop.start != 0:
+        rest = loop.extent % factor
+        if (rest and not tail) or loop.step != 1 or loop.start != 0 or factor < 1:
             raise ValueError(f"cannot split loop '{var}' of extent {loop.extent} by {factor}")
-        outer, inner = f"{var}_o", f"{var}_i"
-        inner_body = ir.substitute(loop.body, {var: ir.Var(outer) * factor + ir.Var(inner)})
-        return (ir.Loop(outer, loop.extent // factor, (ir.Loop(inner, factor, inner_body),)),)
+        outer, inner, last = f"{var}_o", f"{var}_i", f"{var}_t"
+        out = []
+        if loop.extent >= factor:
+            inner_body = ir.substitute(loop.body, {var: ir.Var(outer) * factor + ir.Var(inner)})
+            out.append(ir.Loop(outer, loop.extent // factor, (ir.Loop(inner, factor, inner_body),)))
+        if rest:
+            base = loop.extent - rest
+            out.append(ir.Loop(last, rest, ir.substitute(loop.body, {var: ir.Var(last) + base})))
+        return tuple(out)
     find_loop(body, var)
     return _rewrite_loop(body, var, do)
 

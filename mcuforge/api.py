@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 
 from .boards import board_dir, load_board
+from .build import build, run_executable
 from ir.errors import McuforgeError
 from ir.graph import Graph
 from codegen_c.resources import data_dir, render
@@ -159,7 +160,6 @@ def compile(model, out_dir, board: str = "host", name: str | None = None,
     `force`. `profile`: per-layer marks (see generate_project)."""
     from optimizer.quantize import quantize_for_compile
 
-    from .runner import GraphRunner
     graph = load(model, input_shapes)
     with GraphRunner() as run:
         graph = quantize_for_compile(graph, quantize, calibration, calibration_method,
@@ -250,3 +250,51 @@ def write_files(out_dir: Path, files: dict, force: bool = False) -> None:
                             f"{e.strerror or e}") from None
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+class GraphRunner:
+    """Runs graphs as mcuforge's generated C on the host: the `run` the optimizer's
+    calibration and searches take (optimizer/calibrate.py). Each graph object is compiled once,
+    in a temporary directory that close() (or leaving a `with` block) removes."""
+
+    def __init__(self):
+        self._dir = None
+        self._built = {}  # id(graph) -> (graph, executable, graph as compiled)
+
+    def __call__(self, g, arrays: list) -> dict:
+        import tempfile
+        arrays = [np.ascontiguousarray(a) for a in arrays]
+        if id(g) not in self._built:
+            if self._dir is None:
+                self._dir = tempfile.TemporaryDirectory(prefix="mcuforge-run-")
+            work = Path(self._dir.name) / str(len(self._built))
+            exe, compiled = build_graph(g, work)
+            self._built[id(g)] = (g, exe, compiled)  # g kept alive: its id stays its own
+        _, exe, compiled = self._built[id(g)]
+        return dict(zip(compiled.outputs, run_executable(exe, compiled, arrays)))
+
+    def close(self) -> None:
+        if self._dir is not None:
+            self._dir.cleanup()
+        self._dir, self._built = None, {}
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+def build_graph(g, workdir) -> tuple:
+    """Compile graph `g` into a host C project in `workdir` and build it; returns (executable,
+    the graph as compiled)."""
+    files, _, _, compiled = generate_project(g, "model")
+    write_files(Path(workdir), files)
+    return build(Path(workdir), "model"), compiled
+
+
+def run_graph(g, arrays: list) -> list:
+    """Run graph `g` once on [N, ...] arrays (one per input) as generated C; one [N, ...] array
+    per output, in the order compiled."""
+    with GraphRunner() as run:
+        return list(run(g, arrays).values())

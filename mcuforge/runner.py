@@ -1,56 +1,17 @@
-"""Build a generated project and run it on numpy inputs (host board), with a compile cache."""
+"""Run a model on numpy inputs: compiled and built once per model and options (the cache in
+build.py), on the host or an emulated board (target.py)."""
 from __future__ import annotations
 
-import fcntl
 import hashlib
-import json
-import os
-import shutil
-import subprocess
-from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
 
-from ir.errors import BuildError, McuforgeError
+from ir.errors import McuforgeError
 
-_PACKAGES = ("ir", "mcuforge", "frontend", "optimizer", "codegen_c", "templates", "runtime_c", "boards")
-
-
-def cache_root() -> Path:
-    return Path(os.environ.get("MCUFORGE_CACHE", Path.home() / ".cache" / "mcuforge"))
-
-
-def _code_hash() -> str:
-    """Hash of mcuforge's own sources, so a changed compiler never reuses a stale build."""
-    from codegen_c.resources import data_dir
-    h = hashlib.sha256()
-    for pkg in _PACKAGES:
-        root = data_dir(pkg)
-        for p in sorted(root.rglob("*")):
-            if p.suffix in (".py", ".j2", ".h", ".c", ".toml", ".ld", ".S") and p.is_file():
-                h.update(str(p.relative_to(root)).encode())
-                h.update(p.read_bytes())
-    return h.hexdigest()
-
-
-def opt_flags(opt: str | None = None) -> str | None:
-    """The optimisation flags a host build uses: `opt`, else $MCUFORGE_OPT, else None (the
-    generated Makefile's own default, -O2). Any gcc flags: "-O0", "-Os", "-O2 -march=native"."""
-    opt = opt if opt is not None else os.environ.get("MCUFORGE_OPT")
-    return opt.strip() if opt and opt.strip() else None
-
-
-def build(project: Path, name: str, sanitize: bool = False, opt: str | None = None) -> Path:
-    """`make` the project (with OPT=`opt` when given, see opt_flags); returns the executable."""
-    args = ["make", "-s", "-C", str(project)] + (["SANITIZE=1"] if sanitize else [])
-    opt = opt_flags(opt)
-    if opt:
-        args.append(f"OPT={opt}")
-    r = subprocess.run(args, capture_output=True, text=True)
-    if r.returncode != 0:
-        raise BuildError(f"building {project} failed:\n{r.stdout}{r.stderr}")
-    return project / name
+from .api import GraphRunner, build_graph, run_graph  # noqa: F401  (the optimizer's `run`)
+from .build import (_code_hash, build, cache_entry, cache_lock, cache_root,  # noqa: F401
+                    opt_flags, run_executable)  # (re-exported: tools and tests use them)
 
 
 def compiled_project(model, board: str = "host", sanitize: bool = False, graph=None,
@@ -74,58 +35,6 @@ def compiled_project(model, board: str = "host", sanitize: bool = False, graph=N
     return project, project / "model", graph
 
 
-_DONE = ".mcuforge-done"  # in a finished cache entry: {file: sha256} of what it was made of
-
-
-@contextmanager
-def cache_lock(entry: Path):
-    """Holds an exclusive lock on a cache entry (a lock file beside it) for the block."""
-    entry.parent.mkdir(parents=True, exist_ok=True)
-    with open(entry.with_name(entry.name + ".lock"), "a+b") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
-
-
-def _digests(folder: Path) -> dict:
-    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(folder.rglob("*")) if p.is_file() and p.name != _DONE}
-
-
-def _intact(entry: Path) -> bool:
-    """A finished entry whose files are all still as they were made."""
-    try:
-        done = json.loads((entry / _DONE).read_text())
-        return all(hashlib.sha256((entry / f).read_bytes()).hexdigest() == h
-                   for f, h in done.items())
-    except (OSError, ValueError, AttributeError):
-        return False
-
-
-def cache_entry(entry: Path, make) -> Path:
-    """The cache folder `entry`, made by `make(folder)` unless a finished, intact one is there.
-    Made under a per-entry lock (concurrent runs of one model build it once) in a temporary
-    sibling renamed into place when complete, so a run killed while building leaves at most a
-    temporary folder, removed by the next build, never an entry that looks finished."""
-    with cache_lock(entry):
-        if _intact(entry):
-            return entry
-        for old in entry.parent.glob(entry.name + ".tmp-*"):  # left by killed runs
-            shutil.rmtree(old, ignore_errors=True)
-        tmp = entry.with_name(f"{entry.name}.tmp-{os.getpid()}")
-        try:
-            make(tmp)
-            (tmp / _DONE).write_text(json.dumps(_digests(tmp)))
-            if entry.exists():  # an unfinished or damaged entry (older mcuforge, disk full)
-                trash = entry.with_name(f"{entry.name}.tmp-{os.getpid()}-old")
-                os.rename(entry, trash)
-                shutil.rmtree(trash, ignore_errors=True)
-            os.rename(tmp, entry)
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
-    return entry
 
 
 def split_inputs(graph, inputs) -> tuple:
@@ -187,42 +96,6 @@ def nonfinite_warnings(graph, inputs) -> list:
     return lines
 
 
-def run_executable(exe: Path, graph, arrays: list, timeout: float | None = None) -> list:
-    """Feed [N, ...] arrays through the harness; returns one [N, ...] array per output.
-    `timeout` (seconds): a run taking longer fails (BuildError) instead of hanging."""
-    n = len(arrays[0]) if arrays else 1  # a model without inputs runs once
-    work = exe.parent
-    blob = b"".join(a[i].tobytes() for i in range(n) for a in arrays)
-    tag = hashlib.sha256(blob).hexdigest()[:16]
-    in_path, out_path = work / f"in-{tag}-{os.getpid()}.bin", work / f"out-{tag}-{os.getpid()}.bin"
-    in_path.write_bytes(blob)
-    try:
-        try:
-            r = subprocess.run([str(exe), str(in_path), str(out_path)], capture_output=True,
-                               text=True, timeout=timeout)
-        except subprocess.TimeoutExpired:
-            raise BuildError(f"{exe} did not finish in {timeout} s") from None
-        except OSError as e:  # not an executable (say, a file damaged outside mcuforge)
-            raise BuildError(f"cannot run {exe}: {e.strerror or e}") from None
-        if r.returncode != 0:
-            raise BuildError(f"{exe} failed (exit {r.returncode}):\n{r.stdout}{r.stderr}")
-        raw = out_path.read_bytes()
-    finally:
-        in_path.unlink(missing_ok=True)
-        out_path.unlink(missing_ok=True)
-    specs = [graph.tensors[o] for o in graph.outputs]
-    per = sum(t.nbytes for t in specs)
-    if len(raw) != per * n:
-        raise BuildError(f"{exe} wrote {len(raw)} bytes, expected {per * n}")
-    outs = []
-    for k, t in enumerate(specs):
-        start = sum(s.nbytes for s in specs[:k])
-        rows = [np.frombuffer(raw, dtype=t.dtype, count=t.size, offset=i * per + start)
-                for i in range(n)]
-        outs.append(np.stack(rows).reshape((n, *t.shape)))
-    return outs
-
-
 def run(model, inputs, board: str = "host", sanitize: bool = False,
         input_shapes: dict | None = None, opt: str | None = None,
         flash_budget: int | None = None):
@@ -249,50 +122,3 @@ def run(model, inputs, board: str = "host", sanitize: bool = False,
     return {name: o for name, o in zip(graph.outputs, outs)}
 
 
-class GraphRunner:
-    """Runs graphs as mcuforge's generated C on the host: the `run` the optimizer's
-    calibration and searches take (optimizer/calibrate.py). Each graph object is compiled once,
-    in a temporary directory that close() (or leaving a `with` block) removes."""
-
-    def __init__(self):
-        self._dir = None
-        self._built = {}  # id(graph) -> (graph, executable, graph as compiled)
-
-    def __call__(self, g, arrays: list) -> dict:
-        import tempfile
-        arrays = [np.ascontiguousarray(a) for a in arrays]
-        if id(g) not in self._built:
-            if self._dir is None:
-                self._dir = tempfile.TemporaryDirectory(prefix="mcuforge-run-")
-            work = Path(self._dir.name) / str(len(self._built))
-            exe, compiled = build_graph(g, work)
-            self._built[id(g)] = (g, exe, compiled)  # g kept alive: its id stays its own
-        _, exe, compiled = self._built[id(g)]
-        return dict(zip(compiled.outputs, run_executable(exe, compiled, arrays)))
-
-    def close(self) -> None:
-        if self._dir is not None:
-            self._dir.cleanup()
-        self._dir, self._built = None, {}
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-
-
-def build_graph(g, workdir) -> tuple:
-    """Compile graph `g` into a host C project in `workdir` and build it; returns (executable,
-    the graph as compiled)."""
-    from .api import generate_project, write_files
-    files, _, _, compiled = generate_project(g, "model")
-    write_files(Path(workdir), files)
-    return build(Path(workdir), "model"), compiled
-
-
-def run_graph(g, arrays: list) -> list:
-    """Run graph `g` once on [N, ...] arrays (one per input) as generated C; one [N, ...] array
-    per output, in the order compiled."""
-    with GraphRunner() as run:
-        return list(run(g, arrays).values())

@@ -54,7 +54,7 @@ def build_firmware(model, board: Board, vectors, workdir: Path, name: str = "mod
     require_tool(board.cross + "gcc")
     result = compile_model(model, workdir, board=board.name, name=name, vectors=vectors,
                            flash_budget=flash_budget, profile=profile)
-    from .runner import opt_flags
+    from .build import opt_flags
     opt = opt_flags()  # $MCUFORGE_OPT, else the Makefile's own -O2
     r = subprocess.run(["make", "-s", "-C", str(workdir)] + ([f"OPT={opt}"] if opt else []),
                        capture_output=True, text=True)
@@ -123,7 +123,7 @@ def run_on_board(model, arrays: list, board_name: str, workdir: Path | None = No
                  flash_budget: int | None = None, profile: bool = False) -> TargetRun:
     """Run [N, ...] input arrays (one per model input) on the board under QEMU; `profile`:
     with per-layer counts (TargetRun.profile)."""
-    from .runner import cache_lock, cache_root, opt_flags
+    from .build import cache_lock, cache_root, opt_flags
     board = load_board(board_name)
     n = len(arrays[0])
     vectors = [[a[i] for a in arrays] for i in range(n)]

@@ -29,13 +29,13 @@ CHUNK = 16  # samples per run of the executable (one progress bar step)
 # the layers above it), so every function here that executes a graph takes `run`: a callable
 # run(graph, [N, ...] arrays, one per graph input) -> {output tensor name: [N, ...] array}, in
 # the order of the outputs as compiled. `record` calls it many times with one graph object, so
-# a runner should build each graph once (mcuforge.runner.GraphRunner does).
+# a runner should build each graph once (mcuforge.api.GraphRunner does).
 
 
 def need_runner(run) -> None:
     if run is None:
         raise McuforgeError("quantization runs the float graph on the calibration data: pass "
-                            "run= (mcuforge.runner.GraphRunner, as mcuforge.api.compile does)")
+                            "run= (mcuforge.api.GraphRunner, as mcuforge.api.compile does)")
 
 
 # ---------------------------------------------------------------------------------------------

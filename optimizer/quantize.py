@@ -81,7 +81,7 @@ def quantize_graph(g: Graph, samples: list, method: str = DEFAULT_METHOD, io: st
     None: int16.DEFAULT_BUDGET of the all-int8 graph's arena. `int16_tensors`: instead of that search, the activations
     to keep in int16 (names of the float graph's tensors; int16.moves lists the candidates;
     the layers reading them go to int16 too). `run`: executes graphs on the calibration data
-    (see calibrate.py; mcuforge.runner.GraphRunner)."""
+    (see calibrate.py; mcuforge.api.GraphRunner)."""
     calibrate.need_runner(run)
     if method not in METHODS:
         raise McuforgeError(f"unknown calibration method '{method}': use one of "

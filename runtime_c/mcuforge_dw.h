@@ -1,33 +1,41 @@
-/* mcuforge_dw.h: int8 depthwise 3x3 convolution micro-kernel (TFLM numerics, per-channel
- * quantization, depth multiplier 1, dilation 1, stride 1 or 2, explicit top/left padding).
+/* mcuforge_dw.h: int8 depthwise 3x3 convolution micro-kernel (TFLM reference numerics,
+ * per-channel quantization, depth multiplier 1, dilation 1, stride 1 or 2 in both directions,
+ * explicit top/left padding: SAME or VALID as TFLM computes them, or any other).
  *
- * Technique: a band of input rows of 4 channels at a time is widened from NHWC int8 to planar
- * int16 rows whose borders hold the input zero point (the zero point is folded into the bias at
- * compile time, so padding contributes 0 exactly as TFLM's skipped taps); each kernel row's
- * weights are stored as two int16 pairs [w0,w1] and [w1,w2], so two adjacent outputs of one
- * kernel row cost one word load and four multiply-accumulates (SMLAD, SMLATB, SMLABT, SMLAD).
- * The requantization's left shift is folded into the weights and the bias at compile time;
- * the rest is mf_rq_apply's SMMLAR form (see mcuforge_nn.h). The portable body reads the same
- * packed data and scratch layout and computes the same integers.
+ * Technique: a band of input rows of 4 channels is widened from NHWC int8 to planar int16 rows
+ * whose borders hold the input zero point (the zero point is folded into the bias at compile
+ * time, so padding contributes 0 exactly like TFLM's skipped taps); each kernel row's weights
+ * are stored as two int16 pairs [w0,w1] and [w1,w2], so two adjacent outputs of one kernel row
+ * cost one 64-bit load and four multiply-accumulates (SMLAD, SMLATB, SMLABT, SMLAD: 12 MAC
+ * instructions for 18 MACs). The requantization's left shift is folded into the weights and the
+ * bias at compile time; the rest is mf_rq_apply's form (mcuforge_nn.h): SMMLAR (rounding and
+ * zero point in its accumulate operand), ASR, SSAT, and the activation clamp only when the
+ * layer has one. Some images are walked by columns (geom.transpose: KWS's 25x5). The DSP body
+ * is two asm blocks (widening; channels x rows x output pairs), the portable body plain C on the
+ * same packed data and scratch layout; both compute the same integers (tests/test_nn_dw.py).
  *
- * Measured on QEMU mps2-an386 (Cortex-M4, arm-none-eabi-gcc 12.2), instructions per MAC with
- * the relayout included (tests/nn_bench/dw_bench.py): see the figures in the report of the
- * commit that added them and at mf_dw3x3_s8 below.
+ * Instructions per MAC on QEMU mps2-an386 (Cortex-M4), arm-none-eabi-gcc 12.2, widening and
+ * all overheads included, default 4 KB scratch budget (tests/nn_bench/dw_bench.py):
+ *                                 -O2    -Os    -O2 -fno-schedule-insns   scratch
+ *   KWS  25x5x64   s1 SAME       2.12   2.14   2.12                      1568 B
+ *   VWW  48x48x8   s1 SAME       1.93   1.96   1.93                      4000 B
+ *   VWW  48x48x16  s2 SAME       2.91   2.99   2.91                      3600 B
+ *   VWW  6x6x256   s1 SAME       2.37   2.39   2.37                       512 B
+ *   other VWW layers (-O2): 24x24x32 s1 1.98, s2 3.11; 12x12x64 s1 2.04, s2 3.31; 6x6x128 s1
+ *   2.38, s2 5.78; 3x3x256 s1 4.73 (per-row, per-channel and odd-width costs dominate there)
+ * The flags hardly matter (the hot loops are asm): -O2 is 1-3% ahead of -Os. Same counts on
+ * Cortex-M7 (mps2-an500). Portable body on the M4 (-DMF_USE_DSP=0, -O2): 5.4 / 5.3 / 8.0 / 6.2.
+ * Where it goes (stride 1): 31 instructions per pair of outputs (LDMDB, 3 x (LDRD + 4 MAC),
+ * LDM, 2 SMMLAR, 2 ASR, 2 SSAT, 2 STRB, ADD, SUBS, STRD, BNE; stride 2: 34), 10 per output row,
+ * ~20 per channel and band, an odd row width one more pair per row; widening 15 per 2 pixels of
+ * 4 channels + 18 per row. Cycles on a real M4 are higher than instructions: each LDMDB/LDM of 8
+ * registers takes 9 cycles, LDRD 2-3, a taken branch 2-4: about 55 cycles per pair, ~3 cycles
+ * per MAC in the core.
+ * Code: ~3.7 KB (8 specialisations: stride, sign term, clamp). Stack: ~200 bytes.
  */
 #ifndef MCUFORGE_DW_H
 #define MCUFORGE_DW_H
 
-/* gcc 12's <arm_acle.h> has no __smmlar, which mcuforge_nn.h's DSP path calls: until that file
- * provides its own, supply the one instruction here (a no-op once mcuforge_nn.h stops using it). */
-#if defined(__GNUC__) && defined(__ARM_FEATURE_DSP) && __ARM_FEATURE_DSP && !defined(__smmlar)
-static inline int mf_dw_smmlar_asm(int a, int b, int c) {
-    int r;
-    __asm__("smmlar %0, %1, %2, %3" : "=r"(r) : "r"(a), "r"(b), "r"(c));
-    return r;
-}
-#define __smmlar(a, b, c) mf_dw_smmlar_asm((a), (b), (c))
-#define MF_DW_SMMLAR_SHIM 1
-#endif
 #include "mcuforge_nn.h"
 
 #if defined(__GNUC__)
@@ -51,7 +59,7 @@ typedef struct {
     int16_t pad_t, pad_l;  /* zero-point rows above / columns left of the input */
     int16_t transpose;     /* 1: the kernel walks columns (narrow images: fewer, longer rows) */
     /* the scratch, in the kernel's view (h, w, oh, ow, pad_t, pad_l swapped when transpose): */
-    int16_t pw;            /* int16 per row: even, >= pad_l + w, >= s * (ow rounded up to even) + 2 */
+    int16_t pw;            /* int16 per row: even, >= pad_l + w, >= s * (ow rounded to even) + 2 */
     int16_t rows;          /* rows per channel: (output rows per band - 1) * stride + 3 */
 } mf_dw_geom;
 
@@ -111,6 +119,28 @@ MF_DW_INLINE void mf_dw_widen(const int8_t *x, int w, int xp, int nc, int16_t *d
     }
 }
 
+/* Copy n words from s to d (both 4-byte aligned, s >= d: forward overlap allowed). */
+MF_DW_INLINE void mf_dw_copy(int16_t *d, const int16_t *s, int n) {
+#if MF_USE_DSP && defined(__GNUC__)
+    if (n >= 4) {
+        int q = n >> 2;
+        __asm__ volatile("1:\n\t" /* fixed registers: an LDM list must be ascending */
+                         "ldm %[s]!, {r4, r5, r6, r8}\n\t"
+                         "stm %[d]!, {r4, r5, r6, r8}\n\t"
+                         "subs %[q], %[q], #1\n\t"
+                         "bne 1b\n\t"
+                         : [s] "+r"(s), [d] "+r"(d), [q] "+r"(q)
+                         :
+                         : "r4", "r5", "r6", "r8", "memory", "cc");
+        n &= 3;
+    }
+#endif
+    for (; n > 0; --n, d += 2, s += 2) {
+        int16_t t0 = s[0], t1 = s[1];
+        d[0] = t0, d[1] = t1;
+    }
+}
+
 /* Widen nrows rows (xr bytes apart in x, pw int16 apart in dst) of w pixels of nc channels. */
 MF_DW_INLINE void mf_dw_widen_rows(const int8_t *x, int xr, int nrows, int w, int xp, int nc,
                                    int16_t *dst, int pw, int plane) {
@@ -130,21 +160,19 @@ MF_DW_INLINE void mf_dw_widen_rows(const int8_t *x, int xr, int nrows, int w, in
             "cmp r6, #0\n\t"
             "beq 3f\n"
             "2:\n\t"
-            "ldr r7, [r0]\n\t"
-            "ldr r8, [r0, r1]\n\t"
+            "ldr r7, [r0]\n\t"                   /* a = c0 c1 c2 c3 of pixel p */
+            "ldr r8, [r0, r1]\n\t"               /* b = the same of pixel p + 1 */
             "add r0, r0, r1, lsl #1\n\t"
-            "sxtb16 r9, r7\n\t"
-            "sxtb16 r10, r8\n\t"
-            "pkhbt r11, r9, r10, lsl #16\n\t"
-            "pkhtb r10, r10, r9, asr #16\n\t"
+            "pkhbt r9, r7, r8, lsl #16\n\t"      /* a.c0 a.c1 b.c0 b.c1 */
+            "pkhtb r10, r8, r7, asr #16\n\t"     /* a.c2 a.c3 b.c2 b.c3 */
+            "sxtb16 r11, r9\n\t"                 /* (a.c0, b.c0): channel 0's pair */
             "str r11, [r2], #4\n\t"
-            "str r10, [r4], #4\n\t"
-            "sxtb16 r9, r7, ror #8\n\t"
-            "sxtb16 r10, r8, ror #8\n\t"
-            "pkhbt r11, r9, r10, lsl #16\n\t"
-            "pkhtb r10, r10, r9, asr #16\n\t"
+            "sxtb16 r11, r9, ror #8\n\t"
             "str r11, [r3], #4\n\t"
-            "str r10, [r5], #4\n\t"
+            "sxtb16 r11, r10\n\t"
+            "str r11, [r4], #4\n\t"
+            "sxtb16 r11, r10, ror #8\n\t"
+            "str r11, [r5], #4\n\t"
             "subs r6, r6, #1\n\t"
             "bne 2b\n"
             "3:\n\t" /* an odd last pixel */
@@ -243,11 +271,11 @@ MF_DW_INLINE void mf_dw_chan(const int16_t *r0, int pw, int nrows, int ow, int c
  * needs it:
  *   lr[-8..-1]  weight pairs k01a k12a k01b k12b k01c k12c, bias, bias  (LDMDB: r0-r5, r6, r8)
  *   lr[0..7]    mult add post lo hi c o n                              (LDM: r0-r5, r7, r12)
- *   lr[8..14]   rowbase pwb rowstep yrow ystride npairs rows           (this channel's rows)
- *   lr[15..20]  record plane channels rowbase0 y0 rows0                (the channel loop)
+ *   lr[8..11]   dp do npairs rows: row-to-row steps of the pointers (bytes) and of o, rows left
+ *   lr[12..19]  record plane channels rowbase0 y0 pwb npairs rows0     (the channel loop)
  * Pair of outputs: r6, r8 accumulators; r9-r11 kernel-row pointers; r12, r7 data words.
  * Per pair of outputs at stride 1: 31 instructions (LDMDB, 3 x (LDRD + 4 MAC), LDM, 2 SMMLAR,
- * 2 ASR, 2 SSAT, 2 STRB, ADD, SUBS, STRD, BNE); per output row 15, per channel 20. */
+ * 2 ASR, 2 SSAT, 2 STRB, ADD, SUBS, STRD, BNE); per output row 10, per channel ~20. */
 #define MF_DW_R1(P, WA, WB)                                                                   \
     "ldrd r12, r7, [" P "], #4\n\t"                                                            \
     "smlad r6, r12, " WA ", r6\n\t"                                                            \
@@ -274,34 +302,25 @@ MF_DW_INLINE void mf_dw_chan(const int16_t *r0, int pw, int nrows, int ow, int c
 #define MF_DW_ASM(ROW, SF, CL)                                                                \
     "push {r0-r12, lr}\n\t"                                                                    \
     "mov lr, %0\n"                                                                             \
-    "5:\n\t" /* channel: its record to lr[-8..2], its rows and outputs */                       \
-    "ldr r12, [lr, #60]\n\t"                                                                   \
+    "5:\n\t" /* channel: its record to lr[-8..2]; row pointers, o, n, rows */                 \
+    "ldr r12, [lr, #48]\n\t"                                                                   \
     "ldm r12!, {r0-r6}\n\t"                                                                    \
     "mov r7, r6\n\t"                                                                           \
     "stmdb lr, {r0-r7}\n\t"                                                                    \
     "ldm r12!, {r0-r2}\n\t"                                                                    \
-    "str r12, [lr, #60]\n\t"                                                                   \
+    "str r12, [lr, #48]\n\t"                                                                   \
     "stm lr, {r0-r2}\n\t"                                                                      \
-    "add r0, lr, #64\n\t"                                                                      \
-    "ldm r0, {r1-r5}\n\t" /* plane channels rowbase0 y0 rows0 */                               \
-    "str r3, [lr, #32]\n\t"                                                                    \
-    "str r4, [lr, #44]\n\t"                                                                    \
-    "str r5, [lr, #56]\n\t"                                                                    \
+    "add r0, lr, #52\n\t"                                                                      \
+    "ldm r0, {r1-r7}\n\t" /* plane channels rowbase0 y0 pwb npairs rows */                    \
+    "mov r9, r3\n\t"                                                                           \
+    "add r10, r3, r5\n\t"                                                                      \
+    "add r11, r10, r5\n\t"                                                                     \
+    "strd r4, r6, [lr, #24]\n\t"                                                               \
+    "str r7, [lr, #44]\n\t"                                                                    \
     "add r3, r3, r1\n\t"                                                                       \
     "add r4, r4, #1\n\t"                                                                       \
     "subs r2, r2, #1\n\t"                                                                      \
-    "stm r0, {r1-r4}\n"                                                                        \
-    "1:\n\t" /* output row: kernel-row pointers, o, n; next rowbase and yrow */                \
-    "add r0, lr, #32\n\t"                                                                      \
-    "ldm r0, {r1-r6}\n\t"                                                                      \
-    "mov r9, r1\n\t"                                                                           \
-    "add r10, r1, r2\n\t"                                                                      \
-    "add r11, r10, r2\n\t"                                                                     \
-    "add r1, r1, r3\n\t"                                                                       \
-    "add r3, r4, r5\n\t"                                                                       \
-    "str r1, [lr, #32]\n\t"                                                                    \
-    "str r3, [lr, #44]\n\t"                                                                    \
-    "strd r4, r6, [lr, #24]\n"                                                                 \
+    "stm r0, {r1-r4}\n"                                                                         \
     "2:\n\t" /* two outputs */                                                                 \
     "ldmdb lr, {r0-r6, r8}\n\t"                                                                \
     ROW("r9", "r0", "r1") ROW("r10", "r2", "r3") ROW("r11", "r4", "r5")                        \
@@ -318,26 +337,35 @@ MF_DW_INLINE void mf_dw_chan(const int16_t *r0, int pw, int nrows, int ow, int c
     "subs r12, r12, #1\n\t"                                                                    \
     "strd r7, r12, [lr, #24]\n\t"                                                              \
     "bne 2b\n\t"                                                                               \
+    /* next output row: pointers and o by constant steps, n again */                           \
+    "add r0, lr, #32\n\t"                                                                      \
+    "ldm r0, {r1-r4}\n\t" /* dp do npairs rows */                                              \
+    "add r9, r9, r1\n\t"                                                                       \
+    "add r10, r10, r1\n\t"                                                                     \
+    "add r11, r11, r1\n\t"                                                                     \
+    "add r7, r7, r2\n\t"                                                                       \
+    "strd r7, r3, [lr, #24]\n\t"                                                               \
+    "subs r4, r4, #1\n\t"                                                                      \
+    "str r4, [lr, #44]\n\t"                                                                    \
+    "bne 2b\n\t"                                                                               \
     "ldr r0, [lr, #56]\n\t"                                                                    \
-    "subs r0, r0, #1\n\t"                                                                      \
-    "str r0, [lr, #56]\n\t"                                                                    \
-    "bne 1b\n\t"                                                                               \
-    "ldr r0, [lr, #68]\n\t"                                                                    \
     "cmp r0, #0\n\t"                                                                           \
     "bne 5b\n\t"                                                                               \
     "pop {r0-r12, lr}\n\t"
 
+#define MF_DW_RUN(ROW, SF, CL) __asm__ volatile(MF_DW_ASM(ROW, SF, CL) : : "r"(m) : "memory", "cc")
+
 /* One run of the asm over the channels and rows described by m; v: stride 2, sign, clamp. */
 MF_MICRO void mf_dw_run(int32_t *m, int v) {
     switch (v) {
-    case 0: __asm__ volatile(MF_DW_ASM(MF_DW_R1, MF_DW_SF0, MF_DW_CL0) : : "r"(m) : "memory", "cc"); break;
-    case 1: __asm__ volatile(MF_DW_ASM(MF_DW_R1, MF_DW_SF0, MF_DW_CL1) : : "r"(m) : "memory", "cc"); break;
-    case 2: __asm__ volatile(MF_DW_ASM(MF_DW_R1, MF_DW_SF1, MF_DW_CL0) : : "r"(m) : "memory", "cc"); break;
-    case 3: __asm__ volatile(MF_DW_ASM(MF_DW_R1, MF_DW_SF1, MF_DW_CL1) : : "r"(m) : "memory", "cc"); break;
-    case 4: __asm__ volatile(MF_DW_ASM(MF_DW_R2, MF_DW_SF0, MF_DW_CL0) : : "r"(m) : "memory", "cc"); break;
-    case 5: __asm__ volatile(MF_DW_ASM(MF_DW_R2, MF_DW_SF0, MF_DW_CL1) : : "r"(m) : "memory", "cc"); break;
-    case 6: __asm__ volatile(MF_DW_ASM(MF_DW_R2, MF_DW_SF1, MF_DW_CL0) : : "r"(m) : "memory", "cc"); break;
-    default: __asm__ volatile(MF_DW_ASM(MF_DW_R2, MF_DW_SF1, MF_DW_CL1) : : "r"(m) : "memory", "cc"); break;
+    case 0: MF_DW_RUN(MF_DW_R1, MF_DW_SF0, MF_DW_CL0); break;
+    case 1: MF_DW_RUN(MF_DW_R1, MF_DW_SF0, MF_DW_CL1); break;
+    case 2: MF_DW_RUN(MF_DW_R1, MF_DW_SF1, MF_DW_CL0); break;
+    case 3: MF_DW_RUN(MF_DW_R1, MF_DW_SF1, MF_DW_CL1); break;
+    case 4: MF_DW_RUN(MF_DW_R2, MF_DW_SF0, MF_DW_CL0); break;
+    case 5: MF_DW_RUN(MF_DW_R2, MF_DW_SF0, MF_DW_CL1); break;
+    case 6: MF_DW_RUN(MF_DW_R2, MF_DW_SF1, MF_DW_CL0); break;
+    default: MF_DW_RUN(MF_DW_R2, MF_DW_SF1, MF_DW_CL1); break;
     }
 }
 
@@ -347,20 +375,22 @@ MF_MICRO void mf_dw_run(int32_t *m, int v) {
 MF_MICRO void mf_dw_chans(const int16_t *r0, int plane, int nch, int pw, int nrows, int ow, int c,
                           const int32_t *pk, int8_t *y, int ystride, int s, int sf, int clamp,
                           int32_t lo, int32_t hi) {
-    int32_t blk[29];
+    int32_t blk[28];
     int32_t *m = blk + 8;
     const int v = (s == 2 ? 4 : 0) + (sf ? 2 : 0) + (clamp ? 1 : 0);
-    m[3] = lo, m[4] = hi, m[9] = 2 * pw, m[10] = 2 * s * pw, m[12] = ystride, m[14] = nrows;
-    m[16] = 2 * plane, m[20] = nrows;
+    m[3] = lo, m[4] = hi, m[13] = 2 * plane, m[17] = 2 * pw, m[19] = nrows;
     if (ow >= 2) {
-        m[5] = c, m[13] = ow >> 1, m[15] = (int32_t)(uintptr_t)pk, m[17] = nch;
-        m[18] = (int32_t)(uintptr_t)r0, m[19] = (int32_t)(uintptr_t)y;
+        const int np = ow >> 1;
+        m[5] = c, m[8] = 2 * s * pw - 4 * s * np, m[9] = ystride - 2 * c * np, m[10] = np;
+        m[12] = (int32_t)(uintptr_t)pk, m[14] = nch, m[15] = (int32_t)(uintptr_t)r0;
+        m[16] = (int32_t)(uintptr_t)y, m[18] = np;
         mf_dw_run(m, v);
     }
     if (ow & 1) {
-        m[5] = 0, m[13] = 1, m[15] = (int32_t)(uintptr_t)pk, m[17] = nch;
-        m[18] = (int32_t)(uintptr_t)(r0 + s * (ow - 1));
-        m[19] = (int32_t)(uintptr_t)(y + (ow - 1) * c);
+        m[5] = 0, m[8] = 2 * s * pw - 4 * s, m[9] = ystride, m[10] = 1;
+        m[12] = (int32_t)(uintptr_t)pk, m[14] = nch;
+        m[15] = (int32_t)(uintptr_t)(r0 + s * (ow - 1));
+        m[16] = (int32_t)(uintptr_t)(y + (ow - 1) * c), m[18] = 1;
         mf_dw_run(m, v);
     }
 }
@@ -386,18 +416,22 @@ MF_MICRO void mf_dw_chans(const int16_t *r0, int plane, int nch, int pw, int nro
 }
 #endif
 
-/* mf_dw3x3_s8: y = depthwise 3x3 of x, TFLM reference int8 semantics.
- *   x        input [g->h][g->w][g->c] int8 (NHWC, batch 1); any alignment
- *   y        output [g->oh][g->ow][g->c] int8; must not overlap x
- *   pk       packed constants, MF_DW_REC int32 per channel (codegen_c/pack_dw.py): for kernel
- *            rows 0..2 the int16 pairs [w0,w1] and [w1,w2] (low half first) of the weights times
- *            2^pre, then bias' = (bias - x_zp * sum w) << pre, then mf_rq's mult, add, post
- *   x_zp     input zero point (fills the padding)
- *   lo, hi   output clamp (activation), -128 <= lo <= hi <= 127
+/* mf_dw3x3_s8: y = DepthwiseConv2D 3x3 of x, TFLM reference int8 semantics, batch 1.
+ *   x        input [g->h][g->w][g->c] int8, NHWC; any alignment (unaligned LDR: the core must
+ *            allow unaligned word access, the v7-M default)
+ *   y        output [g->oh][g->ow][g->c] int8, NHWC; any alignment; must not overlap x
+ *   pk       const int32 [g->c][MF_DW_REC] from codegen_c/pack_dw.pack_dw (weights in the
+ *            geometry's orientation): kernel rows 0..2 as int16 pairs [w0,w1], [w1,w2] (low
+ *            half first) of w * 2^pre, then (bias - x_zp * sum w) << pre, then mf_rq's mult,
+ *            add and post (pre is folded away); 4-byte aligned
+ *   g        geometry from pack_dw.geometry (mf_dw_geom: sizes, stride, padding, orientation,
+ *            scratch shape)
+ *   x_zp     input zero point: fills the padding
+ *   lo, hi   output clamp of the fused activation, -128 <= lo <= hi <= 127
  *   signfix  pack.needs_signfix(y_zp, lo)
- *   scratch  int16 [MF_DW_CB][g->rows][g->pw], 4-byte aligned: pack_dw.scratch_bytes(...)
- * Padding bottom/right is whatever the output size needs (zero-point filled).
- * Instructions per MAC on mps2-an386 incl. the relayout: see tests/nn_bench/dw_bench.py. */
+ *   scratch  int16 [MF_DW_CB][g->rows][g->pw], caller-provided, 4-BYTE ALIGNED (LDRD faults
+ *            otherwise): pack_dw.scratch_bytes(g) bytes; free again on return
+ * Padding bottom/right is whatever the output size implies (zero point as well). */
 MF_MICRO void mf_dw3x3_s8(const int8_t *x, int8_t *y, const int32_t *pk, const mf_dw_geom *g,
                           int32_t x_zp, int32_t lo, int32_t hi, int32_t signfix,
                           int16_t *scratch) {
@@ -423,14 +457,20 @@ MF_MICRO void mf_dw3x3_s8(const int8_t *x, int8_t *y, const int32_t *pk, const m
             const int iy0 = oy0 * s - pad_t;
             int r, k;
             const int nr = (nb - 1) * s + 3;                  /* rows of this band */
-            const int r0 = iy0 < 0 ? -iy0 : 0;                /* its rows inside the input */
+            const int keep = oy0 ? 3 - s : 0;                 /* rows the last band had too */
+            const int rin = iy0 < 0 ? -iy0 : 0;               /* first row inside the input */
+            const int r0 = rin > keep ? rin : keep;           /* first row to widen */
             const int r1 = h - iy0 < nr ? h - iy0 : nr;
+            for (k = 0; keep && k < nc; ++k) /* copied (LDM/STM) rather than widened again */
+                mf_dw_copy(scratch + k * plane, scratch + k * plane + band * s * pw,
+                           keep * pw / 2);
             if (r1 > r0)
                 mf_dw_widen_rows(x + (iy0 + r0) * xr + c0, xr, r1 - r0, w, xp, nc,
                                  scratch + r0 * pw + pad_l, pw, plane);
-            for (r = 0; r < nr && band < oh; ++r) /* zero-point rows where data was before */
+            for (r = keep; r < nr && band < oh; ++r) /* zero-point rows where data was before */
                 if (r < r0 || r >= r1)
-                    for (k = 0; k < nc; ++k) mf_dw_fill(scratch + r * pw + pad_l + k * plane, w, zz);
+                    for (k = 0; k < nc; ++k)
+                        mf_dw_fill(scratch + r * pw + pad_l + k * plane, w, zz);
             /* channels whose sign term differs from the layer's (post = 0) run on their own */
             for (k = 0; k < nc;) {
                 const int32_t *kk = pk + (c0 + k) * MF_DW_REC;

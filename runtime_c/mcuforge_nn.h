@@ -78,7 +78,8 @@ static inline int32_t mf_rq_apply(int32_t acc, const mf_rq *q, int32_t signfix) 
  *                                           signfix), lo, hi)
  * with x_r the raw stored int8 values of activation row r.
  *
- * Layouts (codegen_c/pack.py builds them: pack_gemm_weights, gemm_scratch_bytes):
+ * Layouts (codegen_c/pack.py builds them: pack_gemm_weights; scratch: gemm_scratch_bytes,
+ * conv_scratch_bytes; flash: gemm_flash_bytes; mf_conv_geom: conv_geom):
  *   Kp = MF_KPAD(K), K rounded up to a multiple of 4; G = Kp / 4 groups of 4 taps.
  *   Widened activations (scratch, int16): per group [x0, x2, x1, x3] -- the two words SXTB16
  *     makes of the bytes x0..x3: (x0, x2) and (x1, x3) -- taps K..Kp-1 are 0.
@@ -90,11 +91,26 @@ static inline int32_t mf_rq_apply(int32_t acc, const mf_rq *q, int32_t signfix) 
  *     element index of w[o][4g + j]: ((o / 4) * G + g) * 16 + (o % 4) * 4 + lane(j), with
  *     lane = (0, 2, 1, 3) for MF_W16 and the identity for MF_W8; taps K..Kp-1 are 0.
  *   bias[O] (int32, input zero point folded in) and rq[O] are per channel, unpadded.
- * Register block: 4 channels x 1 row (an LDM of 4 words gives two channels' 4 taps); the K
- * loop runs 8 taps per iteration with the odd group peeled before it, so there is no per-tap
- * branch. Both bodies (MF_USE_DSP or portable C) read the same packed data.
- * Instruction counts (QEMU mps2-an386): see tests/nn_bench/README.md and the report. */
+ * Register block: 4 channels x 1 row (an LDRD gives a group's activations, an LDM of 4 words
+ * two channels' 4 taps); the K loop runs 16 taps per iteration after peeling G mod 4 groups,
+ * with no per-tap branch. 2 ch x 2 rows was not taken: 4 LDRD + 8 SMLAD per 16 MACs against
+ * 1 LDRD + 2 LDM + 8 SMLAD here, for half an mf_rq load per output less (the feasibility
+ * study measured 0.91 against 0.83 instr/MAC). Both bodies (MF_USE_DSP or portable C) read
+ * the same packed data.
+ * Entry points: mf_gemm_w16 / mf_gemm_w8 (rows of activations), mf_conv_w16 / mf_conv_w8
+ * (im2col); each comment gives arguments, layouts, scratch and alignment.
+ *
+ * Instructions per MAC on QEMU mps2-an386 (Cortex-M4), arm-none-eabi-gcc 12.2 -O2, including
+ * widening / im2col, requantization and the call (tests/nn_bench: bench.py, README.md), clamp =
+ * int8 range without sign term (TFLite's fused ReLU), w16 / w8 weights:
+ *   1x1 64->64 over 125 px 0.93 / 1.43, FC 64->12 1.11 / 1.61, conv 10x4 1->64 s2 on 49x10
+ *   1.15 / 1.65, conv 3x3 16->16 on 32x32 0.95 / 1.45, 1x1 8->16 (VWW) 2.54 / 3.04; -Os within
+ *   1-5 %, -fno-schedule-insns no effect (the hot loops are asm). The sign term adds ~3 and a
+ *   clamp narrower than int8 ~5 instructions per output. */
 
+#if MF_USE_DSP && defined(__ARMEB__)
+#error "mcuforge_nn.h: the DSP kernels assume little-endian memory; build with -DMF_USE_DSP=0"
+#endif
 #define MF_KPAD(K) (((K) + 3) & ~3)
 #if defined(__GNUC__)
 #define MF_INLINE static inline __attribute__((always_inline)) /* keep accumulators in registers */
@@ -110,8 +126,10 @@ typedef int32_t __attribute__((__may_alias__)) mf_word; /* int16 pairs / int8 qu
 typedef int32_t mf_word;
 #endif
 
-/* The DSP K loop as one asm block (LDRD + LDM + SMLAD, 13 registers) where gcc optimises;
- * at -O0 the frame pointer takes r7 and the intrinsics body below is used instead. */
+/* Asm where gcc optimises (mf_gemm_blocks_asm: a row's full channel blocks; mf_dot4: the K
+ * loop of a tail block; the widening loop); at -O0 gcc keeps r7 as the frame pointer and
+ * cannot give the asm 13 registers, so the intrinsics bodies are used. Define MF_GEMM_ASM 0
+ * to build the intrinsics bodies everywhere. */
 #if MF_USE_DSP && defined(__GNUC__) && defined(__OPTIMIZE__) && defined(__thumb2__)
 #ifndef MF_GEMM_ASM
 #define MF_GEMM_ASM 1
@@ -163,28 +181,63 @@ typedef struct {
     } while (0)
 #endif
 
+/* Widen n4 whole groups (4 * n4 int8, any alignment) into xw (lane order, 4-byte aligned). */
+MF_INLINE void mf_widen_groups(const int8_t *x, int32_t n4, int16_t *xw) {
+#if MF_USE_DSP
+    mf_word *d = (mf_word *)(void *)xw;
+#if MF_GEMM_ASM && defined(__ARM_FEATURE_UNALIGNED)
+    if (n4 >= 2) { /* 10 instructions per 8 bytes: two unaligned LDR, 4 SXTB16, 2 STRD */
+        int32_t n8 = n4 >> 1, v, u, a, b;
+        __asm__ volatile("1:\n\t"
+                         "ldr %[v], [%[x]], #4\n\t"
+                         "ldr %[u], [%[x]], #4\n\t"
+                         "sxtb16 %[a], %[v]\n\t"
+                         "sxtb16 %[b], %[v], ror #8\n\t"
+                         "strd %[a], %[b], [%[d]], #8\n\t"
+                         "sxtb16 %[a], %[u]\n\t"
+                         "sxtb16 %[b], %[u], ror #8\n\t"
+                         "strd %[a], %[b], [%[d]], #8\n\t"
+                         "subs %[n], %[n], #1\n\t"
+                         "bne 1b\n\t"
+                         : [x] "+r"(x), [d] "+r"(d), [n] "+r"(n8), [v] "=&r"(v), [u] "=&r"(u),
+                           [a] "=&r"(a), [b] "=&r"(b)
+                         :
+                         : "cc", "memory");
+        n4 &= 1;
+    }
+#endif
+    for (; n4 >= 2; n4 -= 2) { /* two unaligned LDR, four SXTB16, four STR per 8 */
+        int32_t v, u;
+        memcpy(&v, x, 4);
+        memcpy(&u, x + 4, 4);
+        d[0] = (int32_t)__sxtb16(v);
+        d[1] = mf_sxtb16_ror8(v);
+        d[2] = (int32_t)__sxtb16(u);
+        d[3] = mf_sxtb16_ror8(u);
+        d += 4;
+        x += 8;
+    }
+    if (n4) {
+        int32_t v;
+        memcpy(&v, x, 4);
+        d[0] = (int32_t)__sxtb16(v);
+        d[1] = mf_sxtb16_ror8(v);
+    }
+#else
+    for (; n4 > 0; --n4, x += 4, xw += 4) {
+        xw[0] = x[0];
+        xw[1] = x[2];
+        xw[2] = x[1];
+        xw[3] = x[3];
+    }
+#endif
+}
+
 /* Widen one row of K int8 activations into xw[Kp] (lane order above, zero tail). x needs no
  * alignment; xw 4-byte aligned. */
 static inline void mf_widen_row(const int8_t *x, int32_t K, int16_t *xw) {
-    int32_t k = 0, r;
-#if MF_USE_DSP
-    mf_word *d = (mf_word *)(void *)xw;
-    for (; k + 4 <= K; k += 4) {
-        int32_t v;
-        memcpy(&v, x + k, 4); /* one unaligned LDR */
-        d[0] = (int32_t)__sxtb16(v);
-        d[1] = mf_sxtb16_ror8(v);
-        d += 2;
-    }
-#else
-    for (; k + 4 <= K; k += 4) {
-        xw[k] = x[k];
-        xw[k + 1] = x[k + 2];
-        xw[k + 2] = x[k + 1];
-        xw[k + 3] = x[k + 3];
-    }
-#endif
-    r = K - k;
+    const int32_t k = K & ~3, r = K & 3;
+    mf_widen_groups(x, K >> 2, xw);
     if (r > 0) {
         xw[k] = x[k];
         xw[k + 1] = (int16_t)(r > 2 ? x[k + 2] : 0);
@@ -271,18 +324,28 @@ MF_INLINE void mf_dot4(const int16_t *xw, const void *wblock, int32_t G, int32_t
     acc[2] = a2;
     acc[3] = a3;
 #else
-    int32_t g, c;
+    /* each group's 4 activations loaded once for the 4 channels, accumulators in registers */
+    int32_t g, a0 = acc[0], a1 = acc[1], a2 = acc[2], a3 = acc[3];
     for (g = 0; g < G; ++g, xw += 4) {
-        for (c = 0; c < 4; ++c) {
-            if (fmt == MF_W16) {
-                const int16_t *w = (const int16_t *)wblock + (g * 4 + c) * 4;
-                acc[c] += xw[0] * w[0] + xw[1] * w[1] + xw[2] * w[2] + xw[3] * w[3];
-            } else {
-                const int8_t *w = (const int8_t *)wblock + (g * 4 + c) * 4;
-                acc[c] += xw[0] * w[0] + xw[1] * w[2] + xw[2] * w[1] + xw[3] * w[3];
-            }
+        const int32_t x0 = xw[0], x1 = xw[1], x2 = xw[2], x3 = xw[3];
+        if (fmt == MF_W16) { /* lanes (w0, w2, w1, w3), like the activations */
+            const int16_t *w = (const int16_t *)wblock + g * 16;
+            a0 += x0 * w[0] + x1 * w[1] + x2 * w[2] + x3 * w[3];
+            a1 += x0 * w[4] + x1 * w[5] + x2 * w[6] + x3 * w[7];
+            a2 += x0 * w[8] + x1 * w[9] + x2 * w[10] + x3 * w[11];
+            a3 += x0 * w[12] + x1 * w[13] + x2 * w[14] + x3 * w[15];
+        } else { /* natural tap order: activation lane 1 holds tap 2, lane 2 tap 1 */
+            const int8_t *w = (const int8_t *)wblock + g * 16;
+            a0 += x0 * w[0] + x1 * w[2] + x2 * w[1] + x3 * w[3];
+            a1 += x0 * w[4] + x1 * w[6] + x2 * w[5] + x3 * w[7];
+            a2 += x0 * w[8] + x1 * w[10] + x2 * w[9] + x3 * w[11];
+            a3 += x0 * w[12] + x1 * w[14] + x2 * w[13] + x3 * w[15];
         }
     }
+    acc[0] = a0;
+    acc[1] = a1;
+    acc[2] = a2;
+    acc[3] = a3;
 #endif
 }
 
@@ -371,14 +434,18 @@ MF_INLINE int8_t mf_rq_clamp(int32_t acc, const mf_rq *q, int32_t mode, int32_t 
     "7:\n\t"
 /* y = ssat8((h + add [+ (h >> 31) if post]) >> post), h = SMMULR(acc << pre, mult) */
 #define MF_A_SF(A) "cmp r11, #0\n\tit ne\n\taddne r9, r9, " A ", asr #31\n\t"
-#define MF_A_RQ(A, SF)                                                                      \
+/* the clamp: SSAT for the int8 range, else [lo, hi] held in r5 / lr during the epilogue */
+#define MF_A_SAT(A) "ssat " A ", #8, " A "\n\t"
+#define MF_A_CLAMP(A)                                                                       \
+    "cmp " A ", r5\n\tit lt\n\tmovlt " A ", r5\n\t"                                           \
+    "cmp " A ", lr\n\tit gt\n\tmovgt " A ", lr\n\t"
+#define MF_A_RQ(A, SF, CL)                                                                  \
     "ldmia r6!, {r8, r9, r10, r11}\n\t"                                                     \
     "lsl " A ", " A ", r10\n\t"                                                              \
     "smmulr " A ", " A ", r8\n\t"                                                            \
-    "add r9, r9, " A "\n\t" SF "asr " A ", r9, r11\n\t"                                     \
-    "ssat " A ", #8, " A "\n\t"                                                              \
+    "add r9, r9, " A "\n\t" SF "asr " A ", r9, r11\n\t" CL                                  \
     "strb " A ", [r4], #1\n\t"
-#define MF_A_ROW(GR, SF0, SF1, SF2, SF3)                                                     \
+#define MF_A_ROW(GR, SF0, SF1, SF2, SF3, LDCL, CL0, CL1, CL2, CL3)                           \
     "ldr r12, %[wp]\n"                                                                      \
     "9:\n\t"                                                                                \
     "ldr r6, %[xw]\n\t"                                                                     \
@@ -386,8 +453,8 @@ MF_INLINE int8_t mf_rq_clamp(int32_t acc, const mf_rq *q, int32_t mode, int32_t 
     "ldmia r8!, {r0, r1, r2, r3}\n\t"                                                       \
     "str r8, %[bias]\n\t"                                                                   \
     "ldr lr, %[G]\n\t" MF_A_KLOOP(GR) "ldr r6, %[rq]\n\t"                                   \
-    "ldr r4, %[y]\n\t" MF_A_RQ("r0", SF0) MF_A_RQ("r1", SF1) MF_A_RQ("r2", SF2)              \
-        MF_A_RQ("r3", SF3) "str r6, %[rq]\n\t"                                               \
+    "ldr r4, %[y]\n\t" LDCL MF_A_RQ("r0", SF0, CL0) MF_A_RQ("r1", SF1, CL1)                  \
+        MF_A_RQ("r2", SF2, CL2) MF_A_RQ("r3", SF3, CL3) "str r6, %[rq]\n\t"                   \
     "str r4, %[y]\n\t"                                                                      \
     "ldr lr, %[nb]\n\t"                                                                     \
     "subs lr, lr, #1\n\t"                                                                   \
@@ -396,32 +463,38 @@ MF_INLINE int8_t mf_rq_clamp(int32_t acc, const mf_rq *q, int32_t mode, int32_t 
     "str r12, %[wp]\n\t"
 #define MF_A_OPS                                                                            \
     : [bias] "+m"(bias), [rq] "+m"(rq), [y] "+m"(y), [wp] "+m"(wp), [nb] "+m"(nb)           \
-    : [xw] "m"(xw), [G] "m"(G)                                                              \
+    : [xw] "m"(xw), [G] "m"(G), [lo] "m"(lo), [hi] "m"(hi)                                  \
     : "r0", "r1", "r2", "r3", "r4", "r5", "r6", "r8", "r9", "r10", "r11", "r12", "lr", "cc", \
       "memory"
 
-/* nb >= 1 full blocks; advances *pbias, *prq, *py, *pw past them. */
+#define MF_A_SF4 MF_A_SF("r0"), MF_A_SF("r1"), MF_A_SF("r2"), MF_A_SF("r3")
+#define MF_A_SAT4 "", MF_A_SAT("r0"), MF_A_SAT("r1"), MF_A_SAT("r2"), MF_A_SAT("r3")
+#define MF_A_CLAMP4                                                                         \
+    "ldr r5, %[lo]\n\tldr lr, %[hi]\n\t", MF_A_CLAMP("r0"), MF_A_CLAMP("r1"), MF_A_CLAMP("r2"), \
+        MF_A_CLAMP("r3")
+#define MF_A_ROW_X(...) MF_A_ROW(__VA_ARGS__) /* expands the 4-tuples into 4 arguments */
+#define MF_A_MODES(GR)                                                                      \
+    if (mode == (MF_MODE_SF | MF_MODE_SAT)) {                                               \
+        __asm__ volatile(MF_A_ROW_X(GR, MF_A_SF4, MF_A_SAT4) MF_A_OPS);                       \
+    } else if (mode == MF_MODE_SAT) {                                                       \
+        __asm__ volatile(MF_A_ROW_X(GR, "", "", "", "", MF_A_SAT4) MF_A_OPS);                 \
+    } else {                                                                                \
+        __asm__ volatile(MF_A_ROW_X(GR, MF_A_SF4, MF_A_CLAMP4) MF_A_OPS);                     \
+    }
+
+/* nb >= 1 full blocks; advances *pbias, *prq, *py, *pw past them. mode: see mf_rq_clamp (the
+ * general clamp always with the sign term). */
 MF_INLINE void mf_gemm_blocks_asm(const int16_t *xw, int32_t G, int32_t nb, int32_t fmt,
-                                  int32_t sf, const int8_t **pw, const int32_t **pbias,
-                                  const mf_rq **prq, int8_t **py) {
+                                  int32_t mode, int32_t lo, int32_t hi, const int8_t **pw,
+                                  const int32_t **pbias, const mf_rq **prq, int8_t **py) {
     const int8_t *wp = *pw;
     const int32_t *bias = *pbias;
     const mf_rq *rq = *prq;
     int8_t *y = *py;
     if (fmt == MF_W16) {
-        if (sf) {
-            __asm__ volatile(MF_A_ROW(MF_A_G16, MF_A_SF("r0"), MF_A_SF("r1"), MF_A_SF("r2"),
-                                      MF_A_SF("r3")) MF_A_OPS);
-        } else {
-            __asm__ volatile(MF_A_ROW(MF_A_G16, "", "", "", "") MF_A_OPS);
-        }
+        MF_A_MODES(MF_A_G16)
     } else {
-        if (sf) {
-            __asm__ volatile(MF_A_ROW(MF_A_G8, MF_A_SF("r0"), MF_A_SF("r1"), MF_A_SF("r2"),
-                                      MF_A_SF("r3")) MF_A_OPS);
-        } else {
-            __asm__ volatile(MF_A_ROW(MF_A_G8, "", "", "", "") MF_A_OPS);
-        }
+        MF_A_MODES(MF_A_G8)
     }
     *pw = wp;
     *pbias = bias;
@@ -438,8 +511,8 @@ static inline void mf_gemm_row(const int16_t *xw, int32_t G, const void *w, int3
     const int32_t bstep = G * (fmt == MF_W16 ? 32 : 16); /* bytes per block of 4 channels */
     int32_t n = O, acc[4];
 #if MF_GEMM_ASM
-    if ((mode & MF_MODE_SAT) && n >= 4) {
-        mf_gemm_blocks_asm(xw, G, n >> 2, fmt, mode & MF_MODE_SF, &wb, &bias, &rq, &y);
+    if (n >= 4) {
+        mf_gemm_blocks_asm(xw, G, n >> 2, fmt, mode, lo, hi, &wb, &bias, &rq, &y);
         n &= 3;
     }
 #endif
@@ -484,16 +557,22 @@ static inline void mf_gemm_body(const int8_t *x, int32_t rows, int32_t x_stride,
     }
 }
 
-/* mf_gemm_w16 / mf_gemm_w8: y = requant(x . w^T) for `rows` rows (1x1 convolution over
- * pixels, fully connected layer over batch rows).
- *   x       rows x K int8, row r at x + r * x_stride (any alignment, x_stride >= K)
- *   w       packed weights (layout above): MF_W16 int16_t[ceil(O/4) * 16 * Kp / 4 * ...]
- *           = pack_gemm_weights(w, "w16"); MF_W8 int8_t, pack_gemm_weights(w, "w8");
- *           4-byte aligned
- *   bias    int32_t[O], zero point folded (pack.fold_bias); rq: mf_rq[O] (pack.requant_params)
- *   lo, hi  output clamp (activation), -128 <= lo <= hi <= 127; signfix: pack.needs_signfix
- *   y       int8 outputs, row r at y + r * y_stride (y_stride >= O)
- *   scratch int16_t[Kp], 4-byte aligned (pack.gemm_scratch_bytes) */
+/* mf_gemm_w16 / mf_gemm_w8: y = requant(x . w^T) for `rows` rows: a 1x1 stride-1 convolution
+ * over H*W pixels (rows = H*W, x_stride = K = C_in, y_stride = O), a fully connected layer over
+ * B rows, or rows the caller built (a strided 1x1 convolution may pass x_stride = C_in per
+ * pixel row and call once per output row).
+ *   x        int8 rows x K, row r at x + r * x_stride; any alignment; x_stride >= K
+ *   rows     >= 0; K >= 1 taps per output; O >= 1 output channels
+ *   w        packed weights (layout above), 4-byte aligned: mf_gemm_w16 int16_t[Op * Kp],
+ *            mf_gemm_w8 int8_t[Op * Kp] (Op = O rounded up to 4) = pack.pack_gemm_weights(
+ *            w[O][K], "w16" / "w8")
+ *   bias     int32_t[O], input zero point folded in (pack.fold_bias)
+ *   rq       mf_rq[O] (pack.requant_params; its int32 exactness proof must hold)
+ *   lo, hi   the output clamp, -128 <= lo <= hi <= 127 (lo = -128, hi = 127 is fastest)
+ *   signfix  pack.needs_signfix(y_zp, lo); 1 is always exact
+ *   y        int8 outputs, row r at y + r * y_stride, y_stride >= O (gaps untouched)
+ *   scratch  pack.gemm_scratch_bytes(K) bytes (int16_t[Kp]), 4-byte aligned
+ *   x, y and scratch must not overlap. */
 MF_MICRO void mf_gemm_w16(const int8_t *x, int32_t rows, int32_t x_stride, int32_t K,
                           const int16_t *w, const int32_t *bias, const mf_rq *rq, int32_t O,
                           int32_t lo, int32_t hi, int32_t signfix, int8_t *y,
@@ -525,89 +604,82 @@ typedef struct {
 } mf_conv_geom;
 
 /* Byte copy / fill for the im2col patch: words where possible (unaligned LDR/STR are fine on
- * v7-M; the portable build goes through memcpy, which compilers turn into the same). */
+ * v7-M; the portable build goes through memcpy, which compilers turn into the same). The empty
+ * asm hides the loops from gcc's pattern matching, which would call newlib-nano's byte-wise
+ * memcpy / memset instead. */
+#if defined(__GNUC__)
+#define MF_OPAQUE(v) __asm__("" : "+r"(v))
+#else
+#define MF_OPAQUE(v) (void)0
+#endif
 static inline void mf_copy8(int8_t *d, const int8_t *s, int32_t n) {
     for (; n >= 4; n -= 4, d += 4, s += 4) {
         int32_t t;
         memcpy(&t, s, 4);
+        MF_OPAQUE(t);
         memcpy(d, &t, 4);
     }
     for (; n > 0; --n) {
-        *d++ = *s++;
+        int32_t t = *s++;
+        MF_OPAQUE(t);
+        *d++ = (int8_t)t;
     }
 }
 
 static inline void mf_fill8(int8_t *d, int32_t v, int32_t n) {
-    const uint32_t t = 0x01010101u * (uint8_t)v;
+    uint32_t t = 0x01010101u * (uint8_t)v;
     for (; n >= 4; n -= 4, d += 4) {
+        MF_OPAQUE(t);
         memcpy(d, &t, 4);
     }
     for (; n > 0; --n) {
-        *d++ = (int8_t)v;
+        MF_OPAQUE(t);
+        *d++ = (int8_t)t;
     }
 }
 
-/* One kernel row of the patch as int8 (taps kx * in_c + c): padding taps get x_zp. */
-static inline void mf_im2col_seg8(const int8_t *x, const mf_conv_geom *g, int32_t x_zp,
-                                  int32_t iy, int32_t ix0, int8_t *d) {
-    const int32_t c = g->in_c, seg = g->k_w * c;
-    int32_t lo = ix0 < 0 ? -ix0 : 0, hi = g->in_w - ix0;
-    hi = hi > g->k_w ? g->k_w : hi;
-    if (iy < 0 || iy >= g->in_h || lo >= hi) {
-        mf_fill8(d, x_zp, seg);
-        return;
-    }
-    mf_fill8(d, x_zp, lo * c);
-    mf_copy8(d + lo * c, x + (iy * g->in_w + ix0 + lo) * c, (hi - lo) * c);
-    mf_fill8(d + hi * c, x_zp, (g->k_w - hi) * c);
-}
-
-/* The widened patch of output pixel (oy, ox) into xw[Kp] (lane order, zero tail), taps in
- * TFLM's weight order k = (ky * k_w + kx) * in_c + c; padding taps get x_zp. When a kernel row
- * is a whole number of groups (k_w * in_c % 4 == 0), rows inside the image are widened straight
- * from the input, rows outside filled, partial rows built as int8 in patch[] first; otherwise
- * the whole patch is built as int8 in patch[Kp] and widened once. */
-static inline void mf_im2col_row(const int8_t *x, const mf_conv_geom *g, int32_t x_zp,
-                                 int32_t oy, int32_t ox, int16_t *xw, int8_t *patch) {
-    const int32_t seg = g->k_w * g->in_c, K = g->k_h * seg;
-    const int32_t iy0 = oy * g->stride_h - g->pad_t, ix0 = ox * g->stride_w - g->pad_l;
-    int32_t ky;
-    if ((seg & 3) == 0) {
-        const int32_t full_x = ix0 >= 0 && ix0 + g->k_w <= g->in_w;
-        const int32_t fill = (int32_t)(((uint32_t)x_zp & 0xFFFFu) * 0x10001u);
-        for (ky = 0; ky < g->k_h; ++ky) {
-            const int32_t iy = iy0 + ky;
-            int16_t *d = xw + ky * seg;
-            if (iy < 0 || iy >= g->in_h) {
-                int32_t i;
-                for (i = 0; i < seg; i += 2) {
-                    memcpy(d + i, &fill, 4); /* all lanes x_zp: order does not matter */
-                }
-            } else if (full_x) {
-                mf_widen_row(x + (iy * g->in_w + ix0) * g->in_c, seg, d);
-            } else {
-                mf_im2col_seg8(x, g, x_zp, iy, ix0, patch);
-                mf_widen_row(patch, seg, d);
-            }
-        }
-    } else {
-        for (ky = 0; ky < g->k_h; ++ky) {
-            mf_im2col_seg8(x, g, x_zp, iy0 + ky, ix0, patch + ky * seg);
-        }
-        mf_widen_row(patch, K, xw);
-    }
-}
-
+/* im2col through a row cache: for each output row, the k_h input rows it reads are copied
+ * once, padded with x_zp to the width the windows span (wpad = (out_w - 1) * stride_w + k_w),
+ * into rows[k_h][wpad * in_c]; every window is then inside the cache. Its k_h row pieces are
+ * widened straight into xw when a kernel row is a whole number of groups (k_w * in_c % 4 == 0),
+ * else gathered as int8 into patch[Kp] (word copies) and widened once. The cache costs about
+ * k_h * wpad * in_c byte copies per output row, a small part of the widening. */
 static inline void mf_conv_body(const int8_t *x, const mf_conv_geom *g, int32_t x_zp,
                                 const void *w, int32_t fmt, const int32_t *bias,
                                 const mf_rq *rq, int32_t O, int32_t lo, int32_t hi,
                                 int32_t mode, int8_t *y, int16_t *scratch) {
-    const int32_t Kp = MF_KPAD(g->k_h * g->k_w * g->in_c), G = Kp >> 2;
+    const int32_t c = g->in_c, seg = g->k_w * c, K = g->k_h * seg, Kp = MF_KPAD(K);
+    const int32_t G = Kp >> 2, wpad = (g->out_w - 1) * g->stride_w + g->k_w;
+    const int32_t rowb = wpad * c, left = g->pad_l * c;
+    const int32_t ncopy = (g->in_w < wpad - g->pad_l ? g->in_w : wpad - g->pad_l) * c;
     int8_t *patch = (int8_t *)(scratch + Kp);
-    int32_t oy, ox;
+    int8_t *rows = patch + Kp;
+    int32_t oy, ox, ky;
     for (oy = 0; oy < g->out_h; ++oy) {
+        const int32_t iy0 = oy * g->stride_h - g->pad_t;
+        for (ky = 0; ky < g->k_h; ++ky) {
+            const int32_t iy = iy0 + ky;
+            int8_t *r = rows + ky * rowb;
+            if (iy >= 0 && iy < g->in_h) {
+                mf_fill8(r, x_zp, left);
+                mf_copy8(r + left, x + iy * g->in_w * c, ncopy);
+                mf_fill8(r + left + ncopy, x_zp, rowb - left - ncopy);
+            } else {
+                mf_fill8(r, x_zp, rowb);
+            }
+        }
         for (ox = 0; ox < g->out_w; ++ox) {
-            mf_im2col_row(x, g, x_zp, oy, ox, scratch, patch);
+            const int8_t *win = rows + ox * g->stride_w * c;
+            if ((seg & 3) == 0) {
+                for (ky = 0; ky < g->k_h; ++ky) {
+                    mf_widen_groups(win + ky * rowb, seg >> 2, scratch + ky * seg);
+                }
+            } else {
+                for (ky = 0; ky < g->k_h; ++ky) {
+                    mf_copy8(patch + ky * seg, win + ky * rowb, seg);
+                }
+                mf_widen_row(patch, K, scratch);
+            }
             mf_gemm_row(scratch, G, w, fmt, bias, rq, O, lo, hi, mode, y);
             y += O;
         }
@@ -615,13 +687,16 @@ static inline void mf_conv_body(const int8_t *x, const mf_conv_geom *g, int32_t 
 }
 
 /* mf_conv_w16 / mf_conv_w8: a KxK int8 convolution (any stride, SAME/VALID padding, dilation
- * 1), NHWC, batch 1, by im2col + the GEMM above.
- *   x       int8 [in_h][in_w][in_c]; g: the geometry; x_zp: the input zero point (padding)
- *   w       pack_gemm_weights(w[O][k_h][k_w][in_c] as [O, K], fmt), K = k_h * k_w * in_c
- *   bias, rq, lo, hi, signfix: as mf_gemm_w16
- *   y       int8 [out_h][out_w][O]
- *   scratch 3 * Kp bytes (int16_t[Kp] widened patch + int8_t[Kp] patch), 4-byte aligned
- *           (pack.gemm_scratch_bytes(K, im2col=True)) */
+ * 1), NHWC, batch 1 (call per batch), by im2col + the GEMM above.
+ *   x       int8 [in_h][in_w][in_c], any alignment; g: the geometry (pad_t/pad_l as TFLM
+ *           computes them; the bottom/right padding follows from out_h/out_w)
+ *   x_zp    the input zero point: padding taps read it, so with the folded bias they add 0
+ *   w       pack.pack_gemm_weights(w[O][k_h][k_w][in_c] reshaped to [O, K], "w16" / "w8"),
+ *           K = k_h * k_w * in_c (TFLM's OHWI order), 4-byte aligned
+ *   bias, rq, O, lo, hi, signfix: as mf_gemm_w16
+ *   y       int8 [out_h][out_w][O], must not overlap x
+ *   scratch pack.conv_scratch_bytes(...) bytes, 4-byte aligned: int16_t[Kp] widened patch,
+ *           int8_t[Kp] patch, int8_t[k_h][((out_w - 1) * stride_w + k_w) * in_c] row cache */
 MF_MICRO void mf_conv_w16(const int8_t *x, const mf_conv_geom *g, int32_t x_zp,
                           const int16_t *w, const int32_t *bias, const mf_rq *rq, int32_t O,
                           int32_t lo, int32_t hi, int32_t signfix, int8_t *y,

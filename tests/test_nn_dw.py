@@ -1,9 +1,10 @@
 """The depthwise 3x3 micro-kernel mf_dw3x3_s8 (runtime_c/mcuforge_dw.h, constants from
 codegen_c/pack_dw.py) against TFLM's reference int8 DepthwiseConv2D written here in numpy (and
 that model against tflite-micro itself): every output byte, on the host (portable C, with
-sanitizers), on QEMU mps2-an386 with the DSP body at -O0/-O2/-Os and with the portable body, on
-random shapes (odd sizes, channel counts not a multiple of 4, stride 2 on odd inputs, SAME and
-VALID, bands of one output row), random zero points, none/relu/relu6 clamps and rounding ties."""
+sanitizers), on QEMU mps2-an386 with the DSP body at -O0/-O2/-Os/-O3 and with the portable
+body, on mps2-an500 (Cortex-M7) and mps2-an385 (Cortex-M3, portable); random shapes (odd sizes,
+channel counts not a multiple of 4, stride 2 on odd inputs, SAME and VALID, bands of one output
+row), random zero points, none/relu/relu6 clamps and rounding ties."""
 from __future__ import annotations
 
 import importlib.util
@@ -112,6 +113,7 @@ def cases():
 
 
 def check(cases, kind, flags, tmp_path):
+    Path(tmp_path).mkdir(parents=True, exist_ok=True)
     exe = dw_bench.build(cases, kind, flags, tmp_path)
     rows, ok, log = dw_bench.run(exe, kind)
     assert len(rows) == len(cases), log
@@ -139,7 +141,8 @@ def test_host_portable(cases, opt, tmp_path):
           tmp_path)
 
 
-ARM = [("m4", "-O0"), ("m4", "-O2"), ("m4", "-Os"), ("m4", "-O3"), ("m4-portable", "-O2")]
+ARM = [("m4", "-O0"), ("m4", "-O2"), ("m4", "-Os"), ("m4", "-O3"), ("m4-portable", "-O2"),
+       ("m7", "-O2")]  # Cortex-M7 (mps2-an500): the same DSP body
 
 
 @pytest.mark.parametrize("kind,opt", ARM, ids=[f"{k}{o}" for k, o in ARM])
@@ -162,6 +165,7 @@ def test_pack_refusals():
     assert ok is not None and pack_dw.scratch_bytes(ok) % 4 == 0
     assert pack_dw.geometry(8, 8, 4, 8, 8, 1, 1, 1, kernel=(5, 5)) is None
     assert pack_dw.geometry(8, 8, 4, 8, 8, 1, 1, 1, dilation=(2, 2)) is None
+    assert pack_dw.geometry(8, 8, 4, 8, 8, 1, 1, 1, depth_multiplier=2) is None
     assert pack_dw.geometry(8, 8, 4, 3, 3, 3, 0, 0) is None
     assert pack_dw.geometry(8, 8, 4, 4, 8, (2, 1), 0, 1) is None
     assert pack_dw.pack_dw(w, None, 0, [2**30] * 4, [0] * 4, 0) is not None
@@ -225,4 +229,17 @@ def test_against_tflite_micro(tmp_path):
                              geom["transpose"])
         cases.append(dict(geom=geom, x=x, pk=pk, x_zp=p["x_zp"], lo=p["lo"], hi=p["hi"],
                           signfix=pack_dw.pack.needs_signfix(p["y_zp"], p["lo"]), want=got))
-    check(cases, "host", ["-O2"], tmp_path)
+    check(cases, "host", ["-O2"], tmp_path / "host")
+    if shutil.which("arm-none-eabi-gcc") and shutil.which("qemu-system-arm"):
+        check(cases, "m4", ["-O2"], tmp_path / "m4")
+
+
+def test_benchmarked_shapes_m4(tmp_path):
+    """The layers dw_bench.py measures (KWS, VWW), full size, DSP body at -O2: bit-exact."""
+    if not (shutil.which("arm-none-eabi-gcc") and shutil.which("qemu-system-arm")):
+        pytest.skip("no Arm toolchain or QEMU")
+    rng = np.random.default_rng(11)
+    acts = ["relu", "none", "relu6"]
+    cases = [random_case(rng, h, w, c, s, True, acts[i % 3], pack_dw.DEFAULT_BUDGET)
+             for i, (_, h, w, c, s) in enumerate(dw_bench.SHAPES)]
+    check(cases, "m4", ["-O2"], tmp_path)

@@ -12,8 +12,6 @@ relu6-like and no clamps; both weight formats."""
 from __future__ import annotations
 
 import math
-import shutil
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -29,7 +27,7 @@ SENTINEL = 0x55  # bytes of y the kernel must not write (row gaps)
 def quantize_multiplier(real: float):
     """TFLM QuantizeMultiplier: real = mult * 2^(shift - 31), mult in [2^30, 2^31)."""
     q, shift = math.frexp(real)
-    mult = int(round(q * 2**31))
+    mult = math.floor(q * 2**31 + 0.5)  # TfLiteRound: half away from zero (q > 0)
     if mult == 2**31:
         mult //= 2
         shift += 1
@@ -64,15 +62,17 @@ def tflm_outputs(x_rows, w, bias, x_zp, mults, shifts, y_zp, lo, hi):
 
 
 def tflm_conv(x, w, bias, x_zp, stride, padding, mults, shifts, y_zp, lo, hi):
-    """x [H, W, C], w [O, KH, KW, C] -> [OH, OW, O] like TFLM's reference Conv (dilation 1)."""
+    """x [H, W, C], w [O, KH, KW, C] -> [OH, OW, O] like TFLM's reference Conv (dilation 1);
+    stride: one number or (stride_h, stride_w)."""
     h, wd, c = x.shape
     o, kh, kw, _ = w.shape
-    oh, ow, pt, pl = conv_geometry(h, wd, kh, kw, stride, padding)
-    ph = max((oh - 1) * stride + kh - h, 0)
-    pw = max((ow - 1) * stride + kw - wd, 0)
+    sh, sw = (stride, stride) if np.isscalar(stride) else stride
+    oh, ow, pt, pl = conv_geometry(h, wd, kh, kw, (sh, sw), padding)
+    ph = max((oh - 1) * sh + kh - h, 0)
+    pw = max((ow - 1) * sw + kw - wd, 0)
     xp = np.full((h + ph + kh, wd + pw + kw, c), x_zp, np.int64)
     xp[pt:pt + h, pl:pl + wd] = x
-    rows = np.array([xp[oy * stride:oy * stride + kh, ox * stride:ox * stride + kw].reshape(-1)
+    rows = np.array([xp[oy * sh:oy * sh + kh, ox * sw:ox * sw + kw].reshape(-1)
                      for oy in range(oh) for ox in range(ow)])
     y = tflm_outputs(rows, w.reshape(o, -1), bias, x_zp, mults, shifts, y_zp, lo, hi)
     return y.reshape(oh, ow, o)
@@ -80,12 +80,13 @@ def tflm_conv(x, w, bias, x_zp, stride, padding, mults, shifts, y_zp, lo, hi):
 
 def conv_geometry(h, w, kh, kw, stride, padding):
     """TFLM's output size and top/left padding for SAME / VALID, dilation 1."""
+    sh, sw = (stride, stride) if np.isscalar(stride) else stride
     if padding == "VALID":
-        oh, ow = (h - kh + stride) // stride, (w - kw + stride) // stride
+        oh, ow = (h - kh + sh) // sh, (w - kw + sw) // sw
     else:
-        oh, ow = (h + stride - 1) // stride, (w + stride - 1) // stride
-    pt = max((oh - 1) * stride + kh - h, 0) // 2
-    pl = max((ow - 1) * stride + kw - w, 0) // 2
+        oh, ow = (h + sh - 1) // sh, (w + sw - 1) // sw
+    pt = max((oh - 1) * sh + kh - h, 0) // 2
+    pl = max((ow - 1) * sw + kw - w, 0) // 2
     return oh, ow, pt, pl
 
 
@@ -155,7 +156,8 @@ def conv_case(rng, h, wd, c, kh, kw, stride, padding, o, fmt, act):
                   L["y_zp"], L["lo"], L["hi"])
     oh, ow, pt, pl = conv_geometry(h, wd, kh, kw, stride, padding)
     folded, rq, sf = kernel_args(L, L["w"])
-    geom = (h, wd, c, kh, kw, stride, stride, pt, pl, oh, ow)
+    sh, sw = (stride, stride) if np.isscalar(stride) else stride
+    geom = (h, wd, c, kh, kw, sh, sw, pt, pl, oh, ow)
     return dict(kind="conv", fmt=fmt, x=x.reshape(-1).astype(np.int8), geom=geom,
                 x_zp=L["x_zp"], k=kh * kw * c, o=o, w=L["w"], bias=folded, rq=rq, sf=sf,
                 lo=L["lo"], hi=L["hi"], want=y.reshape(-1))
@@ -180,7 +182,8 @@ def all_cases(seed=0):
         for geo in ((12, 6, 1, 10, 4, 2, "SAME", 8), (9, 8, 3, 3, 3, 1, "SAME", 5),
                     (9, 7, 3, 3, 3, 2, "VALID", 6), (6, 6, 16, 3, 3, 1, "SAME", 7),
                     (7, 5, 4, 1, 1, 2, "VALID", 9), (5, 9, 2, 3, 2, 2, "SAME", 4),
-                    (4, 4, 5, 4, 4, 3, "SAME", 3)):
+                    (4, 4, 5, 4, 4, 3, "SAME", 3), (9, 8, 4, 3, 2, (1, 2), "SAME", 6),
+                    (8, 7, 2, 2, 3, (3, 1), "VALID", 5)):
             h, wd, c, kh, kw, s, pad, o = geo
             cases.append(conv_case(rng, h, wd, c, kh, kw, s, pad, o, fmt,
                                    acts[int(rng.integers(0, 3))]))
@@ -200,8 +203,15 @@ def c_array(ctype, name, values, align=False):
     return f"static const {ctype} {name}[]{attr} = {{{vals}}};\n"
 
 
+def scratch_bytes(c) -> int:
+    if c["kind"] == "gemm":
+        return pack.gemm_scratch_bytes(c["k"])
+    h, wd, ch, kh, kw, sh, sw, pt, pl, oh, ow = c["geom"]
+    return pack.conv_scratch_bytes(kh, kw, ch, sw, ow)
+
+
 def c_program(cases) -> str:
-    scratch = max(pack.gemm_scratch_bytes(c["k"], c["kind"] == "conv") for c in cases) // 2
+    scratch = (max(scratch_bytes(c) for c in cases) + 1) // 2
     out = ["#include <string.h>\n#include \"mcuforge_nn.h\"\n#include \"bench.h\"\n",
            f"#define SCRATCH {scratch}\n",
            "static int16_t scratch[SCRATCH + 8] __attribute__((aligned(4)));\n"]
@@ -222,9 +232,10 @@ def c_program(cases) -> str:
             call = (f"mf_gemm_{c['fmt']}(x{i}, {c['rows']}, {c['xs']}, {c['k']}, w{i}, {common}, "
                     f"{c['ys']}, scratch)")
         else:
-            out.append("static const mf_conv_geom g%d = {%s};\n" % (i, ",".join(map(str, c["geom"]))))
+            geom = ",".join(map(str, c["geom"]))
+            out.append(f"static const mf_conv_geom g{i} = {{{geom}}};\n")
             call = f"mf_conv_{c['fmt']}(x{i}, &g{i}, {c['x_zp']}, w{i}, {common}, scratch)"
-        need = (pack.gemm_scratch_bytes(c["k"], c["kind"] == "conv") + 1) // 2
+        need = (scratch_bytes(c) + 1) // 2
         calls.append(f"    memset(y{i}, {SENTINEL}, sizeof y{i});\n"
                      f"    for (j = {need}; j < SCRATCH + 8; ++j) scratch[j] = 0x1234;\n"
                      f"    {call};\n"
@@ -287,6 +298,12 @@ def test_m4_dsp(program, opt):
 
 
 @needs_arm
+def test_m4_dsp_intrinsics_only(program):
+    """The DSP intrinsics bodies optimised (what -O0 builds), without the asm routines."""
+    check_build(program, "m4", "-O2", ["-DMF_GEMM_ASM=0"])
+
+
+@needs_arm
 @pytest.mark.parametrize("target", ["m4-nodsp", "m3"])
 def test_arm_portable(program, target):
     check_build(program, target, "-O2")
@@ -306,4 +323,89 @@ def test_packing_layout():
                 idx = ((oo // 4) * (kp // 4) + kk // 4) * 16 + (oo % 4) * 4 + lanes.index(kk % 4)
                 assert packed[idx] == (w[oo, kk] if oo < o and kk < k else 0)
     assert pack.gemm_scratch_bytes(7) == 16 and pack.gemm_scratch_bytes(64) == 128
-    assert pack.gemm_scratch_bytes(7, im2col=True) == 24
+    # KWS's first conv: Kp = 40, row cache 10 rows x (4 * 2 + 4) taps of 1 channel
+    assert pack.conv_scratch_bytes(10, 4, 1, 2, 5) == 3 * 40 + 10 * 12
+    for o, k in ((6, 7), (64, 64), (12, 40)):
+        for fmt in pack.GEMM_FORMATS:
+            assert pack.gemm_flash_bytes(o, k, fmt) == pack.pack_gemm_weights(w[:1].repeat(o, 0)[
+                :, :1].repeat(k, 1), fmt)[1]
+
+
+def test_conv_geom_matches_tflm_padding():
+    """pack.conv_geom against this file's TFLM geometry (and KWS's first layer by hand: 49x10,
+    10x4 stride 2 SAME -> 25x5, total padding 9 rows / 2 columns, top 4, left 1)."""
+    assert pack.conv_geom(49, 10, 1, 10, 4, 2, 2, "SAME") == (49, 10, 1, 10, 4, 2, 2, 4, 1, 25, 5)
+    rng = np.random.default_rng(5)
+    for _ in range(200):
+        kh, kw = int(rng.integers(1, 6)), int(rng.integers(1, 6))
+        h, wd = int(rng.integers(kh, 40)), int(rng.integers(kw, 40))
+        sh, sw = int(rng.integers(1, 4)), int(rng.integers(1, 4))
+        pad = ("SAME", "VALID")[int(rng.integers(0, 2))]
+        oh, ow, pt, pl = conv_geometry(h, wd, kh, kw, (sh, sw), pad)
+        assert pack.conv_geom(h, wd, 3, kh, kw, sh, sw, pad) == (h, wd, 3, kh, kw, sh, sw, pt, pl,
+                                                                 oh, ow)
+
+
+# ---- against tflite-micro itself: real CONV_2D layer shapes ------------------------------------
+TFLM_LAYERS = [  # (H, W, C, KH, KW, stride, padding, O, fused activation)
+    (49, 10, 1, 10, 4, 2, "SAME", 64, "RELU"),   # KWS DS-CNN's first convolution
+    (8, 8, 16, 3, 3, 1, "SAME", 16, "RELU"),     # a ResNet-8 3x3 (on a smaller image)
+    (9, 9, 3, 3, 3, 2, "VALID", 8, "NONE"),      # a first layer on RGB, no activation
+]
+
+
+def tflm_conv_case(rng, layer, fmt):
+    """A CONV_2D model built with tests/tfl_build.py, run in tflite-micro; the kernel's case
+    with TFLM's output as the expected bytes (and the numpy model checked against it too)."""
+    import tflite
+    from tflite_micro.python.tflite_micro import runtime
+
+    from tests.tfl_build import Model
+    h, wd, c, kh, kw, stride, padding, o, act = layer
+    sx, zx = 0.05, int(rng.integers(-20, 20))
+    sw = rng.uniform(0.002, 0.01, o).astype(np.float32)
+    sy = np.float32(0.05 * 0.006 * math.sqrt(kh * kw * c) * 40)
+    zy = -128 if act == "RELU" else int(rng.integers(-10, 10))
+    w = rng.integers(-127, 128, (o, kh, kw, c)).astype(np.int8)
+    bias = rng.integers(-2000, 2000, o).astype(np.int32)
+    x = rng.integers(-128, 128, (1, h, wd, c)).astype(np.int8)
+    m = Model()
+    xi = m.tensor("x", x.shape, "int8", scale=sx, zero_point=zx)
+    wi = m.tensor("w", w.shape, "int8", data=w, scale=sw.tolist(), zero_point=[0] * o, axis=0)
+    bi = m.tensor("b", (o,), "int32", data=bias, scale=(np.float32(sx) * sw).tolist(),
+                  zero_point=[0] * o)
+    oh, ow, pt, pl = conv_geometry(h, wd, kh, kw, stride, padding)
+    yi = m.tensor("y", (1, oh, ow, o), "int8", scale=float(sy), zero_point=zy)
+    m.op("CONV_2D", [xi, wi, bi], [yi], "Conv2DOptions",
+         Padding=getattr(tflite.Padding, padding), StrideW=stride, StrideH=stride,
+         FusedActivationFunction=getattr(tflite.ActivationFunctionType, act),
+         DilationWFactor=1, DilationHFactor=1)
+    m.io([xi], [yi])
+    it = runtime.Interpreter.from_bytes(m.build(), arena_size=1 << 20)
+    it.set_input(x, 0)
+    it.invoke()
+    want = np.array(it.get_output(0)).reshape(-1)
+    # TFLM's multipliers: float32 scales, effective scale in double
+    ms = [quantize_multiplier(float(np.float64(np.float32(sx)) * float(sw[i]) / float(sy)))
+          for i in range(o)]
+    lo, hi = (max(-128, zy), 127) if act == "RELU" else (-128, 127)
+    L = dict(w=w.reshape(o, -1).astype(np.int64), bias=bias, x_zp=zx, y_zp=zy,
+             mults=[a for a, _ in ms], shifts=[b for _, b in ms], lo=lo, hi=hi)
+    mine = tflm_conv(x[0], w, bias, zx, stride, padding, L["mults"], L["shifts"], zy, lo, hi)
+    assert (mine.reshape(-1) == want).all()  # the numpy model of this file agrees with TFLM
+    assert len(set(want.tolist())) > 20  # outputs spread over the range, not all clamped
+    folded, rq, sf = kernel_args(L, L["w"])
+    return dict(kind="conv", fmt=fmt, x=x.reshape(-1), geom=(h, wd, c, kh, kw, stride, stride,
+                pt, pl, oh, ow), x_zp=zx, k=kh * kw * c, o=o, w=L["w"], bias=folded, rq=rq,
+                sf=sf, lo=lo, hi=hi, want=want)
+
+
+@pytest.mark.parametrize("target", ["host"] + (["m4"] if harness.have_arm() else []))
+def test_against_tflite_micro(tmp_path, target):
+    pytest.importorskip("tflite_micro")
+    rng = np.random.default_rng(11)
+    cases = [tflm_conv_case(rng, layer, fmt) for layer in TFLM_LAYERS
+             for fmt in pack.GEMM_FORMATS]
+    src = tmp_path / "tflm_conv.c"
+    src.write_text(c_program(cases))
+    check_build((src, len(cases)), target, "-O2")

@@ -15,7 +15,8 @@ import numpy as np
 import pytest
 
 from codegen_c.evaluate import run_kernel
-from codegen_c.lower import lower_node, reference_kernel
+from codegen_c.kernels import lower_node
+from codegen_c.lower import reference_kernel
 from conftest import require_tflm, require_tools
 from frontend.tflite import load_tflite
 from ir.target import HOST, Target

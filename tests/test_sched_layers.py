@@ -17,7 +17,8 @@ import numpy as np
 import pytest
 
 from codegen_c.evaluate import run_kernel
-from codegen_c.lower import lower_node, reference_kernel
+from codegen_c.kernels import lower_node
+from codegen_c.lower import reference_kernel
 from conftest import require_tflm, require_tools
 from mcuforge.tools import tflm
 from frontend.tflite import load_tflite

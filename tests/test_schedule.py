@@ -8,7 +8,7 @@ import op_models
 from codegen_c import loop_ir as ir
 from codegen_c import schedule
 from codegen_c.evaluate import run_kernel
-from codegen_c.lower import lower_node
+from codegen_c.lower import reference_kernel
 from frontend.tflite import load_tflite
 from frontend.tflite_writer import write_tflite
 
@@ -17,7 +17,7 @@ CASES = dict(op_models.all_cases())
 
 def _conv_kernel(case="conv2d_3x3_s2_same_none_pc"):
     g = load_tflite(write_tflite(CASES[case]))
-    return g, lower_node(g.nodes[0], g, "k")
+    return g, reference_kernel(g.nodes[0], g, "k")
 
 
 def _run(g, k):
@@ -38,6 +38,19 @@ def test_split_reorder_unroll_preserve_results():
     assert _run(g, after).tolist() == before.tolist()
     loops = [s.var for s in ir.walk(body) if isinstance(s, ir.Loop)]
     assert loops.index("ox") < loops.index("oy") and "oc_o" in loops and "kx" not in loops
+
+
+@pytest.mark.parametrize("factor", [2, 3, 4, 7, 64])
+def test_split_with_tails_preserves_results(factor):
+    """Any factor with `tail`: the main loops plus a tail loop store the same values."""
+    g, k = _conv_kernel()
+    before = _run(g, k)
+    n = schedule.find_loop(k.body, "oc").extent
+    body = schedule.split(k.body, "oc", factor, tail=True)
+    assert _run(g, replace(k, body=body)).tolist() == before.tolist()
+    loops = {s.var: s.extent for s in ir.walk(body) if isinstance(s, ir.Loop)}
+    assert "oc" not in loops
+    assert loops.get("oc_t", 0) == n % factor and loops.get("oc_o", 0) == n // factor
 
 
 def test_transformations_refuse_what_would_change_meaning():

@@ -8,7 +8,9 @@ on random data and require equal outputs.
 Schedules register per op with `@schedules(op, ...)` and are tried in registration order."""
 from __future__ import annotations
 
-from ir.target import Target
+from ir.target import HOST, Target
+
+from ..lower import OpContext, reference_kernel
 
 SCHEDULES = {}  # op -> [fn(ctx, reference kernel, target) -> Kernel | None]
 
@@ -19,6 +21,20 @@ def schedules(*ops):
             SCHEDULES.setdefault(op, []).append(fn)
         return fn
     return register
+
+
+def tflm_int8_layer(ctx) -> bool:
+    """A weighted layer with TFLM's int8 arithmetic: int8 input, output and constant symmetric
+    weights, per-tensor input quantization, a constant int32 bias or none (not the
+    onnxruntime-style requantization of quantized ONNX imports)."""
+    x, w, bias, y = ctx.input(0), ctx.input(1), ctx.input(2), ctx.output()
+    if x.dtype != "int8" or y.dtype != "int8" or w.dtype != "int8" or not w.is_const \
+            or ctx.attrs.get("requant") == "onnxruntime":
+        return False
+    if any(t.quant is None for t in (x, w, y)) or len(x.quant.zero_point) != 1 \
+            or any(int(z) != 0 for z in w.quant.zero_point):
+        return False
+    return bias is None or (bias.is_const and bias.dtype == "int32")
 
 
 def schedule_kernel(ctx, kernel, target: Target):
@@ -34,3 +50,12 @@ def schedule_kernel(ctx, kernel, target: Target):
 
 def _load_all():
     from . import depthwise, eltwise, gemm  # noqa: F401  (they register their schedules)
+
+
+def lower_node(node, graph, name: str, target: Target | None = None):
+    """The kernel the target runs for `node`: the reference lowering, then the schedule stage
+    for `target` (default: the host); None for an alias (no kernel)."""
+    k = reference_kernel(node, graph, name)
+    if k is None:
+        return None
+    return schedule_kernel(OpContext(node, graph, name), k, target or HOST)

@@ -12,19 +12,13 @@ from .. import pack, pack_dw
 from ..lower import OpContext
 from ..lower.conv import output_multipliers
 from ..lower.q_uint8 import activation_range
-from . import schedules
+from . import schedules, tflm_int8_layer
 
 
 @schedules("depthwise_conv2d")
 def depthwise(ctx: OpContext, ref: ir.Kernel, target) -> ir.Kernel | None:
     x, w, bias, y = ctx.input(0), ctx.input(1), ctx.input(2), ctx.output()
-    if x.dtype != "int8" or y.dtype != "int8" or w.dtype != "int8" or not w.is_const \
-            or ctx.attrs.get("requant") == "onnxruntime" or len(x.shape) != 4:
-        return None
-    if any(t.quant is None for t in (x, w, y)) or len(x.quant.zero_point) != 1 \
-            or np.any(np.asarray(w.quant.zero_point) != 0):
-        return None
-    if bias is not None and (not bias.is_const or bias.dtype != "int32"):
+    if not tflm_int8_layer(ctx) or len(x.shape) != 4:
         return None
     n, h, wd, c = x.shape
     _, oh, ow, o = y.shape

@@ -18,7 +18,7 @@ from .. import pack
 from ..lower import OpContext
 from ..lower.conv import output_multipliers
 from ..lower.q_uint8 import activation_range
-from . import schedules
+from . import schedules, tflm_int8_layer
 
 def gemm_layer(ctx: OpContext) -> dict | None:
     """The compile-time data of the layer's GEMM form, or None when it has none: weights as
@@ -28,13 +28,7 @@ def gemm_layer(ctx: OpContext) -> dict | None:
         if len(x.shape) != 4 or w.shape[-1] != x.shape[-1] \
                 or tuple(ctx.attrs.get("dilation", (1, 1))) != (1, 1):
             return None  # grouped or dilated
-    if x.dtype != "int8" or y.dtype != "int8" or w.dtype != "int8" or not w.is_const \
-            or ctx.attrs.get("requant") == "onnxruntime":
-        return None
-    if any(t.quant is None for t in (x, w, y)) or len(x.quant.zero_point) != 1 \
-            or np.any(np.asarray(w.quant.zero_point) != 0):
-        return None
-    if bias is not None and (not bias.is_const or bias.dtype != "int32"):
+    if not tflm_int8_layer(ctx):
         return None
     rows = np.asarray(w.data).reshape(w.shape[0], -1).copy()
     x_zp, y_zp = int(x.quant.zero_point[0]), int(y.quant.zero_point[0])
@@ -98,7 +92,7 @@ def gemm(ctx: OpContext, ref: ir.Kernel, target) -> ir.Kernel | None:
         consts.append(ir.Buffer("geom", "int32", geom.size, "const", geom,
                                 "mf_conv_geom: input h w c, kernel h w, stride h w, pad t l, "
                                 "output h w"))
-        scratch = pack.gemm_scratch_bytes(k, im2col=True)
+        scratch = pack.conv_scratch_bytes(kh, kw, c, sw, ow)
         body = ir.loops([("n", n)], lambda b: [ir.CallStmt(f"mf_conv_{fmt}", (
             ir.Ptr("x", b * (h * w_ * c)), ir.Ptr("geom", ir.Const(0), ctype="const mf_conv_geom *"),
             ir.Const(layer["x_zp"]), *common, ir.Ptr("y", b * (oh * ow * o)),

@@ -11,7 +11,6 @@ from dataclasses import dataclass
 import numpy as np
 
 from ir.graph import ALIAS_OPS, Graph, Node, Tensor
-from ir.target import HOST, Target
 
 from .. import loop_ir as ir
 
@@ -141,15 +140,6 @@ def reference_kernel(node: Node, graph: Graph, name: str) -> ir.Kernel | None:
         raise NotImplementedError(f"no lowering for op {node.op}")
     return LOWERINGS[node.op](ctx)
 
-
-def lower_node(node: Node, graph: Graph, name: str, target: Target | None = None):
-    """The kernel the target runs: the reference lowering, then the schedule stage
-    (codegen_c/kernels) for `target` (default: the host)."""
-    from ..kernels import schedule_kernel
-    k = reference_kernel(node, graph, name)
-    if k is None:
-        return None
-    return schedule_kernel(OpContext(node, graph, name), k, target or HOST)
 
 
 def _load_all():

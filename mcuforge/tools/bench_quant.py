@@ -176,7 +176,7 @@ def float_reference(model: Path, graph, x: np.ndarray) -> np.ndarray:
     try:
         from ai_edge_litert.interpreter import Interpreter
     except ImportError:
-        from ..runner import run_graph
+        from ..api import run_graph
         return run_graph(graph, [x])[0]
     it = Interpreter(model_path=str(model))
     it.allocate_tensors()
@@ -195,7 +195,7 @@ def mcuforge_int8(model: Path, cal: np.ndarray, x: np.ndarray, int16_budget=0) -
     from optimizer.quantize import quantize_for_compile
 
     from ..api import load
-    from ..runner import GraphRunner
+    from ..api import GraphRunner
     with GraphRunner() as run:
         q = quantize_for_compile(load(model), "int8", cal, None, io="float",
                                  int16_budget_bytes=int16_budget, run=run)

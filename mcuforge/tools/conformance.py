@@ -34,7 +34,7 @@ CFLAGS = ["-O0", "-std=c99", "-Wall", "-Wextra", "-Werror", "-pedantic"]
 
 def cflags() -> list:
     """CFLAGS, with $MCUFORGE_OPT's optimisation flags instead of -O0 when it is set."""
-    from ..runner import opt_flags
+    from ..build import opt_flags
     opt = opt_flags()
     return CFLAGS if opt is None else [*opt.split(), *CFLAGS[1:]]
 

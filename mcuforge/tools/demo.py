@@ -180,7 +180,7 @@ def run_demo(out_dir, inputs: int = DEMO_INPUTS) -> int:
 
     from . import tflm
     from ..api import compile as compile_model
-    from ..runner import build, run_executable
+    from ..build import build, run_executable
 
     out = Path(out_dir)
     model = demo_tflite_bytes()

@@ -88,7 +88,7 @@ def model_inputs(result, x) -> np.ndarray:
 def run_project(result, x) -> np.ndarray:
     """Build the compiled project with gcc and run the model inputs `x` through it; returns
     the logits, (N, 10), float or int8 (argmax of int8 logits equals that of their values)."""
-    from ..runner import build, run_executable
+    from ..build import build, run_executable
     exe = build(result.out_dir, result.name)
     return run_executable(exe, result.graph, [x])[0].reshape(len(x), -1)
 

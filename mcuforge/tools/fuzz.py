@@ -78,7 +78,7 @@ def _compile_and_run(model: bytes, feeds: dict, workdir: Path, **compile_args) -
     """mcuforge's compile (as `mcuforge compile`), the project built with gcc and run on `feeds`
     (name -> one sample): (CompileResult, {output name: array})."""
     from ..api import compile as compile_model
-    from ..runner import build, run_executable
+    from ..build import build, run_executable
     with contextlib.redirect_stderr(io.StringIO()):  # the quantizer's progress bar
         r = compile_model(model, workdir / "proj", name="model", **compile_args)
     exe = build(r.out_dir, r.name)
@@ -147,7 +147,7 @@ def check_int8(g: Generated, n_cal: int = 16) -> Outcome:
         with tempfile.TemporaryDirectory(prefix="mcuforge-fuzz-") as d:
             tfl = Path(d) / "q.tflite"
             from ..api import compile as compile_model
-            from ..runner import build, run_executable
+            from ..build import build, run_executable
             with contextlib.redirect_stderr(io.StringIO()):
                 r = compile_model(g.model, Path(d) / "proj", name="model", quantize="int8",
                                   calibration=calibration, emit_tflite=tfl)

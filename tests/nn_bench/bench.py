@@ -1,6 +1,7 @@
 """Instructions per MAC of the GEMM micro-kernels on QEMU mps2-an386 (Cortex-M4).
 
-    PYTHONPATH=$PWD python -m tests.nn_bench.bench [--act=relu|none|relu6] [-O2 -Os ...]
+    PYTHONPATH=$PWD python -m tests.nn_bench.bench [--act=relu|none|relu6] [--target=m4|m3|m4-nodsp]
+                                                   [-O2 -Os ...]
 
 Each shape runs once to warm up, then `reps` times between two SysTick reads (40 instructions
 per tick under -icount shift=0); the figure includes widening / im2col, requantization, the
@@ -24,6 +25,9 @@ SHAPES = [
     ("FC 64->12", "gemm", dict(rows=1, k=64), 12, 50),
     ("conv 10x4 1->64 s2 49x10", "conv", (49, 10, 1, 10, 4, 2, 2, 4, 1, 25, 5), 64, 1),
     ("conv 3x3 16->16 s1 32x32", "conv", (32, 32, 16, 3, 3, 1, 1, 1, 1, 32, 32), 16, 1),
+    ("1x1 8->16 x2304 px (VWW)", "gemm", dict(rows=2304, k=8), 16, 1),
+    ("conv 3x3 3->16 s1 32x32 (RN8 1st)", "conv", (32, 32, 3, 3, 3, 1, 1, 1, 1, 32, 32), 16, 1),
+    ("conv 3x3 3->8 s2 96x96 (VWW 1st)", "conv", (96, 96, 3, 3, 3, 2, 2, 0, 0, 48, 48), 8, 1),
 ]
 
 
@@ -39,12 +43,16 @@ def program(fmt: str, rng, act: str = "relu") -> str:
     """act: "relu" (clamp = int8 range, no sign term: TFLite's fused ReLU with zero point -128),
     "none" (int8 range, sign term), "relu6" (a narrower clamp [-128, 100], sign term)."""
     lo, hi, sf = {"relu": (-128, 127, 0), "none": (-128, 127, 1), "relu6": (-128, 100, 1)}[act]
-    src = ['#include "mcuforge_nn.h"\n#include "bench.h"\n']
+    # volatile: the clamp reaches the kernel as in a model whose layers differ (no IPA constants)
+    src = ['#include "mcuforge_nn.h"\n#include "bench.h"\n',
+           f"static volatile int32_t v_lo = {lo}, v_hi = {hi}, v_sf = {sf};\n"]
     body = []
     scratch = 0
     for i, (name, kind, geo, o, reps) in enumerate(SHAPES):
         k = geo["k"] if kind == "gemm" else geo[3] * geo[4] * geo[2]
-        scratch = max(scratch, pack.gemm_scratch_bytes(k, kind == "conv") // 2)
+        need = (pack.gemm_scratch_bytes(k) if kind == "gemm" else
+                pack.conv_scratch_bytes(geo[3], geo[4], geo[2], geo[6], geo[10]))
+        scratch = max(scratch, (need + 1) // 2)
         w, bias, rq = _layer(rng, o, k)
         packed, _ = pack.pack_gemm_weights(w, fmt)
         wt = "int16_t" if fmt == "w16" else "int8_t"
@@ -59,7 +67,7 @@ def program(fmt: str, rng, act: str = "relu") -> str:
         src.append(f"static const int32_t b{i}[] = {{" + ",".join(map(str, bias.tolist())) + "};\n")
         src.append(f"static const mf_rq rq{i}[] = {{" + ",".join(
             "{%d,%d,%d,%d}" % tuple(r) for r in rq.tolist()) + "};\n")
-        tail = f"w{i}, b{i}, rq{i}, {o}, {lo}, {hi}, {sf}, y{i}"
+        tail = f"w{i}, b{i}, rq{i}, {o}, v_lo, v_hi, v_sf, y{i}"
         if kind == "gemm":
             call = f"mf_gemm_{fmt}(x{i}, {geo['rows']}, {k}, {k}, {tail}, {o}, scratch)"
         else:
@@ -78,7 +86,7 @@ def program(fmt: str, rng, act: str = "relu") -> str:
     return "".join(src)
 
 
-def measure(opts, fmts=pack.GEMM_FORMATS, act="relu"):
+def measure(opts, fmts=pack.GEMM_FORMATS, act="relu", target="m4"):
     """{(fmt, opt): [(shape, instr/MAC)]}"""
     results = {}
     with tempfile.TemporaryDirectory() as d:
@@ -86,7 +94,7 @@ def measure(opts, fmts=pack.GEMM_FORMATS, act="relu"):
             src = Path(d) / f"bench_{fmt}.c"
             src.write_text(program(fmt, np.random.default_rng(0), act))
             for opt in opts:
-                out = harness.run(harness.build(src, "m4", opt, Path(d)), "m4")
+                out = harness.run(harness.build(src, target, opt, Path(d)), target)
                 rows = []
                 for line in out.strip().splitlines():
                     name, macs, ticks = line.split("|")
@@ -96,16 +104,19 @@ def measure(opts, fmts=pack.GEMM_FORMATS, act="relu"):
 
 
 def main(argv):
-    act = "relu"
-    if argv and argv[0].startswith("--act="):
-        act, argv = argv[0][6:], argv[1:]
+    act, target = "relu", "m4"
+    while argv and argv[0].startswith("--"):
+        key, _, value = argv[0][2:].partition("=")
+        act, target = (value, target) if key == "act" else (act, value)
+        argv = argv[1:]
     opts = argv or ["-O2", "-Os", "-O2 -fno-schedule-insns", "-Os -fno-schedule-insns"]
-    res = measure(opts, act=act)
+    res = measure(opts, act=act, target=target)
     names = [s[0] for s in SHAPES]
-    print(f"instructions per MAC, mps2-an386 (Cortex-M4), activation {act}")
-    print(f"{'fmt / flags':34s}" + "".join(f"{n:>27s}" for n in names))
+    print(f"instructions per MAC, {harness.TARGETS[target][1]} ({target}), activation {act}")
+    width = max(len(n) for n in names) + 2
+    print(f"{'fmt / flags':30s}" + "".join(f"{n:>{width}s}" for n in names))
     for (fmt, opt), rows in res.items():
-        print(f"{fmt + ' ' + opt:34s}" + "".join(f"{v:27.3f}" for _, v in rows))
+        print(f"{fmt + ' ' + opt:30s}" + "".join(f"{v:{width}.3f}" for _, v in rows))
 
 
 if __name__ == "__main__":

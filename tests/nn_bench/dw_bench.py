@@ -3,12 +3,11 @@ mps2-an386 / mps2-an385, for the correctness test (tests/test_nn_dw.py) and as a
 bench. Counts come from SysTick under `-icount shift=0` (40 instructions per tick, see
 /work/shared/notes/measuring-on-qemu.md).
 
-    python tests/nn_bench/dw_bench.py            # the KWS/VWW shapes at -O2, -Os, -O2 -fno-schedule-insns
+    python tests/nn_bench/dw_bench.py        # KWS/VWW shapes, -O2, -Os, -O2 -fno-schedule-insns
     python tests/nn_bench/dw_bench.py -O3        # other flags
 """
 from __future__ import annotations
 
-import os
 import re
 import subprocess
 import sys
@@ -23,10 +22,11 @@ sys.path.insert(0, str(ROOT))
 from codegen_c import pack_dw  # noqa: E402
 
 ARM = ["arm-none-eabi-gcc", "-mthumb", "-mfloat-abi=soft", "--specs=nano.specs", "-nostartfiles",
-       "-T", str(HERE / "dw_link.ld")]
+       "-Wa,--fatal-warnings", "-T", str(HERE / "dw_link.ld")]
 CPU = {"m4": ["-mcpu=cortex-m4"], "m4-portable": ["-mcpu=cortex-m4", "-DMF_USE_DSP=0"],
-       "m3": ["-mcpu=cortex-m3"]}
-MACHINE = {"m4": "mps2-an386", "m4-portable": "mps2-an386", "m3": "mps2-an385"}
+       "m3": ["-mcpu=cortex-m3"], "m7": ["-mcpu=cortex-m7"]}
+MACHINE = {"m4": "mps2-an386", "m4-portable": "mps2-an386", "m3": "mps2-an385",
+           "m7": "mps2-an500"}
 WARN = ["-std=c99", "-Wall", "-Wextra", "-Werror", "-pedantic"]
 TICK = 40  # instructions per SysTick tick on mps2 with -icount shift=0
 
@@ -87,8 +87,9 @@ def run(exe: Path, kind: str, timeout=120):
                "-monitor", "none", "-semihosting-config", "enable=on,target=native",
                "-icount", "shift=0,align=off,sleep=off", "-kernel", str(exe)]
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
-    rows = [(int(t), int(b)) for t, b in re.findall(r"case \d+ ticks (\d+) bad (\d+)", p.stdout + p.stderr)]
-    return rows, "PASS" in p.stdout + p.stderr and p.returncode == 0, p.stdout + p.stderr
+    out = p.stdout + p.stderr  # semihosting output may land on either
+    rows = [(int(t), int(b)) for t, b in re.findall(r"case \d+ ticks (\d+) bad (\d+)", out)]
+    return rows, "PASS" in out and p.returncode == 0, out
 
 
 def text_size(exe: Path, symbol_prefix="mf_dw") -> int:
@@ -106,6 +107,12 @@ SHAPES = [  # name, h, w, c, stride (SAME padding as TFLite computes it)
     ("VWW 48x48x8 s1", 48, 48, 8, 1),
     ("VWW 48x48x16 s2", 48, 48, 16, 2),
     ("VWW 6x6x256 s1", 6, 6, 256, 1),
+    ("24x24x32 s1 (extra)", 24, 24, 32, 1),   # the other VWW (MobileNet v1 0.25) layers
+    ("24x24x32 s2 (extra)", 24, 24, 32, 2),
+    ("12x12x64 s1 (extra)", 12, 12, 64, 1),
+    ("12x12x64 s2 (extra)", 12, 12, 64, 2),
+    ("6x6x128 s1 (extra)", 6, 6, 128, 1),
+    ("6x6x128 s2 (extra)", 6, 6, 128, 2),
     ("3x3x256 s1 (extra)", 3, 3, 256, 1),
 ]
 
@@ -124,7 +131,8 @@ def bench_case(h, w, c, s, rng, budget=pack_dw.DEFAULT_BUDGET):
     shifts = rng.integers(-10, -6, c)
     pk = pack_dw.pack_dw(wts, bias, -3, mults, shifts, -128, geom["transpose"])
     x = rng.integers(-128, 128, (h, w, c))
-    return dict(geom=geom, x=x, pk=pk, x_zp=-3, lo=-128, hi=127, signfix=0, want=None), oh * ow * c * 9
+    case = dict(geom=geom, x=x, pk=pk, x_zp=-3, lo=-128, hi=127, signfix=0, want=None)
+    return case, oh * ow * c * 9
 
 
 def main(argv):
@@ -144,8 +152,9 @@ def main(argv):
             assert len(rows) == len(cases), log
             print(f"{kind} {' '.join(flags)}: kernel code {text_size(exe)} bytes")
             for (name, *_), (ticks, _), m, cs in zip(SHAPES, rows, macs, cases):
-                print(f"  {name:18s} MACs {m:7d}  instr ~{ticks * TICK:8d}  "
-                      f"{ticks * TICK / m:5.2f} instr/MAC  scratch {pack_dw.scratch_bytes(cs['geom'])} B")
+                sb = pack_dw.scratch_bytes(cs["geom"])
+                print(f"  {name:19s} MACs {m:7d}  instr ~{ticks * TICK:8d}  "
+                      f"{ticks * TICK / m:5.2f} instr/MAC  scratch {sb} B")
 
 
 if __name__ == "__main__":
