@@ -22,6 +22,16 @@ def _add(big, small, y, n, tab, mult, add, post, signfix, lo, hi):
     y[:n] = out
 
 
+def _mul(x1, x2, y, n, off1, off2, mult, add, pre, post, signfix, lo, hi):
+    c = dict(off1=off1, off2=off2, mult=mult, add=add, pre=pre, post=post, signfix=signfix,
+             lo=lo, hi=hi)
+    out = pack_ew.mul_fast(np.asarray(x1[:n]).view(np.uint8), np.asarray(x2[:n]).view(np.uint8),
+                           c)
+    if out is None:
+        raise UndefinedBehaviour("int32 overflow in mf_ew_mul_s8")
+    y[:n] = out
+
+
 def _windows(geom):
     """(geometry dict, [(oy, ox, y0, y1, x0, x1)]): each output's window clipped to the image."""
     g = dict(zip(POOL_GEOM, (int(v) for v in geom[:len(POOL_GEOM)])))
@@ -64,5 +74,5 @@ def _avgpool(x, y, geom, lo, hi):
     y[:out.size] = np.clip(out, lo, hi).reshape(-1)
 
 
-INTRINSICS.update({"mf_ew_add_s8": _add, "mf_ew_avgpool_s8": _avgpool,
+INTRINSICS.update({"mf_ew_add_s8": _add, "mf_ew_mul_s8": _mul, "mf_ew_avgpool_s8": _avgpool,
                    "mf_ew_maxpool_s8": _maxpool})

@@ -1,7 +1,8 @@
 """Compile-time constants of the element-wise micro-kernels (runtime_c/mcuforge_ew.h) and the
 proof that they reproduce TFLM.
 
-int8 ADD has only 2^16 input pairs, so the proof is exhaustive: add_constants evaluates TFLM's
+int8 ADD and MUL have only 2^16 input pairs, so the proofs are exhaustive (mul_constants does
+the same for MUL): add_constants evaluates TFLM's
 integer pipeline (reference_integer_ops::AddFunc with the parameters of qparams.add_params) and
 the kernel's fast form (the table, SMMULR, the folded rounding constant, SSAT) on every pair in
 int64, checks that each int32 intermediate of the fast form stays in range, and returns None
@@ -101,3 +102,47 @@ def add_constants(p: dict) -> dict | None:
         if got is not None and np.array_equal(got, ref):
             return c
     return None
+
+
+# ---- int8 MUL ---------------------------------------------------------------------------------
+
+def mul_reference(p: dict):
+    """TFLM's int8 MUL (reference_integer_ops::MulElementwise) on all pairs: [256, 256] by the
+    bytes of (input 1, input 2). p: qparams.mul_params."""
+    prod = wrap32((VALUES[:, None] + p["input1_offset"]) * (VALUES[None, :] + p["input2_offset"]))
+    shift = p["output_shift"]
+    x = wrap32(prod << max(shift, 0))
+    out = wrap32(rdbpot(srdhm(x, p["output_multiplier"]), max(-shift, 0)) + p["output_offset"])
+    return np.clip(out, p["act_min"], p["act_max"])
+
+
+def mul_fast(a_bytes, b_bytes, c: dict):
+    """mf_ew_mul1 + clamp on int64 arrays of bytes, or None where int32 would overflow."""
+    prod = (VALUES[np.asarray(a_bytes)] + c["off1"]) * (VALUES[np.asarray(b_bytes)] + c["off2"])
+    x = prod << c["pre"]
+    if not _fits(prod) or not _fits(x):
+        return None
+    h = (x * c["mult"] + (1 << 31)) >> 32
+    v = h + c["add"]
+    if not _fits(v):
+        return None
+    v = v - ((h < 0) & (c["signfix"] != 0))
+    v = np.clip(v >> c["post"], -128, 127)
+    return np.clip(v, c["lo"], c["hi"])
+
+
+def mul_constants(p: dict) -> dict | None:
+    """mf_ew_mul_s8's constants for qparams.mul_params `p` (off1, off2, mult, add, pre, post,
+    signfix, lo, hi), or None unless they reproduce TFLM on all 65536 input pairs."""
+    m, shift = p["output_multiplier"], p["output_shift"]
+    if m < 0 or not -31 <= shift <= 30:
+        return None
+    pre, post = max(shift, 0) + 1, max(-shift, 0)
+    zp, lo, hi = p["output_offset"], p["act_min"], p["act_max"]
+    add = ((1 << (post - 1)) + (zp << post)) if post else zp
+    if not INT32_MIN <= add <= INT32_MAX:
+        return None
+    c = dict(off1=p["input1_offset"], off2=p["input2_offset"], mult=m, add=add, pre=pre,
+             post=post, signfix=int(post > 0 and lo < zp), lo=lo, hi=hi)
+    got = mul_fast(BYTES[:, None], BYTES[None, :], c)
+    return c if got is not None and np.array_equal(got, mul_reference(p)) else None

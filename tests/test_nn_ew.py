@@ -1,11 +1,13 @@
-"""The element-wise micro-kernels mf_ew_add_s8, mf_ew_avgpool_s8 and mf_ew_maxpool_s8
-(runtime_c/mcuforge_ew.h, constants from codegen_c/pack_ew.py) against TFLM's reference int8
-ADD, AVERAGE_POOL_2D and MAX_POOL_2D written here in numpy: every output byte, on the host
-(portable C, with sanitizers), on QEMU mps2-an386 with the DSP body at -O0/-O2/-Os/-O3 and with the portable body, and on the
-Cortex-M3. Cases: random scales and zero points (either input the larger scale, equal scales,
-power-of-two ratios: rounding ties), none/relu/relu6, element counts off the block of 4, in
-place, all 65536 input pairs; pools global and windowed (SAME clipping, strides), channel
-counts off the blocks of 8 and 4, windows of more than 255 taps, extreme sums."""
+"""The element-wise micro-kernels mf_ew_add_s8, mf_ew_mul_s8, mf_ew_avgpool_s8 and
+mf_ew_maxpool_s8 (runtime_c/mcuforge_ew.h, constants from codegen_c/pack_ew.py) against TFLM's
+reference int8 ADD, MUL, AVERAGE_POOL_2D and MAX_POOL_2D written here in numpy: every output
+byte, on the host (portable C, with sanitizers), on QEMU mps2-an386 with the DSP body at
+-O0/-O2/-Os/-O3 and with the portable body, and on the Cortex-M3. Cases: random scales and
+zero points (either input the larger scale, equal scales, power-of-two ratios: rounding ties),
+none/relu/relu6, element counts off the block of 4, in place, all 65536 input pairs (ADD and
+MUL; MUL with left and right output shifts); pools global and windowed (SAME clipping,
+strides), channel counts off the blocks of 8 and 4, windows of more than 255 taps, extreme
+sums."""
 from __future__ import annotations
 
 import importlib.util
@@ -48,6 +50,18 @@ def tflm_add(a, b, p):
          + rescale(b, p["input2_offset"], p["input2_multiplier"], p["input2_shift"]))
     assert (np.abs(s) < 2**31).all()
     out = rdbpot(srdhm(s, p["output_multiplier"]), -p["output_shift"]) + p["output_offset"]
+    return np.clip(out, p["act_min"], p["act_max"]).astype(np.int8)
+
+
+def tflm_mul(a, b, p):
+    """reference_integer_ops::MulElementwise (int8): MultiplyByQuantizedMultiplier of the
+    offset product (left shift, high multiply, rounding right shift)."""
+    prod = ((np.asarray(a, np.int64) + p["input1_offset"])
+            * (np.asarray(b, np.int64) + p["input2_offset"]))
+    shift = p["output_shift"]
+    x = prod * (1 << max(shift, 0))
+    assert (np.abs(x) < 2**31).all()
+    out = rdbpot(srdhm(x, p["output_multiplier"]), max(-shift, 0)) + p["output_offset"]
     return np.clip(out, p["act_min"], p["act_max"]).astype(np.int8)
 
 
@@ -97,6 +111,13 @@ def add_params(rng, act, tie=False, equal=False, swap=False):
     return qparams.add_params(s1, z1, s2, z2, so, zo, act)
 
 
+def mul_params(rng, act, tie=False):
+    s1, s2 = (float(v) for v in rng.uniform(0.005, 0.3, 2))
+    so = s1 * s2 * (2.0 ** int(rng.integers(-4, 5)) if tie else float(rng.uniform(0.01, 40)))
+    z1, z2, zo = (int(v) for v in rng.integers(-128, 128, 3))
+    return qparams.mul_params(s1, z1, s2, z2, so, zo, act)
+
+
 def make_cases(seed=0):
     rng = np.random.default_rng(seed)
     out = []
@@ -111,6 +132,11 @@ def make_cases(seed=0):
     for act in ("none", "relu"):  # every input pair
         p = add_params(rng, act, tie=act == "none")
         out.append(ew_bench.add_case(a, b, p, tflm_add(a, b, p)))
+    for i in range(8):
+        p = mul_params(rng, acts[i % 3], tie=i % 2 == 0)
+        n = int(rng.choice([1, 3, 4, 6, 101])) if i < 6 else 65536
+        x1, x2 = (a, b) if n == 65536 else (rng.integers(-128, 128, n), rng.integers(-128, 128, n))
+        out.append(ew_bench.mul_case(x1, x2, p, tflm_mul(x1, x2, p)))
     for h, w, c, f, s, same, act in [
             (25, 5, 64, None, None, False, "none"), (8, 8, 13, None, None, False, "relu"),
             (3, 3, 37, None, None, False, "none"), (16, 17, 9, None, None, False, "none"),
@@ -152,6 +178,9 @@ def check(cases, kind, flags, tmp_path):
 
 def test_cases_cover_the_edges(cases):
     adds = [c for c in cases if c["kind"].startswith("add")]
+    muls = [c for c in cases if c["kind"] == "mul"]
+    assert any(c["q"][8] > 1 for c in muls) and any(c["q"][2] > 0 for c in muls)  # pre, post
+    assert any(c["q"][3] for c in muls) and any(c["q"][4] > -128 for c in muls)
     assert any(c["q"][3] for c in adds) and any(not c["q"][3] for c in adds)  # sign term
     assert any(c["q"][4] > -128 for c in adds) and any(c["q"][5] < 127 for c in adds)
     assert any(c["n"] % 4 for c in adds) and any(c["kind"] == "add_inplace" for c in adds)

@@ -1,7 +1,7 @@
-"""The schedule stage on int8 ADD, AVERAGE_POOL_2D and MAX_POOL_2D
-(codegen_c/kernels/eltwise.py): a scheduled kernel (mf_ew_add_s8 / mf_ew_avgpool_s8 /
-mf_ew_maxpool_s8 of runtime_c/mcuforge_ew.h) computes exactly what its reference lowering
-computes, and the compiled C equals tflite-micro bit for bit.
+"""The schedule stage on int8 ADD, MUL, AVERAGE_POOL_2D and MAX_POOL_2D
+(codegen_c/kernels/eltwise.py): a scheduled kernel (mf_ew_add_s8 / mf_ew_mul_s8 /
+mf_ew_avgpool_s8 / mf_ew_maxpool_s8 of runtime_c/mcuforge_ew.h) computes exactly what its
+reference lowering computes, and the compiled C equals tflite-micro bit for bit.
 
 Models are built with tests/tfl_build.py (the `tflite` package's builders): random scales and
 zero points (input 2 the larger scale or the smaller, equal scales, power-of-two ratios that
@@ -29,8 +29,8 @@ SAME, VALID = 0, 1
 
 
 def add_model(seed, shape=(1, 5, 7, 3), act="none", ratio=None, equal=False, shape2=None,
-              relu_zp=False):
-    """An int8 ADD; ratio: input 2's scale = input 1's * ratio (a power of two: ties)."""
+              relu_zp=False, op="ADD"):
+    """An int8 ADD (or MUL); ratio: input 2's scale = input 1's * ratio (a power of two: ties)."""
     rng = np.random.default_rng(seed)
     s1, s2, so = (float(v) for v in rng.uniform(0.01, 0.2, 3))
     if ratio is not None:
@@ -44,7 +44,8 @@ def add_model(seed, shape=(1, 5, 7, 3), act="none", ratio=None, equal=False, sha
     a = m.tensor("a", shape, "int8", scale=s1, zero_point=z1)
     b = m.tensor("b", shape2 or shape, "int8", scale=s2, zero_point=z2)
     y = m.tensor("y", shape, "int8", scale=so, zero_point=zo)
-    m.op("ADD", [a, b], [y], "AddOptions", FusedActivationFunction=ACTS[act])
+    m.op(op, [a, b], [y], "AddOptions" if op == "ADD" else "MulOptions",
+         FusedActivationFunction=ACTS[act])
     m.io([a, b], [y])
     xa = rng.integers(-128, 128, (2, *shape)).astype(np.int8)
     xb = rng.integers(-128, 128, (2, *(shape2 or shape))).astype(np.int8)
@@ -88,6 +89,7 @@ def cases():
             ("add_resnet", "add", dict(shape=(1, 8, 8, 16), act="relu", relu_zp=True)),
             ("add_tail", "add", dict(shape=(1, 1, 1, 7), act="relu", relu_zp=True)),
             ("add_broadcast", "add", dict(shape=(1, 3, 4, 5), shape2=(1, 1, 1, 5)))]
+    out += [("mul" + name[3:], "add", {**kw, "op": "MUL"}) for name, _, kw in list(out)]
     out += [("pool_kws", "pool", dict(hw=(25, 5), c=64)),
             ("pool_resnet", "pool", dict(hw=(8, 8), c=20, act="relu")),
             ("pool_vww", "pool", dict(hw=(3, 3), c=37)),
@@ -102,7 +104,7 @@ def cases():
 
 
 CASES = cases()
-DECLINED = {"add_broadcast"}
+DECLINED = {"add_broadcast", "mul_broadcast"}
 
 
 def tflm_run(model, inputs: dict) -> np.ndarray:
@@ -153,7 +155,8 @@ def test_host_c_equals_tflm(name, kind, kw):
     np.testing.assert_array_equal(got, want)
 
 
-M4_CASES = [c for c in CASES if c[0] in ("add_1", "add_2", "add_resnet", "add_tail",
+M4_CASES = [c for c in CASES if c[0] in ("add_1", "add_2", "add_resnet", "add_tail", "mul_0",
+                                          "mul_4",
                                           "pool_kws", "pool_big", "pool_same", "max_pool_same",
                                           "max_pool_vww")]
 

@@ -1,8 +1,10 @@
-"""int8 ADD, AVERAGE_POOL_2D and MAX_POOL_2D on the micro-kernels of runtime_c/mcuforge_ew.h.
+"""int8 ADD, MUL, AVERAGE_POOL_2D and MAX_POOL_2D on the micro-kernels of
+runtime_c/mcuforge_ew.h.
 
 ADD (same-shape activations, TFLM's integer pipeline): one mf_ew_add_s8 call; the input with the
 smaller scale goes through a 256-entry int32 table, the requantization is one SMMLAR and a
-shift (pack_ew.add_constants, proven on all 65536 input pairs; declined otherwise).
+shift (pack_ew.add_constants, proven on all 65536 input pairs; declined otherwise). MUL the
+same way: the product requantized as mf_rq_apply (pack_ew.mul_constants).
 AVERAGE_POOL_2D (int8, TFLM's reference: windows clipped to the image, rounded division by the
 taps inside) and MAX_POOL_2D: one mf_ew_avgpool_s8 / mf_ew_maxpool_s8 call per image. The
 kernels have portable bodies, so the schedules serve every target."""
@@ -22,15 +24,19 @@ ADD_PARAMS = ("input1_offset", "input2_offset", "left_shift", "input1_multiplier
               "output_shift", "output_offset", "act_min", "act_max")  # mf_add_s8's arguments
 
 
-def _reference_add(ref: ir.Kernel) -> dict | None:
-    """The TFLM parameters of a reference int8 ADD kernel (elementwise.py: one flat loop
-    storing y[i] = mf_add_s8(x[i], x1[i], constants...)), or None when ref is another form."""
+MUL_PARAMS = ("input1_offset", "input2_offset", "output_multiplier", "output_shift",
+              "output_offset", "act_min", "act_max")  # mf_mul_s8's arguments
+
+
+def _reference_call(ref: ir.Kernel, fn: str, names: tuple) -> dict | None:
+    """The TFLM parameters of a reference int8 ADD / MUL kernel (elementwise.py: one flat loop
+    storing y[i] = fn(x[i], x1[i], constants...)), or None when ref is another form."""
     stores = [s for s in ir.walk(ref.body) if isinstance(s, ir.Store)]
     loops = [s for s in ir.walk(ref.body) if isinstance(s, ir.Loop)]
     if len(stores) != 1 or len(loops) != 1:
         return None
     v = stores[0].value
-    if not isinstance(v, ir.Call) or v.fn != "mf_add_s8" or len(v.args) != 2 + len(ADD_PARAMS):
+    if not isinstance(v, ir.Call) or v.fn != fn or len(v.args) != 2 + len(names):
         return None
     a, b = v.args[:2]
     i = ir.Var(loops[0].var)
@@ -39,16 +45,21 @@ def _reference_add(ref: ir.Kernel) -> dict | None:
         return None  # broadcast or constant operand
     if not all(isinstance(c, ir.Const) for c in v.args[2:]):
         return None
-    return dict(zip(ADD_PARAMS, (int(c.value) for c in v.args[2:])))
+    return dict(zip(names, (int(c.value) for c in v.args[2:])))
+
+
+def _two_activations(ctx: OpContext) -> bool:
+    y = ctx.output()
+    return y.dtype == "int8" and not any(ctx.input(k) is None or ctx.input(k).is_const
+                                         or ctx.input(k).size != y.size for k in (0, 1))
 
 
 @schedules("add")
 def add(ctx: OpContext, ref: ir.Kernel, target) -> ir.Kernel | None:
     y = ctx.output()
-    if y.dtype != "int8" or any(ctx.input(k) is None or ctx.input(k).is_const
-                                or ctx.input(k).size != y.size for k in (0, 1)):
+    if not _two_activations(ctx):
         return None
-    p = _reference_add(ref)
+    p = _reference_call(ref, "mf_add_s8", ADD_PARAMS)
     if p is None:
         return None
     c = pack_ew.add_constants(p)
@@ -64,6 +75,22 @@ def add(ctx: OpContext, ref: ir.Kernel, target) -> ir.Kernel | None:
     doc = (f"{ref.doc}\nscheduled: mf_ew_add_s8, input {c['big'] + 1} unscaled, the other "
            f"through a 256-entry table (checked on all 65536 input pairs)")
     return ir.Kernel(ctx.name, tuple(ref.params) + (tab,), body, doc, ref.macs, "mf_ew_add_s8")
+
+
+@schedules("mul")
+def mul(ctx: OpContext, ref: ir.Kernel, target) -> ir.Kernel | None:
+    if not _two_activations(ctx):
+        return None
+    p = _reference_call(ref, "mf_mul_s8", MUL_PARAMS)
+    c = None if p is None else pack_ew.mul_constants(p)
+    if c is None:
+        return None
+    names = ("off1", "off2", "mult", "add", "pre", "post", "signfix", "lo", "hi")
+    body = (ir.CallStmt("mf_ew_mul_s8", (
+        ir.Ptr("x", ir.Const(0)), ir.Ptr("x1", ir.Const(0)), ir.Ptr("y", ir.Const(0)),
+        ir.Const(ctx.output().size), *(ir.Const(int(c[k])) for k in names))),)
+    doc = f"{ref.doc}\nscheduled: mf_ew_mul_s8 (checked on all 65536 input pairs)"
+    return ir.Kernel(ctx.name, tuple(ref.params), body, doc, ref.macs, "mf_ew_mul_s8")
 
 
 def _pool(ctx: OpContext, ref: ir.Kernel, fn: str) -> ir.Kernel | None:

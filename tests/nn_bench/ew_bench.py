@@ -31,25 +31,26 @@ def cases_header(cases) -> str:
     arr = dw_bench._arr
     out = ["#include <stdint.h>\n",
            "typedef struct { int32_t kind; const int8_t *a, *b; int32_t n; const int32_t *tab;"
-           " int32_t q[6]; mf_pool_geom g; const int8_t *want; } ew_case;\n"]
+           " int32_t q[9]; mf_pool_geom g; const int8_t *want; } ew_case;\n"]
     ymax = 1
     for i, c in enumerate(cases):
         out.append(arr(f"a{i}", "int8_t", c["a"]))
-        if c["kind"] in ("add", "add_inplace"):
+        if c["kind"] in ("add", "add_inplace", "mul"):
             out.append(arr(f"b{i}", "int8_t", c["b"]))
-            out.append(arr(f"t{i}", "int32_t", c["tab"], 8))
+            if c["kind"] != "mul":
+                out.append(arr(f"t{i}", "int32_t", c["tab"], 8))
         if c.get("want") is not None:
             out.append(arr(f"y{i}", "int8_t", c["want"]))
         ymax = max(ymax, c["n"])
     out.append(f"#define EW_NCASES {len(cases)}\n#define EW_YMAX {ymax}\n")
     out.append("static const ew_case ew_cases[EW_NCASES] = {\n")
     for i, c in enumerate(cases):
-        add = c["kind"] in ("add", "add_inplace")
+        add = c["kind"] in ("add", "add_inplace", "mul")
         g = ", ".join(str(int(c["geom"][f])) for f in POOL_GEOM) if not add else "0"
         q = ", ".join(str(int(v)) for v in c["q"])
-        kind = {"add": 0, "pool": 1, "add_inplace": 2, "maxpool": 3}[c["kind"]]
+        kind = {"add": 0, "pool": 1, "add_inplace": 2, "maxpool": 3, "mul": 4}[c["kind"]]
         out.append(f"  {{{kind}, a{i}, {f'b{i}' if add else '0'}, {c['n']}, "
-                   f"{f't{i}' if add else '0'}, {{{q}}}, {{{g}}}, "
+                   f"{f't{i}' if add and c['kind'] != 'mul' else '0'}, {{{q}}}, {{{g}}}, "
                    f"{f'y{i}' if c.get('want') is not None else '0'}}},\n")
     out.append("};\n")
     return "".join(out)
@@ -81,14 +82,22 @@ def add_case(a, b, p, want=None, inplace=False) -> dict:
     c = pack_ew.add_constants(p)
     assert c is not None
     big, small = (a, b) if c["big"] == 0 else (b, a)
-    q = [c[k] for k in ("mult", "add", "post", "signfix", "lo", "hi")]
+    q = [c[k] for k in ("mult", "add", "post", "signfix", "lo", "hi")] + [0, 0, 0]
     return dict(kind="add_inplace" if inplace else "add", a=big, b=small, tab=c["tab"], q=q,
                 n=int(np.size(a)), want=want)
 
 
+def mul_case(a, b, p, want=None) -> dict:
+    """MUL of int8 arrays a, b with qparams.mul_params p."""
+    c = pack_ew.mul_constants(p)
+    assert c is not None
+    q = [c[k] for k in ("mult", "add", "post", "signfix", "lo", "hi", "off1", "off2", "pre")]
+    return dict(kind="mul", a=a, b=b, q=q, n=int(np.size(a)), want=want)
+
+
 def pool_case(x, geom, lo, hi, want=None, kind="pool") -> dict:
     """kind "pool" (average) or "maxpool"."""
-    return dict(kind=kind, a=x, geom=geom, q=[0, 0, 0, 0, lo, hi],
+    return dict(kind=kind, a=x, geom=geom, q=[0, 0, 0, 0, lo, hi, 0, 0, 0],
                 n=int(geom["oh"] * geom["ow"] * geom["c"]), want=want)
 
 
@@ -101,6 +110,7 @@ SHAPES = [  # name, what
     ("ResNet-8 ADD 8x8x64", ("add", (4096, (0.0839, 38, 0.2172, -2, 0.1271, -128, "relu")))),
     ("ADD none (sign term)", ("add", (4096, (0.05, 3, 0.07, -9, 0.1, 5, "none")))),
     ("ADD relu6 (clamp)", ("add", (4096, (0.05, 3, 0.07, -9, 0.1, 5, "relu6")))),
+    ("MUL none", ("mul", (4096, (0.05, 3, 0.07, -9, 0.01, 5, "none")))),
     ("KWS avg pool 25x5x64", ("pool", (25, 5, 64))),
     ("ResNet-8 avg pool 8x8x64", ("pool", (8, 8, 64))),
     ("VWW avg pool 3x3x256", ("pool", (3, 3, 256))),
@@ -111,10 +121,11 @@ SHAPES = [  # name, what
 def bench_cases(rng):
     out = []
     for _, (kind, arg) in SHAPES:
-        if kind == "add":
+        if kind in ("add", "mul"):
             n, qa = arg
-            p = qparams.add_params(*qa)
-            out.append(add_case(rng.integers(-128, 128, n), rng.integers(-128, 128, n), p))
+            a, b = rng.integers(-128, 128, n), rng.integers(-128, 128, n)
+            out.append(add_case(a, b, qparams.add_params(*qa)) if kind == "add"
+                       else mul_case(a, b, qparams.mul_params(*qa)))
         else:
             h, w, c = arg
             out.append(pool_case(rng.integers(-128, 128, (h, w, c)), global_geom(h, w, c),
@@ -138,10 +149,11 @@ def main(argv):
             print(f"{kind} {' '.join(flags)}: kernel code "
                   f"{dw_bench.text_size(exe, 'mf_ew')} bytes")
             for (name, (k, arg)), (ticks, _), c in zip(SHAPES, rows, cases):
-                elems = c["n"] if k == "add" else int(np.prod(arg))
-                print(f"  {name:26s} {'elements' if k == 'add' else 'taps':8s} {elems:6d}  "
+                ew = k in ("add", "mul")
+                elems = c["n"] if ew else int(np.prod(arg))
+                print(f"  {name:26s} {'elements' if ew else 'taps':8s} {elems:6d}  "
                       f"instr ~{ticks * TICK:7d}  {ticks * TICK / elems:5.2f} per "
-                      f"{'element' if k == 'add' else 'tap'}")
+                      f"{'element' if ew else 'tap'}")
 
 
 if __name__ == "__main__":

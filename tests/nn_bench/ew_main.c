@@ -1,5 +1,6 @@
 /* Runs every case of the generated ew_cases.h through mf_ew_add_s8 (kind 0; kind 2: in place,
- * y = the big input), mf_ew_avgpool_s8 (kind 1) or mf_ew_maxpool_s8 (kind 3):
+ * y = the big input), mf_ew_mul_s8 (kind 4), mf_ew_avgpool_s8 (kind 1) or mf_ew_maxpool_s8
+ * (kind 3):
  * compares each output byte with the expected one (when given), checks that nothing past the
  * output was written, and prints the SysTick ticks of each call. Output: one line per case,
  * "case <i> ticks <n> bad <mismatches>". */
@@ -42,6 +43,9 @@ int main(void) {
         if (t->kind == 0 || t->kind == 2)
             mf_ew_add_s8(t->kind == 2 ? ybuf : t->a, t->b, ybuf, t->n, t->tab, t->q[0],
                          t->q[1], t->q[2], t->q[3], t->q[4], t->q[5]);
+        else if (t->kind == 4)
+            mf_ew_mul_s8(t->a, t->b, ybuf, t->n, t->q[6], t->q[7], t->q[0], t->q[1], t->q[8],
+                         t->q[2], t->q[3], t->q[4], t->q[5]);
         else if (t->kind == 1)
             mf_ew_avgpool_s8(t->a, ybuf, &t->g, t->q[4], t->q[5]);
         else
