@@ -127,11 +127,13 @@ def make_cases(seed=0):
         n = int(rng.choice([1, 2, 3, 4, 5, 7, 64, 333]))
         a, b = rng.integers(-128, 128, n), rng.integers(-128, 128, n)
         out.append(ew_bench.add_case(a, b, p, tflm_add(a, b, p), inplace=i % 5 == 2))
+        out.append(ew_bench.add_case(a, b, p, tflm_add(a, b, p), inplace=i % 5 == 3,
+                                     literal=True))
     pairs = np.arange(-128, 128)
     a, b = np.repeat(pairs, 256), np.tile(pairs, 256)
     for act in ("none", "relu"):  # every input pair
         p = add_params(rng, act, tie=act == "none")
-        out.append(ew_bench.add_case(a, b, p, tflm_add(a, b, p)))
+        out.append(ew_bench.add_case(a, b, p, tflm_add(a, b, p), literal=True))
     for i in range(8):
         p = mul_params(rng, acts[i % 3], tie=i % 2 == 0)
         n = int(rng.choice([1, 3, 4, 6, 101])) if i < 6 else 65536
@@ -184,6 +186,10 @@ def test_cases_cover_the_edges(cases):
     assert any(c["q"][3] for c in adds) and any(not c["q"][3] for c in adds)  # sign term
     assert any(c["q"][4] > -128 for c in adds) and any(c["q"][5] < 127 for c in adds)
     assert any(c["n"] % 4 for c in adds) and any(c["kind"] == "add_inplace" for c in adds)
+    lit = [c for c in adds if c["literal"]]
+    assert any(c["q"][3] for c in lit) and any(c["q"][4] > -128 for c in lit)
+    assert any(c["n"] % 4 and c["n"] > 4 for c in lit)
+    assert any(c["kind"] == "add_inplace" for c in lit)
     assert any(c["q"][2] == 0 for c in adds) or True  # post = 0 needs huge output scales
     pools = [c for c in cases if c["kind"] == "pool"]
     assert sum(c["kind"] == "maxpool" for c in cases) == len(pools)

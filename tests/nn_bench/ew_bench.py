@@ -30,8 +30,9 @@ def cases_header(cases) -> str:
     q[4:6] = lo hi), want or None."""
     arr = dw_bench._arr
     out = ["#include <stdint.h>\n",
+           "typedef void (*ew_fn)(const int8_t *, const int8_t *, int8_t *);\n",
            "typedef struct { int32_t kind; const int8_t *a, *b; int32_t n; const int32_t *tab;"
-           " int32_t q[9]; mf_pool_geom g; const int8_t *want; } ew_case;\n"]
+           " int32_t q[9]; mf_pool_geom g; const int8_t *want; ew_fn fn; } ew_case;\n"]
     ymax = 1
     for i, c in enumerate(cases):
         out.append(arr(f"a{i}", "int8_t", c["a"]))
@@ -41,6 +42,11 @@ def cases_header(cases) -> str:
                 out.append(arr(f"t{i}", "int32_t", c["tab"], 8))
         if c.get("want") is not None:
             out.append(arr(f"y{i}", "int8_t", c["want"]))
+        if c.get("literal"):  # the call as the generated C makes it: every argument a literal
+            q = c["q"]
+            out.append(f"static void f{i}(const int8_t *a, const int8_t *b, int8_t *y) {{\n"
+                       f"    mf_ew_add_s8(a, b, y, {c['n']}, t{i}, {q[0]}, {q[1]}, {q[2]}, "
+                       f"{q[3]}, {q[4]}, {q[5]});\n}}\n")
         ymax = max(ymax, c["n"])
     out.append(f"#define EW_NCASES {len(cases)}\n#define EW_YMAX {ymax}\n")
     out.append("static const ew_case ew_cases[EW_NCASES] = {\n")
@@ -51,7 +57,8 @@ def cases_header(cases) -> str:
         kind = {"add": 0, "pool": 1, "add_inplace": 2, "maxpool": 3, "mul": 4}[c["kind"]]
         out.append(f"  {{{kind}, a{i}, {f'b{i}' if add else '0'}, {c['n']}, "
                    f"{f't{i}' if add and c['kind'] != 'mul' else '0'}, {{{q}}}, {{{g}}}, "
-                   f"{f'y{i}' if c.get('want') is not None else '0'}}},\n")
+                   f"{f'y{i}' if c.get('want') is not None else '0'}, "
+                   f"{f'f{i}' if c.get('literal') else '0'}}},\n")
     out.append("};\n")
     return "".join(out)
 
@@ -76,15 +83,16 @@ def build(cases, kind: str, flags, workdir) -> Path:
 run = dw_bench.run
 
 
-def add_case(a, b, p, want=None, inplace=False) -> dict:
+def add_case(a, b, p, want=None, inplace=False, literal=False) -> dict:
     """ADD of int8 arrays a (input 1), b (input 2) with qparams.add_params p; inplace: the
-    output overwrites the big input."""
+    output overwrites the big input; literal: called with literal arguments, as generated code
+    calls it (the constant-shift path)."""
     c = pack_ew.add_constants(p)
     assert c is not None
     big, small = (a, b) if c["big"] == 0 else (b, a)
     q = [c[k] for k in ("mult", "add", "post", "signfix", "lo", "hi")] + [0, 0, 0]
     return dict(kind="add_inplace" if inplace else "add", a=big, b=small, tab=c["tab"], q=q,
-                n=int(np.size(a)), want=want)
+                n=int(np.size(a)), want=want, literal=literal)
 
 
 def mul_case(a, b, p, want=None) -> dict:
@@ -124,7 +132,7 @@ def bench_cases(rng):
         if kind in ("add", "mul"):
             n, qa = arg
             a, b = rng.integers(-128, 128, n), rng.integers(-128, 128, n)
-            out.append(add_case(a, b, qparams.add_params(*qa)) if kind == "add"
+            out.append(add_case(a, b, qparams.add_params(*qa), literal=True) if kind == "add"
                        else mul_case(a, b, qparams.mul_params(*qa)))
         else:
             h, w, c = arg

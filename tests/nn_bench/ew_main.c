@@ -1,6 +1,6 @@
 /* Runs every case of the generated ew_cases.h through mf_ew_add_s8 (kind 0; kind 2: in place,
  * y = the big input), mf_ew_mul_s8 (kind 4), mf_ew_avgpool_s8 (kind 1) or mf_ew_maxpool_s8
- * (kind 3):
+ * (kind 3); an ADD case with `fn` is called through it, with literal arguments:
  * compares each output byte with the expected one (when given), checks that nothing past the
  * output was written, and prints the SysTick ticks of each call. Output: one line per case,
  * "case <i> ticks <n> bad <mismatches>". */
@@ -40,7 +40,9 @@ int main(void) {
         dw_counter_start();
         t0 = dw_counter_read();
         if (t->kind == 2) memcpy(ybuf, t->a, (size_t)t->n); /* in place: y is the big input */
-        if (t->kind == 0 || t->kind == 2)
+        if (t->fn)
+            t->fn(t->kind == 2 ? ybuf : t->a, t->b, ybuf);
+        else if (t->kind == 0 || t->kind == 2)
             mf_ew_add_s8(t->kind == 2 ? ybuf : t->a, t->b, ybuf, t->n, t->tab, t->q[0],
                          t->q[1], t->q[2], t->q[3], t->q[4], t->q[5]);
         else if (t->kind == 4)
