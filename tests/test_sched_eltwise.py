@@ -170,3 +170,20 @@ def test_m4_dsp_equals_tflm(name, kind, kw):
     got = runner.run(model, inputs if len(inputs) > 1 else next(iter(inputs.values())),
                      board="mps2-an386")
     np.testing.assert_array_equal(got, want)
+
+
+OTHER = [("mps2-an385", "qemu-system-arm"), ("mps2-an500", "qemu-system-arm"),
+         ("mps3-an547", "qemu-system-arm"), ("riscv32-virt", "qemu-system-riscv32")]
+
+
+@pytest.mark.parametrize("board,qemu", OTHER, ids=[b for b, _ in OTHER])
+def test_other_cores_equal_tflm(board, qemu):
+    """The portable bodies (Cortex-M3, RISC-V) and the DSP ones on the M7 and M55."""
+    require_tflm()
+    require_tools(qemu, "riscv64-unknown-elf-gcc" if "riscv" in board else "arm-none-eabi-gcc")
+    for name in ("add_0", "mul_2", "pool_same", "max_pool_vww"):
+        kind, kw = next((k, kw) for n, k, kw in CASES if n == name)
+        model, inputs = build(name, kind, kw)
+        got = runner.run(model, inputs if len(inputs) > 1 else next(iter(inputs.values())),
+                         board=board)
+        np.testing.assert_array_equal(got, tflm_run(model, inputs), err_msg=name)
