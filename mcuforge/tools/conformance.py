@@ -225,7 +225,8 @@ def _run_batch(cases: list, work: Path) -> list:
         for fname, text in files.items():
             (work / fname).write_text(text)
         ready.append(_Built(case, prefix, graph, names))
-    for f in ("mcuforge_rt.h", "mcuforge_math.h"):
+    from ..api import RUNTIME_FILES  # every runtime header: scheduled kernels include theirs
+    for f in RUNTIME_FILES:
         if (data_dir("runtime_c") / f).is_file():
             shutil.copy(data_dir("runtime_c") / f, work / f)
     if ready:
