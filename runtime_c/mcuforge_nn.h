@@ -392,6 +392,10 @@ MF_INLINE int8_t mf_rq_clamp(int32_t acc, const mf_rq *q, int32_t mode, int32_t 
         }                                                                                   \
     } while (0)
 
+static inline void mf_gemm_row(const int16_t *xw, int32_t G, const void *w, int32_t fmt,
+                               const int32_t *bias, const mf_rq *rq, int32_t O, int32_t lo,
+                               int32_t hi, int32_t mode, int8_t *y);
+
 #if MF_GEMM_ASM
 /* The full 4-channel blocks of one row in one asm routine (DSP, optimised builds, clamp = the
  * int8 range): gcc 12 spills around a K-loop asm block that takes 13 registers, so the block
@@ -439,13 +443,16 @@ MF_INLINE int8_t mf_rq_clamp(int32_t acc, const mf_rq *q, int32_t mode, int32_t 
 #define MF_A_CLAMP(A)                                                                       \
     "cmp " A ", r5\n\tit lt\n\tmovlt " A ", r5\n\t"                                           \
     "cmp " A ", lr\n\tit gt\n\tmovgt " A ", lr\n\t"
-#define MF_A_RQ(A, SF, CL)                                                                  \
+/* (h + add) >> post from acc << pre in A (mult, add, post in r8, r9, r11): without the sign
+ * term SMMLAR adds `add` in the high multiply itself (add * 2^32 + p + 2^31, high word: exact);
+ * with it, h is needed alone */
+#define MF_A_H(A) "smmlar " A ", " A ", r8, r9\n\tasr " A ", " A ", r11\n\t"
+#define MF_A_HSF(A)                                                                         \
+    "smmulr " A ", " A ", r8\n\tadd r9, r9, " A "\n\t" MF_A_SF(A) "asr " A ", r9, r11\n\t"
+#define MF_A_RQ(A, H, CL)                                                                   \
     "ldmia r6!, {r8, r9, r10, r11}\n\t"                                                     \
-    "lsl " A ", " A ", r10\n\t"                                                              \
-    "smmulr " A ", " A ", r8\n\t"                                                            \
-    "add r9, r9, " A "\n\t" SF "asr " A ", r9, r11\n\t" CL                                  \
-    "strb " A ", [r4], #1\n\t"
-#define MF_A_ROW(GR, SF0, SF1, SF2, SF3, LDCL, CL0, CL1, CL2, CL3)                           \
+    "lsl " A ", " A ", r10\n\t" H CL "strb " A ", [r4], #1\n\t"
+#define MF_A_ROW(GR, H0, H1, H2, H3, LDCL, CL0, CL1, CL2, CL3)                               \
     "ldr r12, %[wp]\n"                                                                      \
     "9:\n\t"                                                                                \
     "ldr r6, %[xw]\n\t"                                                                     \
@@ -453,8 +460,8 @@ MF_INLINE int8_t mf_rq_clamp(int32_t acc, const mf_rq *q, int32_t mode, int32_t 
     "ldmia r8!, {r0, r1, r2, r3}\n\t"                                                       \
     "str r8, %[bias]\n\t"                                                                   \
     "ldr lr, %[G]\n\t" MF_A_KLOOP(GR) "ldr r6, %[rq]\n\t"                                   \
-    "ldr r4, %[y]\n\t" LDCL MF_A_RQ("r0", SF0, CL0) MF_A_RQ("r1", SF1, CL1)                  \
-        MF_A_RQ("r2", SF2, CL2) MF_A_RQ("r3", SF3, CL3) "str r6, %[rq]\n\t"                   \
+    "ldr r4, %[y]\n\t" LDCL MF_A_RQ("r0", H0, CL0) MF_A_RQ("r1", H1, CL1)                      \
+        MF_A_RQ("r2", H2, CL2) MF_A_RQ("r3", H3, CL3)     "str r6, %[rq]\n\t"                   \
     "str r4, %[y]\n\t"                                                                      \
     "ldr lr, %[nb]\n\t"                                                                     \
     "subs lr, lr, #1\n\t"                                                                   \
@@ -467,7 +474,8 @@ MF_INLINE int8_t mf_rq_clamp(int32_t acc, const mf_rq *q, int32_t mode, int32_t 
     : "r0", "r1", "r2", "r3", "r4", "r5", "r6", "r8", "r9", "r10", "r11", "r12", "lr", "cc", \
       "memory"
 
-#define MF_A_SF4 MF_A_SF("r0"), MF_A_SF("r1"), MF_A_SF("r2"), MF_A_SF("r3")
+#define MF_A_SF4 MF_A_HSF("r0"), MF_A_HSF("r1"), MF_A_HSF("r2"), MF_A_HSF("r3")
+#define MF_A_NOSF4 MF_A_H("r0"), MF_A_H("r1"), MF_A_H("r2"), MF_A_H("r3")
 #define MF_A_SAT4 "", MF_A_SAT("r0"), MF_A_SAT("r1"), MF_A_SAT("r2"), MF_A_SAT("r3")
 #define MF_A_CLAMP4                                                                         \
     "ldr r5, %[lo]\n\tldr lr, %[hi]\n\t", MF_A_CLAMP("r0"), MF_A_CLAMP("r1"), MF_A_CLAMP("r2"), \
@@ -477,7 +485,7 @@ MF_INLINE int8_t mf_rq_clamp(int32_t acc, const mf_rq *q, int32_t mode, int32_t 
     if (mode == (MF_MODE_SF | MF_MODE_SAT)) {                                               \
         __asm__ volatile(MF_A_ROW_X(GR, MF_A_SF4, MF_A_SAT4) MF_A_OPS);                       \
     } else if (mode == MF_MODE_SAT) {                                                       \
-        __asm__ volatile(MF_A_ROW_X(GR, "", "", "", "", MF_A_SAT4) MF_A_OPS);                 \
+        __asm__ volatile(MF_A_ROW_X(GR, MF_A_NOSF4, MF_A_SAT4) MF_A_OPS);                    \
     } else {                                                                                \
         __asm__ volatile(MF_A_ROW_X(GR, MF_A_SF4, MF_A_CLAMP4) MF_A_OPS);                     \
     }
@@ -500,6 +508,60 @@ MF_INLINE void mf_gemm_blocks_asm(const int16_t *xw, int32_t G, int32_t nb, int3
     *pbias = bias;
     *prq = rq;
     *py = y;
+}
+
+/* The full blocks of one row when G is known at compile time (the mf_*_w16_g<G> entries, w16
+ * weights, clamp = the int8 range): the K loop is unrolled, which frees two registers: lr holds
+ * the bias pointer, r6 the widened row for the whole row (rewound after each block), so a
+ * block costs 9 instructions besides its K loop and requantization (the loop above: ~18), and
+ * the requantization drops its ADD into SMMLAR where there is no sign term. Registers as
+ * above; r4 / r5 the mf_rq and y pointers in the epilogue. */
+#define MF_K_RQ(A, H)                                                                       \
+    "ldmia r4!, {r8, r9, r10, r11}\n\t"                                                     \
+    "lsl " A ", " A ", r10\n\t" H "ssat " A ", #8, " A "\n\t"                               \
+    "strb " A ", [r5], #1\n\t"
+#define MF_K_ROW(H0, H1, H2, H3)                                                            \
+    "ldr r12, %[wp]\n\t"                                                                    \
+    "ldr lr, %[bias]\n\t"                                                                   \
+    "ldr r6, %[xw]\n"                                                                        \
+    "9:\n\t"                                                                                \
+    "ldmia lr!, {r0, r1, r2, r3}\n\t"                                                       \
+    ".rept %c[G]\n\t" MF_A_G16 ".endr\n\t"                                                 \
+    "sub r6, r6, %[G8]\n\t"                                                                 \
+    "ldr r4, %[rq]\n\t"                                                                     \
+    "ldr r5, %[y]\n\t" MF_K_RQ("r0", H0) MF_K_RQ("r1", H1) MF_K_RQ("r2", H2)                 \
+        MF_K_RQ("r3", H3) "str r4, %[rq]\n\t"                                                \
+    "str r5, %[y]\n\t"                                                                      \
+    "ldr r4, %[wend]\n\t"                                                                   \
+    "cmp r12, r4\n\t"                                                                       \
+    "bne 9b\n\t"                                                                            \
+    "str lr, %[bias]\n\t"                                                                   \
+    "str r12, %[wp]\n\t"
+#define MF_K_ROW_X(...) MF_K_ROW(__VA_ARGS__)
+#define MF_K_OPS                                                                            \
+    : [bias] "+m"(bias), [rq] "+m"(rq), [y] "+m"(y), [wp] "+m"(wp)                          \
+    : [xw] "m"(xw), [wend] "m"(wend), [G] "i"(G), [G8] "i"(8 * G)                           \
+    : "r0", "r1", "r2", "r3", "r4", "r5", "r6", "r8", "r9", "r10", "r11", "r12", "lr", "cc", \
+      "memory"
+
+/* All O outputs of one widened row (G groups, G a constant after inlining), clamp = the int8
+ * range; sf: the sign term. */
+MF_INLINE void mf_gemm_row_g(const int16_t *xw, const int32_t G, const int16_t *w,
+                             const int32_t *bias, const mf_rq *rq, int32_t O, int32_t sf,
+                             int8_t *y) {
+    const int16_t *wp = w;
+    if (O >= 4) {
+        const int16_t *wend = w + (O >> 2) * G * 16;
+        if (sf) {
+            __asm__ volatile(MF_K_ROW_X(MF_A_SF4) MF_K_OPS);
+        } else {
+            __asm__ volatile(MF_K_ROW_X(MF_A_NOSF4) MF_K_OPS);
+        }
+    }
+    if (O & 3) {
+        mf_gemm_row(xw, G, wp, MF_W16, bias, rq, O & 3, -128, 127,
+                    sf ? MF_MODE_SF | MF_MODE_SAT : MF_MODE_SAT, y);
+    }
 }
 #endif
 
@@ -644,10 +706,14 @@ static inline void mf_fill8(int8_t *d, int32_t v, int32_t n) {
  * widened straight into xw when a kernel row is a whole number of groups (k_w * in_c % 4 == 0),
  * else gathered as int8 into patch[Kp] (word copies) and widened once. The cache costs about
  * k_h * wpad * in_c byte copies per output row, a small part of the widening. */
+typedef void (*mf_row_fn)(const int16_t *xw, const int16_t *w, const int32_t *bias,
+                          const mf_rq *rq, int32_t O, int32_t sf, int8_t *y);
+
+/* rowg: the G-specialised row of a mf_conv_w16_g<G> entry (clamp = the int8 range), or 0 */
 static inline void mf_conv_body(const int8_t *x, const mf_conv_geom *g, int32_t x_zp,
                                 const void *w, int32_t fmt, const int32_t *bias,
                                 const mf_rq *rq, int32_t O, int32_t lo, int32_t hi,
-                                int32_t mode, int8_t *y, int16_t *scratch) {
+                                int32_t mode, int8_t *y, int16_t *scratch, mf_row_fn rowg) {
     const int32_t c = g->in_c, seg = g->k_w * c, K = g->k_h * seg, Kp = MF_KPAD(K);
     const int32_t G = Kp >> 2, wpad = (g->out_w - 1) * g->stride_w + g->k_w;
     const int32_t rowb = wpad * c, left = g->pad_l * c;
@@ -680,7 +746,11 @@ static inline void mf_conv_body(const int8_t *x, const mf_conv_geom *g, int32_t 
                 }
                 mf_widen_row(patch, K, scratch);
             }
-            mf_gemm_row(scratch, G, w, fmt, bias, rq, O, lo, hi, mode, y);
+            if (rowg && (mode & MF_MODE_SAT)) {
+                rowg(scratch, (const int16_t *)w, bias, rq, O, mode & MF_MODE_SF, y);
+            } else {
+                mf_gemm_row(scratch, G, w, fmt, bias, rq, O, lo, hi, mode, y);
+            }
             y += O;
         }
     }
@@ -701,7 +771,7 @@ MF_MICRO void mf_conv_w16(const int8_t *x, const mf_conv_geom *g, int32_t x_zp,
                           const int16_t *w, const int32_t *bias, const mf_rq *rq, int32_t O,
                           int32_t lo, int32_t hi, int32_t signfix, int8_t *y,
                           int16_t *scratch) {
-#define MF_BODY(mode) mf_conv_body(x, g, x_zp, w, MF_W16, bias, rq, O, lo, hi, mode, y, scratch)
+#define MF_BODY(mode) mf_conv_body(x, g, x_zp, w, MF_W16, bias, rq, O, lo, hi, mode, y, scratch, 0)
     MF_DISPATCH(MF_BODY);
 #undef MF_BODY
 }
@@ -710,9 +780,81 @@ MF_MICRO void mf_conv_w8(const int8_t *x, const mf_conv_geom *g, int32_t x_zp,
                          const int8_t *w, const int32_t *bias, const mf_rq *rq, int32_t O,
                          int32_t lo, int32_t hi, int32_t signfix, int8_t *y,
                          int16_t *scratch) {
-#define MF_BODY(mode) mf_conv_body(x, g, x_zp, w, MF_W8, bias, rq, O, lo, hi, mode, y, scratch)
+#define MF_BODY(mode) mf_conv_body(x, g, x_zp, w, MF_W8, bias, rq, O, lo, hi, mode, y, scratch, 0)
     MF_DISPATCH(MF_BODY);
 #undef MF_BODY
 }
+
+/* ---- entries specialised on K at compile time ------------------------------------------------
+ * mf_gemm_w16_g<G> / mf_conv_w16_g<G>, G = 1..16: the same arguments and results as mf_gemm_w16
+ * / mf_conv_w16 (w16 weights); when MF_KPAD(K) == 4 * G and the clamp is the int8 range (the
+ * usual case) the DSP build runs each row's full channel blocks with the K loop unrolled
+ * (mf_gemm_row_g), else it calls the general entry. The schedule picks G = MF_KPAD(K) / 4.
+ * Instructions per MAC on mps2-an386, -O2 (tests/nn_bench): see tests/nn_bench/README.md. */
+#if MF_GEMM_ASM
+#define MF_GEMM_G(G)                                                                        \
+    static __attribute__((unused, noinline)) void mf_row_g##G(                              \
+        const int16_t *xw, const int16_t *w, const int32_t *bias, const mf_rq *rq, int32_t O, \
+        int32_t sf, int8_t *y) {                                                            \
+        mf_gemm_row_g(xw, G, w, bias, rq, O, sf, y);                                        \
+    }                                                                                       \
+    MF_MICRO void mf_gemm_w16_g##G(const int8_t *x, int32_t rows, int32_t x_stride, int32_t K, \
+                                   const int16_t *w, const int32_t *bias, const mf_rq *rq,   \
+                                   int32_t O, int32_t lo, int32_t hi, int32_t signfix,       \
+                                   int8_t *y, int32_t y_stride, int16_t *scratch) {          \
+        int32_t r;                                                                          \
+        if (MF_KPAD(K) != 4 * (G) || lo != -128 || hi != 127) {                             \
+            mf_gemm_w16(x, rows, x_stride, K, w, bias, rq, O, lo, hi, signfix, y, y_stride,  \
+                        scratch);                                                           \
+            return;                                                                         \
+        }                                                                                   \
+        for (r = 0; r < rows; ++r) {                                                        \
+            mf_widen_row(x + r * x_stride, K, scratch);                                     \
+            mf_gemm_row_g(scratch, G, w, bias, rq, O, signfix, y + r * y_stride);           \
+        }                                                                                   \
+    }                                                                                       \
+    MF_MICRO void mf_conv_w16_g##G(const int8_t *x, const mf_conv_geom *g, int32_t x_zp,    \
+                                   const int16_t *w, const int32_t *bias, const mf_rq *rq,   \
+                                   int32_t O, int32_t lo, int32_t hi, int32_t signfix,       \
+                                   int8_t *y, int16_t *scratch) {                            \
+        const mf_row_fn rowg =                                                              \
+            MF_KPAD(g->k_h * g->k_w * g->in_c) == 4 * (G) ? mf_row_g##G : (mf_row_fn)0;     \
+        MF_DISPATCH(MF_CONV_G_BODY);                                                        \
+    }
+#define MF_CONV_G_BODY(mode)                                                                \
+    mf_conv_body(x, g, x_zp, w, MF_W16, bias, rq, O, lo, hi, mode, y, scratch, rowg)
+#else
+#define MF_GEMM_G(G)                                                                        \
+    MF_MICRO void mf_gemm_w16_g##G(const int8_t *x, int32_t rows, int32_t x_stride, int32_t K, \
+                                   const int16_t *w, const int32_t *bias, const mf_rq *rq,   \
+                                   int32_t O, int32_t lo, int32_t hi, int32_t signfix,       \
+                                   int8_t *y, int32_t y_stride, int16_t *scratch) {          \
+        mf_gemm_w16(x, rows, x_stride, K, w, bias, rq, O, lo, hi, signfix, y, y_stride,      \
+                    scratch);                                                               \
+    }                                                                                       \
+    MF_MICRO void mf_conv_w16_g##G(const int8_t *x, const mf_conv_geom *g, int32_t x_zp,    \
+                                   const int16_t *w, const int32_t *bias, const mf_rq *rq,   \
+                                   int32_t O, int32_t lo, int32_t hi, int32_t signfix,       \
+                                   int8_t *y, int16_t *scratch) {                            \
+        mf_conv_w16(x, g, x_zp, w, bias, rq, O, lo, hi, signfix, y, scratch);               \
+    }
+#endif
+MF_GEMM_G(1)
+MF_GEMM_G(2)
+MF_GEMM_G(3)
+MF_GEMM_G(4)
+MF_GEMM_G(5)
+MF_GEMM_G(6)
+MF_GEMM_G(7)
+MF_GEMM_G(8)
+MF_GEMM_G(9)
+MF_GEMM_G(10)
+MF_GEMM_G(11)
+MF_GEMM_G(12)
+MF_GEMM_G(13)
+MF_GEMM_G(14)
+MF_GEMM_G(15)
+MF_GEMM_G(16)
+#undef MF_GEMM_G
 
 #endif /* MCUFORGE_NN_H */

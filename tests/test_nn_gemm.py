@@ -91,15 +91,15 @@ def conv_geometry(h, w, kh, kw, stride, padding):
 
 
 # ---- random layers ---------------------------------------------------------------------------
-def random_layer(rng, o, k, act):
+def random_layer(rng, o, k, act, fused=False):
     """Weights, bias, zero points, per-channel scales (some powers of two: rounding ties) and
-    the clamp of one layer."""
+    the clamp of one layer. fused: output zero point -128 (TFLite's fused ReLU)."""
     w = rng.integers(-127, 128, (o, k))
     if rng.random() < 0.3:
         w[:, rng.integers(0, k)] = 127  # extreme taps
     bias = rng.integers(-3000, 3000, o)
     x_zp, y_zp = int(rng.integers(-128, 128)), int(rng.integers(-100, 100))
-    if act != "none" and rng.random() < 0.4:
+    if fused or (act != "none" and rng.random() < 0.4):
         y_zp = -128  # TFLite's fused ReLU: the clamp is the int8 range, no sign term needed
     spread = 128 * 80 * math.sqrt(k)  # rough |acc|
     scales = []
@@ -133,8 +133,8 @@ def kernel_args(L, w_rows):
     return folded, rq, pack.needs_signfix(L["y_zp"], L["lo"])
 
 
-def gemm_case(rng, rows, k, o, fmt, act, x_gap=0, y_gap=0):
-    L = random_layer(rng, o, k, act)
+def gemm_case(rng, rows, k, o, fmt, act, x_gap=0, y_gap=0, fused=False):
+    L = random_layer(rng, o, k, act, fused)
     xs, ys = k + x_gap, o + y_gap
     x = rng.integers(-128, 128, rows * xs).astype(np.int8)
     x_rows = np.stack([x[r * xs:r * xs + k] for r in range(rows)])
@@ -148,8 +148,8 @@ def gemm_case(rng, rows, k, o, fmt, act, x_gap=0, y_gap=0):
                 bias=folded, rq=rq, sf=sf, lo=L["lo"], hi=L["hi"], want=want)
 
 
-def conv_case(rng, h, wd, c, kh, kw, stride, padding, o, fmt, act):
-    L = random_layer(rng, o, kh * kw * c, act)
+def conv_case(rng, h, wd, c, kh, kw, stride, padding, o, fmt, act, fused=False):
+    L = random_layer(rng, o, kh * kw * c, act, fused)
     x = rng.integers(-128, 128, (h, wd, c))
     w4 = L["w"].reshape(o, kh, kw, c)
     y = tflm_conv(x, w4, L["bias"], L["x_zp"], stride, padding, L["mults"], L["shifts"],
@@ -163,11 +163,22 @@ def conv_case(rng, h, wd, c, kh, kw, stride, padding, o, fmt, act):
                 lo=L["lo"], hi=L["hi"], want=y.reshape(-1))
 
 
+# "w16g": w16 weights through the entries specialised on K (mf_gemm_w16_g<G>, G = Kp / 4 <= 16)
+FORMATS = (*pack.GEMM_FORMATS, "w16g")
+
+
+def entry(c) -> str:
+    """The kernel a case calls: mf_<kind>_<fmt>, or the K-specialised w16 entry."""
+    g = pack.kpad(c["k"]) // 4
+    fmt = c["fmt"] if c["fmt"] != "w16g" else f"w16_g{g}" if g <= 16 else "w16"
+    return f"mf_{c['kind']}_{fmt}"
+
+
 def all_cases(seed=0):
     rng = np.random.default_rng(seed)
     cases = []
     acts = ("none", "relu", "relu6")
-    for fmt in pack.GEMM_FORMATS:
+    for fmt in FORMATS:
         # hand-picked tails, then random shapes
         for rows, k, o in ((1, 1, 1), (1, 4, 4), (3, 5, 6), (2, 8, 3), (7, 64, 12),
                            (5, 63, 13), (1, 64, 12), (4, 2, 9)):
@@ -193,6 +204,22 @@ def all_cases(seed=0):
             cases.append(conv_case(rng, h, wd, int(rng.integers(1, 9)), kh, kw, s,
                                    ("SAME", "VALID")[int(rng.integers(0, 2))],
                                    int(rng.integers(1, 11)), fmt, acts[int(rng.integers(0, 3))]))
+    # the K-specialised entries' fast path (clamp = the int8 range), with and without the sign
+    # term: VWW's small-K 1x1 shapes, KWS's 64->64, K = 4G - 1..4G - 3, channel tails, gaps;
+    # then first layers with 1-3 channels
+    for i, (rows, k, o) in enumerate(((3, 8, 16), (4, 16, 8), (2, 32, 12), (3, 64, 9),
+                                      (5, 27, 5), (2, 62, 4), (1, 1, 7), (6, 13, 3),
+                                      (2, 44, 20))):
+        for fused in (False, True):
+            cases.append(gemm_case(rng, rows, k, o, "w16g", "relu" if fused else "none",
+                                   i % 3, i % 2, fused=fused))
+    for i, geo in enumerate(((12, 6, 1, 10, 4, 2, "SAME", 8), (9, 8, 3, 3, 3, 1, "SAME", 16),
+                             (9, 7, 3, 3, 3, 2, "VALID", 6), (10, 9, 3, 3, 3, 2, "SAME", 8),
+                             (7, 5, 4, 1, 1, 2, "VALID", 9))):
+        h, wd, c, kh, kw, s, pad, o = geo
+        for fused in (False, True):
+            cases.append(conv_case(rng, h, wd, c, kh, kw, s, pad, o, "w16g",
+                                   "relu" if fused else "none", fused=fused))
     return cases
 
 
@@ -217,9 +244,9 @@ def c_program(cases) -> str:
            "static int16_t scratch[SCRATCH + 8] __attribute__((aligned(4)));\n"]
     calls = []
     for i, c in enumerate(cases):
-        packed, nbytes = pack.pack_gemm_weights(c["w"], c["fmt"])
+        packed, nbytes = pack.pack_gemm_weights(c["w"], "w8" if c["fmt"] == "w8" else "w16")
         assert nbytes == packed.nbytes
-        wt = "int16_t" if c["fmt"] == "w16" else "int8_t"
+        wt = "int8_t" if c["fmt"] == "w8" else "int16_t"
         out.append(c_array("int8_t", f"x{i}", c["x"]))
         out.append(c_array(wt, f"w{i}", packed, align=True))
         out.append(c_array("int32_t", f"b{i}", c["bias"]))
@@ -229,12 +256,12 @@ def c_program(cases) -> str:
         out.append(f"static int8_t y{i}[{len(c['want'])}];\n")
         common = f"b{i}, rq{i}, {c['o']}, {c['lo']}, {c['hi']}, {c['sf']}, y{i}"
         if c["kind"] == "gemm":
-            call = (f"mf_gemm_{c['fmt']}(x{i}, {c['rows']}, {c['xs']}, {c['k']}, w{i}, {common}, "
+            call = (f"{entry(c)}(x{i}, {c['rows']}, {c['xs']}, {c['k']}, w{i}, {common}, "
                     f"{c['ys']}, scratch)")
         else:
             geom = ",".join(map(str, c["geom"]))
             out.append(f"static const mf_conv_geom g{i} = {{{geom}}};\n")
-            call = f"mf_conv_{c['fmt']}(x{i}, &g{i}, {c['x_zp']}, w{i}, {common}, scratch)"
+            call = f"{entry(c)}(x{i}, &g{i}, {c['x_zp']}, w{i}, {common}, scratch)"
         need = (scratch_bytes(c) + 1) // 2
         calls.append(f"    memset(y{i}, {SENTINEL}, sizeof y{i});\n"
                      f"    for (j = {need}; j < SCRATCH + 8; ++j) scratch[j] = 0x1234;\n"

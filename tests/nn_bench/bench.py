@@ -54,8 +54,11 @@ def program(fmt: str, rng, act: str = "relu") -> str:
                 pack.conv_scratch_bytes(geo[3], geo[4], geo[2], geo[6], geo[10]))
         scratch = max(scratch, (need + 1) // 2)
         w, bias, rq = _layer(rng, o, k)
-        packed, _ = pack.pack_gemm_weights(w, fmt)
-        wt = "int16_t" if fmt == "w16" else "int8_t"
+        packed, _ = pack.pack_gemm_weights(w, "w8" if fmt == "w8" else "w16")
+        wt = "int8_t" if fmt == "w8" else "int16_t"
+        # "w16g": the entries specialised on K (mf_*_w16_g<G>)
+        name_fmt = f"w16_g{pack.kpad(k) // 4}" if fmt == "w16g" and k <= 64 else (
+            "w16" if fmt == "w16g" else fmt)
         if kind == "gemm":
             nx, ny, macs = geo["rows"] * k, geo["rows"] * o, geo["rows"] * k * o
         else:
@@ -69,10 +72,10 @@ def program(fmt: str, rng, act: str = "relu") -> str:
             "{%d,%d,%d,%d}" % tuple(r) for r in rq.tolist()) + "};\n")
         tail = f"w{i}, b{i}, rq{i}, {o}, v_lo, v_hi, v_sf, y{i}"
         if kind == "gemm":
-            call = f"mf_gemm_{fmt}(x{i}, {geo['rows']}, {k}, {k}, {tail}, {o}, scratch)"
+            call = f"mf_gemm_{name_fmt}(x{i}, {geo['rows']}, {k}, {k}, {tail}, {o}, scratch)"
         else:
             src.append(f"static const mf_conv_geom g{i} = {{{','.join(map(str, geo))}}};\n")
-            call = f"mf_conv_{fmt}(x{i}, &g{i}, -3, {tail}, scratch)"
+            call = f"mf_conv_{name_fmt}(x{i}, &g{i}, -3, {tail}, scratch)"
         body.append(f"""    for (j = 0; j < {nx}; ++j) x{i}[j] = (int8_t)(j * 37 + 11);
     {call};
     t0 = bench_counter_read();
@@ -86,7 +89,7 @@ def program(fmt: str, rng, act: str = "relu") -> str:
     return "".join(src)
 
 
-def measure(opts, fmts=pack.GEMM_FORMATS, act="relu", target="m4"):
+def measure(opts, fmts=("w16", "w16g", "w8"), act="relu", target="m4"):
     """{(fmt, opt): [(shape, instr/MAC)]}"""
     results = {}
     with tempfile.TemporaryDirectory() as d:
