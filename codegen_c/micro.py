@@ -97,6 +97,10 @@ def _conv(fmt):
 
 INTRINSICS.update({"mf_gemm_w16": _gemm("w16"), "mf_gemm_w8": _gemm("w8"),
                    "mf_conv_w16": _conv("w16"), "mf_conv_w8": _conv("w8")})
+# the entries specialised on K compute the same (w16 weights; any K, falling back in C)
+for _g in range(1, 17):
+    INTRINSICS[f"mf_gemm_w16_g{_g}"] = INTRINSICS["mf_gemm_w16"]
+    INTRINSICS[f"mf_conv_w16_g{_g}"] = INTRINSICS["mf_conv_w16"]
 
 
 DW_GEOM = ("h", "w", "c", "oh", "ow", "stride", "pad_t", "pad_l", "transpose", "pw", "rows")

@@ -114,6 +114,9 @@ def pack_gemm_weights(w_rows, fmt: str):
     return arr, arr.nbytes
 
 
+MAX_UNROLLED_GROUPS = 16  # mf_gemm_w16_g<G> / mf_conv_w16_g<G> exist for G = 1..16
+
+
 def gemm_scratch_bytes(k: int) -> int:
     """Scratch bytes one mf_gemm_* call needs for K taps per output: the widened row
     (int16[Kp]). 4-byte aligned."""

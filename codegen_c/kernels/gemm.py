@@ -79,13 +79,17 @@ def gemm(ctx: OpContext, ref: ir.Kernel, target) -> ir.Kernel | None:
     common = (ir.Ptr("w", ir.Const(0)), ir.Ptr("bias", ir.Const(0)),
               ir.Ptr("rq", ir.Const(0), ctype="const mf_rq *"), ir.Const(o),
               ir.Const(layer["lo"]), ir.Const(layer["hi"]), ir.Const(layer["signfix"]))
+    # the entries specialised on K (K loop unrolled) where their fast path applies
+    g = pack.kpad(k) // 4
+    entry = f"{fmt}_g{g}" if fmt == "w16" and g <= pack.MAX_UNROLLED_GROUPS and (
+        layer["lo"], layer["hi"]) == (-128, 127) else fmt
     one_by_one = ctx.node.op == "fully_connected" or (
         rows.shape[1] == x.shape[-1] and tuple(ctx.attrs["stride"]) == (1, 1)
         and not any(ctx.attrs["padding"]))
     if one_by_one:
         n_rows = x.size // k
         scratch = pack.gemm_scratch_bytes(k)
-        body = (ir.CallStmt(f"mf_gemm_{fmt}", (
+        body = (ir.CallStmt(f"mf_gemm_{entry}", (
             ir.Ptr("x", ir.Const(0)), ir.Const(n_rows), ir.Const(k), ir.Const(k), *common,
             ir.Ptr("y", ir.Const(0)), ir.Const(o), ir.Ptr("scratch", ir.Const(0)))),)
         how = f"{n_rows} rows x {k} taps"
@@ -99,7 +103,7 @@ def gemm(ctx: OpContext, ref: ir.Kernel, target) -> ir.Kernel | None:
                                 "mf_conv_geom: input h w c, kernel h w, stride h w, pad t l, "
                                 "output h w"))
         scratch = pack.conv_scratch_bytes(kh, kw, c, sw, ow)
-        body = ir.loops([("n", n)], lambda b: [ir.CallStmt(f"mf_conv_{fmt}", (
+        body = ir.loops([("n", n)], lambda b: [ir.CallStmt(f"mf_conv_{entry}", (
             ir.Ptr("x", b * (h * w_ * c)), ir.Ptr("geom", ir.Const(0), ctype="const mf_conv_geom *"),
             ir.Const(layer["x_zp"]), *common, ir.Ptr("y", b * (oh * ow * o)),
             ir.Ptr("scratch", ir.Const(0))))])
@@ -107,8 +111,8 @@ def gemm(ctx: OpContext, ref: ir.Kernel, target) -> ir.Kernel | None:
     bufs = [b for b in ref.params if b.kind != "scratch"] + consts + [
         ir.Buffer("scratch", "int16", (scratch + 1) // 2, "scratch")]
     why = " (int8: the flash budget)" if fmt == "w8" and target.dsp else ""
-    doc = (f"{ref.doc}\nscheduled: mf_{'gemm' if one_by_one else 'conv'}_{fmt} ({how}), weights "
+    doc = (f"{ref.doc}\nscheduled: mf_{'gemm' if one_by_one else 'conv'}_{entry} ({how}), weights "
            f"{fmt}{why} packed 4 channels x 4 taps ({packed.nbytes} bytes), {scratch} bytes "
            f"scratch")
     return ir.Kernel(ctx.name, tuple(bufs), tuple(body), doc, ref.macs,
-                     f"mf_{'gemm' if one_by_one else 'conv'}_{fmt}")
+                     f"mf_{'gemm' if one_by_one else 'conv'}_{entry}")
