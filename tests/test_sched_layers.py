@@ -118,6 +118,11 @@ def cases():
     # and KWS's 10x4 on one channel, with and without the sign term
     for name, op, kw in (("g_1x1_k8", "CONV_2D", dict(hw=(5, 7), c=8, o=16, k=(1, 1))),
                          ("g_1x1_k30", "CONV_2D", dict(hw=(3, 3), c=30, o=10, k=(1, 1))),
+                         # strided 1x1 (ResNet-8's shortcuts): GEMM rows over every 2nd pixel
+                         ("g_1x1_s2", "CONV_2D", dict(hw=(7, 9), c=16, o=8, k=(1, 1),
+                                                      stride=(2, 2))),
+                         ("g_1x1_s21", "CONV_2D", dict(hw=(6, 5), c=5, o=6, k=(1, 1),
+                                                       stride=(2, 1), pad=VALID)),
                          ("g_rgb_s2", "CONV_2D", dict(hw=(9, 8), c=3, o=8, stride=(2, 2))),
                          ("g_rgb_s1", "CONV_2D", dict(hw=(6, 7), c=3, o=16, pad=VALID)),
                          ("g_kws", "CONV_2D", dict(hw=(13, 6), c=1, o=12, k=(10, 4),
@@ -144,6 +149,7 @@ def test_scheduled_kernel_equals_reference(name, op, kw):
             assert k is not ref and k.scratch, "the schedule should apply"
         if target is M4 and name.startswith("g_"):
             assert "_w16_g" in k.schedule, k.schedule  # the K-specialised entry
+            assert k.schedule.startswith("mf_gemm") == ("1x1" in name), k.schedule
         y = np.zeros(g.tensors[g.outputs[0]].size, np.int8)
         run_kernel(k, {"x": x[0].reshape(-1).copy(), "y": y})
         ys.append(y)

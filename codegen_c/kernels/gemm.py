@@ -93,6 +93,18 @@ def gemm(ctx: OpContext, ref: ir.Kernel, target) -> ir.Kernel | None:
             ir.Ptr("x", ir.Const(0)), ir.Const(n_rows), ir.Const(k), ir.Const(k), *common,
             ir.Ptr("y", ir.Const(0)), ir.Const(o), ir.Ptr("scratch", ir.Const(0)))),)
         how = f"{n_rows} rows x {k} taps"
+    elif rows.shape[1] == x.shape[-1] and not any(ctx.attrs["padding"]):
+        # a strided 1x1 convolution: per output row, one call over every stride_w-th pixel
+        n, h, w_, c = x.shape
+        _, oh, ow, _ = y.shape
+        sh, sw = ctx.attrs["stride"]
+        scratch = pack.gemm_scratch_bytes(k)
+        body = ir.loops([("n", n), ("oy", oh)], lambda b, oy: [ir.CallStmt(f"mf_gemm_{entry}", (
+            ir.Ptr("x", b * (h * w_ * c) + oy * (sh * w_ * c)), ir.Const(ow), ir.Const(sw * c),
+            ir.Const(k), *common, ir.Ptr("y", b * (oh * ow * o) + oy * (ow * o)), ir.Const(o),
+            ir.Ptr("scratch", ir.Const(0))))])
+        how = f"{oh} output rows x {ow} pixels x {k} taps, input stride {sw} pixels"
+        one_by_one = True
     else:
         n, h, w_, c = x.shape
         _, oh, ow, _ = y.shape
