@@ -36,7 +36,10 @@ def requantize(acc: np.ndarray, rq: np.ndarray, signfix: int, lo: int, hi: int) 
     shifted = _fits(acc << pre, "acc << pre")
     h = (shifted * mult + (1 << 31)) >> 32
     v = _fits(h + add, "h + add")
-    v = v + np.where((h < 0) & (post > 0) & (signfix != 0), -1, 0)
+    if signfix == 2 and (lo, hi) == (-128, 127):  # the sign term from the accumulator
+        v = v + np.where(acc < 0, -1, 0)
+    else:
+        v = v + np.where((h < 0) & (post > 0) & (signfix != 0), -1, 0)
     return np.clip(v >> post, lo, hi)
 
 

@@ -84,6 +84,19 @@ def needs_signfix(zp: int, lo: int) -> int:
     return 0 if lo >= zp else 1
 
 
+def signfix_mode(zp: int, lo: int, rq, zero_acc=None) -> int:
+    """The GEMM kernels' signfix argument: 0 when lo >= zp; 2 (the sign term taken from the
+    accumulator, cheaper: see mf_rq_clamp) when every channel has post >= 1 or an accumulator
+    that is always 0 (zero_acc[o]: zero weights and bias); else 1."""
+    if not needs_signfix(zp, lo):
+        return 0
+    post = np.asarray(rq, np.int64).reshape(-1, 4)[:, 3]
+    ok = post >= 1
+    if zero_acc is not None:
+        ok |= np.asarray(zero_acc, bool)
+    return 2 if ok.all() else 1
+
+
 # ---- GEMM micro-kernels (mf_gemm_w16/w8, mf_conv_w16/w8 in mcuforge_nn.h) -------------------
 GEMM_FORMATS = ("w16", "w8")  # int16 pre-widened (2x flash, fastest), int8 widened in the loop
 _LANES = {"w16": (0, 2, 1, 3), "w8": (0, 1, 2, 3)}  # tap order within a group of 4

@@ -351,16 +351,25 @@ MF_INLINE void mf_dot4(const int16_t *xw, const void *wblock, int32_t G, int32_t
 
 /* Requantize and clamp one accumulator. mode (a constant after inlining): bit 0 the sign
  * term (signfix), bit 1 set when [lo, hi] is the whole int8 range (one SSAT; the usual case:
- * TFLite's fused ReLU/ReLU6 give the output zero point -128 and no clamp left inside int8). */
+ * TFLite's fused ReLU/ReLU6 give the output zero point -128 and no clamp left inside int8),
+ * bit 2 (with bit 0; signfix 2) the sign term taken from the accumulator instead of h:
+ *   v = (h + add + (acc >> 31)) >> post
+ * which folds into SMMLAR's addend (add + (acc >> 31), before the multiply). Equal to the sign
+ * term of h: acc >= 0 gives h >= 0; acc < 0 gives h <= 0, and where h = 0 both give zp as
+ * (2^(post-1) - 1 + (zp << post)) >> post = zp for post >= 1. So signfix 2 needs post >= 1 in
+ * every channel whose accumulator can be negative (pack: signfix_mode). */
 #define MF_MODE_SF 1
 #define MF_MODE_SAT 2
+#define MF_MODE_SFA 4
 MF_INLINE int8_t mf_rq_clamp(int32_t acc, const mf_rq *q, int32_t mode, int32_t lo,
                                  int32_t hi) {
     int32_t mult, add, pre, post, h, v;
     MF_LDM4(q, mult, add, pre, post); /* then mf_rq_apply(acc, q, mode & MF_MODE_SF) */
     h = mf_smmlar((int32_t)((uint32_t)acc << pre), mult);
     v = h + add;
-    if ((mode & MF_MODE_SF) && post) {
+    if (mode & MF_MODE_SFA) {
+        v += acc >> 31;
+    } else if ((mode & MF_MODE_SF) && post) {
         v += h >> 31;
     }
     v >>= post;
@@ -378,11 +387,13 @@ MF_INLINE int8_t mf_rq_clamp(int32_t acc, const mf_rq *q, int32_t mode, int32_t 
     return (int8_t)v;
 }
 
-/* The mode constant of a call: the general clamp keeps the sign term (always exact). */
+/* The mode constant of a call: the general clamp keeps the sign term of h (always exact). */
 #define MF_DISPATCH(BODY)                                                                   \
     do {                                                                                    \
         if (lo == -128 && hi == 127) {                                                      \
-            if (signfix) {                                                                  \
+            if (signfix == 2) {                                                             \
+                BODY(MF_MODE_SF | MF_MODE_SFA | MF_MODE_SAT);                               \
+            } else if (signfix) {                                                           \
                 BODY(MF_MODE_SF | MF_MODE_SAT);                                             \
             } else {                                                                        \
                 BODY(MF_MODE_SAT);                                                          \
@@ -449,6 +460,8 @@ static inline void mf_gemm_row(const int16_t *xw, int32_t G, const void *w, int3
 #define MF_A_H(A) "smmlar " A ", " A ", r8, r9\n\tasr " A ", " A ", r11\n\t"
 #define MF_A_HSF(A)                                                                         \
     "smmulr " A ", " A ", r8\n\tadd r9, r9, " A "\n\t" MF_A_SF(A) "asr " A ", r9, r11\n\t"
+/* signfix 2: the sign of acc << pre into the addend, then as without the sign term */
+#define MF_A_HSFA(A) "add r9, r9, " A ", asr #31\n\t" MF_A_H(A)
 #define MF_A_RQ(A, H, CL)                                                                   \
     "ldmia r6!, {r8, r9, r10, r11}\n\t"                                                     \
     "lsl " A ", " A ", r10\n\t" H CL "strb " A ", [r4], #1\n\t"
@@ -476,13 +489,16 @@ static inline void mf_gemm_row(const int16_t *xw, int32_t G, const void *w, int3
 
 #define MF_A_SF4 MF_A_HSF("r0"), MF_A_HSF("r1"), MF_A_HSF("r2"), MF_A_HSF("r3")
 #define MF_A_NOSF4 MF_A_H("r0"), MF_A_H("r1"), MF_A_H("r2"), MF_A_H("r3")
+#define MF_A_SFA4 MF_A_HSFA("r0"), MF_A_HSFA("r1"), MF_A_HSFA("r2"), MF_A_HSFA("r3")
 #define MF_A_SAT4 "", MF_A_SAT("r0"), MF_A_SAT("r1"), MF_A_SAT("r2"), MF_A_SAT("r3")
 #define MF_A_CLAMP4                                                                         \
     "ldr r5, %[lo]\n\tldr lr, %[hi]\n\t", MF_A_CLAMP("r0"), MF_A_CLAMP("r1"), MF_A_CLAMP("r2"), \
         MF_A_CLAMP("r3")
 #define MF_A_ROW_X(...) MF_A_ROW(__VA_ARGS__) /* expands the 4-tuples into 4 arguments */
 #define MF_A_MODES(GR)                                                                      \
-    if (mode == (MF_MODE_SF | MF_MODE_SAT)) {                                               \
+    if (mode == (MF_MODE_SF | MF_MODE_SFA | MF_MODE_SAT)) {                                 \
+        __asm__ volatile(MF_A_ROW_X(GR, MF_A_SFA4, MF_A_SAT4) MF_A_OPS);                      \
+    } else if (mode == (MF_MODE_SF | MF_MODE_SAT)) {                                        \
         __asm__ volatile(MF_A_ROW_X(GR, MF_A_SF4, MF_A_SAT4) MF_A_OPS);                       \
     } else if (mode == MF_MODE_SAT) {                                                       \
         __asm__ volatile(MF_A_ROW_X(GR, MF_A_NOSF4, MF_A_SAT4) MF_A_OPS);                    \
@@ -545,22 +561,26 @@ MF_INLINE void mf_gemm_blocks_asm(const int16_t *xw, int32_t G, int32_t nb, int3
       "memory"
 
 /* All O outputs of one widened row (G groups, G a constant after inlining), clamp = the int8
- * range; sf: the sign term. */
+ * range; sf: the signfix argument (0 or 2 here; 1 takes the general row). */
 MF_INLINE void mf_gemm_row_g(const int16_t *xw, const int32_t G, const int16_t *w,
                              const int32_t *bias, const mf_rq *rq, int32_t O, int32_t sf,
                              int8_t *y) {
     const int16_t *wp = w;
+    if (sf == 1) {
+        mf_gemm_row(xw, G, w, MF_W16, bias, rq, O, -128, 127, MF_MODE_SF | MF_MODE_SAT, y);
+        return;
+    }
     if (O >= 4) {
         const int16_t *wend = w + (O >> 2) * G * 16;
         if (sf) {
-            __asm__ volatile(MF_K_ROW_X(MF_A_SF4) MF_K_OPS);
+            __asm__ volatile(MF_K_ROW_X(MF_A_SFA4) MF_K_OPS);
         } else {
             __asm__ volatile(MF_K_ROW_X(MF_A_NOSF4) MF_K_OPS);
         }
     }
     if (O & 3) {
         mf_gemm_row(xw, G, wp, MF_W16, bias, rq, O & 3, -128, 127,
-                    sf ? MF_MODE_SF | MF_MODE_SAT : MF_MODE_SAT, y);
+                    sf ? MF_MODE_SF | MF_MODE_SFA | MF_MODE_SAT : MF_MODE_SAT, y);
     }
 }
 #endif
@@ -631,7 +651,8 @@ static inline void mf_gemm_body(const int8_t *x, int32_t rows, int32_t x_stride,
  *   bias     int32_t[O], input zero point folded in (pack.fold_bias)
  *   rq       mf_rq[O] (pack.requant_params; its int32 exactness proof must hold)
  *   lo, hi   the output clamp, -128 <= lo <= hi <= 127 (lo = -128, hi = 127 is fastest)
- *   signfix  pack.needs_signfix(y_zp, lo); 1 is always exact
+ *   signfix  pack.needs_signfix(y_zp, lo) (0 or 1; 1 is always exact) or 2 where
+ *            pack.signfix_mode allows it (the sign term from the accumulator, see mf_rq_clamp)
  *   y        int8 outputs, row r at y + r * y_stride, y_stride >= O (gaps untouched)
  *   scratch  pack.gemm_scratch_bytes(K) bytes (int16_t[Kp]), 4-byte aligned
  *   x, y and scratch must not overlap. */
@@ -747,7 +768,8 @@ static inline void mf_conv_body(const int8_t *x, const mf_conv_geom *g, int32_t 
                 mf_widen_row(patch, K, scratch);
             }
             if (rowg && (mode & MF_MODE_SAT)) {
-                rowg(scratch, (const int16_t *)w, bias, rq, O, mode & MF_MODE_SF, y);
+                rowg(scratch, (const int16_t *)w, bias, rq, O,
+                     mode & MF_MODE_SFA ? 2 : mode & MF_MODE_SF, y);
             } else {
                 mf_gemm_row(scratch, G, w, fmt, bias, rq, O, lo, hi, mode, y);
             }

@@ -91,9 +91,10 @@ def conv_geometry(h, w, kh, kw, stride, padding):
 
 
 # ---- random layers ---------------------------------------------------------------------------
-def random_layer(rng, o, k, act, fused=False):
+def random_layer(rng, o, k, act, fused=False, post0=True):
     """Weights, bias, zero points, per-channel scales (some powers of two: rounding ties) and
-    the clamp of one layer. fused: output zero point -128 (TFLite's fused ReLU)."""
+    the clamp of one layer. fused: output zero point -128 (TFLite's fused ReLU); post0: some
+    channels with scale >= 0.5 (no right shift)."""
     w = rng.integers(-127, 128, (o, k))
     if rng.random() < 0.3:
         w[:, rng.integers(0, k)] = 127  # extreme taps
@@ -107,7 +108,7 @@ def random_layer(rng, o, k, act, fused=False):
         r = rng.random()
         if r < 0.3:
             scales.append(2.0 ** -int(rng.integers(1, 8)))  # exact halves: ties
-        elif r < 0.4:
+        elif r < 0.4 and post0:
             scales.append(float(rng.uniform(0.5, 0.99)))  # shift 0: no right shift
             w[i] = 0  # and a small accumulator, so that the output is not all clamped
             w[i, rng.integers(0, k)] = rng.choice([-1, 1])
@@ -121,8 +122,10 @@ def random_layer(rng, o, k, act, fused=False):
         lo, hi = max(-128, y_zp), min(127, y_zp + int(rng.integers(5, 60)))
     else:
         lo, hi = -128, 127
+    # signfix: mostly what the compiler passes (pack.signfix_mode: 2 = the sign term from the
+    # accumulator where every channel shifts right), sometimes the classic 1
     return dict(w=w, bias=bias, x_zp=x_zp, y_zp=y_zp, mults=[m for m, _ in ms],
-                shifts=[s for _, s in ms], lo=lo, hi=hi)
+                shifts=[s for _, s in ms], lo=lo, hi=hi, classic_sf=bool(rng.random() < 0.3))
 
 
 def kernel_args(L, w_rows):
@@ -130,11 +133,13 @@ def kernel_args(L, w_rows):
     folded = pack.fold_bias(L["bias"], w_rows, L["x_zp"])
     rq = pack.requant_params(L["mults"], L["shifts"], L["y_zp"], pack.acc_bounds(folded, w_rows))
     assert folded is not None and rq is not None
-    return folded, rq, pack.needs_signfix(L["y_zp"], L["lo"])
+    if L.get("classic_sf"):
+        return folded, rq, pack.needs_signfix(L["y_zp"], L["lo"])
+    return folded, rq, pack.signfix_mode(L["y_zp"], L["lo"], rq)
 
 
-def gemm_case(rng, rows, k, o, fmt, act, x_gap=0, y_gap=0, fused=False):
-    L = random_layer(rng, o, k, act, fused)
+def gemm_case(rng, rows, k, o, fmt, act, x_gap=0, y_gap=0, fused=False, post0=True):
+    L = random_layer(rng, o, k, act, fused, post0)
     xs, ys = k + x_gap, o + y_gap
     x = rng.integers(-128, 128, rows * xs).astype(np.int8)
     x_rows = np.stack([x[r * xs:r * xs + k] for r in range(rows)])
@@ -148,8 +153,9 @@ def gemm_case(rng, rows, k, o, fmt, act, x_gap=0, y_gap=0, fused=False):
                 bias=folded, rq=rq, sf=sf, lo=L["lo"], hi=L["hi"], want=want)
 
 
-def conv_case(rng, h, wd, c, kh, kw, stride, padding, o, fmt, act, fused=False):
-    L = random_layer(rng, o, kh * kw * c, act, fused)
+def conv_case(rng, h, wd, c, kh, kw, stride, padding, o, fmt, act, fused=False,
+              post0=True):
+    L = random_layer(rng, o, kh * kw * c, act, fused, post0)
     x = rng.integers(-128, 128, (h, wd, c))
     w4 = L["w"].reshape(o, kh, kw, c)
     y = tflm_conv(x, w4, L["bias"], L["x_zp"], stride, padding, L["mults"], L["shifts"],
@@ -210,16 +216,22 @@ def all_cases(seed=0):
     for i, (rows, k, o) in enumerate(((3, 8, 16), (4, 16, 8), (2, 32, 12), (3, 64, 9),
                                       (5, 27, 5), (2, 62, 4), (1, 1, 7), (6, 13, 3),
                                       (2, 44, 20))):
-        for fused in (False, True):
+        for fused, post0 in ((False, True), (False, False), (True, True)):
             cases.append(gemm_case(rng, rows, k, o, "w16g", "relu" if fused else "none",
-                                   i % 3, i % 2, fused=fused))
+                                   i % 3, i % 2, fused=fused, post0=post0))
     for i, geo in enumerate(((12, 6, 1, 10, 4, 2, "SAME", 8), (9, 8, 3, 3, 3, 1, "SAME", 16),
                              (9, 7, 3, 3, 3, 2, "VALID", 6), (10, 9, 3, 3, 3, 2, "SAME", 8),
                              (7, 5, 4, 1, 1, 2, "VALID", 9))):
         h, wd, c, kh, kw, s, pad, o = geo
-        for fused in (False, True):
+        for fused, post0 in ((False, True), (False, False), (True, True)):
             cases.append(conv_case(rng, h, wd, c, kh, kw, s, pad, o, "w16g",
-                                   "relu" if fused else "none", fused=fused))
+                                   "relu" if fused else "none", fused=fused, post0=post0))
+    # every format's general row (K beyond the unrolled entries) with the sign term from the
+    # accumulator (no channel without a right shift: signfix 2 unless classic_sf)
+    for fmt in FORMATS:
+        for rows, k, o in ((3, 144, 8), (2, 70, 11), (4, 9, 6)):
+            cases.append(gemm_case(rng, rows, k, o, fmt, "none", post0=False))
+        cases.append(conv_case(rng, 6, 6, 16, 3, 3, 1, "SAME", 7, fmt, "none", post0=False))
     return cases
 
 
@@ -436,3 +448,30 @@ def test_against_tflite_micro(tmp_path, target):
     src = tmp_path / "tflm_conv.c"
     src.write_text(c_program(cases))
     check_build((src, len(cases)), target, "-O2")
+
+
+def test_sign_term_from_the_accumulator():
+    """signfix 2 (mf_rq_clamp's MF_MODE_SFA): (h + add + (acc >> 31)) >> post equals TFLM's
+    MultiplyByQuantizedMultiplier + zero point for post >= 1, including acc = -1 with the
+    multiplier 2^30 (scale a power of two), where h = 0 while acc < 0; with post = 0 it does
+    not (which is why pack.signfix_mode requires post >= 1)."""
+    rng = np.random.default_rng(8)
+    acc = np.concatenate([np.arange(-3000, 3000), rng.integers(-2**22, 2**22, 20000)])
+    for real in (2.0**-12, 0.37 * 2.0**-9, 2.0**-3, 0.7, 0.9):
+        mult, shift = quantize_multiplier(real)
+        zp = int(rng.integers(-100, 100))
+        rq = pack.requant_params([mult], [shift], zp, [2**23])[0].astype(np.int64)
+        m, add, pre, post = rq.tolist()
+        h = ((acc << pre) * m + 2**31) >> 32
+        fast = (h + add + np.where(acc < 0, -1, 0)) >> post
+        want = zp + mbqm(acc, mult, shift)
+        if mult == 2**30:  # acc = -1 gives h = 0: the one case where the two signs differ
+            assert ((h == 0) & (acc < 0)).any()
+        if post >= 1:
+            np.testing.assert_array_equal(fast, want)
+        else:
+            assert (fast != want).any()
+    assert pack.signfix_mode(-128, -128, [[1, 0, 1, 3]]) == 0
+    assert pack.signfix_mode(5, -128, [[1, 0, 1, 3], [1, 0, 1, 1]]) == 2
+    assert pack.signfix_mode(5, -128, [[1, 0, 1, 3], [1, 0, 1, 0]]) == 1
+    assert pack.signfix_mode(5, -128, [[1, 0, 1, 3], [0, 7, 1, 0]], [False, True]) == 2

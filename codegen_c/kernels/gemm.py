@@ -51,8 +51,9 @@ def gemm_layer(ctx: OpContext) -> dict | None:
         return None
     for c, value in const.items():  # mult 0: h = 0, y = add
         rq[c] = (0, value, 1, 0)
+    zero_acc = ~rows.any(axis=1) & (folded == 0)
     return dict(rows=rows, bias=folded, rq=rq, lo=int(lo), hi=int(hi), x_zp=x_zp,
-                signfix=pack.needs_signfix(y_zp, int(lo)))
+                signfix=pack.signfix_mode(y_zp, int(lo), rq, zero_acc))
 
 
 def weight_format(ctx: OpContext, target) -> str:
