@@ -169,3 +169,37 @@ def conv_geom(in_h: int, in_w: int, in_c: int, k_h: int, k_w: int, stride_h: int
     pad_t = max((out_h - 1) * stride_h + k_h - in_h, 0) // 2
     pad_l = max((out_w - 1) * stride_w + k_w - in_w, 0) // 2
     return (in_h, in_w, in_c, k_h, k_w, stride_h, stride_w, pad_t, pad_l, out_h, out_w)
+
+
+# ---- im2col-free convolution (mf_convp_*): the patch read from widened rows ------------------
+def conv_pair_order(k_h: int, k_w: int, in_c: int) -> np.ndarray:
+    """Per tap of mf_convp_*'s K' = 4 * ceil(n * k_h / 2) taps (n = ceil(k_w * in_c / 2)), the
+    original tap (ky * k_w + kx) * in_c + ci it multiplies, or -1 (weight 0). The kernel's
+    activation words are pairs (e_2p, e_2p+1) of each kernel row's piece, word m = p * k_h + ky;
+    group g holds words 2g (lanes 0, 2: taps 4g, 4g + 2) and 2g + 1 (taps 4g + 1, 4g + 3)."""
+    seg = k_w * in_c
+    n = (seg + 1) // 2
+    groups = (n * k_h + 1) // 2
+    t = np.arange(4 * groups)
+    m = 2 * (t // 4) + (t % 4) % 2
+    e = 2 * (m // k_h) + (t % 4) // 2
+    ky = m % k_h
+    return np.where(e < seg, ky * seg + e, -1)
+
+
+def pair_rows(w_rows, k_h: int, k_w: int, in_c: int) -> np.ndarray:
+    """Conv weights [O, K] (OHWI flattened) reordered for mf_convp_*: [O, K'], zero where
+    conv_pair_order is -1; pack them with pack_gemm_weights."""
+    w = np.asarray(w_rows, dtype=np.int64).reshape(len(w_rows), -1)
+    idx = conv_pair_order(k_h, k_w, in_c)
+    return np.where(idx >= 0, w[:, np.maximum(idx, 0)], 0)
+
+
+def convp_scratch_bytes(k_h: int, k_w: int, in_c: int, stride_w: int, out_w: int) -> int:
+    """Scratch bytes of one mf_convp_* call: int32 [copies][npos * k_h] widened rows (npos =
+    ceil(wpad * in_c / 2) + 1, copies 2 when stride_w * in_c is odd) and one padded int8 row
+    of wpad * in_c + 8 bytes (wpad = (out_w - 1) * stride_w + k_w)."""
+    rowb = ((out_w - 1) * stride_w + k_w) * in_c
+    npos = (rowb + 1) // 2 + 1
+    copies = 2 if (stride_w * in_c) % 2 else 1
+    return 4 * npos * k_h * copies + rowb + 8

@@ -807,6 +807,118 @@ MF_MICRO void mf_conv_w8(const int8_t *x, const mf_conv_geom *g, int32_t x_zp,
 #undef MF_BODY
 }
 
+/* ---- im2col-free convolution: the patch read straight from widened rows ----------------------
+ * mf_convp_w16 / mf_convp_w8 (and mf_convp_w16_g<G>): the convolution of mf_conv_*, with the
+ * patch taps in another order so that no patch is gathered or widened per output pixel. For
+ * each output row the k_h input rows (padded with x_zp as in mf_conv_body) are widened once
+ * into int16 pairs (e_2p, e_2p+1) of the padded row, stored interleaved over the kernel rows:
+ * word p * k_h + ky. A window starting at element s = ox * stride_w * in_c (s even) then covers
+ * n * k_h consecutive words from (s / 2) * k_h, n = ceil(k_w * in_c / 2); odd starts (stride_w
+ * * in_c odd) read a second copy widened from the row shifted by one element. Those words are
+ * the GEMM's activation groups as they are: group g = words 2g, 2g + 1, so its taps (lanes
+ * 0, 2 / 1, 3) are the pairs' elements; pack.conv_pair_order gives, per tap of the K' = 4 *
+ * ceil(n * k_h / 2) taps, the original tap (ky * k_w + kx) * in_c + ci or none (weight 0:
+ * the odd element of a row piece, the last group's word past the patch), and
+ * pack.pack_gemm_weights packs the reordered [O, K'] weights as usual.
+ * Scratch (pack.convp_scratch_bytes): int32 words [copies][npos * k_h], npos = ceil(wpad * in_c
+ * / 2) + 1 (wpad as in mf_conv_body; copies = 2 when stride_w * in_c is odd), then int8
+ * [wpad * in_c + 8] for one padded input row. */
+#define MF_CONVP_SLACK 8 /* x_zp bytes past a padded row: the last pairs read into them */
+
+/* d[p * kh] = the pair (r[2p], r[2p + 1]) as int16 lanes, p < npairs; r any alignment */
+static inline void mf_widen_pairs(const int8_t *r, int32_t npairs, int32_t kh, int16_t *d16) {
+#if MF_USE_DSP
+    mf_word *d = (mf_word *)(void *)d16;
+    const int32_t kh2 = 2 * kh;
+    for (; npairs >= 2; npairs -= 2, r += 4, d += kh2) {
+        int32_t v, a, b, lo, hi;
+        memcpy(&v, r, 4);
+        a = (int32_t)__sxtb16(v);   /* (r0, r2) */
+        b = mf_sxtb16_ror8(v);      /* (r1, r3) */
+#if defined(__GNUC__)
+        __asm__("pkhbt %0, %1, %2, lsl #16" : "=r"(lo) : "r"(a), "r"(b)); /* (r0, r1) */
+        __asm__("pkhtb %0, %1, %2, asr #16" : "=r"(hi) : "r"(b), "r"(a)); /* (r2, r3) */
+#else
+        lo = (int32_t)(((uint32_t)a & 0xFFFFu) | ((uint32_t)b << 16));
+        hi = (int32_t)(((uint32_t)b & 0xFFFF0000u) | (((uint32_t)a >> 16) & 0xFFFFu));
+#endif
+        d[0] = lo;
+        d[kh] = hi;
+    }
+    if (npairs) {
+        int16_t *e = (int16_t *)(void *)d;
+        e[0] = r[0];
+        e[1] = r[1];
+    }
+#else
+    int32_t p;
+    for (p = 0; p < npairs; ++p) {
+        d16[2 * p * kh] = r[2 * p];
+        d16[2 * p * kh + 1] = r[2 * p + 1];
+    }
+#endif
+}
+
+static inline void mf_convp_body(const int8_t *x, const mf_conv_geom *g, int32_t x_zp,
+                                 const void *w, int32_t fmt, const int32_t *bias,
+                                 const mf_rq *rq, int32_t O, int32_t lo, int32_t hi,
+                                 int32_t mode, int8_t *y, int16_t *scratch, mf_row_fn rowg) {
+    const int32_t c = g->in_c, kh = g->k_h, n = (g->k_w * c + 1) >> 1;
+    const int32_t G = (n * kh + 1) >> 1, wpad = (g->out_w - 1) * g->stride_w + g->k_w;
+    const int32_t rowb = wpad * c, left = g->pad_l * c, npos = ((rowb + 1) >> 1) + 1;
+    const int32_t ncopy = (g->in_w < wpad - g->pad_l ? g->in_w : wpad - g->pad_l) * c;
+    const int32_t two = (g->stride_w * c) & 1, step = g->stride_w * c;
+    int16_t *cache_a = scratch, *cache_b = scratch + 2 * npos * kh;
+    int8_t *row = (int8_t *)(cache_a + 2 * npos * kh * (1 + two));
+    int32_t oy, ox, ky;
+    for (oy = 0; oy < g->out_h; ++oy) {
+        const int32_t iy0 = oy * g->stride_h - g->pad_t;
+        for (ky = 0; ky < kh; ++ky) {
+            const int32_t iy = iy0 + ky;
+            if (iy >= 0 && iy < g->in_h) {
+                mf_fill8(row, x_zp, left);
+                mf_copy8(row + left, x + iy * g->in_w * c, ncopy);
+                mf_fill8(row + left + ncopy, x_zp, rowb + MF_CONVP_SLACK - left - ncopy);
+            } else {
+                mf_fill8(row, x_zp, rowb + MF_CONVP_SLACK);
+            }
+            mf_widen_pairs(row, npos, kh, cache_a + 2 * ky);
+            if (two) {
+                mf_widen_pairs(row + 1, npos, kh, cache_b + 2 * ky);
+            }
+        }
+        for (ox = 0; ox < g->out_w; ++ox) {
+            const int32_t s = ox * step;
+            const int16_t *xw = (s & 1) ? cache_b + (s >> 1) * 2 * kh : cache_a + (s >> 1) * 2 * kh;
+            if (rowg && (mode & MF_MODE_SAT)) {
+                rowg(xw, (const int16_t *)w, bias, rq, O, mode & MF_MODE_SFA ? 2 : mode & MF_MODE_SF,
+                     y);
+            } else {
+                mf_gemm_row(xw, G, w, fmt, bias, rq, O, lo, hi, mode, y);
+            }
+            y += O;
+        }
+    }
+}
+
+MF_MICRO void mf_convp_w16(const int8_t *x, const mf_conv_geom *g, int32_t x_zp,
+                           const int16_t *w, const int32_t *bias, const mf_rq *rq, int32_t O,
+                           int32_t lo, int32_t hi, int32_t signfix, int8_t *y,
+                           int16_t *scratch) {
+#define MF_BODY(mode) mf_convp_body(x, g, x_zp, w, MF_W16, bias, rq, O, lo, hi, mode, y, scratch, 0)
+    MF_DISPATCH(MF_BODY);
+#undef MF_BODY
+}
+
+MF_MICRO void mf_convp_w8(const int8_t *x, const mf_conv_geom *g, int32_t x_zp,
+                          const int8_t *w, const int32_t *bias, const mf_rq *rq, int32_t O,
+                          int32_t lo, int32_t hi, int32_t signfix, int8_t *y,
+                          int16_t *scratch) {
+#define MF_BODY(mode) mf_convp_body(x, g, x_zp, w, MF_W8, bias, rq, O, lo, hi, mode, y, scratch, 0)
+    MF_DISPATCH(MF_BODY);
+#undef MF_BODY
+}
+
 /* ---- entries specialised on K at compile time ------------------------------------------------
  * mf_gemm_w16_g<G> / mf_conv_w16_g<G>, G = 1..16: the same arguments and results as mf_gemm_w16
  * / mf_conv_w16 (w16 weights); when MF_KPAD(K) == 4 * G and the clamp is the int8 range (the
@@ -842,9 +954,19 @@ MF_MICRO void mf_conv_w8(const int8_t *x, const mf_conv_geom *g, int32_t x_zp,
         const mf_row_fn rowg =                                                              \
             MF_KPAD(g->k_h * g->k_w * g->in_c) == 4 * (G) ? mf_row_g##G : (mf_row_fn)0;     \
         MF_DISPATCH(MF_CONV_G_BODY);                                                        \
+    }                                                                                       \
+    MF_MICRO void mf_convp_w16_g##G(const int8_t *x, const mf_conv_geom *g, int32_t x_zp,   \
+                                    const int16_t *w, const int32_t *bias, const mf_rq *rq,  \
+                                    int32_t O, int32_t lo, int32_t hi, int32_t signfix,      \
+                                    int8_t *y, int16_t *scratch) {                           \
+        const int32_t words = ((g->k_w * g->in_c + 1) >> 1) * g->k_h;                      \
+        const mf_row_fn rowg = (words + 1) >> 1 == (G) ? mf_row_g##G : (mf_row_fn)0;        \
+        MF_DISPATCH(MF_CONVP_G_BODY);                                                       \
     }
 #define MF_CONV_G_BODY(mode)                                                                \
     mf_conv_body(x, g, x_zp, w, MF_W16, bias, rq, O, lo, hi, mode, y, scratch, rowg)
+#define MF_CONVP_G_BODY(mode)                                                               \
+    mf_convp_body(x, g, x_zp, w, MF_W16, bias, rq, O, lo, hi, mode, y, scratch, rowg)
 #else
 #define MF_GEMM_G(G)                                                                        \
     MF_MICRO void mf_gemm_w16_g##G(const int8_t *x, int32_t rows, int32_t x_stride, int32_t K, \
@@ -859,6 +981,12 @@ MF_MICRO void mf_conv_w8(const int8_t *x, const mf_conv_geom *g, int32_t x_zp,
                                    int32_t O, int32_t lo, int32_t hi, int32_t signfix,       \
                                    int8_t *y, int16_t *scratch) {                            \
         mf_conv_w16(x, g, x_zp, w, bias, rq, O, lo, hi, signfix, y, scratch);               \
+    }                                                                                       \
+    MF_MICRO void mf_convp_w16_g##G(const int8_t *x, const mf_conv_geom *g, int32_t x_zp,   \
+                                    const int16_t *w, const int32_t *bias, const mf_rq *rq,  \
+                                    int32_t O, int32_t lo, int32_t hi, int32_t signfix,      \
+                                    int8_t *y, int16_t *scratch) {                           \
+        mf_convp_w16(x, g, x_zp, w, bias, rq, O, lo, hi, signfix, y, scratch);              \
     }
 #endif
 MF_GEMM_G(1)

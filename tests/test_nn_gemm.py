@@ -171,13 +171,32 @@ def conv_case(rng, h, wd, c, kh, kw, stride, padding, o, fmt, act, fused=False,
 
 # "w16g": w16 weights through the entries specialised on K (mf_gemm_w16_g<G>, G = Kp / 4 <= 16)
 FORMATS = (*pack.GEMM_FORMATS, "w16g")
+# convolutions also through mf_convp_* (no im2col): "w16p", "w8p", "w16pg" (mf_convp_w16_g<G>)
+CONVP_FORMATS = ("w16p", "w8p", "w16pg")
+
+
+def packed_k(c) -> int:
+    """The taps per output the packed weights hold (Kp, or K' of the pair order)."""
+    if "p" in c["fmt"]:
+        h, wd, ch, kh, kw = c["geom"][:5]
+        return len(pack.conv_pair_order(kh, kw, ch))
+    return pack.kpad(c["k"])
 
 
 def entry(c) -> str:
-    """The kernel a case calls: mf_<kind>_<fmt>, or the K-specialised w16 entry."""
-    g = pack.kpad(c["k"]) // 4
-    fmt = c["fmt"] if c["fmt"] != "w16g" else f"w16_g{g}" if g <= 16 else "w16"
-    return f"mf_{c['kind']}_{fmt}"
+    """The kernel a case calls: mf_<kind>_<fmt>, mf_convp_<fmt>, or a K-specialised entry."""
+    g = packed_k(c) // 4
+    base = "w8" if c["fmt"].startswith("w8") else "w16"
+    fmt = f"{base}_g{g}" if c["fmt"].endswith("g") and g <= 16 else base
+    return f"mf_{c['kind']}{'p' if 'p' in c['fmt'] else ''}_{fmt}"
+
+
+def packed_weights(c):
+    w = c["w"]
+    if "p" in c["fmt"]:
+        h, wd, ch, kh, kw = c["geom"][:5]
+        w = pack.pair_rows(w, kh, kw, ch)
+    return pack.pack_gemm_weights(w, "w8" if c["fmt"].startswith("w8") else "w16")
 
 
 def all_cases(seed=0):
@@ -232,6 +251,10 @@ def all_cases(seed=0):
         for rows, k, o in ((3, 144, 8), (2, 70, 11), (4, 9, 6)):
             cases.append(gemm_case(rng, rows, k, o, fmt, "none", post0=False))
         cases.append(conv_case(rng, 6, 6, 16, 3, 3, 1, "SAME", 7, fmt, "none", post0=False))
+    # mf_convp_*: every convolution case again through the pair layout, in each of its formats
+    for c in [c for c in cases if c["kind"] == "conv"]:
+        fmt = {"w16": "w16p", "w8": "w8p", "w16g": "w16pg"}[c["fmt"]]
+        cases.append(dict(c, fmt=fmt))
     return cases
 
 
@@ -246,6 +269,8 @@ def scratch_bytes(c) -> int:
     if c["kind"] == "gemm":
         return pack.gemm_scratch_bytes(c["k"])
     h, wd, ch, kh, kw, sh, sw, pt, pl, oh, ow = c["geom"]
+    if "p" in c["fmt"]:
+        return pack.convp_scratch_bytes(kh, kw, ch, sw, ow)
     return pack.conv_scratch_bytes(kh, kw, ch, sw, ow)
 
 
@@ -256,9 +281,9 @@ def c_program(cases) -> str:
            "static int16_t scratch[SCRATCH + 8] __attribute__((aligned(4)));\n"]
     calls = []
     for i, c in enumerate(cases):
-        packed, nbytes = pack.pack_gemm_weights(c["w"], "w8" if c["fmt"] == "w8" else "w16")
+        packed, nbytes = packed_weights(c)
         assert nbytes == packed.nbytes
-        wt = "int8_t" if c["fmt"] == "w8" else "int16_t"
+        wt = "int8_t" if c["fmt"].startswith("w8") else "int16_t"
         out.append(c_array("int8_t", f"x{i}", c["x"]))
         out.append(c_array(wt, f"w{i}", packed, align=True))
         out.append(c_array("int32_t", f"b{i}", c["bias"]))
@@ -475,3 +500,18 @@ def test_sign_term_from_the_accumulator():
     assert pack.signfix_mode(5, -128, [[1, 0, 1, 3], [1, 0, 1, 1]]) == 2
     assert pack.signfix_mode(5, -128, [[1, 0, 1, 3], [1, 0, 1, 0]]) == 1
     assert pack.signfix_mode(5, -128, [[1, 0, 1, 3], [0, 7, 1, 0]], [False, True]) == 2
+
+
+def test_conv_pair_order():
+    """pack.conv_pair_order: every original tap exactly once, the rest -1; by hand for RGB 3x3
+    (segment 9 taps, n = 5 words per kernel row, 15 words -> 8 groups): group 0 = words 0
+    (row 0, taps 0, 1) and 1 (row 1, taps 9, 10) in lane order (4g, 4g+1, 4g+2, 4g+3) = (word 0
+    low, word 1 low, word 0 high, word 1 high)."""
+    idx = pack.conv_pair_order(3, 3, 3)
+    assert len(idx) == 32 and idx[:8].tolist() == [0, 9, 1, 10, 18, 2, 19, 3]
+    assert idx[24:].tolist() == [8, 17, -1, -1, 26, -1, -1, -1]
+    for kh, kw, c in ((3, 3, 3), (10, 4, 1), (3, 3, 16), (2, 3, 5), (1, 2, 1), (4, 1, 3)):
+        idx = pack.conv_pair_order(kh, kw, c)
+        assert sorted(idx[idx >= 0].tolist()) == list(range(kh * kw * c))
+        assert len(idx) % 4 == 0
+    assert pack.convp_scratch_bytes(3, 3, 3, 1, 32) == 4 * 52 * 3 * 2 + 102 + 8

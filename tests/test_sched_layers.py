@@ -123,10 +123,16 @@ def cases():
                                                       stride=(2, 2))),
                          ("g_1x1_s21", "CONV_2D", dict(hw=(6, 5), c=5, o=6, k=(1, 1),
                                                        stride=(2, 1), pad=VALID)),
-                         ("g_rgb_s2", "CONV_2D", dict(hw=(9, 8), c=3, o=8, stride=(2, 2))),
+                         ("g_im2col_rgb_s2", "CONV_2D", dict(hw=(9, 8), c=3, o=8,
+                                                             stride=(2, 2))),
                          ("g_rgb_s1", "CONV_2D", dict(hw=(6, 7), c=3, o=16, pad=VALID)),
-                         ("g_kws", "CONV_2D", dict(hw=(13, 6), c=1, o=12, k=(10, 4),
-                                                   stride=(2, 2))),
+                         ("g_im2col_kws", "CONV_2D", dict(hw=(13, 6), c=1, o=12, k=(10, 4),
+                                                          stride=(2, 2))),
+                         ("g_kws_s1", "CONV_2D", dict(hw=(12, 5), c=1, o=12, k=(10, 4))),
+                         ("g_rgb_s12", "CONV_2D", dict(hw=(7, 9), c=3, o=8, stride=(2, 1))),
+                         # whole groups per kernel row, stride 2: im2col (mf_conv_*)
+                         ("g_im2col_s2", "CONV_2D", dict(hw=(9, 7), c=4, o=12, stride=(2, 2))),
+                         ("g_c16_s1", "CONV_2D", dict(hw=(5, 6), c=6, o=8, k=(2, 2))),
                          ("g_fc", "FULLY_CONNECTED", dict(c=64, o=12, batch=2))):
         out.append((name + "_relu", op, dict(kw, act="relu", y_zp=-128)))
         out.append((name + "_none", op, dict(kw, act="none")))
@@ -150,6 +156,7 @@ def test_scheduled_kernel_equals_reference(name, op, kw):
         if target is M4 and name.startswith("g_"):
             assert "_w16_g" in k.schedule, k.schedule  # the K-specialised entry
             assert k.schedule.startswith("mf_gemm") == ("1x1" in name or "fc" in name)
+            assert k.schedule.startswith("mf_conv_") == ("im2col" in name), k.schedule
         y = np.zeros(g.tensors[g.outputs[0]].size, np.int8)
         run_kernel(k, {"x": x[0].reshape(-1).copy(), "y": y})
         ys.append(y)

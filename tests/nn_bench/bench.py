@@ -28,6 +28,8 @@ SHAPES = [
     ("1x1 8->16 x2304 px (VWW)", "gemm", dict(rows=2304, k=8), 16, 1),
     ("conv 3x3 3->16 s1 32x32 (RN8 1st)", "conv", (32, 32, 3, 3, 3, 1, 1, 1, 1, 32, 32), 16, 1),
     ("conv 3x3 3->8 s2 96x96 (VWW 1st)", "conv", (96, 96, 3, 3, 3, 2, 2, 0, 0, 48, 48), 8, 1),
+    ("conv 3x3 16->32 s2 32x32 (RN8)", "conv", (32, 32, 16, 3, 3, 2, 2, 0, 0, 16, 16), 32, 1),
+    ("conv 3x3 64->64 s1 8x8 (RN8)", "conv", (8, 8, 64, 3, 3, 1, 1, 1, 1, 8, 8), 64, 1),
 ]
 
 
@@ -50,15 +52,21 @@ def program(fmt: str, rng, act: str = "relu") -> str:
     scratch = 0
     for i, (name, kind, geo, o, reps) in enumerate(SHAPES):
         k = geo["k"] if kind == "gemm" else geo[3] * geo[4] * geo[2]
+        pair = kind == "conv" and fmt == "w16pg"  # mf_convp_w16_g<G> (no im2col)
         need = (pack.gemm_scratch_bytes(k) if kind == "gemm" else
+                pack.convp_scratch_bytes(geo[3], geo[4], geo[2], geo[6], geo[10]) if pair else
                 pack.conv_scratch_bytes(geo[3], geo[4], geo[2], geo[6], geo[10]))
         scratch = max(scratch, (need + 1) // 2)
         w, bias, rq = _layer(rng, o, k)
+        kp = pack.kpad(k)
+        if pair:
+            w = pack.pair_rows(w, geo[3], geo[4], geo[2])
+            kp = w.shape[1]
         packed, _ = pack.pack_gemm_weights(w, "w8" if fmt == "w8" else "w16")
         wt = "int8_t" if fmt == "w8" else "int16_t"
-        # "w16g": the entries specialised on K (mf_*_w16_g<G>)
-        name_fmt = f"w16_g{pack.kpad(k) // 4}" if fmt == "w16g" and k <= 64 else (
-            "w16" if fmt == "w16g" else fmt)
+        # "w16g" / "w16pg": the entries specialised on K (mf_*_w16_g<G>)
+        name_fmt = f"w16_g{kp // 4}" if fmt in ("w16g", "w16pg") and kp <= 64 else (
+            "w16" if fmt in ("w16g", "w16pg") else fmt)
         if kind == "gemm":
             nx, ny, macs = geo["rows"] * k, geo["rows"] * o, geo["rows"] * k * o
         else:
@@ -75,7 +83,7 @@ def program(fmt: str, rng, act: str = "relu") -> str:
             call = f"mf_gemm_{name_fmt}(x{i}, {geo['rows']}, {k}, {k}, {tail}, {o}, scratch)"
         else:
             src.append(f"static const mf_conv_geom g{i} = {{{','.join(map(str, geo))}}};\n")
-            call = f"mf_conv_{name_fmt}(x{i}, &g{i}, -3, {tail}, scratch)"
+            call = f"mf_conv{'p' if pair else ''}_{name_fmt}(x{i}, &g{i}, -3, {tail}, scratch)"
         body.append(f"""    for (j = 0; j < {nx}; ++j) x{i}[j] = (int8_t)(j * 37 + 11);
     {call};
     t0 = bench_counter_read();
@@ -89,7 +97,7 @@ def program(fmt: str, rng, act: str = "relu") -> str:
     return "".join(src)
 
 
-def measure(opts, fmts=("w16", "w16g", "w8"), act="relu", target="m4"):
+def measure(opts, fmts=("w16", "w16g", "w16pg", "w8"), act="relu", target="m4"):
     """{(fmt, opt): [(shape, instr/MAC)]}"""
     results = {}
     with tempfile.TemporaryDirectory() as d:
