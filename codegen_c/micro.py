@@ -36,6 +36,7 @@ def requantize(acc: np.ndarray, rq: np.ndarray, signfix: int, lo: int, hi: int) 
     shifted = _fits(acc << pre, "acc << pre")
     h = (shifted * mult + (1 << 31)) >> 32
     v = _fits(h + add, "h + add")
+    signfix = int(signfix) & 3  # less the MF_PRE0 flag (pre = 0 is in the table itself)
     if signfix == 2 and (lo, hi) == (-128, 127):  # the sign term from the accumulator
         v = v + np.where(acc < 0, -1, 0)
     else:

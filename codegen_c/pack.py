@@ -127,6 +127,26 @@ def pack_gemm_weights(w_rows, fmt: str):
     return arr, arr.nbytes
 
 
+PRE0 = 4  # MF_PRE0: the signfix flag saying every mf_rq.pre is 0
+
+
+def fold_pre(w_rows, bias, rq):
+    """2^pre of each channel moved into its weights and bias (mf_rq.pre becomes 0), so the
+    kernels skip the shift: (rows, bias, rq) with the same products, or None when a weight
+    would leave int16 (pre > 8) or a bias int32. Exact: acc << pre is what the kernels
+    computed, and requant_params proved it fits int32."""
+    rq = np.array(rq, np.int64).reshape(-1, 4)
+    pre = rq[:, 2]
+    w = np.asarray(w_rows, np.int64).reshape(len(rq), -1) << pre[:, None]
+    b = np.asarray(bias, np.int64).reshape(-1) << pre
+    if w.size and (w.min() < -2**15 or w.max() >= 2**15):
+        return None
+    if b.size and (b.min() < INT32_MIN or b.max() > INT32_MAX):
+        return None
+    rq[:, 2] = 0
+    return w, b.astype(np.int32), rq.astype(np.int32)
+
+
 MAX_UNROLLED_GROUPS = 16  # mf_gemm_w16_g<G> / mf_conv_w16_g<G> exist for G = 1..16
 
 

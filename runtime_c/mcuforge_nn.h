@@ -47,7 +47,8 @@
 typedef struct {
     int32_t mult; /* TFLM's quantized multiplier, in [2^30, 2^31) */
     int32_t add;  /* 2^(post-1) + (zp << post), or zp when post = 0 */
-    int32_t pre;  /* left shift before the high multiply, >= 1 */
+    int32_t pre;  /* left shift before the high multiply, >= 1 (0: pack.fold_pre scaled the
+                   * weights and bias by 2^pre) */
     int32_t post; /* arithmetic right shift after it, 0..31 */
 } mf_rq;
 
@@ -391,9 +392,9 @@ MF_INLINE int8_t mf_rq_clamp(int32_t acc, const mf_rq *q, int32_t mode, int32_t 
 #define MF_DISPATCH(BODY)                                                                   \
     do {                                                                                    \
         if (lo == -128 && hi == 127) {                                                      \
-            if (signfix == 2) {                                                             \
+            if ((signfix & 3) == 2) {                                                       \
                 BODY(MF_MODE_SF | MF_MODE_SFA | MF_MODE_SAT);                               \
-            } else if (signfix) {                                                           \
+            } else if (signfix & 3) {                                                       \
                 BODY(MF_MODE_SF | MF_MODE_SAT);                                             \
             } else {                                                                        \
                 BODY(MF_MODE_SAT);                                                          \
@@ -527,14 +528,14 @@ MF_INLINE void mf_gemm_blocks_asm(const int16_t *xw, int32_t G, int32_t nb, int3
 }
 
 /* The full blocks of one row when G is known at compile time (the mf_*_w16_g<G> entries, w16
- * weights, clamp = the int8 range): the K loop is unrolled, which frees two registers: lr holds
- * the bias pointer, r6 the widened row for the whole row (rewound after each block), so a
- * block costs 9 instructions besides its K loop and requantization (the loop above: ~18), and
- * the requantization drops its ADD into SMMLAR where there is no sign term. Registers as
- * above; r4 / r5 the mf_rq and y pointers in the epilogue. */
+ * weights, clamp = the int8 range, rq[].pre = 0: MF_PRE0): the K loop is unrolled, which frees
+ * two registers: lr holds the bias pointer, r6 the widened row for the whole row (rewound after
+ * each block), so a block costs 9 instructions besides its K loop and requantization (the
+ * loop above: ~18); the requantization has no LSL (2^pre is in the weights and bias) and no
+ * ADD (in SMMLAR's addend): 5 instructions an output. Registers as above; r4 / r5 the mf_rq
+ * and y pointers in the epilogue. */
 #define MF_K_RQ(A, H)                                                                       \
-    "ldmia r4!, {r8, r9, r10, r11}\n\t"                                                     \
-    "lsl " A ", " A ", r10\n\t" H "ssat " A ", #8, " A "\n\t"                               \
+    "ldmia r4!, {r8, r9, r10, r11}\n\t" H "ssat " A ", #8, " A "\n\t"                      \
     "strb " A ", [r5], #1\n\t"
 #define MF_K_ROW(H0, H1, H2, H3)                                                            \
     "ldr r12, %[wp]\n\t"                                                                    \
@@ -561,7 +562,8 @@ MF_INLINE void mf_gemm_blocks_asm(const int16_t *xw, int32_t G, int32_t nb, int3
       "memory"
 
 /* All O outputs of one widened row (G groups, G a constant after inlining), clamp = the int8
- * range; sf: the signfix argument (0 or 2 here; 1 takes the general row). */
+ * range, every rq[].pre 0; sf: the signfix argument less MF_PRE0 (0 or 2 here; 1 takes the
+ * general row). */
 MF_INLINE void mf_gemm_row_g(const int16_t *xw, const int32_t G, const int16_t *w,
                              const int32_t *bias, const mf_rq *rq, int32_t O, int32_t sf,
                              int8_t *y) {
@@ -652,7 +654,8 @@ static inline void mf_gemm_body(const int8_t *x, int32_t rows, int32_t x_stride,
  *   rq       mf_rq[O] (pack.requant_params; its int32 exactness proof must hold)
  *   lo, hi   the output clamp, -128 <= lo <= hi <= 127 (lo = -128, hi = 127 is fastest)
  *   signfix  pack.needs_signfix(y_zp, lo) (0 or 1; 1 is always exact) or 2 where
- *            pack.signfix_mode allows it (the sign term from the accumulator, see mf_rq_clamp)
+ *            pack.signfix_mode allows it (the sign term from the accumulator, see mf_rq_clamp),
+ *            plus MF_PRE0 (4) when every rq[].pre is 0 (pack.fold_pre; used by the _g<G> entries)
  *   y        int8 outputs, row r at y + r * y_stride, y_stride >= O (gaps untouched)
  *   scratch  pack.gemm_scratch_bytes(K) bytes (int16_t[Kp]), 4-byte aligned
  *   x, y and scratch must not overlap. */
@@ -920,39 +923,42 @@ MF_MICRO void mf_convp_w8(const int8_t *x, const mf_conv_geom *g, int32_t x_zp,
 }
 
 /* ---- entries specialised on K at compile time ------------------------------------------------
- * mf_gemm_w16_g<G> / mf_conv_w16_g<G>, G = 1..16: the same arguments and results as mf_gemm_w16
- * / mf_conv_w16 (w16 weights); when MF_KPAD(K) == 4 * G and the clamp is the int8 range (the
- * usual case) the DSP build runs each row's full channel blocks with the K loop unrolled
- * (mf_gemm_row_g), else it calls the general entry. The schedule picks G = MF_KPAD(K) / 4.
+ * mf_gemm_w16_g<G> / mf_conv_w16_g<G> / mf_convp_w16_g<G>, G = 1..16: the same arguments and
+ * results as mf_gemm_w16 / mf_conv_w16 / mf_convp_w16 (w16 weights). When MF_KPAD(K) == 4 * G
+ * (K' for convp), the clamp is the int8 range and signfix has MF_PRE0 set (every rq[].pre is
+ * 0: pack.fold_pre put 2^pre into the weights and bias) the DSP build runs each row's full
+ * channel blocks with the K loop unrolled (mf_gemm_row_g), else the general entry's code.
+ * The schedule picks G = MF_KPAD(K) / 4.
  * Instructions per MAC on mps2-an386, -O2 (tests/nn_bench): see tests/nn_bench/README.md. */
+#define MF_PRE0 4 /* signfix flag: rq[].pre = 0 in every channel (the kernels ignore it else) */
 #if MF_GEMM_ASM
 #define MF_GEMM_G(G)                                                                        \
     static __attribute__((unused, noinline)) void mf_row_g##G(                              \
         const int16_t *xw, const int16_t *w, const int32_t *bias, const mf_rq *rq, int32_t O, \
         int32_t sf, int8_t *y) {                                                            \
-        mf_gemm_row_g(xw, G, w, bias, rq, O, sf, y);                                        \
+        mf_gemm_row_g(xw, G, w, bias, rq, O, sf & 3, y);                                    \
     }                                                                                       \
     MF_MICRO void mf_gemm_w16_g##G(const int8_t *x, int32_t rows, int32_t x_stride, int32_t K, \
                                    const int16_t *w, const int32_t *bias, const mf_rq *rq,   \
                                    int32_t O, int32_t lo, int32_t hi, int32_t signfix,       \
                                    int8_t *y, int32_t y_stride, int16_t *scratch) {          \
         int32_t r;                                                                          \
-        if (MF_KPAD(K) != 4 * (G) || lo != -128 || hi != 127) {                             \
+        if (MF_KPAD(K) != 4 * (G) || lo != -128 || hi != 127 || !(signfix & MF_PRE0)) {     \
             mf_gemm_w16(x, rows, x_stride, K, w, bias, rq, O, lo, hi, signfix, y, y_stride,  \
                         scratch);                                                           \
             return;                                                                         \
         }                                                                                   \
         for (r = 0; r < rows; ++r) {                                                        \
             mf_widen_row(x + r * x_stride, K, scratch);                                     \
-            mf_gemm_row_g(scratch, G, w, bias, rq, O, signfix, y + r * y_stride);           \
+            mf_gemm_row_g(scratch, G, w, bias, rq, O, signfix & 3, y + r * y_stride);       \
         }                                                                                   \
     }                                                                                       \
     MF_MICRO void mf_conv_w16_g##G(const int8_t *x, const mf_conv_geom *g, int32_t x_zp,    \
                                    const int16_t *w, const int32_t *bias, const mf_rq *rq,   \
                                    int32_t O, int32_t lo, int32_t hi, int32_t signfix,       \
                                    int8_t *y, int16_t *scratch) {                            \
-        const mf_row_fn rowg =                                                              \
-            MF_KPAD(g->k_h * g->k_w * g->in_c) == 4 * (G) ? mf_row_g##G : (mf_row_fn)0;     \
+        const mf_row_fn rowg = MF_KPAD(g->k_h * g->k_w * g->in_c) == 4 * (G) &&            \
+                                       (signfix & MF_PRE0) ? mf_row_g##G : (mf_row_fn)0;    \
         MF_DISPATCH(MF_CONV_G_BODY);                                                        \
     }                                                                                       \
     MF_MICRO void mf_convp_w16_g##G(const int8_t *x, const mf_conv_geom *g, int32_t x_zp,   \
@@ -960,7 +966,8 @@ MF_MICRO void mf_convp_w8(const int8_t *x, const mf_conv_geom *g, int32_t x_zp,
                                     int32_t O, int32_t lo, int32_t hi, int32_t signfix,      \
                                     int8_t *y, int16_t *scratch) {                           \
         const int32_t words = ((g->k_w * g->in_c + 1) >> 1) * g->k_h;                      \
-        const mf_row_fn rowg = (words + 1) >> 1 == (G) ? mf_row_g##G : (mf_row_fn)0;        \
+        const mf_row_fn rowg =                                                              \
+            (words + 1) >> 1 == (G) && (signfix & MF_PRE0) ? mf_row_g##G : (mf_row_fn)0;     \
         MF_DISPATCH(MF_CONVP_G_BODY);                                                       \
     }
 #define MF_CONV_G_BODY(mode)                                                                \

@@ -109,7 +109,8 @@ def random_layer(rng, o, k, act, fused=False, post0=True):
         if r < 0.3:
             scales.append(2.0 ** -int(rng.integers(1, 8)))  # exact halves: ties
         elif r < 0.4 and post0:
-            scales.append(float(rng.uniform(0.5, 0.99)))  # shift 0: no right shift
+            # shift 0 (no right shift), or up to 7 (pre up to 8: weights << 8 in int16)
+            scales.append(float(rng.uniform(0.5, 0.99)) * 2.0 ** int(rng.integers(0, 8)))
             w[i] = 0  # and a small accumulator, so that the output is not all clamped
             w[i, rng.integers(0, k)] = rng.choice([-1, 1])
             bias[i] = rng.integers(-50, 50)
@@ -125,11 +126,22 @@ def random_layer(rng, o, k, act, fused=False, post0=True):
     # signfix: mostly what the compiler passes (pack.signfix_mode: 2 = the sign term from the
     # accumulator where every channel shifts right), sometimes the classic 1
     return dict(w=w, bias=bias, x_zp=x_zp, y_zp=y_zp, mults=[m for m, _ in ms],
-                shifts=[s for _, s in ms], lo=lo, hi=hi, classic_sf=bool(rng.random() < 0.3))
+                shifts=[s for _, s in ms], lo=lo, hi=hi, classic_sf=bool(rng.random() < 0.3),
+                fold_pre=bool(rng.random() < 0.5))
 
 
-def kernel_args(L, w_rows):
-    """What the compiler passes: folded bias, mf_rq rows, signfix (pack.py)."""
+def kernel_args(L, w_rows, fmt="w16"):
+    """What the compiler passes (pack.py): weight rows, folded bias, mf_rq rows, signfix; for
+    "w16g" (and half the "w16" layers) 2^pre folded into weights and bias, flag MF_PRE0."""
+    folded, rq, sf = _kernel_args(L, w_rows)
+    if fmt in ("w16g", "w16pg") or (fmt == "w16" and L.get("fold_pre")):
+        f = pack.fold_pre(w_rows, folded, rq)
+        assert f is not None
+        return (*f, sf | pack.PRE0)
+    return w_rows, folded, rq, sf
+
+
+def _kernel_args(L, w_rows):
     folded = pack.fold_bias(L["bias"], w_rows, L["x_zp"])
     rq = pack.requant_params(L["mults"], L["shifts"], L["y_zp"], pack.acc_bounds(folded, w_rows))
     assert folded is not None and rq is not None
@@ -148,8 +160,8 @@ def gemm_case(rng, rows, k, o, fmt, act, x_gap=0, y_gap=0, fused=False, post0=Tr
                      L["lo"], L["hi"])
     for r in range(rows):
         want[r * ys:r * ys + o] = y[r]
-    folded, rq, sf = kernel_args(L, L["w"])
-    return dict(kind="gemm", fmt=fmt, x=x, rows=rows, xs=xs, k=k, o=o, ys=ys, w=L["w"],
+    w, folded, rq, sf = kernel_args(L, L["w"], fmt)
+    return dict(kind="gemm", fmt=fmt, x=x, rows=rows, xs=xs, k=k, o=o, ys=ys, w=w,
                 bias=folded, rq=rq, sf=sf, lo=L["lo"], hi=L["hi"], want=want)
 
 
@@ -161,11 +173,11 @@ def conv_case(rng, h, wd, c, kh, kw, stride, padding, o, fmt, act, fused=False,
     y = tflm_conv(x, w4, L["bias"], L["x_zp"], stride, padding, L["mults"], L["shifts"],
                   L["y_zp"], L["lo"], L["hi"])
     oh, ow, pt, pl = conv_geometry(h, wd, kh, kw, stride, padding)
-    folded, rq, sf = kernel_args(L, L["w"])
+    w, folded, rq, sf = kernel_args(L, L["w"], fmt)
     sh, sw = (stride, stride) if np.isscalar(stride) else stride
     geom = (h, wd, c, kh, kw, sh, sw, pt, pl, oh, ow)
     return dict(kind="conv", fmt=fmt, x=x.reshape(-1).astype(np.int8), geom=geom,
-                x_zp=L["x_zp"], k=kh * kw * c, o=o, w=L["w"], bias=folded, rq=rq, sf=sf,
+                x_zp=L["x_zp"], k=kh * kw * c, o=o, w=w, bias=folded, rq=rq, sf=sf,
                 lo=L["lo"], hi=L["hi"], want=y.reshape(-1))
 
 
@@ -187,7 +199,7 @@ def entry(c) -> str:
     """The kernel a case calls: mf_<kind>_<fmt>, mf_convp_<fmt>, or a K-specialised entry."""
     g = packed_k(c) // 4
     base = "w8" if c["fmt"].startswith("w8") else "w16"
-    fmt = f"{base}_g{g}" if c["fmt"].endswith("g") and g <= 16 else base
+    fmt = f"{base}_g{g}" if "g" in c["fmt"] and g <= 16 else base
     return f"mf_{c['kind']}{'p' if 'p' in c['fmt'] else ''}_{fmt}"
 
 
@@ -251,9 +263,15 @@ def all_cases(seed=0):
         for rows, k, o in ((3, 144, 8), (2, 70, 11), (4, 9, 6)):
             cases.append(gemm_case(rng, rows, k, o, fmt, "none", post0=False))
         cases.append(conv_case(rng, 6, 6, 16, 3, 3, 1, "SAME", 7, fmt, "none", post0=False))
+    # "w16gu": the K-specialised entries given an mf_rq with pre != 0 (no MF_PRE0): the
+    # general code must run
+    for fused in (False, True):
+        cases.append(gemm_case(rng, 3, 8, 16, "w16gu", "relu" if fused else "none", fused=fused))
+        cases.append(conv_case(rng, 9, 8, 3, 3, 3, 1, "SAME", 16, "w16gu",
+                               "relu" if fused else "none", fused=fused))
     # mf_convp_*: every convolution case again through the pair layout, in each of its formats
     for c in [c for c in cases if c["kind"] == "conv"]:
-        fmt = {"w16": "w16p", "w8": "w8p", "w16g": "w16pg"}[c["fmt"]]
+        fmt = {"w16": "w16p", "w8": "w8p", "w16g": "w16pg", "w16gu": "w16pgu"}[c["fmt"]]
         cases.append(dict(c, fmt=fmt))
     return cases
 
@@ -458,9 +476,9 @@ def tflm_conv_case(rng, layer, fmt):
     mine = tflm_conv(x[0], w, bias, zx, stride, padding, L["mults"], L["shifts"], zy, lo, hi)
     assert (mine.reshape(-1) == want).all()  # the numpy model of this file agrees with TFLM
     assert len(set(want.tolist())) > 20  # outputs spread over the range, not all clamped
-    folded, rq, sf = kernel_args(L, L["w"])
+    wk, folded, rq, sf = kernel_args(L, L["w"], fmt)
     return dict(kind="conv", fmt=fmt, x=x.reshape(-1), geom=(h, wd, c, kh, kw, stride, stride,
-                pt, pl, oh, ow), x_zp=zx, k=kh * kw * c, o=o, w=L["w"], bias=folded, rq=rq,
+                pt, pl, oh, ow), x_zp=zx, k=kh * kw * c, o=o, w=wk, bias=folded, rq=rq,
                 sf=sf, lo=lo, hi=hi, want=want)
 
 
@@ -469,7 +487,7 @@ def test_against_tflite_micro(tmp_path, target):
     pytest.importorskip("tflite_micro")
     rng = np.random.default_rng(11)
     cases = [tflm_conv_case(rng, layer, fmt) for layer in TFLM_LAYERS
-             for fmt in pack.GEMM_FORMATS]
+             for fmt in (*pack.GEMM_FORMATS, "w16g", *CONVP_FORMATS)]
     src = tmp_path / "tflm_conv.c"
     src.write_text(c_program(cases))
     check_build((src, len(cases)), target, "-O2")

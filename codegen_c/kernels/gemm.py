@@ -68,8 +68,11 @@ def gemm(ctx: OpContext, ref: ir.Kernel, target) -> ir.Kernel | None:
         return None
     x, y = ctx.input(0), ctx.output()
     fmt = weight_format(ctx, target)
-    rows = layer["rows"]
+    rows, bias, rq, signfix = layer["rows"], layer["bias"], layer["rq"], layer["signfix"]
     o, k = rows.shape
+    folded = pack.fold_pre(rows, bias, rq) if fmt == "w16" else None
+    if folded is not None:  # int16 weights hold 2^pre too: no shift before the multiply
+        (rows, bias, rq), signfix = folded, signfix | pack.PRE0
     # a convolution with its patch read from widened rows (mf_convp_*) where windows overlap
     # most (stride_w 1, k_w >= 2): widening every input row once per output row is then
     # cheaper than widening (and gathering) every patch. Measured in whole models on the M4:
@@ -84,16 +87,17 @@ def gemm(ctx: OpContext, ref: ir.Kernel, target) -> ir.Kernel | None:
     packed, _ = pack.pack_gemm_weights(rows, fmt)
     wdt = "int16" if fmt == "w16" else "int8"
     consts = [ir.Buffer("w", wdt, packed.size, "const", packed, "weights, packed"),
-              ir.Buffer("bias", "int32", o, "const", layer["bias"],
-                        "bias - x_zp * sum(w): the input zero point folded in"),
-              ir.Buffer("rq", "int32", 4 * o, "const", layer["rq"].reshape(-1),
+              ir.Buffer("bias", "int32", o, "const", bias,
+                        "bias - x_zp * sum(w): the input zero point folded in"
+                        + (", times 2^pre" if folded is not None else "")),
+              ir.Buffer("rq", "int32", 4 * o, "const", rq.reshape(-1),
                         "mf_rq per channel: mult, add, pre, post")]
     common = (ir.Ptr("w", ir.Const(0)), ir.Ptr("bias", ir.Const(0)),
               ir.Ptr("rq", ir.Const(0), ctype="const mf_rq *"), ir.Const(o),
-              ir.Const(layer["lo"]), ir.Const(layer["hi"]), ir.Const(layer["signfix"]))
+              ir.Const(layer["lo"]), ir.Const(layer["hi"]), ir.Const(signfix))
     # the entries specialised on K (K loop unrolled) where their fast path applies
     g = pack.kpad(rows.shape[1]) // 4
-    entry = f"{fmt}_g{g}" if fmt == "w16" and g <= pack.MAX_UNROLLED_GROUPS and (
+    entry = f"{fmt}_g{g}" if folded is not None and g <= pack.MAX_UNROLLED_GROUPS and (
         layer["lo"], layer["hi"]) == (-128, 127) else fmt
     one_by_one = ctx.node.op == "fully_connected" or (
         k == x.shape[-1] and tuple(ctx.attrs["stride"]) == (1, 1)

@@ -47,7 +47,8 @@ def program(fmt: str, rng, act: str = "relu") -> str:
     lo, hi, sf = {"relu": (-128, 127, 0), "none": (-128, 127, 1), "relu6": (-128, 100, 1)}[act]
     # volatile: the clamp reaches the kernel as in a model whose layers differ (no IPA constants)
     src = ['#include "mcuforge_nn.h"\n#include "bench.h"\n',
-           f"static volatile int32_t v_lo = {lo}, v_hi = {hi}, v_sf = {sf};\n"]
+           f"static volatile int32_t v_lo = {lo}, v_hi = {hi}, "
+           f"v_sf = {sf | pack.PRE0 if fmt in ('w16g', 'w16pg') else sf};\n"]
     body = []
     scratch = 0
     for i, (name, kind, geo, o, reps) in enumerate(SHAPES):
@@ -58,6 +59,8 @@ def program(fmt: str, rng, act: str = "relu") -> str:
                 pack.conv_scratch_bytes(geo[3], geo[4], geo[2], geo[6], geo[10]))
         scratch = max(scratch, (need + 1) // 2)
         w, bias, rq = _layer(rng, o, k)
+        if fmt in ("w16g", "w16pg"):  # the K-specialised entries want 2^pre folded (MF_PRE0)
+            w, bias, rq = pack.fold_pre(w, bias, rq)
         kp = pack.kpad(k)
         if pair:
             w = pack.pair_rows(w, geo[3], geo[4], geo[2])
