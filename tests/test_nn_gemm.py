@@ -302,7 +302,7 @@ def c_program(cases) -> str:
         packed, nbytes = packed_weights(c)
         assert nbytes == packed.nbytes
         wt = "int8_t" if c["fmt"].startswith("w8") else "int16_t"
-        out.append(c_array("int8_t", f"x{i}", c["x"]))
+        out.append(c_array("int8_t", f"x{i}", c["x"], align=True))  # rows with K % 4 == 0 aligned
         out.append(c_array(wt, f"w{i}", packed, align=True))
         out.append(c_array("int32_t", f"b{i}", c["bias"]))
         rq = ",".join("{%d,%d,%d,%d}" % tuple(int(v) for v in r) for r in c["rq"])
