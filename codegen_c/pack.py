@@ -196,8 +196,14 @@ def conv_pair_order(k_h: int, k_w: int, in_c: int) -> np.ndarray:
     """Per tap of mf_convp_*'s K' = 4 * ceil(n * k_h / 2) taps (n = ceil(k_w * in_c / 2)), the
     original tap (ky * k_w + kx) * in_c + ci it multiplies, or -1 (weight 0). The kernel's
     activation words are pairs (e_2p, e_2p+1) of each kernel row's piece, word m = p * k_h + ky;
-    group g holds words 2g (lanes 0, 2: taps 4g, 4g + 2) and 2g + 1 (taps 4g + 1, 4g + 3)."""
+    group g holds words 2g (lanes 0, 2: taps 4g, 4g + 2) and 2g + 1 (taps 4g + 1, 4g + 3).
+    For in_c % 4 == 0 the groups are 4 consecutive elements of one row piece instead (K' = K),
+    group m = q * k_h + ky."""
     seg = k_w * in_c
+    if in_c % 4 == 0:  # quads: tap order (group q of the row piece, kernel row, 4 taps)
+        t = np.arange(k_h * seg)
+        q, ky = t // 4 // k_h, t // 4 % k_h
+        return ky * seg + 4 * q + t % 4
     n = (seg + 1) // 2
     groups = (n * k_h + 1) // 2
     t = np.arange(4 * groups)
@@ -217,9 +223,12 @@ def pair_rows(w_rows, k_h: int, k_w: int, in_c: int) -> np.ndarray:
 
 def convp_scratch_bytes(k_h: int, k_w: int, in_c: int, stride_w: int, out_w: int) -> int:
     """Scratch bytes of one mf_convp_* call: int32 [copies][npos * k_h] widened rows (npos =
-    ceil(wpad * in_c / 2) + 1, copies 2 when stride_w * in_c is odd) and one padded int8 row
-    of wpad * in_c + 8 bytes (wpad = (out_w - 1) * stride_w + k_w)."""
+    ceil(wpad * in_c / 2) + 1, copies 2 when stride_w * in_c is odd; for in_c % 4 == 0 int16
+    [wpad * in_c * k_h]) and one padded int8 row of wpad * in_c + 8 bytes (wpad = (out_w - 1)
+    * stride_w + k_w)."""
     rowb = ((out_w - 1) * stride_w + k_w) * in_c
+    if in_c % 4 == 0:  # quads: int16 [rowb * k_h]
+        return 2 * rowb * k_h + rowb + 8
     npos = (rowb + 1) // 2 + 1
     copies = 2 if (stride_w * in_c) % 2 else 1
     return 4 * npos * k_h * copies + rowb + 8

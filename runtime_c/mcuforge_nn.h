@@ -895,17 +895,63 @@ static inline void mf_widen_pairs(const int8_t *r, int32_t npairs, int32_t kh, i
 #endif
 }
 
+/* in_c % 4 == 0 ("quads"): every window starts on a group of 4 elements, so the rows are
+ * widened as whole groups in the GEMM's own lane order (SXTB16, no PKH), interleaved over the
+ * kernel rows per group: group q of row ky at words (q * k_h + ky) * 2, 2 + 1; a window's
+ * patch is the k_w * in_c / 4 * k_h groups from (s / 4) * k_h, taps in the order (q, ky, 4)
+ * (pack.conv_pair_order) with no padding taps. d[(q * kh) * 2 + 0, 1] = group q of r. */
+static inline void mf_widen_quads(const int8_t *r, int32_t ngroups, int32_t kh, int16_t *d16) {
+#if MF_USE_DSP
+    mf_word *d = (mf_word *)(void *)d16;
+    const int32_t st = 2 * kh;
+    for (; ngroups >= 2; ngroups -= 2, r += 8, d += 2 * st) {
+        int32_t v, u;
+        memcpy(&v, r, 4);
+        memcpy(&u, r + 4, 4);
+        d[0] = (int32_t)__sxtb16(v);
+        d[1] = mf_sxtb16_ror8(v);
+        d[st] = (int32_t)__sxtb16(u);
+        d[st + 1] = mf_sxtb16_ror8(u);
+    }
+    if (ngroups) {
+        int32_t v;
+        memcpy(&v, r, 4);
+        d[0] = (int32_t)__sxtb16(v);
+        d[1] = mf_sxtb16_ror8(v);
+    }
+#else
+    int32_t q;
+    for (q = 0; q < ngroups; ++q, r += 4, d16 += 4 * kh) {
+        d16[0] = r[0];
+        d16[1] = r[2];
+        d16[2] = r[1];
+        d16[3] = r[3];
+    }
+#endif
+}
+
+/* The K-groups of mf_convp_*'s patch: k_h * k_w * in_c / 4 for in_c % 4 == 0, else
+ * ceil(n * k_h / 2) with n = ceil(k_w * in_c / 2) pair words per kernel row */
+static inline int32_t mf_convp_groups(const mf_conv_geom *g) {
+    if ((g->in_c & 3) == 0) {
+        return (g->k_h * g->k_w * g->in_c) >> 2;
+    }
+    return (((g->k_w * g->in_c + 1) >> 1) * g->k_h + 1) >> 1;
+}
+
 static inline void mf_convp_body(const int8_t *x, const mf_conv_geom *g, int32_t x_zp,
                                  const void *w, int32_t fmt, const int32_t *bias,
                                  const mf_rq *rq, int32_t O, int32_t lo, int32_t hi,
                                  int32_t mode, int8_t *y, int16_t *scratch, mf_row_fn rowg) {
-    const int32_t c = g->in_c, kh = g->k_h, n = (g->k_w * c + 1) >> 1;
-    const int32_t G = (n * kh + 1) >> 1, wpad = (g->out_w - 1) * g->stride_w + g->k_w;
+    const int32_t c = g->in_c, kh = g->k_h, quad = (c & 3) == 0;
+    const int32_t G = mf_convp_groups(g), wpad = (g->out_w - 1) * g->stride_w + g->k_w;
     const int32_t rowb = wpad * c, left = g->pad_l * c, npos = ((rowb + 1) >> 1) + 1;
     const int32_t ncopy = (g->in_w < wpad - g->pad_l ? g->in_w : wpad - g->pad_l) * c;
     const int32_t two = (g->stride_w * c) & 1, step = g->stride_w * c;
-    int16_t *cache_a = scratch, *cache_b = scratch + 2 * npos * kh;
-    int8_t *row = (int8_t *)(cache_a + 2 * npos * kh * (1 + two));
+    /* int16 elements of one copy: pairs (npos words per kernel row) or quads (rowb) */
+    const int32_t celems = quad ? rowb * kh : 2 * npos * kh;
+    int16_t *cache_a = scratch, *cache_b = scratch + celems;
+    int8_t *row = (int8_t *)(cache_a + celems * (1 + two));
     int32_t oy, ox, ky;
     for (oy = 0; oy < g->out_h; ++oy) {
         const int32_t iy0 = oy * g->stride_h - g->pad_t;
@@ -918,6 +964,10 @@ static inline void mf_convp_body(const int8_t *x, const mf_conv_geom *g, int32_t
             } else {
                 mf_fill8(row, x_zp, rowb + MF_CONVP_SLACK);
             }
+            if (quad) {
+                mf_widen_quads(row, rowb >> 2, kh, cache_a + 4 * ky);
+                continue;
+            }
             mf_widen_pairs(row, npos, kh, cache_a + 2 * ky);
             if (two) {
                 mf_widen_pairs(row + 1, npos, kh, cache_b + 2 * ky);
@@ -925,7 +975,9 @@ static inline void mf_convp_body(const int8_t *x, const mf_conv_geom *g, int32_t
         }
         for (ox = 0; ox < g->out_w; ++ox) {
             const int32_t s = ox * step;
-            const int16_t *xw = (s & 1) ? cache_b + (s >> 1) * 2 * kh : cache_a + (s >> 1) * 2 * kh;
+            const int16_t *xw = quad      ? cache_a + (s >> 2) * 4 * kh
+                                : (s & 1) ? cache_b + (s >> 1) * 2 * kh
+                                          : cache_a + (s >> 1) * 2 * kh;
             if (rowg && (mode & MF_MODE_SAT)) {
                 rowg(xw, (const int16_t *)w, bias, rq, O, mode & MF_MODE_SFA ? 2 : mode & MF_MODE_SF,
                      y);
@@ -998,9 +1050,8 @@ MF_MICRO void mf_convp_w8(const int8_t *x, const mf_conv_geom *g, int32_t x_zp,
                                     const int16_t *w, const int32_t *bias, const mf_rq *rq,  \
                                     int32_t O, int32_t lo, int32_t hi, int32_t signfix,      \
                                     int8_t *y, int16_t *scratch) {                           \
-        const int32_t words = ((g->k_w * g->in_c + 1) >> 1) * g->k_h;                      \
         const mf_row_fn rowg =                                                              \
-            (words + 1) >> 1 == (G) && (signfix & MF_PRE0) ? mf_row_g##G : (mf_row_fn)0;     \
+            mf_convp_groups(g) == (G) && (signfix & MF_PRE0) ? mf_row_g##G : (mf_row_fn)0;  \
         MF_DISPATCH(MF_CONVP_G_BODY);                                                       \
     }
 #define MF_CONV_G_BODY(mode)                                                                \

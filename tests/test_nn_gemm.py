@@ -528,8 +528,13 @@ def test_conv_pair_order():
     idx = pack.conv_pair_order(3, 3, 3)
     assert len(idx) == 32 and idx[:8].tolist() == [0, 9, 1, 10, 18, 2, 19, 3]
     assert idx[24:].tolist() == [8, 17, -1, -1, 26, -1, -1, -1]
-    for kh, kw, c in ((3, 3, 3), (10, 4, 1), (3, 3, 16), (2, 3, 5), (1, 2, 1), (4, 1, 3)):
+    for kh, kw, c in ((3, 3, 3), (10, 4, 1), (3, 3, 16), (2, 3, 5), (1, 2, 1), (4, 1, 3), (2, 2, 8)):
         idx = pack.conv_pair_order(kh, kw, c)
         assert sorted(idx[idx >= 0].tolist()) == list(range(kh * kw * c))
         assert len(idx) % 4 == 0
     assert pack.convp_scratch_bytes(3, 3, 3, 1, 32) == 4 * 52 * 3 * 2 + 102 + 8
+    # in_c % 4 == 0: groups of 4 consecutive taps, (group along the row piece, kernel row)
+    idx = pack.conv_pair_order(3, 3, 16)
+    assert len(idx) == 144 and idx[:16].tolist() == [*range(4), *range(48, 52), *range(96, 100),
+                                                     *range(4, 8)]
+    assert pack.convp_scratch_bytes(3, 3, 16, 1, 32) == 2 * 34 * 16 * 3 + 34 * 16 + 8
