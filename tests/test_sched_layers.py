@@ -131,7 +131,8 @@ def cases():
                          ("g_kws_s1", "CONV_2D", dict(hw=(12, 5), c=1, o=12, k=(10, 4))),
                          ("g_rgb_s12", "CONV_2D", dict(hw=(7, 9), c=3, o=8, stride=(2, 1))),
                          # whole groups per kernel row, stride 2: im2col (mf_conv_*)
-                         ("g_im2col_s2", "CONV_2D", dict(hw=(9, 7), c=4, o=12, stride=(2, 2))),
+                         ("g_im2col_s2", "CONV_2D", dict(hw=(9, 7), c=6, o=12, stride=(2, 2))),
+                         ("g_quads_s2", "CONV_2D", dict(hw=(9, 7), c=4, o=12, stride=(2, 2))),
                          ("g_c16_s1", "CONV_2D", dict(hw=(5, 6), c=6, o=8, k=(2, 2))),
                          ("g_fc", "FULLY_CONNECTED", dict(c=64, o=12, batch=2))):
         out.append((name + "_relu", op, dict(kw, act="relu", y_zp=-128)))

@@ -74,14 +74,15 @@ def gemm(ctx: OpContext, ref: ir.Kernel, target) -> ir.Kernel | None:
     if folded is not None:  # int16 weights hold 2^pre too: no shift before the multiply
         (rows, bias, rq), signfix = folded, signfix | pack.PRE0
     # a convolution with its patch read from widened rows (mf_convp_*) where windows overlap
-    # most (stride_w 1, k_w >= 2): widening every input row once per output row is then
-    # cheaper than widening (and gathering) every patch. Measured in whole models on the M4:
-    # ResNet-8's 3x3 stride-1 layers 0.94 -> 0.90 instr/MAC, its first layer 1.55 -> 1.40;
-    # stride 2 (VWW's and KWS's first layers) lost 1-6 % and stays with im2col
+    # (k_w >= 2) and stride_w is 1 or in_c a multiple of 4 (rows widened as whole groups):
+    # widening every input row once per output row is then cheaper than widening (and
+    # gathering) every patch. Measured in whole models on the M4: ResNet-8's 3x3 layers
+    # 0.94 -> 0.89 instr/MAC (stride 2: 0.88 -> 0.87), its first layer 1.55 -> 1.38; stride 2
+    # with 1 or 3 channels (VWW's and KWS's first layers) lost 1-6 % and stays with im2col
     pair = None
     if ctx.node.op == "conv2d" and k != x.shape[-1]:
         kh, kw = ctx.input(1).shape[1:3]
-        if ctx.attrs["stride"][1] == 1 and kw >= 2:
+        if kw >= 2 and (ctx.attrs["stride"][1] == 1 or x.shape[-1] % 4 == 0):
             pair = (kh, kw, x.shape[-1])
             rows = pack.pair_rows(rows, *pair)
     packed, _ = pack.pack_gemm_weights(rows, fmt)
