@@ -43,8 +43,9 @@ def _layer(rng, o, k):
 
 def program(fmt: str, rng, act: str = "relu") -> str:
     """act: "relu" (clamp = int8 range, no sign term: TFLite's fused ReLU with zero point -128),
-    "none" (int8 range, sign term), "relu6" (a narrower clamp [-128, 100], sign term)."""
-    lo, hi, sf = {"relu": (-128, 127, 0), "none": (-128, 127, 1), "relu6": (-128, 100, 1)}[act]
+    "none" (int8 range, sign term from the accumulator: signfix 2), "relu6" (a narrower clamp [-128, 100], sign term)."""
+    # "none": signfix 2, what pack.signfix_mode gives for these channels (all shift right)
+    lo, hi, sf = {"relu": (-128, 127, 0), "none": (-128, 127, 2), "relu6": (-128, 100, 1)}[act]
     # volatile: the clamp reaches the kernel as in a model whose layers differ (no IPA constants)
     src = ['#include "mcuforge_nn.h"\n#include "bench.h"\n',
            f"static volatile int32_t v_lo = {lo}, v_hi = {hi}, "
