@@ -103,11 +103,13 @@ static inline int32_t mf_rq_apply(int32_t acc, const mf_rq *q, int32_t signfix) 
  *
  * Instructions per MAC on QEMU mps2-an386 (Cortex-M4), arm-none-eabi-gcc 12.2 -O2, including
  * widening / im2col, requantization and the call (tests/nn_bench: bench.py, README.md), clamp =
- * int8 range without sign term (TFLite's fused ReLU), w16 / w8 weights:
- *   1x1 64->64 over 125 px 0.93 / 1.43, FC 64->12 1.11 / 1.61, conv 10x4 1->64 s2 on 49x10
- *   1.15 / 1.65, conv 3x3 16->16 on 32x32 0.95 / 1.45, 1x1 8->16 (VWW) 2.54 / 3.04; -Os within
- *   1-5 %, -fno-schedule-insns no effect (the hot loops are asm). The sign term adds ~3 and a
- *   clamp narrower than int8 ~5 instructions per output. */
+ * int8 range without sign term (TFLite's fused ReLU), w16 general entries / the K-specialised
+ * (_g<G>, pre folded) entries the schedule uses / w8: 1x1 64->64 over 125 px 0.91 / 0.82 /
+ * 1.41, FC 64->12 1.14 / 0.97 / 1.64, 1x1 8->16 (VWW) 2.51 / 1.94 / 3.01; convolutions through
+ * mf_convp_w16[_g<G>] (no im2col): conv 3x3 16->16 on 32x32 0.89, 3x3 3->16 (ResNet-8's first)
+ * 1.38, 10x4 1->64 s2 (KWS's first) 1.00. -Os within 1-10 %, -fno-schedule-insns no effect
+ * (the hot loops are asm). The sign term adds ~1 (signfix 2) or ~4 (signfix 1) and a clamp
+ * narrower than int8 ~5 instructions per output. */
 
 #if MF_USE_DSP && defined(__ARMEB__)
 #error "mcuforge_nn.h: the DSP kernels assume little-endian memory; build with -DMF_USE_DSP=0"
