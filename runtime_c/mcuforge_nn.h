@@ -122,6 +122,7 @@ static inline int32_t mf_rq_apply(int32_t acc, const mf_rq *q, int32_t signfix) 
 #endif
 #define MF_W16 16
 #define MF_W8 8
+#define MF_W16Z 17 /* MF_W16 with every mf_rq.pre 0 (signfix has MF_PRE0) */
 
 #if defined(__GNUC__)
 typedef int32_t __attribute__((__may_alias__)) mf_word; /* int16 pairs / int8 quads as words */
@@ -501,7 +502,13 @@ static inline void mf_gemm_row(const int16_t *xw, int32_t G, const void *w, int3
 #define MF_A_RQ(A, H, CL)                                                                   \
     "ldmia r6!, {r8, r9, r10, r11}\n\t"                                                     \
     "lsl " A ", " A ", r10\n\t" H CL "strb " A ", [r4], #1\n\t"
+/* the same when every pre is 0 (MF_W16Z: 2^pre folded into the weights) */
+#define MF_A_RQZ(A, H, CL) "ldmia r6!, {r8, r9, r10, r11}\n\t" H CL "strb " A ", [r4], #1\n\t"
 #define MF_A_ROW(GR, H0, H1, H2, H3, LDCL, CL0, CL1, CL2, CL3)                               \
+    MF_A_ROW_RQ(MF_A_RQ, GR, H0, H1, H2, H3, LDCL, CL0, CL1, CL2, CL3)
+#define MF_A_ROWZ(GR, H0, H1, H2, H3, LDCL, CL0, CL1, CL2, CL3)                              \
+    MF_A_ROW_RQ(MF_A_RQZ, GR, H0, H1, H2, H3, LDCL, CL0, CL1, CL2, CL3)
+#define MF_A_ROW_RQ(RQ, GR, H0, H1, H2, H3, LDCL, CL0, CL1, CL2, CL3)                        \
     "ldr r12, %[wp]\n"                                                                      \
     "9:\n\t"                                                                                \
     "ldr r6, %[xw]\n\t"                                                                     \
@@ -509,8 +516,8 @@ static inline void mf_gemm_row(const int16_t *xw, int32_t G, const void *w, int3
     "ldmia r8!, {r0, r1, r2, r3}\n\t"                                                       \
     "str r8, %[bias]\n\t"                                                                   \
     "ldr lr, %[G]\n\t" MF_A_KLOOP(GR) "ldr r6, %[rq]\n\t"                                   \
-    "ldr r4, %[y]\n\t" LDCL MF_A_RQ("r0", H0, CL0) MF_A_RQ("r1", H1, CL1)                      \
-        MF_A_RQ("r2", H2, CL2) MF_A_RQ("r3", H3, CL3)     "str r6, %[rq]\n\t"                   \
+    "ldr r4, %[y]\n\t" LDCL RQ("r0", H0, CL0) RQ("r1", H1, CL1) RQ("r2", H2, CL2)            \
+        RQ("r3", H3, CL3) "str r6, %[rq]\n\t"                                                 \
     "str r4, %[y]\n\t"                                                                      \
     "ldr lr, %[nb]\n\t"                                                                     \
     "subs lr, lr, #1\n\t"                                                                   \
@@ -531,6 +538,7 @@ static inline void mf_gemm_row(const int16_t *xw, int32_t G, const void *w, int3
     "ldr r5, %[lo]\n\tldr lr, %[hi]\n\t", MF_A_CLAMP("r0"), MF_A_CLAMP("r1"), MF_A_CLAMP("r2"), \
         MF_A_CLAMP("r3")
 #define MF_A_ROW_X(...) MF_A_ROW(__VA_ARGS__) /* expands the 4-tuples into 4 arguments */
+#define MF_A_ROWZ_X(...) MF_A_ROWZ(__VA_ARGS__)
 #define MF_A_MODES(GR)                                                                      \
     if (mode == (MF_MODE_SF | MF_MODE_SFA | MF_MODE_SAT)) {                                 \
         __asm__ volatile(MF_A_ROW_X(GR, MF_A_SFA4, MF_A_SAT4) MF_A_OPS);                      \
@@ -551,7 +559,11 @@ MF_INLINE void mf_gemm_blocks_asm(const int16_t *xw, int32_t G, int32_t nb, int3
     const int32_t *bias = *pbias;
     const mf_rq *rq = *prq;
     int8_t *y = *py;
-    if (fmt == MF_W16) {
+    if (fmt == MF_W16Z && mode == (MF_MODE_SF | MF_MODE_SFA | MF_MODE_SAT)) {
+        __asm__ volatile(MF_A_ROWZ_X(MF_A_G16, MF_A_SFA4, MF_A_SAT4) MF_A_OPS);
+    } else if (fmt == MF_W16Z && mode == MF_MODE_SAT) {
+        __asm__ volatile(MF_A_ROWZ_X(MF_A_G16, MF_A_NOSF4, MF_A_SAT4) MF_A_OPS);
+    } else if (fmt != MF_W8) {
         MF_A_MODES(MF_A_G16)
     } else {
         MF_A_MODES(MF_A_G8)
@@ -622,16 +634,18 @@ MF_INLINE void mf_gemm_row_g(const int16_t *xw, const int32_t G, const int16_t *
 }
 #endif
 
-/* All O outputs of one widened row xw (G groups) into y[0..O-1]. */
-static inline void mf_gemm_row(const int16_t *xw, int32_t G, const void *w, int32_t fmt,
+/* All O outputs of one widened row xw (G groups) into y[0..O-1]. fmt: MF_W16, MF_W8 or
+ * MF_W16Z (w16 with every rq[].pre 0: the asm skips the shift). */
+static inline void mf_gemm_row(const int16_t *xw, int32_t G, const void *w, int32_t fmtz,
                                const int32_t *bias, const mf_rq *rq, int32_t O, int32_t lo,
                                int32_t hi, int32_t mode, int8_t *y) {
     const int8_t *wb = (const int8_t *)w;
+    const int32_t fmt = fmtz == MF_W16Z ? MF_W16 : fmtz;
     const int32_t bstep = G * (fmt == MF_W16 ? 32 : 16); /* bytes per block of 4 channels */
     int32_t n = O, acc[4];
 #if MF_GEMM_ASM
     if (n >= 4) {
-        mf_gemm_blocks_asm(xw, G, n >> 2, fmt, mode, lo, hi, &wb, &bias, &rq, &y);
+        mf_gemm_blocks_asm(xw, G, n >> 2, fmtz, mode, lo, hi, &wb, &bias, &rq, &y);
         n &= 3;
     }
 #endif
@@ -699,7 +713,8 @@ MF_MICRO void mf_gemm_w16(const int8_t *x, int32_t rows, int32_t x_stride, int32
                           int32_t lo, int32_t hi, int32_t signfix, int8_t *y,
                           int32_t y_stride, int16_t *scratch) {
 #define MF_BODY(mode)                                                                       \
-    mf_gemm_body(x, rows, x_stride, K, w, MF_W16, bias, rq, O, lo, hi, mode, y, y_stride, scratch)
+    mf_gemm_body(x, rows, x_stride, K, w, signfix & 4 ? MF_W16Z : MF_W16, bias, rq, O, lo, hi, \
+                 mode, y, y_stride, scratch)
     MF_DISPATCH(MF_BODY);
 #undef MF_BODY
 }
@@ -831,7 +846,9 @@ MF_MICRO void mf_conv_w16(const int8_t *x, const mf_conv_geom *g, int32_t x_zp,
                           const int16_t *w, const int32_t *bias, const mf_rq *rq, int32_t O,
                           int32_t lo, int32_t hi, int32_t signfix, int8_t *y,
                           int16_t *scratch) {
-#define MF_BODY(mode) mf_conv_body(x, g, x_zp, w, MF_W16, bias, rq, O, lo, hi, mode, y, scratch, 0)
+#define MF_BODY(mode)                                                                       \
+    mf_conv_body(x, g, x_zp, w, signfix & 4 ? MF_W16Z : MF_W16, bias, rq, O, lo, hi, mode, y,   \
+                 scratch, 0)
     MF_DISPATCH(MF_BODY);
 #undef MF_BODY
 }
@@ -995,7 +1012,9 @@ MF_MICRO void mf_convp_w16(const int8_t *x, const mf_conv_geom *g, int32_t x_zp,
                            const int16_t *w, const int32_t *bias, const mf_rq *rq, int32_t O,
                            int32_t lo, int32_t hi, int32_t signfix, int8_t *y,
                            int16_t *scratch) {
-#define MF_BODY(mode) mf_convp_body(x, g, x_zp, w, MF_W16, bias, rq, O, lo, hi, mode, y, scratch, 0)
+#define MF_BODY(mode)                                                                       \
+    mf_convp_body(x, g, x_zp, w, signfix & 4 ? MF_W16Z : MF_W16, bias, rq, O, lo, hi, mode, y,  \
+                  scratch, 0)
     MF_DISPATCH(MF_BODY);
 #undef MF_BODY
 }
@@ -1017,7 +1036,7 @@ MF_MICRO void mf_convp_w8(const int8_t *x, const mf_conv_geom *g, int32_t x_zp,
  * channel blocks with the K loop unrolled (mf_gemm_row_g), else the general entry's code.
  * The schedule picks G = MF_KPAD(K) / 4.
  * Instructions per MAC on mps2-an386, -O2 (tests/nn_bench): see tests/nn_bench/README.md. */
-#define MF_PRE0 4 /* signfix flag: rq[].pre = 0 in every channel (the kernels ignore it else) */
+#define MF_PRE0 4 /* signfix flag: rq[].pre = 0 in every channel (the w16 asm skips the shift) */
 #if MF_GEMM_ASM
 #define MF_GEMM_G(G)                                                                        \
     static __attribute__((unused, noinline)) void mf_row_g##G(                              \
@@ -1057,9 +1076,11 @@ MF_MICRO void mf_convp_w8(const int8_t *x, const mf_conv_geom *g, int32_t x_zp,
         MF_DISPATCH(MF_CONVP_G_BODY);                                                       \
     }
 #define MF_CONV_G_BODY(mode)                                                                \
-    mf_conv_body(x, g, x_zp, w, MF_W16, bias, rq, O, lo, hi, mode, y, scratch, rowg)
+    mf_conv_body(x, g, x_zp, w, signfix & 4 ? MF_W16Z : MF_W16, bias, rq, O, lo, hi, mode, y,   \
+                 scratch, rowg)
 #define MF_CONVP_G_BODY(mode)                                                               \
-    mf_convp_body(x, g, x_zp, w, MF_W16, bias, rq, O, lo, hi, mode, y, scratch, rowg)
+    mf_convp_body(x, g, x_zp, w, signfix & 4 ? MF_W16Z : MF_W16, bias, rq, O, lo, hi, mode, y,  \
+                  scratch, rowg)
 #else
 #define MF_GEMM_G(G)                                                                        \
     MF_MICRO void mf_gemm_w16_g##G(const int8_t *x, int32_t rows, int32_t x_stride, int32_t K, \
