@@ -27,6 +27,8 @@ __attribute__((section(".vectors"), used)) static const vector_t vectors[16] = {
 /* -nostartfiles: no crti/crtn, so the _init/_fini that __libc_init_array calls are empty */
 void _init(void) {}
 void _fini(void) {}
+/* and no crtbegin: the handle that static objects' destructors are registered with */
+void *__dso_handle = 0;
 
 void Reset_Handler(void) {
     uint32_t *src = &__data_load__, *dst = &__data_start__;

@@ -305,7 +305,7 @@ def main(argv=None) -> int:
             try:
                 row = measure(a, board, flags, Path(m), a.input)
             except (SystemExit, subprocess.CalledProcessError, subprocess.TimeoutExpired) as e:
-                row = {"model": Path(m).name, "board": board, "error": str(e)[-2000:]}
+                row = {"model": Path(m).name, "board": board, "error": str(e)[-600:]}
                 print(json.dumps(row), flush=True)
                 rows.append(row)
                 continue
