@@ -28,6 +28,10 @@ sys.path.insert(0, str(REPO))
 
 from mcuforge.boards import load_board  # noqa: E402  (board flags and QEMU command line)
 
+# the source trees and their folder names under --sources
+SOURCE_DIRS = {"tflm": "tflite-micro", "cmsis": "cmsis", "cortex-dfp": "cmsis/Cortex_DFP",
+               "cmsis-nn": "cmsis_nn", "flatbuffers": "flatbuffers", "gemmlowp": "gemmlowp",
+               "ruy": "ruy", "kissfft": "kissfft"}
 ARCH = {"mps2-an386": "cortex-m4+fp", "mps2-an500": "cortex-m7+fp"}
 MAKEFILE = "tensorflow/lite/micro/tools/make/Makefile"
 # Parsing TFLM's Makefile includes every example's and test's Makefile.inc; these lists only
@@ -282,9 +286,9 @@ def main(argv=None) -> int:
     p.add_argument("models", nargs="+", help=".tflite files")
     p.add_argument("--board", action="append", choices=sorted(ARCH), help="(repeatable)")
     src = p.add_argument_group("fetched sources (trees outside this repository)")
-    for name in ("tflm", "cmsis", "cortex-dfp", "cmsis-nn", "flatbuffers", "gemmlowp", "ruy",
-                 "kissfft"):
-        src.add_argument(f"--{name}", required=True)
+    src.add_argument("--sources", help="a folder holding them under the names of SOURCE_DIRS")
+    for name in SOURCE_DIRS:
+        src.add_argument(f"--{name}")
     p.add_argument("--build", default="/tmp/tflm_yardstick", help="build directory")
     p.add_argument("--arena", type=int, default=1 << 20, help="tensor arena given to TFLM")
     p.add_argument("--runs", type=int, default=2, help="Invokes per firmware (last reported)")
@@ -297,6 +301,12 @@ def main(argv=None) -> int:
     p.add_argument("--jobs", type=int, default=2)
     p.add_argument("--timeout", type=float, default=900)
     a = p.parse_args(argv)
+    for name, sub in SOURCE_DIRS.items():
+        attr = name.replace("-", "_")
+        if getattr(a, attr) is None:
+            if not a.sources:
+                p.error(f"--{name} (or --sources) is required")
+            setattr(a, attr, str(Path(a.sources) / sub))
     rows = []
     for board in a.board or ["mps2-an386"]:
         flags = build_lib(a, board)
