@@ -71,7 +71,7 @@ def prepare_downloads(a) -> None:
     # it at parse time for test data the library never uses: a stub module stands in.
     stub = Path(a.build) / "pystub" / "PIL"
     stub.mkdir(parents=True, exist_ok=True)
-    (stub / "__init__.py").write_text("Image = None  # stub: the library build converts no images\n")
+    (stub / "__init__.py").write_text("Image = None  # stub: the library converts no images\n")
 
 
 def make_args(a, board: str) -> list:
