@@ -92,11 +92,30 @@ def elf_sizes(elf: Path, cross: str) -> dict:
     return {"text": text, "data": data, "bss": bss}
 
 
-# TFLM with CMSIS-NN on the same emulator (shared/notes/measuring-on-qemu.md): instructions per
-# inference of the MLPerf Tiny int8 models on mps2-an386, the figure our code is compared with.
-TFLM_CMSIS_INSTRUCTIONS = {"mps2-an386": {
-    "kws_ref_model.tflite": 7_698_888, "vww_96_int8.tflite": 24_101_962,
-    "pretrainedResnet_quant.tflite": 29_863_456, "ad01_int8.tflite": 582_950}}
+# TFLM with CMSIS-NN on the same emulator: instructions per Invoke, by board and model file
+# name, the figure our code is compared with. Measured with tests/yardstick/ (README there):
+# tflite-micro 90b983c2, CMSIS-NN 4ab83cc3, CMSIS_6 5782d6f8 (TFLM's pins), TFLM's Makefile
+# (cortex_m_generic, cortex-m4+fp / cortex-m7+fp, OPTIMIZED_KERNEL_DIR=cmsis_nn,
+# BUILD_TYPE=release_with_logs: core -Os, kernels and CMSIS-NN -O2), arm-none-eabi-gcc 12.2 +
+# newlib-nano, QEMU 7.2 -icount shift=0, SysTick (40-instruction resolution), random input
+# (seed 0) written before each Invoke. The an386 MLPerf four agree with shared/notes/
+# measuring-on-qemu.md within 0.05% (same arenas). The others are tflite-micro's int8 examples
+# (tensorflow/lite/micro/models/, examples/*/models/, third_party/xtensa/examples/).
+TFLM_CMSIS_INSTRUCTIONS = {
+    "mps2-an386": {
+        "kws_ref_model.tflite": 7_698_280, "vww_96_int8.tflite": 24_102_800,
+        "pretrainedResnet_quant.tflite": 29_863_680, "ad01_int8.tflite": 583_240,
+        "person_detect.tflite": 22_929_280, "micro_speech_quantized.tflite": 1_495_520,
+        "hello_world_int8.tflite": 3_640, "trained_lstm_int8.tflite": 574_560,
+        "dtln_noise_suppression.tflite": 748_440, "micro_speech_lstm.tflite": 12_101_240,
+        "keyword_scrambled_8bit.tflite": 120_640},
+    "mps2-an500": {
+        "kws_ref_model.tflite": 7_644_040, "vww_96_int8.tflite": 24_026_400,
+        "pretrainedResnet_quant.tflite": 30_026_520, "ad01_int8.tflite": 583_560,
+        "person_detect.tflite": 22_716_760, "micro_speech_quantized.tflite": 1_489_560,
+        "hello_world_int8.tflite": 3_640, "trained_lstm_int8.tflite": 569_840,
+        "dtln_noise_suppression.tflite": 767_440, "micro_speech_lstm.tflite": 12_076_120,
+        "keyword_scrambled_8bit.tflite": 120_800}}
 
 
 def bench_board(model: str, board_name: str, with_tflm: bool, per_layer: bool = False,
