@@ -392,4 +392,11 @@ def _quant(t):
     scale = tuple(float(s) for s in q.ScaleAsNumpy())
     zp = (tuple(int(z) for z in q.ZeroPointAsNumpy()) if q.ZeroPointLength()
           else (0,) * len(scale))
-    return Quant(scale=scale, zero_point=zp, axis=int(q.QuantizedDimension()))
+    axis = int(q.QuantizedDimension())
+    shape = _vector(t.ShapeAsNumpy())
+    if len(scale) > 1 and len(shape) == 1 and shape[0] == len(scale) and axis != 0:
+        # older converters (person_detect) copied the weights' channel axis, 3, onto the
+        # per-channel bias; a 1-D tensor's scales can only run along its one axis, and TFLM
+        # reads them by channel index
+        axis = 0
+    return Quant(scale=scale, zero_point=zp, axis=axis)

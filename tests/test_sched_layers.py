@@ -185,3 +185,26 @@ def test_m4_dsp_equals_tflm(name, op, kw):
     want = tflm.run(model, [x])[0]
     got = runner.run(model, x, board="mps2-an386")
     np.testing.assert_array_equal(got, want)
+
+
+def test_bias_scales_on_the_weights_axis_are_read_per_channel():
+    """Older TFLite converters (tflite-micro's person_detect) wrote the weights' quantized
+    dimension, 3, onto the 1-D per-channel bias; TFLM reads the bias scales by channel. The
+    model loads and runs as tflite-micro runs it."""
+    require_tflm()
+    rng = np.random.default_rng(9)
+    m = Model()
+    c, o = 3, 8
+    sw = rng.uniform(0.002, 0.02, o)
+    xi = m.tensor("x", (1, 5, 5, c), "int8", scale=0.02, zero_point=-1)
+    wi = m.tensor("w", (o, 3, 3, 1 * c), "int8", rng.integers(-127, 128, (o, 3, 3, c)),
+                  scale=sw, zero_point=np.zeros(o, int), axis=0)
+    bi = m.tensor("b", (o,), "int32", rng.integers(-2000, 2000, o), scale=0.02 * sw,
+                  zero_point=np.zeros(o, int), axis=3)
+    yi = m.tensor("y", (1, 5, 5, o), "int8", scale=0.05, zero_point=3)
+    m.op("CONV_2D", [xi, wi, bi], [yi], "Conv2DOptions", Padding=SAME, StrideH=1, StrideW=1,
+         DilationHFactor=1, DilationWFactor=1, FusedActivationFunction=1)
+    m.io([xi], [yi])
+    model = m.build()
+    x = rng.integers(-128, 128, (2, 1, 5, 5, c)).astype(np.int8)
+    np.testing.assert_array_equal(runner.run(model, x), tflm.run(model, [x])[0])
