@@ -32,7 +32,8 @@ SAME, VALID = 0, 1
 
 
 def layer_model(seed: int, op: str, hw=(5, 6), c=3, o=5, k=(3, 3), stride=(1, 1),
-                pad=SAME, act="none", per_channel=True, batch=1, dead=False, y_zp=None):
+                pad=SAME, act="none", per_channel=True, batch=1, dead=False, y_zp=None,
+                mult=1):
     """A one-layer int8 model; returns (model bytes, int8 input batch [2, ...]). `dead`: channel
     0 gets a huge bias and a weight scale so small that its output multiplier is ~2^-31 (a
     channel whose output is constant, as in trained models: VWW has such channels)."""
@@ -43,9 +44,9 @@ def layer_model(seed: int, op: str, hw=(5, 6), c=3, o=5, k=(3, 3), stride=(1, 1)
         xshape, wshape = (batch, c), (o, c)
     elif op == "CONV_2D":
         xshape, wshape = (1, *hw, c), (o, *k, c)
-    else:
-        xshape, wshape = (1, *hw, c), (1, *k, c)
-        o = c
+    else:  # depthwise, depth multiplier `mult`
+        o = c * mult
+        xshape, wshape = (1, *hw, c), (1, *k, o)
     w = rng.integers(-127, 128, wshape)
     axis = 3 if op == "DEPTHWISE_CONV_2D" else 0
     if per_channel:
@@ -79,7 +80,8 @@ def layer_model(seed: int, op: str, hw=(5, 6), c=3, o=5, k=(3, 3), stride=(1, 1)
         if op == "CONV_2D":
             m.op(op, [xi, wi, bi], [yi], "Conv2DOptions", **fields)
         else:
-            m.op(op, [xi, wi, bi], [yi], "DepthwiseConv2DOptions", DepthMultiplier=1, **fields)
+            m.op(op, [xi, wi, bi], [yi], "DepthwiseConv2DOptions", DepthMultiplier=mult,
+                 **fields)
     m.io([xi], [yi])
     x = rng.integers(-128, 128, (2, *xshape)).astype(np.int8)
     return m.build(), x
@@ -108,6 +110,10 @@ def cases():
             pad=(SAME, VALID)[(i // 2) % 2] if min(hw) >= 3 else SAME,
             act=("none", "relu", "relu6")[i % 3], per_channel=i != 5)))
     out.append(("dw_kws", "DEPTHWISE_CONV_2D", dict(hw=(25, 5), c=8, act="relu")))
+    # one input channel, depth multiplier M: the convolution 1 -> M (micro_speech's first layer)
+    out.append(("dw1_speech", "DEPTHWISE_CONV_2D", dict(hw=(49, 40), c=1, mult=8, k=(10, 8),
+                                                        stride=(2, 2), act="relu")))
+    out.append(("dw1_mult3", "DEPTHWISE_CONV_2D", dict(hw=(7, 6), c=1, mult=3, pad=VALID)))
     out.append(("dw_dead", "DEPTHWISE_CONV_2D", dict(hw=(6, 7), c=5, stride=(2, 2), dead=True)))
     out.append(("conv1x1_dead", "CONV_2D", dict(hw=(3, 3), c=16, o=6, k=(1, 1), dead=True)))
     out.append(("conv_dead", "CONV_2D", dict(hw=(5, 5), c=3, o=5, k=(3, 3), act="relu",
@@ -174,7 +180,8 @@ def test_host_c_equals_tflm(name, op, kw):
 
 
 M4_CASES = (CASES[::4] + [c for c in CASES if c[0].startswith("dw_")][::2]
-            + [c for c in CASES if c[0].endswith("_dead")] + [c for c in CASES if c[0].startswith("g_")])
+            + [c for c in CASES if c[0].endswith("_dead")] + [c for c in CASES if c[0].startswith("g_")]
+            + [c for c in CASES if c[0].startswith("dw1_")])
 
 
 @pytest.mark.parametrize("name,op,kw", M4_CASES, ids=[c[0] for c in M4_CASES])

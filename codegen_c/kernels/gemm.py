@@ -1,7 +1,7 @@
 """int8 convolutions and fully connected layers on the GEMM micro-kernels (mcuforge_nn.h):
 a 1x1 stride-1 convolution or a fully connected layer is one mf_gemm_<fmt> call over its rows
-of pixels, any other convolution (groups 1, dilation 1) one mf_conv_<fmt> call per image
-(im2col). The input zero point is folded into the bias at compile time, the weights are packed
+of pixels, any other convolution (groups 1, dilation 1; also a depthwise convolution of one
+input channel) one mf_conv_<fmt> call per image (im2col). The input zero point is folded into the bias at compile time, the weights are packed
 in the order the kernel reads them and the requantization constants are precomputed; the
 schedule declines (the reference loops stay) where TFLM's arithmetic could not be reproduced
 exactly (pack.py's proofs) or the layer is not a TFLM int8 one.
@@ -24,13 +24,20 @@ def gemm_layer(ctx: OpContext) -> dict | None:
     """The compile-time data of the layer's GEMM form, or None when it has none: weights as
     [O, K] rows, folded bias, mf_rq rows, clamp and sign term."""
     x, w, bias, y = ctx.input(0), ctx.input(1), ctx.input(2), ctx.output()
-    if ctx.node.op == "conv2d":
-        if len(x.shape) != 4 or w.shape[-1] != x.shape[-1] \
-                or tuple(ctx.attrs.get("dilation", (1, 1))) != (1, 1):
-            return None  # grouped or dilated
+    if ctx.node.op != "fully_connected":
+        if len(x.shape) != 4 or tuple(ctx.attrs.get("dilation", (1, 1))) != (1, 1):
+            return None  # dilated
+        # grouped convolutions decline; a depthwise convolution of a single input channel
+        # (depth multiplier M: micro_speech's first layer) is the convolution 1 -> M
+        inner = w.shape[-1] if ctx.node.op == "conv2d" else 1
+        if inner != x.shape[-1]:
+            return None
     if not tflm_int8_layer(ctx):
         return None
-    rows = np.asarray(w.data).reshape(w.shape[0], -1).copy()
+    if ctx.node.op == "depthwise_conv2d":  # [1, KH, KW, M] -> rows [M, KH * KW]
+        rows = np.asarray(w.data).reshape(-1, w.shape[-1]).T.copy()
+    else:
+        rows = np.asarray(w.data).reshape(w.shape[0], -1).copy()
     x_zp, y_zp = int(x.quant.zero_point[0]), int(y.quant.zero_point[0])
     folded = pack.fold_bias(None if bias is None else bias.data, rows, x_zp)
     if folded is None:
@@ -55,7 +62,7 @@ def weight_format(ctx: OpContext, target) -> str:
     return "w16" if wide else "w8"
 
 
-@schedules("conv2d", "fully_connected")
+@schedules("conv2d", "fully_connected", "depthwise_conv2d")
 def gemm(ctx: OpContext, ref: ir.Kernel, target) -> ir.Kernel | None:
     layer = gemm_layer(ctx)
     if layer is None:
@@ -74,7 +81,7 @@ def gemm(ctx: OpContext, ref: ir.Kernel, target) -> ir.Kernel | None:
     # 0.94 -> 0.89 instr/MAC (stride 2: 0.88 -> 0.87), its first layer 1.55 -> 1.38; stride 2
     # with 1 or 3 channels (VWW's and KWS's first layers) lost 1-6 % and stays with im2col
     pair = None
-    if ctx.node.op == "conv2d" and k != x.shape[-1]:
+    if ctx.node.op != "fully_connected" and k != x.shape[-1]:
         kh, kw = ctx.input(1).shape[1:3]
         if kw >= 2 and (ctx.attrs["stride"][1] == 1 or x.shape[-1] % 4 == 0):
             pair = (kh, kw, x.shape[-1])
