@@ -1,6 +1,7 @@
 """`mcuforge bench`: arena, RAM, weights and latency of the generated code beside TFLM's."""
 from __future__ import annotations
 
+import hashlib
 import re
 import subprocess
 from pathlib import Path
@@ -93,7 +94,7 @@ def elf_sizes(elf: Path, cross: str) -> dict:
 
 
 # TFLM with CMSIS-NN on the same emulator: instructions per Invoke, by board and model file
-# name, the figure our code is compared with. Measured with tests/yardstick/ (README there):
+# (its content's sha256, so a renamed copy matches and another model never does), the figure our code is compared with. Measured with tests/yardstick/ (README there):
 # tflite-micro 90b983c2, CMSIS-NN 4ab83cc3, CMSIS_6 5782d6f8 (TFLM's pins), TFLM's Makefile
 # (cortex_m_generic, cortex-m4+fp / cortex-m7+fp, OPTIMIZED_KERNEL_DIR=cmsis_nn,
 # BUILD_TYPE=release_with_logs: core -Os, kernels and CMSIS-NN -O2), arm-none-eabi-gcc 12.2 +
@@ -101,21 +102,34 @@ def elf_sizes(elf: Path, cross: str) -> dict:
 # (seed 0) written before each Invoke. The an386 MLPerf four agree with shared/notes/
 # measuring-on-qemu.md within 0.05% (same arenas). The others are tflite-micro's int8 examples
 # (tensorflow/lite/micro/models/, examples/*/models/, third_party/xtensa/examples/).
-TFLM_CMSIS_INSTRUCTIONS = {
+TFLM_CMSIS_INSTRUCTIONS = {  # board -> first 16 hex digits of the model file's sha256 -> count
     "mps2-an386": {
-        "kws_ref_model.tflite": 7_698_280, "vww_96_int8.tflite": 24_102_800,
-        "pretrainedResnet_quant.tflite": 29_863_680, "ad01_int8.tflite": 583_240,
-        "person_detect.tflite": 22_929_280, "micro_speech_quantized.tflite": 1_495_520,
-        "hello_world_int8.tflite": 3_640, "trained_lstm_int8.tflite": 574_560,
-        "dtln_noise_suppression.tflite": 748_440, "micro_speech_lstm.tflite": 12_101_240,
-        "keyword_scrambled_8bit.tflite": 120_640},
+        "aeea436800704fce": 7_698_280,  # kws_ref_model.tflite
+        "597a384c8c2c8a12": 24_102_800,  # vww_96_int8.tflite
+        "3c002613d1b2475e": 29_863_680,  # pretrainedResnet_quant.tflite
+        "87cf24194ef93d1d": 583_240,  # ad01_int8.tflite
+        "808cfdfc0cf3a6fa": 22_929_280,  # person_detect.tflite
+        "09e5e2a9dfb2d8ed": 1_495_520,  # micro_speech_quantized.tflite
+        "505ee4fae7fa46ab": 3_640,  # hello_world_int8.tflite
+        "a44e4d8a6c051db5": 574_560,  # trained_lstm_int8.tflite
+        "91e94316d1a4747d": 748_440,  # dtln_noise_suppression.tflite
+        "94375ed22731cbad": 12_101_240,  # micro_speech_lstm.tflite
+        "1d5e0e5c9a7369ca": 120_640,  # keyword_scrambled_8bit.tflite
+    },
     "mps2-an500": {
-        "kws_ref_model.tflite": 7_644_040, "vww_96_int8.tflite": 24_026_400,
-        "pretrainedResnet_quant.tflite": 30_026_520, "ad01_int8.tflite": 583_560,
-        "person_detect.tflite": 22_716_760, "micro_speech_quantized.tflite": 1_489_560,
-        "hello_world_int8.tflite": 3_640, "trained_lstm_int8.tflite": 569_840,
-        "dtln_noise_suppression.tflite": 767_440, "micro_speech_lstm.tflite": 12_076_120,
-        "keyword_scrambled_8bit.tflite": 120_800}}
+        "aeea436800704fce": 7_644_040,  # kws_ref_model.tflite
+        "597a384c8c2c8a12": 24_026_400,  # vww_96_int8.tflite
+        "3c002613d1b2475e": 30_026_520,  # pretrainedResnet_quant.tflite
+        "87cf24194ef93d1d": 583_560,  # ad01_int8.tflite
+        "808cfdfc0cf3a6fa": 22_716_760,  # person_detect.tflite
+        "09e5e2a9dfb2d8ed": 1_489_560,  # micro_speech_quantized.tflite
+        "505ee4fae7fa46ab": 3_640,  # hello_world_int8.tflite
+        "a44e4d8a6c051db5": 569_840,  # trained_lstm_int8.tflite
+        "91e94316d1a4747d": 767_440,  # dtln_noise_suppression.tflite
+        "94375ed22731cbad": 12_076_120,  # micro_speech_lstm.tflite
+        "1d5e0e5c9a7369ca": 120_800,  # keyword_scrambled_8bit.tflite
+    },
+}
 
 
 def bench_board(model: str, board_name: str, with_tflm: bool, per_layer: bool = False,
@@ -155,8 +169,9 @@ def bench_board(model: str, board_name: str, with_tflm: bool, per_layer: bool = 
         "flash_bytes": sizes["text"],
         "code_bytes": sizes["text"] - info["weight_bytes"] - sum(a[0].nbytes for a in arrays),
         "stack_bytes": run.stack_bytes,
+        # the recorded figure of this very file (by content, not name), else none
         "tflm_cmsis_instructions": TFLM_CMSIS_INSTRUCTIONS.get(board_name, {}).get(
-            Path(model).name),
+            hashlib.sha256(Path(model).read_bytes()).hexdigest()[:16]),
     }
     if with_tflm and tflm.available():
         row["tflm_arena_bytes"] = tflm.arena_bytes(model)["head"]
