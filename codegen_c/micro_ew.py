@@ -6,10 +6,10 @@ from __future__ import annotations
 import numpy as np
 
 from . import pack_ew
-from .evaluate import UndefinedBehaviour
+from .loop_ir import UndefinedBehaviour
+from .pack_ew import POOL_GEOM
 from .qmath import INTRINSICS
 
-POOL_GEOM = ("h", "w", "c", "fh", "fw", "sh", "sw", "pt", "pl", "oh", "ow")  # mf_pool_geom
 
 
 def _add(big, small, y, n, tab, mult, add, post, signfix, lo, hi):

@@ -15,6 +15,8 @@ INT32_MIN, INT32_MAX = -2**31, 2**31 - 1
 BYTES = np.arange(256, dtype=np.int64)
 VALUES = np.where(BYTES < 128, BYTES, BYTES - 256)  # the int8 value of each byte u
 
+POOL_GEOM = ("h", "w", "c", "fh", "fw", "sh", "sw", "pt", "pl", "oh", "ow")  # mf_pool_geom
+
 
 def srdhm(a, b):
     """gemmlowp SaturatingRoundingDoublingHighMul on int64 arrays (no saturating pair occurs:

@@ -16,7 +16,7 @@ from .. import loop_ir as ir
 from .. import pack_ew
 from ..lower import OpContext
 from ..lower.q_uint8 import activation_range
-from ..micro_ew import POOL_GEOM
+from ..pack_ew import POOL_GEOM
 from . import schedules
 
 ADD_PARAMS = ("input1_offset", "input2_offset", "left_shift", "input1_multiplier",
