@@ -18,7 +18,7 @@ class UndefinedBehaviour(ArithmeticError):
 
 
 def _intrinsics() -> dict:
-    from . import mathmirror, micro, qmath  # noqa: F401  (they add their mirrors)
+    from . import mathmirror, micro, micro_vec, qmath  # noqa: F401  (they add their mirrors)
     return qmath.INTRINSICS
 
 

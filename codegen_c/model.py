@@ -24,7 +24,8 @@ from .lower import lower_node
 
 MATH_PREFIX = "mfm_"  # runtime functions of runtime_c/mcuforge_math.h
 MICRO_HEADERS = {"mcuforge_nn.h": ("mf_gemm_", "mf_conv_"),  # runtime_c/ header -> its calls
-                 "mcuforge_dw.h": ("mf_dw3x3_s8",)}
+                 "mcuforge_dw.h": ("mf_dw3x3_s8",),
+                 "mcuforge_vec.h": ("mf_vec_",)}
 
 
 @dataclass

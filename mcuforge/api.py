@@ -17,7 +17,8 @@ from ir.errors import McuforgeError
 from ir.graph import Graph
 from codegen_c.resources import data_dir, render
 
-RUNTIME_FILES = ("mcuforge_rt.h", "mcuforge_math.h", "mcuforge_nn.h", "mcuforge_dw.h")
+RUNTIME_FILES = ("mcuforge_rt.h", "mcuforge_math.h", "mcuforge_nn.h", "mcuforge_dw.h",
+                 "mcuforge_vec.h")
 
 
 @dataclass

@@ -36,7 +36,7 @@ def _code_hash() -> str:
 
 def opt_flags(opt: str | None = None) -> str | None:
     """The optimisation flags a host build uses: `opt`, else $MCUFORGE_OPT, else None (the
-    generated Makefile's own default, -O2). Any gcc flags: "-O0", "-Os", "-O2 -march=native"."""
+    generated Makefile's own default, -O3 with ARCH=-march=native). Any gcc flags: "-O0", "-Os"."""
     opt = opt if opt is not None else os.environ.get("MCUFORGE_OPT")
     return opt.strip() if opt and opt.strip() else None
 
@@ -62,8 +62,8 @@ def compiled_project(model, board: str = "host", sanitize: bool = False, graph=N
     data = Path(model).read_bytes() if not isinstance(model, bytes) else model
     shapes = sorted((k, tuple(v)) for k, v in (input_shapes or {}).items())
     opt = opt_flags(opt)
-    # the generated Makefile's default is -O2: one cache entry for both spellings
-    key = hashlib.sha256(data + f"|{board}|{sanitize}|{shapes}|{opt or '-O2'}|".encode()
+    # the generated Makefile's default is -O3: one cache entry for both spellings
+    key = hashlib.sha256(data + f"|{board}|{sanitize}|{shapes}|{opt or '-O3'}|".encode()
                          + _code_hash().encode())
 
     def make(project: Path) -> None:
@@ -229,7 +229,7 @@ def run(model, inputs, board: str = "host", sanitize: bool = False,
     """Run `model` on `inputs` (an array, a batch along a new leading axis, or a dict for
     several inputs). Returns one array, or a dict by output name for several outputs.
     `input_shapes` ({input name: shape}) fixes the open dimensions of inputs; `opt`: the
-    host build's optimisation flags (default $MCUFORGE_OPT, else the Makefile's -O2);
+    host build's optimisation flags (default $MCUFORGE_OPT, else the Makefile's -O3);
     `flash_budget`: as compile's, on a board."""
     from .api import load
     graph = load(model, input_shapes)

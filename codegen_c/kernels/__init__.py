@@ -33,4 +33,4 @@ def schedule_kernel(ctx, kernel, target: Target):
 
 
 def _load_all():
-    from . import depthwise, gemm  # noqa: F401  (they register their schedules)
+    from . import depthwise, gemm, host  # noqa: F401  (they register their schedules)

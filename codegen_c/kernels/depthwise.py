@@ -17,6 +17,8 @@ from . import schedules
 
 @schedules("depthwise_conv2d")
 def depthwise(ctx: OpContext, ref: ir.Kernel, target) -> ir.Kernel | None:
+    if target.host:  # its own kernels (host.py)
+        return None
     x, w, bias, y = ctx.input(0), ctx.input(1), ctx.input(2), ctx.output()
     if x.dtype != "int8" or y.dtype != "int8" or w.dtype != "int8" or not w.is_const \
             or ctx.attrs.get("requant") == "onnxruntime" or len(x.shape) != 4:

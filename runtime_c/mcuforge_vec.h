@@ -1,0 +1,232 @@
+/* mcuforge_vec.h: micro-kernels for the host (x86-64, AArch64 hosts: wide SIMD units), int8
+ * layers with TFLM numerics.
+ *
+ * Plain C99 written for gcc's auto-vectoriser (no intrinsics): every inner loop runs over
+ * contiguous memory with no loop-carried dependence other than a sum, so at -O3 (or -O2
+ * -ftree-vectorize) gcc turns the int16 dot products into pmaddwd / vpmaddwd and the
+ * per-channel requantization into vector multiplies. The Cortex-M kernels (mcuforge_nn.h,
+ * mcuforge_dw.h) keep their own packed layouts; these kernels read natural ones
+ * (codegen_c/kernels/host.py packs them, codegen_c/micro_vec.py mirrors them):
+ *   GEMM weights: int16 [O][Kp], row o = output channel o's K taps in TFLite's order
+ *     (k = (ky * k_w + kx) * in_c + c for a convolution), Kp = MF_VEC_KPAD(K), zero tail.
+ *   Depthwise weights: int16 [k_h * k_w][C] (TFLite's [1][k_h][k_w][C]).
+ *   rq: int32 [4][O] (structure of arrays: mult[O], add[O], pre[O], post[O]), the fields of
+ *     mcuforge_nn.h's mf_rq: y = clamp((h + add [+ (h >> 31)]) >> post, lo, hi) with
+ *     h = round_high_mul(acc << pre, mult); exact for the accumulator bounds that
+ *     codegen_c/pack.py proves per layer (requant_params).
+ * Accumulation: the input zero point folded into the GEMM bias (pack.fold_bias, padding taps
+ * of an im2col patch are x_zp); the depthwise kernel skips padding taps and subtracts x_zp.
+ */
+#ifndef MCUFORGE_VEC_H
+#define MCUFORGE_VEC_H
+
+#include <stdint.h>
+#include <string.h>
+
+#if defined(__GNUC__)
+#define MF_VEC_FN static __attribute__((unused, noinline))
+#define MF_VEC_INLINE static inline __attribute__((always_inline))
+#else
+#define MF_VEC_FN static
+#define MF_VEC_INLINE static inline
+#endif
+
+#define MF_VEC_KPAD(K) (((K) + 7) & ~7) /* one 128-bit vector of int16 */
+
+/* y[o] = clamp(requant(acc[o], rq), lo, hi) for o < n: a loop over channels gcc vectorises
+ * (variable shifts, a widening multiply). sf: 1 when the sign term applies (pack.needs_signfix).
+ * The rounding high multiply is taken as the low word of (p + 2^31) >> 32, computed unsigned
+ * (the same bits as the arithmetic shift, and a shift the vector units have). */
+MF_VEC_INLINE void mf_vec_requant(const int32_t *acc, const int32_t *rq, int32_t n,
+                                  int32_t lo, int32_t hi, int32_t sf, int32_t rq_stride,
+                                  int8_t *y) {
+    const int32_t *mult = rq, *add = rq + rq_stride, *pre = rq + 2 * rq_stride;
+    const int32_t *post = rq + 3 * rq_stride;
+    const int32_t sfmask = sf ? -1 : 0;
+    int32_t o;
+    for (o = 0; o < n; ++o) {
+        const int32_t a = (int32_t)((uint32_t)acc[o] << pre[o]);
+        const uint64_t p = (uint64_t)((int64_t)a * mult[o]) + (UINT64_C(1) << 31);
+        const int32_t h = (int32_t)(uint32_t)(p >> 32);
+        int32_t v = h + add[o] + ((h >> 31) & sfmask & -(int32_t)(post[o] > 0));
+        v >>= post[o];
+        v = v < lo ? lo : v;
+        v = v > hi ? hi : v;
+        y[o] = (int8_t)v;
+    }
+}
+
+/* acc[o] = bias[o] + xw . w[o] for o < O: blocks of 4 channels share each load of xw (four
+ * vector sums in one loop), the last 1-3 channels one at a time. */
+MF_VEC_INLINE void mf_vec_dots(const int16_t *xw, int32_t Kp, const int16_t *w,
+                               const int32_t *bias, int32_t O, int32_t *acc) {
+    int32_t o = 0, k;
+    for (; o + 4 <= O; o += 4) {
+        const int16_t *w0 = w + (int64_t)o * Kp, *w1 = w0 + Kp, *w2 = w1 + Kp, *w3 = w2 + Kp;
+        int32_t s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+        for (k = 0; k < Kp; ++k) {
+            const int32_t xv = xw[k];
+            s0 += xv * w0[k];
+            s1 += xv * w1[k];
+            s2 += xv * w2[k];
+            s3 += xv * w3[k];
+        }
+        acc[o] = bias[o] + s0;
+        acc[o + 1] = bias[o + 1] + s1;
+        acc[o + 2] = bias[o + 2] + s2;
+        acc[o + 3] = bias[o + 3] + s3;
+    }
+    for (; o < O; ++o) {
+        const int16_t *w0 = w + (int64_t)o * Kp;
+        int32_t s0 = 0;
+        for (k = 0; k < Kp; ++k) {
+            s0 += xw[k] * w0[k];
+        }
+        acc[o] = bias[o] + s0;
+    }
+}
+
+/* xw[0..Kp) = the K int8 values of x widened, zero tail. */
+MF_VEC_INLINE void mf_vec_widen(const int8_t *x, int32_t K, int32_t Kp, int16_t *xw) {
+    int32_t k;
+    for (k = 0; k < K; ++k) {
+        xw[k] = x[k];
+    }
+    for (; k < Kp; ++k) {
+        xw[k] = 0;
+    }
+}
+
+/* mf_vec_gemm: y = requant(x . w^T) for `rows` rows (1x1 convolution over pixels, fully
+ * connected layer over batch rows).
+ *   x        rows x K int8, row r at x + r * x_stride
+ *   w        int16 [O][Kp] (layout above); bias int32 [O], x_zp folded in; rq int32 [4][O]
+ *   lo, hi   output clamp; signfix: pack.needs_signfix
+ *   y        int8, row r at y + r * y_stride
+ *   scratch  int32 [O] accumulators then int16 [Kp] (pack: vec_gemm_scratch_bytes) */
+MF_VEC_FN void mf_vec_gemm(const int8_t *x, int32_t rows, int32_t x_stride, int32_t K,
+                           const int16_t *w, const int32_t *bias, const int32_t *rq, int32_t O,
+                           int32_t lo, int32_t hi, int32_t signfix, int8_t *y,
+                           int32_t y_stride, int32_t *scratch) {
+    const int32_t Kp = MF_VEC_KPAD(K);
+    int32_t *acc = scratch;
+    int16_t *xw = (int16_t *)(void *)(scratch + O);
+    int32_t r;
+    for (r = 0; r < rows; ++r) {
+        mf_vec_widen(x + (int64_t)r * x_stride, K, Kp, xw);
+        mf_vec_dots(xw, Kp, w, bias, O, acc);
+        mf_vec_requant(acc, rq, O, lo, hi, signfix, O, y + (int64_t)r * y_stride);
+    }
+}
+
+/* Geometry of mf_vec_conv, int32 [11]: in_h in_w in_c k_h k_w stride_h stride_w pad_t pad_l
+ * out_h out_w (mcuforge_nn.h's mf_conv_geom, same order). */
+enum { MF_VC_H, MF_VC_W, MF_VC_C, MF_VC_KH, MF_VC_KW, MF_VC_SH, MF_VC_SW, MF_VC_PT, MF_VC_PL,
+       MF_VC_OH, MF_VC_OW };
+
+/* The widened patch of output pixel (oy, ox): taps in the weights' order, padding x_zp. */
+MF_VEC_INLINE void mf_vec_patch(const int8_t *x, const int32_t *g, int32_t x_zp, int32_t oy,
+                                int32_t ox, int32_t Kp, int16_t *xw) {
+    const int32_t C = g[MF_VC_C], KW = g[MF_VC_KW], seg = KW * C;
+    const int32_t iy0 = oy * g[MF_VC_SH] - g[MF_VC_PT], ix0 = ox * g[MF_VC_SW] - g[MF_VC_PL];
+    const int32_t lo = ix0 < 0 ? -ix0 : 0;
+    int32_t hi = g[MF_VC_W] - ix0, ky, i, k = 0;
+    hi = hi > KW ? KW : hi;
+    for (ky = 0; ky < g[MF_VC_KH]; ++ky, k += seg) {
+        const int32_t iy = iy0 + ky;
+        int16_t *d = xw + k;
+        if (iy < 0 || iy >= g[MF_VC_H] || lo >= hi) {
+            for (i = 0; i < seg; ++i) {
+                d[i] = (int16_t)x_zp;
+            }
+        } else {
+            const int8_t *s = x + ((int64_t)iy * g[MF_VC_W] + ix0 + lo) * C;
+            const int32_t n = (hi - lo) * C;
+            for (i = 0; i < lo * C; ++i) {
+                d[i] = (int16_t)x_zp;
+            }
+            d += lo * C;
+            for (i = 0; i < n; ++i) {
+                d[i] = s[i];
+            }
+            for (i = n; i < seg - lo * C; ++i) {
+                d[i] = (int16_t)x_zp;
+            }
+        }
+    }
+    for (; k < Kp; ++k) {
+        xw[k] = 0;
+    }
+}
+
+/* mf_vec_conv: a k_h x k_w int8 convolution (any stride, SAME/VALID, dilation 1), NHWC,
+ * batch 1, by im2col (one widened patch per output pixel) and mf_vec_gemm's dot products.
+ *   x int8 [in_h][in_w][in_c]; g: the geometry; x_zp the input zero point
+ *   w, bias, rq, lo, hi, signfix as mf_vec_gemm (K = k_h * k_w * in_c); y int8 [out_h][out_w][O]
+ *   scratch int32 [O] then int16 [Kp] */
+MF_VEC_FN void mf_vec_conv(const int8_t *x, const int32_t *g, int32_t x_zp, const int16_t *w,
+                           const int32_t *bias, const int32_t *rq, int32_t O, int32_t lo,
+                           int32_t hi, int32_t signfix, int8_t *y, int32_t *scratch) {
+    const int32_t Kp = MF_VEC_KPAD(g[MF_VC_KH] * g[MF_VC_KW] * g[MF_VC_C]);
+    int32_t *acc = scratch;
+    int16_t *xw = (int16_t *)(void *)(scratch + O);
+    int32_t oy, ox;
+    for (oy = 0; oy < g[MF_VC_OH]; ++oy) {
+        for (ox = 0; ox < g[MF_VC_OW]; ++ox) {
+            mf_vec_patch(x, g, x_zp, oy, ox, Kp, xw);
+            mf_vec_dots(xw, Kp, w, bias, O, acc);
+            mf_vec_requant(acc, rq, O, lo, hi, signfix, O, y);
+            y += O;
+        }
+    }
+}
+
+/* Geometry of mf_vec_dw, int32 [13]: h w c k_h k_w stride_h stride_w dil_h dil_w pad_t pad_l
+ * out_h out_w. */
+enum { MF_VD_H, MF_VD_W, MF_VD_C, MF_VD_KH, MF_VD_KW, MF_VD_SH, MF_VD_SW, MF_VD_DH, MF_VD_DW,
+       MF_VD_PT, MF_VD_PL, MF_VD_OH, MF_VD_OW };
+
+/* mf_vec_dw: a depthwise int8 convolution (depth multiplier 1, any kernel, stride, dilation,
+ * SAME/VALID), NHWC, batch 1: per output pixel, per tap inside the image, a loop over the
+ * contiguous channels acc[c] += (x[c] - x_zp) * w[tap][c] (TFLM skips padding taps too).
+ *   x int8 [h][w][c]; g: the geometry; w int16 [k_h * k_w][c]; bias int32 [c] (not folded)
+ *   rq, lo, hi, signfix as mf_vec_gemm; y int8 [out_h][out_w][c]; scratch int32 [c] */
+MF_VEC_FN void mf_vec_dw(const int8_t *x, const int32_t *g, int32_t x_zp, const int16_t *w,
+                         const int32_t *bias, const int32_t *rq, int32_t lo, int32_t hi,
+                         int32_t signfix, int8_t *y, int32_t *scratch) {
+    const int32_t C = g[MF_VD_C], KH = g[MF_VD_KH], KW = g[MF_VD_KW];
+    int32_t *acc = scratch;
+    int32_t oy, ox, ky, kx, c;
+    for (oy = 0; oy < g[MF_VD_OH]; ++oy) {
+        for (ox = 0; ox < g[MF_VD_OW]; ++ox) {
+            const int32_t iy0 = oy * g[MF_VD_SH] - g[MF_VD_PT];
+            const int32_t ix0 = ox * g[MF_VD_SW] - g[MF_VD_PL];
+            for (c = 0; c < C; ++c) {
+                acc[c] = bias[c];
+            }
+            for (ky = 0; ky < KH; ++ky) {
+                const int32_t iy = iy0 + ky * g[MF_VD_DH];
+                if (iy < 0 || iy >= g[MF_VD_H]) {
+                    continue;
+                }
+                for (kx = 0; kx < KW; ++kx) {
+                    const int32_t ix = ix0 + kx * g[MF_VD_DW];
+                    const int8_t *xp;
+                    const int16_t *wp;
+                    if (ix < 0 || ix >= g[MF_VD_W]) {
+                        continue;
+                    }
+                    xp = x + ((int64_t)iy * g[MF_VD_W] + ix) * C;
+                    wp = w + (ky * KW + kx) * C;
+                    for (c = 0; c < C; ++c) {
+                        acc[c] += (int16_t)(xp[c] - x_zp) * wp[c];
+                    }
+                }
+            }
+            mf_vec_requant(acc, rq, C, lo, hi, signfix, C, y);
+            y += C;
+        }
+    }
+}
+
+#endif /* MCUFORGE_VEC_H */
