@@ -11,7 +11,7 @@ from .micro import GEOM_FIELDS, _fits, im2col, requantize
 from .qmath import INTRINSICS
 
 DW_FIELDS = ("h", "w", "c", "k_h", "k_w", "stride_h", "stride_w", "dil_h", "dil_w", "pad_t",
-             "pad_l", "out_h", "out_w")
+             "pad_l", "out_h", "out_w", "tw")
 
 
 def _kpad(k: int) -> int:
@@ -51,11 +51,18 @@ def _conv(x, geom, x_zp, w, bias, rq, o, lo, hi, signfix, y, scratch):
 
 
 def _dw(x, geom, x_zp, w, bias, rq, lo, hi, signfix, y, scratch):
-    """Taps inside the image only: acc = bias + sum (x - x_zp) * w."""
+    """Taps inside the image only: acc = bias + sum (x - x_zp) * w; the constants are tiled
+    tw times (lane j: channel j % C), which must agree."""
     g = dict(zip(DW_FIELDS, (int(v) for v in geom[:len(DW_FIELDS)])))
     h, wd, c, kh, kw = g["h"], g["w"], g["c"], g["k_h"], g["k_w"]
-    oh, ow = g["out_h"], g["out_w"]
-    taps = np.asarray(w[:kh * kw * c], np.int64).reshape(kh, kw, c)
+    oh, ow, n = g["out_h"], g["out_w"], g["tw"] * g["c"]
+    tiled = np.asarray(w[:kh * kw * n], np.int64).reshape(kh * kw, g["tw"], c)
+    brow = np.asarray(bias[:n], np.int64).reshape(g["tw"], c)
+    rq4 = np.asarray(rq[:4 * n], np.int64).reshape(4, g["tw"], c)
+    for t in (tiled, brow[None], rq4):
+        assert (t == t[:, :1]).all(), "mf_vec_dw: tiled constants differ between pixels"
+    taps = tiled[:, 0].reshape(kh, kw, c)
+    bias, rq = brow[0], rq4[:, 0].reshape(-1)
     img = np.asarray(x[:h * wd * c], np.int64).reshape(h, wd, c) - x_zp
     acc = np.broadcast_to(np.asarray(bias[:c], np.int64), (oh, ow, c)).copy()
     oy, ox = np.arange(oh), np.arange(ow)

@@ -23,8 +23,11 @@
 #include <stdint.h>
 #include <string.h>
 
+/* Every kernel is inlined into its layer's function, whose call passes the shapes as
+ * constants: gcc then specialises the loops per layer (known trip counts, no vector epilogues
+ * where K is a multiple of the vector, geometry read from constant tables): -25% on ResNet-8. */
 #if defined(__GNUC__)
-#define MF_VEC_FN static __attribute__((unused, noinline))
+#define MF_VEC_FN static inline __attribute__((unused, always_inline))
 #define MF_VEC_INLINE static inline __attribute__((always_inline))
 #else
 #define MF_VEC_FN static
@@ -181,50 +184,100 @@ MF_VEC_FN void mf_vec_conv(const int8_t *x, const int32_t *g, int32_t x_zp, cons
     }
 }
 
-/* Geometry of mf_vec_dw, int32 [13]: h w c k_h k_w stride_h stride_w dil_h dil_w pad_t pad_l
- * out_h out_w. */
+/* Geometry of mf_vec_dw, int32 [14]: h w c k_h k_w stride_h stride_w dil_h dil_w pad_t pad_l
+ * out_h out_w tw (tw: output pixels per chunk, the period of the tiled constants). */
 enum { MF_VD_H, MF_VD_W, MF_VD_C, MF_VD_KH, MF_VD_KW, MF_VD_SH, MF_VD_SW, MF_VD_DH, MF_VD_DW,
-       MF_VD_PT, MF_VD_PL, MF_VD_OH, MF_VD_OW };
+       MF_VD_PT, MF_VD_PL, MF_VD_OH, MF_VD_OW, MF_VD_TW };
+
+/* Input row iy as int16 x - x_zp over the padded columns q = ix + pad_l < wq, split by the
+ * column stride into sw phases of pw pixels (phase q % sw, position q / sw); padding is 0. */
+MF_VEC_INLINE void mf_vec_dw_row(const int8_t *x, const int32_t *g, int32_t x_zp, int32_t iy,
+                                 int32_t wq, int32_t pw, int16_t *d) {
+    const int32_t C = g[MF_VD_C], W = g[MF_VD_W], SW = g[MF_VD_SW], PL = g[MF_VD_PL];
+    const int8_t *row = x + (int64_t)iy * W * C;
+    int32_t p, pos, c;
+    if (SW == 1) { /* one contiguous run: zeros, the row, zeros */
+        const int32_t a = PL < wq ? PL : wq, b = PL + W < wq ? PL + W : wq;
+        for (c = 0; c < a * C; ++c) {
+            d[c] = 0;
+        }
+        for (c = 0; c < (b - a) * C; ++c) {
+            d[a * C + c] = (int16_t)(row[c] - x_zp);
+        }
+        for (c = b * C; c < pw * C; ++c) {
+            d[c] = 0;
+        }
+        return;
+    }
+    for (p = 0; p < SW; ++p) {
+        for (pos = 0; pos < pw; ++pos) {
+            const int32_t q = pos * SW + p, ix = q - PL;
+            int16_t *o = d + (p * pw + pos) * C;
+            if (q < wq && ix >= 0 && ix < W) {
+                for (c = 0; c < C; ++c) {
+                    o[c] = (int16_t)(row[ix * C + c] - x_zp);
+                }
+            } else {
+                for (c = 0; c < C; ++c) {
+                    o[c] = 0;
+                }
+            }
+        }
+    }
+}
 
 /* mf_vec_dw: a depthwise int8 convolution (depth multiplier 1, any kernel, stride, dilation,
- * SAME/VALID), NHWC, batch 1: per output pixel, per tap inside the image, a loop over the
- * contiguous channels acc[c] += (x[c] - x_zp) * w[tap][c] (TFLM skips padding taps too).
- *   x int8 [h][w][c]; g: the geometry; w int16 [k_h * k_w][c]; bias int32 [c] (not folded)
- *   rq, lo, hi, signfix as mf_vec_gemm; y int8 [out_h][out_w][c]; scratch int32 [c] */
+ * SAME/VALID), NHWC, batch 1. Each input row is widened once (x - x_zp, padding 0: TFLM skips
+ * padding taps, which is the same) into a ring of (k_h - 1) * dil_h + 1 rows; per output row
+ * and chunk of tw pixels, each tap is then one loop over tw * C contiguous lanes
+ * acc[j] += row[j + offset] * w[tap][j], with the weights, bias and rq tiled tw times so that
+ * lane j holds channel j % C.
+ *   x int8 [h][w][c]; g: the geometry; w int16 [k_h * k_w][tw * c]; bias int32 [tw * c] (not
+ *   folded); rq int32 [4][tw * c]; lo, hi, signfix as mf_vec_gemm; y int8 [out_h][out_w][c]
+ *   scratch int32: ring tags [R], acc [tw * c], then the int16 rows (host.dw_scratch_words) */
 MF_VEC_FN void mf_vec_dw(const int8_t *x, const int32_t *g, int32_t x_zp, const int16_t *w,
                          const int32_t *bias, const int32_t *rq, int32_t lo, int32_t hi,
                          int32_t signfix, int8_t *y, int32_t *scratch) {
-    const int32_t C = g[MF_VD_C], KH = g[MF_VD_KH], KW = g[MF_VD_KW];
-    int32_t *acc = scratch;
-    int32_t oy, ox, ky, kx, c;
+    const int32_t C = g[MF_VD_C], KH = g[MF_VD_KH], KW = g[MF_VD_KW], SW = g[MF_VD_SW];
+    const int32_t DH = g[MF_VD_DH], DW = g[MF_VD_DW], OW = g[MF_VD_OW], TW = g[MF_VD_TW];
+    const int32_t R = (KH - 1) * DH + 1, wq = (OW - 1) * SW + (KW - 1) * DW + 1;
+    const int32_t pw = (wq + SW - 1) / SW, slot = SW * pw * C, n_all = TW * C;
+    int32_t *tags = scratch, *acc = scratch + R;
+    int16_t *rows = (int16_t *)(void *)(acc + n_all);
+    int32_t oy, ox0, ky, kx, j;
+    for (j = 0; j < R; ++j) {
+        tags[j] = -1;
+    }
     for (oy = 0; oy < g[MF_VD_OH]; ++oy) {
-        for (ox = 0; ox < g[MF_VD_OW]; ++ox) {
-            const int32_t iy0 = oy * g[MF_VD_SH] - g[MF_VD_PT];
-            const int32_t ix0 = ox * g[MF_VD_SW] - g[MF_VD_PL];
-            for (c = 0; c < C; ++c) {
-                acc[c] = bias[c];
+        const int32_t iy0 = oy * g[MF_VD_SH] - g[MF_VD_PT];
+        for (ky = 0; ky < KH; ++ky) {
+            const int32_t iy = iy0 + ky * DH;
+            if (iy >= 0 && iy < g[MF_VD_H] && tags[iy % R] != iy) {
+                mf_vec_dw_row(x, g, x_zp, iy, wq, pw, rows + (iy % R) * slot);
+                tags[iy % R] = iy;
+            }
+        }
+        for (ox0 = 0; ox0 < OW; ox0 += TW) {
+            const int32_t n = (OW - ox0 < TW ? OW - ox0 : TW) * C;
+            for (j = 0; j < n; ++j) {
+                acc[j] = bias[j];
             }
             for (ky = 0; ky < KH; ++ky) {
-                const int32_t iy = iy0 + ky * g[MF_VD_DH];
+                const int32_t iy = iy0 + ky * DH;
                 if (iy < 0 || iy >= g[MF_VD_H]) {
                     continue;
                 }
                 for (kx = 0; kx < KW; ++kx) {
-                    const int32_t ix = ix0 + kx * g[MF_VD_DW];
-                    const int8_t *xp;
-                    const int16_t *wp;
-                    if (ix < 0 || ix >= g[MF_VD_W]) {
-                        continue;
-                    }
-                    xp = x + ((int64_t)iy * g[MF_VD_W] + ix) * C;
-                    wp = w + (ky * KW + kx) * C;
-                    for (c = 0; c < C; ++c) {
-                        acc[c] += (int16_t)(xp[c] - x_zp) * wp[c];
+                    const int16_t *src = rows + (iy % R) * slot + ((kx * DW) % SW) * pw * C
+                                         + (ox0 + (kx * DW) / SW) * C;
+                    const int16_t *wt = w + (ky * KW + kx) * n_all;
+                    for (j = 0; j < n; ++j) {
+                        acc[j] += src[j] * wt[j];
                     }
                 }
             }
-            mf_vec_requant(acc, rq, C, lo, hi, signfix, C, y);
-            y += C;
+            mf_vec_requant(acc, rq, n, lo, hi, signfix, n_all,
+                           y + ((int64_t)oy * OW + ox0) * C);
         }
     }
 }

@@ -26,7 +26,8 @@ from .gemm import gemm_layer
 CONV_GEOM = ("in_h", "in_w", "in_c", "k_h", "k_w", "stride_h", "stride_w", "pad_t", "pad_l",
              "out_h", "out_w")  # mf_vec_conv's geometry, in order
 DW_GEOM = ("h", "w", "c", "k_h", "k_w", "stride_h", "stride_w", "dil_h", "dil_w", "pad_t",
-           "pad_l", "out_h", "out_w")  # mf_vec_dw's geometry, in order
+           "pad_l", "out_h", "out_w", "tw")  # mf_vec_dw's geometry, in order
+DW_LANES = 1024  # at most this many lanes (pixels x channels) per depthwise chunk: tw
 
 
 def kpad(k: int) -> int:
@@ -45,6 +46,20 @@ def pack_rows(rows) -> np.ndarray:
 def scratch_words(o: int, k: int) -> int:
     """int32 words of mf_vec_gemm / mf_vec_conv scratch: O accumulators, then int16 [Kp]."""
     return o + kpad(k) // 2
+
+
+def dw_chunk(ow: int, c: int) -> int:
+    """mf_vec_dw's tw: output pixels per chunk, the whole row when it has <= DW_LANES lanes."""
+    return max(1, min(ow, DW_LANES // c))
+
+
+def dw_scratch_words(geom: dict) -> int:
+    """int32 words of mf_vec_dw scratch: ring tags, accumulators, the ring of widened rows."""
+    g = geom
+    r = (g["k_h"] - 1) * g["dil_h"] + 1
+    wq = (g["out_w"] - 1) * g["stride_w"] + (g["k_w"] - 1) * g["dil_w"] + 1
+    pw = -(-wq // g["stride_w"])
+    return r + g["tw"] * g["c"] + (r * g["stride_w"] * pw * g["c"] + 1) // 2
 
 
 def rq_soa(rq: np.ndarray) -> np.ndarray:
@@ -145,12 +160,19 @@ def host_depthwise(ctx: OpContext, ref: ir.Kernel, target) -> ir.Kernel | None:
         rq[ch] = (0, value, 1, 0)
     (sh, sw), (pt, _, pl, _) = ctx.attrs["stride"], ctx.attrs["padding"]
     dh, dw = ctx.attrs.get("dilation", (1, 1))
-    geom = np.array([h, wd, c, kh, kw, sh, sw, dh, dw, pt, pl, oh, ow], np.int32)
-    consts = [ir.Buffer("w", "int16", taps.size, "const", taps.astype(np.int16).reshape(-1),
-                        f"weights int16 [{kh * kw}][{c}]"),
-              ir.Buffer("bias", "int32", c, "const", b.astype(np.int32), "bias"),
-              ir.Buffer("rq", "int32", 4 * c, "const", rq_soa(rq),
-                        "requantization: mult[C], add[C], pre[C], post[C]"),
+    tw = dw_chunk(ow, c)
+    geom = dict(zip(DW_GEOM, (h, wd, c, kh, kw, sh, sw, dh, dw, pt, pl, oh, ow, tw)))
+    if max(geom.values()) > 2**31 // max(8 * tw * c, 8 * wd * c):
+        return None  # keep the C's int32 index arithmetic far from overflow
+    scratch = dw_scratch_words(geom)
+    geom = np.array([geom[f] for f in DW_GEOM], np.int32)
+    wt = np.tile(taps[:, None, :], (1, tw, 1)).astype(np.int16).reshape(-1)
+    consts = [ir.Buffer("w", "int16", wt.size, "const", wt,
+                        f"weights int16 [{kh * kw}][{tw} x {c}]: each tap tiled {tw} times"),
+              ir.Buffer("bias", "int32", tw * c, "const", np.tile(b, tw).astype(np.int32),
+                        f"bias, tiled {tw} times"),
+              ir.Buffer("rq", "int32", 4 * tw * c, "const", rq_soa(np.tile(rq, (tw, 1))),
+                        f"requantization: mult, add, pre, post [{tw} x {c}] each"),
               ir.Buffer("geom", "int32", geom.size, "const", geom,
                         "geometry: " + " ".join(DW_GEOM))]
     body = ir.loops([("n", n)], lambda i: [ir.CallStmt("mf_vec_dw", (
@@ -158,5 +180,7 @@ def host_depthwise(ctx: OpContext, ref: ir.Kernel, target) -> ir.Kernel | None:
         ir.Ptr("w", ir.Const(0)), ir.Ptr("bias", ir.Const(0)), ir.Ptr("rq", ir.Const(0)),
         ir.Const(int(lo)), ir.Const(int(hi)), ir.Const(pack.needs_signfix(y_zp, int(lo))),
         ir.Ptr("y", i * (oh * ow * c)), ir.Ptr("scratch", ir.Const(0))))])
-    doc = f"{ref.doc}\nscheduled: mf_vec_dw, channels innermost, {4 * c} bytes scratch"
-    return ir.Kernel(ctx.name, _bufs(ref, consts, c), tuple(body), doc, ref.macs, "mf_vec_dw")
+    doc = (f"{ref.doc}\nscheduled: mf_vec_dw, rows of {tw} pixels x {c} channels, "
+           f"{4 * scratch} bytes scratch")
+    return ir.Kernel(ctx.name, _bufs(ref, consts, scratch), tuple(body), doc, ref.macs,
+                     "mf_vec_dw")
