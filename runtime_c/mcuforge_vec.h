@@ -40,11 +40,11 @@
  * (variable shifts, a widening multiply). sf: 1 when the sign term applies (pack.needs_signfix).
  * The rounding high multiply is taken as the low word of (p + 2^31) >> 32, computed unsigned
  * (the same bits as the arithmetic shift, and a shift the vector units have). */
-MF_VEC_INLINE void mf_vec_requant(const int32_t *acc, const int32_t *rq, int32_t n,
-                                  int32_t lo, int32_t hi, int32_t sf, int32_t rq_stride,
-                                  int8_t *y) {
-    const int32_t *mult = rq, *add = rq + rq_stride, *pre = rq + 2 * rq_stride;
-    const int32_t *post = rq + 3 * rq_stride;
+MF_VEC_INLINE void mf_vec_requant(const int32_t *restrict acc, const int32_t *restrict rq,
+                                  int32_t n, int32_t lo, int32_t hi, int32_t sf,
+                                  int32_t rq_stride, int8_t *restrict y) {
+    const int32_t *restrict mult = rq, *restrict add = rq + rq_stride;
+    const int32_t *restrict pre = rq + 2 * rq_stride, *restrict post = rq + 3 * rq_stride;
     const int32_t sfmask = sf ? -1 : 0;
     int32_t o;
     for (o = 0; o < n; ++o) {
@@ -61,8 +61,9 @@ MF_VEC_INLINE void mf_vec_requant(const int32_t *acc, const int32_t *rq, int32_t
 
 /* acc[o] = bias[o] + xw . w[o] for o < O: blocks of 4 channels share each load of xw (four
  * vector sums in one loop), the last 1-3 channels one at a time. */
-MF_VEC_INLINE void mf_vec_dots(const int16_t *xw, int32_t Kp, const int16_t *w,
-                               const int32_t *bias, int32_t O, int32_t *acc) {
+MF_VEC_INLINE void mf_vec_dots(const int16_t *restrict xw, int32_t Kp,
+                               const int16_t *restrict w, const int32_t *restrict bias,
+                               int32_t O, int32_t *restrict acc) {
     int32_t o = 0, k;
     for (; o + 4 <= O; o += 4) {
         const int16_t *w0 = w + (int64_t)o * Kp, *w1 = w0 + Kp, *w2 = w1 + Kp, *w3 = w2 + Kp;
@@ -89,8 +90,51 @@ MF_VEC_INLINE void mf_vec_dots(const int16_t *xw, int32_t Kp, const int16_t *w,
     }
 }
 
+/* mf_vec_dots for two rows xa, xb at once: each weight load serves both (the weights of a
+ * large layer stream from L2 once per pair of pixels, not per pixel). */
+MF_VEC_INLINE void mf_vec_dots2(const int16_t *restrict xa, const int16_t *restrict xb,
+                                int32_t Kp, const int16_t *restrict w,
+                                const int32_t *restrict bias, int32_t O,
+                                int32_t *restrict acc_a, int32_t *restrict acc_b) {
+    int32_t o = 0, k;
+    for (; o + 4 <= O; o += 4) {
+        const int16_t *w0 = w + (int64_t)o * Kp, *w1 = w0 + Kp, *w2 = w1 + Kp, *w3 = w2 + Kp;
+        int32_t s0 = 0, s1 = 0, s2 = 0, s3 = 0, t0 = 0, t1 = 0, t2 = 0, t3 = 0;
+        for (k = 0; k < Kp; ++k) {
+            const int32_t a = xa[k], b = xb[k];
+            s0 += a * w0[k];
+            s1 += a * w1[k];
+            s2 += a * w2[k];
+            s3 += a * w3[k];
+            t0 += b * w0[k];
+            t1 += b * w1[k];
+            t2 += b * w2[k];
+            t3 += b * w3[k];
+        }
+        acc_a[o] = bias[o] + s0;
+        acc_a[o + 1] = bias[o + 1] + s1;
+        acc_a[o + 2] = bias[o + 2] + s2;
+        acc_a[o + 3] = bias[o + 3] + s3;
+        acc_b[o] = bias[o] + t0;
+        acc_b[o + 1] = bias[o + 1] + t1;
+        acc_b[o + 2] = bias[o + 2] + t2;
+        acc_b[o + 3] = bias[o + 3] + t3;
+    }
+    for (; o < O; ++o) {
+        const int16_t *w0 = w + (int64_t)o * Kp;
+        int32_t s0 = 0, t0 = 0;
+        for (k = 0; k < Kp; ++k) {
+            s0 += xa[k] * w0[k];
+            t0 += xb[k] * w0[k];
+        }
+        acc_a[o] = bias[o] + s0;
+        acc_b[o] = bias[o] + t0;
+    }
+}
+
 /* xw[0..Kp) = the K int8 values of x widened, zero tail. */
-MF_VEC_INLINE void mf_vec_widen(const int8_t *x, int32_t K, int32_t Kp, int16_t *xw) {
+MF_VEC_INLINE void mf_vec_widen(const int8_t *restrict x, int32_t K, int32_t Kp,
+                                int16_t *restrict xw) {
     int32_t k;
     for (k = 0; k < K; ++k) {
         xw[k] = x[k];
@@ -106,16 +150,23 @@ MF_VEC_INLINE void mf_vec_widen(const int8_t *x, int32_t K, int32_t Kp, int16_t 
  *   w        int16 [O][Kp] (layout above); bias int32 [O], x_zp folded in; rq int32 [4][O]
  *   lo, hi   output clamp; signfix: pack.needs_signfix
  *   y        int8, row r at y + r * y_stride
- *   scratch  int32 [O] accumulators then int16 [Kp] (pack: vec_gemm_scratch_bytes) */
+ *   scratch  int32 [2][O] accumulators then int16 [2][Kp] (host.scratch_words) */
 MF_VEC_FN void mf_vec_gemm(const int8_t *x, int32_t rows, int32_t x_stride, int32_t K,
                            const int16_t *w, const int32_t *bias, const int32_t *rq, int32_t O,
                            int32_t lo, int32_t hi, int32_t signfix, int8_t *y,
                            int32_t y_stride, int32_t *scratch) {
     const int32_t Kp = MF_VEC_KPAD(K);
-    int32_t *acc = scratch;
-    int16_t *xw = (int16_t *)(void *)(scratch + O);
-    int32_t r;
-    for (r = 0; r < rows; ++r) {
+    int32_t *acc = scratch, *acc2 = scratch + O;
+    int16_t *xw = (int16_t *)(void *)(scratch + 2 * O), *xw2 = xw + Kp;
+    int32_t r = 0;
+    for (; r + 2 <= rows; r += 2) {
+        mf_vec_widen(x + (int64_t)r * x_stride, K, Kp, xw);
+        mf_vec_widen(x + (int64_t)(r + 1) * x_stride, K, Kp, xw2);
+        mf_vec_dots2(xw, xw2, Kp, w, bias, O, acc, acc2);
+        mf_vec_requant(acc, rq, O, lo, hi, signfix, O, y + (int64_t)r * y_stride);
+        mf_vec_requant(acc2, rq, O, lo, hi, signfix, O, y + (int64_t)(r + 1) * y_stride);
+    }
+    if (r < rows) {
         mf_vec_widen(x + (int64_t)r * x_stride, K, Kp, xw);
         mf_vec_dots(xw, Kp, w, bias, O, acc);
         mf_vec_requant(acc, rq, O, lo, hi, signfix, O, y + (int64_t)r * y_stride);
@@ -128,8 +179,8 @@ enum { MF_VC_H, MF_VC_W, MF_VC_C, MF_VC_KH, MF_VC_KW, MF_VC_SH, MF_VC_SW, MF_VC_
        MF_VC_OH, MF_VC_OW };
 
 /* The widened patch of output pixel (oy, ox): taps in the weights' order, padding x_zp. */
-MF_VEC_INLINE void mf_vec_patch(const int8_t *x, const int32_t *g, int32_t x_zp, int32_t oy,
-                                int32_t ox, int32_t Kp, int16_t *xw) {
+MF_VEC_INLINE void mf_vec_patch(const int8_t *restrict x, const int32_t *g, int32_t x_zp,
+                                int32_t oy, int32_t ox, int32_t Kp, int16_t *restrict xw) {
     const int32_t C = g[MF_VC_C], KW = g[MF_VC_KW], seg = KW * C;
     const int32_t iy0 = oy * g[MF_VC_SH] - g[MF_VC_PT], ix0 = ox * g[MF_VC_SW] - g[MF_VC_PL];
     const int32_t lo = ix0 < 0 ? -ix0 : 0;
@@ -166,21 +217,27 @@ MF_VEC_INLINE void mf_vec_patch(const int8_t *x, const int32_t *g, int32_t x_zp,
  * batch 1, by im2col (one widened patch per output pixel) and mf_vec_gemm's dot products.
  *   x int8 [in_h][in_w][in_c]; g: the geometry; x_zp the input zero point
  *   w, bias, rq, lo, hi, signfix as mf_vec_gemm (K = k_h * k_w * in_c); y int8 [out_h][out_w][O]
- *   scratch int32 [O] then int16 [Kp] */
+ *   scratch int32 [2][O] then int16 [2][Kp] */
 MF_VEC_FN void mf_vec_conv(const int8_t *x, const int32_t *g, int32_t x_zp, const int16_t *w,
                            const int32_t *bias, const int32_t *rq, int32_t O, int32_t lo,
                            int32_t hi, int32_t signfix, int8_t *y, int32_t *scratch) {
     const int32_t Kp = MF_VEC_KPAD(g[MF_VC_KH] * g[MF_VC_KW] * g[MF_VC_C]);
-    int32_t *acc = scratch;
-    int16_t *xw = (int16_t *)(void *)(scratch + O);
-    int32_t oy, ox;
-    for (oy = 0; oy < g[MF_VC_OH]; ++oy) {
-        for (ox = 0; ox < g[MF_VC_OW]; ++ox) {
-            mf_vec_patch(x, g, x_zp, oy, ox, Kp, xw);
-            mf_vec_dots(xw, Kp, w, bias, O, acc);
-            mf_vec_requant(acc, rq, O, lo, hi, signfix, O, y);
-            y += O;
-        }
+    const int32_t OW = g[MF_VC_OW], n = g[MF_VC_OH] * OW;
+    int32_t *acc = scratch, *acc2 = scratch + O;
+    int16_t *xw = (int16_t *)(void *)(scratch + 2 * O), *xw2 = xw + Kp;
+    int32_t p = 0;
+    for (; p + 2 <= n; p += 2) { /* pixels in pairs, in row-major order */
+        mf_vec_patch(x, g, x_zp, p / OW, p % OW, Kp, xw);
+        mf_vec_patch(x, g, x_zp, (p + 1) / OW, (p + 1) % OW, Kp, xw2);
+        mf_vec_dots2(xw, xw2, Kp, w, bias, O, acc, acc2);
+        mf_vec_requant(acc, rq, O, lo, hi, signfix, O, y);
+        mf_vec_requant(acc2, rq, O, lo, hi, signfix, O, y + O);
+        y += 2 * O;
+    }
+    if (p < n) {
+        mf_vec_patch(x, g, x_zp, p / OW, p % OW, Kp, xw);
+        mf_vec_dots(xw, Kp, w, bias, O, acc);
+        mf_vec_requant(acc, rq, O, lo, hi, signfix, O, y);
     }
 }
 
@@ -191,8 +248,8 @@ enum { MF_VD_H, MF_VD_W, MF_VD_C, MF_VD_KH, MF_VD_KW, MF_VD_SH, MF_VD_SW, MF_VD_
 
 /* Input row iy as int16 x - x_zp over the padded columns q = ix + pad_l < wq, split by the
  * column stride into sw phases of pw pixels (phase q % sw, position q / sw); padding is 0. */
-MF_VEC_INLINE void mf_vec_dw_row(const int8_t *x, const int32_t *g, int32_t x_zp, int32_t iy,
-                                 int32_t wq, int32_t pw, int16_t *d) {
+MF_VEC_INLINE void mf_vec_dw_row(const int8_t *restrict x, const int32_t *g, int32_t x_zp,
+                                 int32_t iy, int32_t wq, int32_t pw, int16_t *restrict d) {
     const int32_t C = g[MF_VD_C], W = g[MF_VD_W], SW = g[MF_VD_SW], PL = g[MF_VD_PL];
     const int8_t *row = x + (int64_t)iy * W * C;
     int32_t p, pos, c;

@@ -44,8 +44,9 @@ def pack_rows(rows) -> np.ndarray:
 
 
 def scratch_words(o: int, k: int) -> int:
-    """int32 words of mf_vec_gemm / mf_vec_conv scratch: O accumulators, then int16 [Kp]."""
-    return o + kpad(k) // 2
+    """int32 words of mf_vec_gemm / mf_vec_conv scratch: two rows of O accumulators, then two
+    int16 [Kp] rows (pixels go in pairs)."""
+    return 2 * o + kpad(k)
 
 
 def dw_chunk(ow: int, c: int) -> int:
