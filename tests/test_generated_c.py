@@ -18,7 +18,7 @@ import pytest
 from pycparser import c_ast, c_parser
 
 from conftest import MLPERF_INT8, mlperf_model
-from mcuforge.api import compile as compile_model
+from mcuforge.api import RUNTIME_FILES, compile as compile_model
 from mcuforge.tools.demo import demo_tflite_bytes
 
 ALLOWED_SYSTEM_HEADERS = {"stdint.h", "stddef.h", "string.h"}
@@ -284,7 +284,7 @@ def test_no_heap_no_recursion_no_vla(project):
 
 def test_only_allowed_includes(project):
     _, r = project
-    runtime = [f for f in ("mcuforge_rt.h", "mcuforge_nn.h") if (r.out_dir / f).exists()]
+    runtime = [f for f in RUNTIME_FILES if (r.out_dir / f).exists()]
     files = {f: (r.out_dir / f).read_text() for f in (f"{r.name}.c", f"{r.name}.h", *runtime)}
     # the micro-kernels' DSP path takes its intrinsics from <arm_acle.h>, the compiler's own
     # header (freestanding, no C library), only when building for an Arm core with DSP
