@@ -8,7 +8,7 @@ counts off the kernels' blocks, strides, SAME/VALID, fused ReLU/ReLU6/none, rand
 per-channel and per-tensor weights. Checks:
 1. the loop-IR evaluator: scheduled kernel for the host and for a DSP target == reference
    kernel on random inputs (scratch starts as noise);
-2. the generated C on the host (portable kernels) == tflite-micro;
+2. the generated C on the host (its own kernels, runtime_c/mcuforge_vec.h) == tflite-micro;
 3. a few layers on the emulated Cortex-M4 (DSP kernels) == tflite-micro.
 """
 from __future__ import annotations
