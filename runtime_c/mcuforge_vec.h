@@ -40,11 +40,11 @@
  * (variable shifts, a widening multiply). sf: 1 when the sign term applies (pack.needs_signfix).
  * The rounding high multiply is taken as the low word of (p + 2^31) >> 32, computed unsigned
  * (the same bits as the arithmetic shift, and a shift the vector units have). */
-MF_VEC_INLINE void mf_vec_requant(const int32_t *restrict acc, const int32_t *restrict rq,
+MF_VEC_INLINE void mf_vec_requant(const int32_t *acc, const int32_t *rq,
                                   int32_t n, int32_t lo, int32_t hi, int32_t sf,
-                                  int32_t rq_stride, int8_t *restrict y) {
-    const int32_t *restrict mult = rq, *restrict add = rq + rq_stride;
-    const int32_t *restrict pre = rq + 2 * rq_stride, *restrict post = rq + 3 * rq_stride;
+                                  int32_t rq_stride, int8_t *y) {
+    const int32_t *mult = rq, *add = rq + rq_stride;
+    const int32_t *pre = rq + 2 * rq_stride, *post = rq + 3 * rq_stride;
     const int32_t sfmask = sf ? -1 : 0;
     int32_t o;
     for (o = 0; o < n; ++o) {
@@ -61,9 +61,9 @@ MF_VEC_INLINE void mf_vec_requant(const int32_t *restrict acc, const int32_t *re
 
 /* acc[o] = bias[o] + xw . w[o] for o < O: blocks of 4 channels share each load of xw (four
  * vector sums in one loop), the last 1-3 channels one at a time. */
-MF_VEC_INLINE void mf_vec_dots(const int16_t *restrict xw, int32_t Kp,
-                               const int16_t *restrict w, const int32_t *restrict bias,
-                               int32_t O, int32_t *restrict acc) {
+MF_VEC_INLINE void mf_vec_dots(const int16_t *xw, int32_t Kp,
+                               const int16_t *w, const int32_t *bias,
+                               int32_t O, int32_t *acc) {
     int32_t o = 0, k;
     for (; o + 4 <= O; o += 4) {
         const int16_t *w0 = w + (int64_t)o * Kp, *w1 = w0 + Kp, *w2 = w1 + Kp, *w3 = w2 + Kp;
@@ -92,10 +92,10 @@ MF_VEC_INLINE void mf_vec_dots(const int16_t *restrict xw, int32_t Kp,
 
 /* mf_vec_dots for two rows xa, xb at once: each weight load serves both (the weights of a
  * large layer stream from L2 once per pair of pixels, not per pixel). */
-MF_VEC_INLINE void mf_vec_dots2(const int16_t *restrict xa, const int16_t *restrict xb,
-                                int32_t Kp, const int16_t *restrict w,
-                                const int32_t *restrict bias, int32_t O,
-                                int32_t *restrict acc_a, int32_t *restrict acc_b) {
+MF_VEC_INLINE void mf_vec_dots2(const int16_t *xa, const int16_t *xb,
+                                int32_t Kp, const int16_t *w,
+                                const int32_t *bias, int32_t O,
+                                int32_t *acc_a, int32_t *acc_b) {
     int32_t o = 0, k;
     for (; o + 4 <= O; o += 4) {
         const int16_t *w0 = w + (int64_t)o * Kp, *w1 = w0 + Kp, *w2 = w1 + Kp, *w3 = w2 + Kp;
@@ -133,8 +133,8 @@ MF_VEC_INLINE void mf_vec_dots2(const int16_t *restrict xa, const int16_t *restr
 }
 
 /* xw[0..Kp) = the K int8 values of x widened, zero tail. */
-MF_VEC_INLINE void mf_vec_widen(const int8_t *restrict x, int32_t K, int32_t Kp,
-                                int16_t *restrict xw) {
+MF_VEC_INLINE void mf_vec_widen(const int8_t *x, int32_t K, int32_t Kp,
+                                int16_t *xw) {
     int32_t k;
     for (k = 0; k < K; ++k) {
         xw[k] = x[k];
@@ -179,8 +179,8 @@ enum { MF_VC_H, MF_VC_W, MF_VC_C, MF_VC_KH, MF_VC_KW, MF_VC_SH, MF_VC_SW, MF_VC_
        MF_VC_OH, MF_VC_OW };
 
 /* The widened patch of output pixel (oy, ox): taps in the weights' order, padding x_zp. */
-MF_VEC_INLINE void mf_vec_patch(const int8_t *restrict x, const int32_t *g, int32_t x_zp,
-                                int32_t oy, int32_t ox, int32_t Kp, int16_t *restrict xw) {
+MF_VEC_INLINE void mf_vec_patch(const int8_t *x, const int32_t *g, int32_t x_zp,
+                                int32_t oy, int32_t ox, int32_t Kp, int16_t *xw) {
     const int32_t C = g[MF_VC_C], KW = g[MF_VC_KW], seg = KW * C;
     const int32_t iy0 = oy * g[MF_VC_SH] - g[MF_VC_PT], ix0 = ox * g[MF_VC_SW] - g[MF_VC_PL];
     const int32_t lo = ix0 < 0 ? -ix0 : 0;
@@ -248,8 +248,8 @@ enum { MF_VD_H, MF_VD_W, MF_VD_C, MF_VD_KH, MF_VD_KW, MF_VD_SH, MF_VD_SW, MF_VD_
 
 /* Input row iy as int16 x - x_zp over the padded columns q = ix + pad_l < wq, split by the
  * column stride into sw phases of pw pixels (phase q % sw, position q / sw); padding is 0. */
-MF_VEC_INLINE void mf_vec_dw_row(const int8_t *restrict x, const int32_t *g, int32_t x_zp,
-                                 int32_t iy, int32_t wq, int32_t pw, int16_t *restrict d) {
+MF_VEC_INLINE void mf_vec_dw_row(const int8_t *x, const int32_t *g, int32_t x_zp,
+                                 int32_t iy, int32_t wq, int32_t pw, int16_t *d) {
     const int32_t C = g[MF_VD_C], W = g[MF_VD_W], SW = g[MF_VD_SW], PL = g[MF_VD_PL];
     const int8_t *row = x + (int64_t)iy * W * C;
     int32_t p, pos, c;
