@@ -2,9 +2,11 @@
 from __future__ import annotations
 
 import fcntl
+import functools
 import hashlib
 import json
 import os
+import platform
 import shutil
 import subprocess
 from contextlib import contextmanager
@@ -32,6 +34,19 @@ def _code_hash() -> str:
                 h.update(str(p.relative_to(root)).encode())
                 h.update(p.read_bytes())
     return h.hexdigest()
+
+
+@functools.lru_cache(maxsize=1)
+def host_cpu() -> str:
+    """This CPU's instruction-set features (Linux: /proc/cpuinfo's flags), which a host build
+    with -march=native depends on; the machine type elsewhere."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith(("flags", "Features")):
+                return hashlib.sha256(line.encode()).hexdigest()[:16]
+    except OSError:
+        pass
+    return platform.machine()
 
 
 def opt_flags(opt: str | None = None) -> str | None:
@@ -62,8 +77,10 @@ def compiled_project(model, board: str = "host", sanitize: bool = False, graph=N
     data = Path(model).read_bytes() if not isinstance(model, bytes) else model
     shapes = sorted((k, tuple(v)) for k, v in (input_shapes or {}).items())
     opt = opt_flags(opt)
-    # the generated Makefile's default is -O3: one cache entry for both spellings
-    key = hashlib.sha256(data + f"|{board}|{sanitize}|{shapes}|{opt or '-O3'}|".encode()
+    # the generated Makefile's default is -O3: one cache entry for both spellings; a host build
+    # is for this CPU (ARCH=-march=native), so a cache shared between machines keys it by CPU
+    cpu = host_cpu() if board == "host" else ""
+    key = hashlib.sha256(data + f"|{board}|{sanitize}|{shapes}|{opt or '-O3'}|{cpu}|".encode()
                          + _code_hash().encode())
 
     def make(project: Path) -> None:
