@@ -41,6 +41,18 @@ def _gemm(x, rows, x_stride, k, w, bias, rq, o, lo, hi, signfix, y, y_stride, sc
         y[r * y_stride:r * y_stride + o] = out[r]
 
 
+def _gemm_t(x, rows, x_stride, k, w, bias, rq, o, lo, hi, signfix, y, y_stride, scratch):
+    """Weights [ceil(O/16)][K][16] (lanes = output channels), bias padded to 16 per block."""
+    nb = -(-o // 16)
+    wm = np.asarray(w[:nb * k * 16], np.int64).reshape(nb, k, 16).transpose(0, 2, 1)
+    wm = wm.reshape(nb * 16, k)[:o]
+    xs = np.stack([np.asarray(x[r * x_stride:r * x_stride + k], np.int64) for r in range(rows)])
+    acc = _fits(xs @ wm.T + np.asarray(bias[:o], np.int64), "mf_vec_gemm_t")
+    out = requantize(acc, _rq(rq, o), signfix, lo, hi)
+    for r in range(rows):
+        y[r * y_stride:r * y_stride + o] = out[r]
+
+
 def _conv(x, geom, x_zp, w, bias, rq, o, lo, hi, signfix, y, scratch):
     g = dict(zip(GEOM_FIELDS, (int(v) for v in geom[:len(GEOM_FIELDS)])))
     k = g["k_h"] * g["k_w"] * g["in_c"]
@@ -79,4 +91,4 @@ def _dw(x, geom, x_zp, w, bias, rq, lo, hi, signfix, y, scratch):
     y[:out.size] = out.reshape(-1)
 
 
-INTRINSICS.update({"mf_vec_gemm": _gemm, "mf_vec_conv": _conv, "mf_vec_dw": _dw})
+INTRINSICS.update({"mf_vec_gemm": _gemm, "mf_vec_gemm_t": _gemm_t, "mf_vec_conv": _conv, "mf_vec_dw": _dw})

@@ -173,6 +173,43 @@ MF_VEC_FN void mf_vec_gemm(const int8_t *x, int32_t rows, int32_t x_stride, int3
     }
 }
 
+/* mf_vec_gemm_t: mf_vec_gemm for short rows (K <= 16, host.T_MAX_K), where the dot products
+ * above would spend more on their horizontal sums than on the products: lanes are output
+ * channels instead, 16 named accumulators per block that gcc vectorises as one group.
+ *   w        int16 [ceil(O / 16)][K][16]: block b, tap k, lane j = channel 16 b + j (zero
+ *            channels pad the last block); bias int32 [16 * ceil(O / 16)], zero padded
+ *   scratch  int32 [16 * ceil(O / 16)]; the other arguments as mf_vec_gemm */
+#define MF_VEC_R16(M) M(0) M(1) M(2) M(3) M(4) M(5) M(6) M(7) M(8) M(9) M(10) M(11) M(12) \
+    M(13) M(14) M(15)
+#define MF_VEC_T_DECL(j) int32_t s##j = bb[j];
+#define MF_VEC_T_MAC(j) s##j += xv * wk[j];
+#define MF_VEC_T_STORE(j) acc[16 * b + j] = s##j;
+MF_VEC_FN void mf_vec_gemm_t(const int8_t *x, int32_t rows, int32_t x_stride, int32_t K,
+                             const int16_t *w, const int32_t *bias, const int32_t *rq,
+                             int32_t O, int32_t lo, int32_t hi, int32_t signfix, int8_t *y,
+                             int32_t y_stride, int32_t *scratch) {
+    const int32_t nb = (O + 15) / 16;
+    int32_t *acc = scratch;
+    int32_t r, b, k;
+    for (r = 0; r < rows; ++r) {
+        const int8_t *xr = x + (int64_t)r * x_stride;
+        for (b = 0; b < nb; ++b) {
+            const int32_t *bb = bias + 16 * b;
+            MF_VEC_R16(MF_VEC_T_DECL)
+            for (k = 0; k < K; ++k) {
+                const int32_t xv = xr[k];
+                const int16_t *wk = w + ((int64_t)b * K + k) * 16;
+                MF_VEC_R16(MF_VEC_T_MAC)
+            }
+            MF_VEC_R16(MF_VEC_T_STORE)
+        }
+        mf_vec_requant(acc, rq, O, lo, hi, signfix, O, y + (int64_t)r * y_stride);
+    }
+}
+#undef MF_VEC_T_DECL
+#undef MF_VEC_T_MAC
+#undef MF_VEC_T_STORE
+
 /* Geometry of mf_vec_conv, int32 [11]: in_h in_w in_c k_h k_w stride_h stride_w pad_t pad_l
  * out_h out_w (mcuforge_nn.h's mf_conv_geom, same order). */
 enum { MF_VC_H, MF_VC_W, MF_VC_C, MF_VC_KH, MF_VC_KW, MF_VC_SH, MF_VC_SW, MF_VC_PT, MF_VC_PL,

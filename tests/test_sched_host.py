@@ -5,7 +5,8 @@ keep the portable Cortex-M kernels.
 
 Layers (tests/test_sched_layers.py's builder, the `tflite` package's builders) aimed at the
 host kernels' edges: odd numbers of rows and pixels (the last one outside a pair), channel
-counts off the blocks of 4, K off the 8-tap padding, depthwise layers with dilation, 5x5 and
+counts off the blocks of 4 and 16, K off the 8-tap padding, K on both sides of the short-row
+kernel's limit (16), depthwise layers with dilation, 5x5 and
 1x1 kernels, VALID padding that leaves input columns unread, stride 2 with odd widths, and
 rows wider than one chunk of tiled constants (tw < out_w). Checks: the loop-IR evaluator
 (scheduled == reference, scratch starting as noise) and the built C against tflite-micro."""
@@ -28,6 +29,9 @@ CASES = [
     ("fc_odd_rows", "FULLY_CONNECTED", dict(c=37, o=9, batch=3, act="relu")),
     ("fc_one", "FULLY_CONNECTED", dict(c=5, o=1)),
     ("conv1x1_odd", "CONV_2D", dict(hw=(3, 5), c=13, o=7, k=(1, 1), act="relu6")),
+    ("conv1x1_lanes", "CONV_2D", dict(hw=(3, 3), c=16, o=37, k=(1, 1), act="relu")),
+    ("fc_lanes", "FULLY_CONNECTED", dict(c=8, o=17, batch=2, per_channel=False)),
+    ("conv1x1_dots", "CONV_2D", dict(hw=(2, 3), c=17, o=20, k=(1, 1))),
     ("conv3x3_odd_px", "CONV_2D", dict(hw=(5, 3), c=3, o=6, k=(3, 3), stride=(2, 2))),
     ("conv_valid", "CONV_2D", dict(hw=(7, 6), c=5, o=11, k=(2, 3), stride=(2, 1), pad=VALID,
                                    per_channel=False)),
@@ -56,6 +60,8 @@ def test_host_kernel_equals_reference(name, op, kw):
     ref = reference_kernel(node, g, "k")
     k = lower_node(node, g, "k", HOST)
     assert k.schedule.startswith("mf_vec_"), k.schedule
+    if "lanes" in name or "dots" in name:  # K <= 16: lanes = channels; K = 17: dot products
+        assert (k.schedule == "mf_vec_gemm_t") == ("lanes" in name), k.schedule
     if name == "dw_chunks":
         geom = next(b for b in k.consts if b.name == "geom").data
         assert geom[-1] < geom[-2], "tw should split the output row"
@@ -78,8 +84,9 @@ def test_host_c_equals_tflm(name, op, kw):
 
 
 def test_only_the_host_gets_host_kernels():
-    _, _, g = _layer("conv1x1_odd", *CASES[2][1:])
-    _, _, gd = _layer("dw_s21", *CASES[11][1:])
+    cases = {c[0]: c[1:] for c in CASES}
+    _, _, g = _layer("conv1x1_dots", *cases["conv1x1_dots"])
+    _, _, gd = _layer("dw_s21", *cases["dw_s21"])
     for target, gemm, dw in (
             (HOST, "mf_vec_gemm", "mf_vec_dw"),
             (Target("mps2-an385", "cortex-m3"), "mf_gemm_w8", "mf_dw3x3_s8"),

@@ -27,6 +27,7 @@ CONV_GEOM = ("in_h", "in_w", "in_c", "k_h", "k_w", "stride_h", "stride_w", "pad_
              "out_h", "out_w")  # mf_vec_conv's geometry, in order
 DW_GEOM = ("h", "w", "c", "k_h", "k_w", "stride_h", "stride_w", "dil_h", "dil_w", "pad_t",
            "pad_l", "out_h", "out_w", "tw")  # mf_vec_dw's geometry, in order
+T_MAX_K = 16  # mf_vec_gemm_t for K <= this: 1.5-3.6x faster than the dot products (K 16, 8)
 DW_LANES = 1024  # at most this many lanes (pixels x channels) per depthwise chunk: tw
 
 
@@ -63,6 +64,16 @@ def dw_scratch_words(geom: dict) -> int:
     return r + g["tw"] * g["c"] + (r * g["stride_w"] * pw * g["c"] + 1) // 2
 
 
+def pack_lanes(rows) -> np.ndarray:
+    """[O, K] weights -> int16 [ceil(O/16), K, 16] (mf_vec_gemm_t: lanes = output channels)."""
+    w = np.asarray(rows, np.int64).reshape(len(rows), -1)
+    o, k = w.shape
+    nb = -(-o // 16)
+    out = np.zeros((nb * 16, k), np.int64)
+    out[:o] = w
+    return out.reshape(nb, 16, k).transpose(0, 2, 1).astype(np.int16)
+
+
 def rq_soa(rq: np.ndarray) -> np.ndarray:
     """pack.requant_params' [O, 4] rows as the [4, O] arrays the vector loop reads, flat."""
     return np.ascontiguousarray(np.asarray(rq, np.int32).T).reshape(-1)
@@ -85,25 +96,31 @@ def host_gemm(ctx: OpContext, ref: ir.Kernel, target) -> ir.Kernel | None:
     o, k = rows.shape
     if k * 128 * 127 > 2**31 - 1:  # the dot products start at 0, the bias added after them
         return None
-    w = pack_rows(rows)
+    one_by_one = ctx.node.op == "fully_connected" or (
+        k == x.shape[-1] and tuple(ctx.attrs["stride"]) == (1, 1)
+        and not any(ctx.attrs["padding"]))
+    lanes = one_by_one and k <= T_MAX_K
+    w = pack_lanes(rows) if lanes else pack_rows(rows)
+    bias = layer["bias"]
+    if lanes:
+        bias = np.zeros(w.shape[0] * 16, np.int32)
+        bias[:o] = layer["bias"]
     consts = [ir.Buffer("w", "int16", w.size, "const", w.reshape(-1),
-                        f"weights int16 [{o}][{w.shape[1]}]"),
-              ir.Buffer("bias", "int32", o, "const", layer["bias"],
+                        f"weights int16 [{']['.join(map(str, w.shape))}]"),
+              ir.Buffer("bias", "int32", bias.size, "const", bias,
                         "bias - x_zp * sum(w): the input zero point folded in"),
               ir.Buffer("rq", "int32", 4 * o, "const", rq_soa(layer["rq"]),
                         "requantization: mult[O], add[O], pre[O], post[O]")]
     common = (ir.Ptr("w", ir.Const(0)), ir.Ptr("bias", ir.Const(0)), ir.Ptr("rq", ir.Const(0)),
               ir.Const(o), ir.Const(layer["lo"]), ir.Const(layer["hi"]),
               ir.Const(layer["signfix"]))
-    one_by_one = ctx.node.op == "fully_connected" or (
-        k == x.shape[-1] and tuple(ctx.attrs["stride"]) == (1, 1)
-        and not any(ctx.attrs["padding"]))
     if one_by_one:
         n_rows = x.size // k
-        body = (ir.CallStmt("mf_vec_gemm", (
+        fn = "mf_vec_gemm_t" if lanes else "mf_vec_gemm"
+        body = (ir.CallStmt(fn, (
             ir.Ptr("x", ir.Const(0)), ir.Const(n_rows), ir.Const(k), ir.Const(k), *common,
             ir.Ptr("y", ir.Const(0)), ir.Const(o), ir.Ptr("scratch", ir.Const(0)))),)
-        fn, how = "mf_vec_gemm", f"{n_rows} rows x {k} taps"
+        how = f"{n_rows} rows x {k} taps"
     else:
         n, h, w_, c = x.shape
         _, oh, ow, _ = y.shape
@@ -116,8 +133,8 @@ def host_gemm(ctx: OpContext, ref: ir.Kernel, target) -> ir.Kernel | None:
             ir.Ptr("x", b * (h * w_ * c)), ir.Ptr("geom", ir.Const(0)), ir.Const(layer["x_zp"]),
             *common, ir.Ptr("y", b * (oh * ow * o)), ir.Ptr("scratch", ir.Const(0))))])
         fn, how = "mf_vec_conv", f"im2col, {oh * ow} patches x {k} taps"
-    scratch = scratch_words(o, k)
-    doc = (f"{ref.doc}\nscheduled: {fn} ({how}), weights int16 rows ({w.nbytes} bytes), "
+    scratch = w.shape[0] * 16 if lanes else scratch_words(o, k)
+    doc = (f"{ref.doc}\nscheduled: {fn} ({how}), weights int16 ({w.nbytes} bytes), "
            f"{4 * scratch} bytes scratch")
     return ir.Kernel(ctx.name, _bufs(ref, consts, scratch), tuple(body), doc, ref.macs, fn)
 
