@@ -9,8 +9,17 @@ folded into the bias, constant channels, the fast requantization's bounds), so b
 decline the same layers (the reference loops stay).
 
 GEMM weights: int16 [O][Kp] rows (Kp = K rounded up to 8), one row per output channel, so the
-inner loop is a contiguous int16 dot product (pmaddwd); activations are widened once per row or
-im2col patch. Depthwise weights: int16 [KH*KW][C], the inner loop over contiguous channels."""
+inner loop is a contiguous int16 dot product (pmaddwd / vpdpwssd); activations are widened once
+per row or im2col patch, pixels go in pairs. 1x1 and fully connected layers with K <= 16 use
+lanes = output channels instead (weights [O/16][K][16], mf_vec_gemm_t): their dot products
+would be shorter than the horizontal sums that end them. Depthwise: input rows widened once
+into a ring, each tap one loop over a row's pixels x channels, on weights, bias and
+requantization constants tiled along the row (int16 [KH*KW][tw*C]).
+
+On x86-64 with AVX-512 (-march=native, templates/host/Makefile.j2) and the MLPerf Tiny models,
+against LiteRT's built-in kernels (one thread, no XNNPACK): see the commit log for the figures;
+the remaining cost is mostly the horizontal sums of the dot products and the requantization
+(64-bit multiplies), which plain C cannot make cheaper without intrinsics."""
 from __future__ import annotations
 
 import numpy as np
