@@ -3,13 +3,14 @@
  *
  * Plain C99 written for gcc's auto-vectoriser (no intrinsics): every inner loop runs over
  * contiguous memory with no loop-carried dependence other than a sum, so at -O3 (or -O2
- * -ftree-vectorize) gcc turns the int16 dot products into pmaddwd / vpmaddwd and the
- * per-channel requantization into vector multiplies. The Cortex-M kernels (mcuforge_nn.h,
- * mcuforge_dw.h) keep their own packed layouts; these kernels read natural ones
- * (codegen_c/kernels/host.py packs them, codegen_c/micro_vec.py mirrors them):
+ * -ftree-vectorize) gcc turns the int16 dot products into pmaddwd / vpmaddwd (vpdpwssd with
+ * AVX-512 VNNI) and the per-channel requantization into vector multiplies. The Cortex-M
+ * kernels (mcuforge_nn.h, mcuforge_dw.h) keep their own packed layouts; these kernels read
+ * natural ones (codegen_c/kernels/host.py packs them, codegen_c/micro_vec.py mirrors them):
  *   GEMM weights: int16 [O][Kp], row o = output channel o's K taps in TFLite's order
- *     (k = (ky * k_w + kx) * in_c + c for a convolution), Kp = MF_VEC_KPAD(K), zero tail.
- *   Depthwise weights: int16 [k_h * k_w][C] (TFLite's [1][k_h][k_w][C]).
+ *     (k = (ky * k_w + kx) * in_c + c for a convolution), Kp = MF_VEC_KPAD(K), zero tail;
+ *     mf_vec_gemm_t (K <= 16): int16 [ceil(O / 16)][K][16], lanes = channels.
+ *   Depthwise weights: int16 [k_h * k_w][tw * C], TFLite's [1][k_h][k_w][C] tiled tw times.
  *   rq: int32 [4][O] (structure of arrays: mult[O], add[O], pre[O], post[O]), the fields of
  *     mcuforge_nn.h's mf_rq: y = clamp((h + add [+ (h >> 31)]) >> post, lo, hi) with
  *     h = round_high_mul(acc << pre, mult); exact for the accumulator bounds that
