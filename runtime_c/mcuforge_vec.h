@@ -151,14 +151,15 @@ MF_VEC_INLINE void mf_vec_widen(const int8_t *x, int32_t K, int32_t Kp,
  *   w        int16 [O][Kp] (layout above); bias int32 [O], x_zp folded in; rq int32 [4][O]
  *   lo, hi   output clamp; signfix: pack.needs_signfix
  *   y        int8, row r at y + r * y_stride
- *   scratch  int32 [2][O] accumulators then int16 [2][Kp] (host.scratch_words) */
+ *   scratch  2 x (int32 [O] accumulators, int16 [Kp] row), the second only for rows > 1
+ *            (host.scratch_words) */
 MF_VEC_FN void mf_vec_gemm(const int8_t *x, int32_t rows, int32_t x_stride, int32_t K,
                            const int16_t *w, const int32_t *bias, const int32_t *rq, int32_t O,
                            int32_t lo, int32_t hi, int32_t signfix, int8_t *y,
                            int32_t y_stride, int32_t *scratch) {
     const int32_t Kp = MF_VEC_KPAD(K);
-    int32_t *acc = scratch, *acc2 = scratch + O;
-    int16_t *xw = (int16_t *)(void *)(scratch + 2 * O), *xw2 = xw + Kp;
+    int32_t *acc = scratch, *acc2 = scratch + O + Kp / 2; /* a single row: half of it */
+    int16_t *xw = (int16_t *)(void *)(acc + O), *xw2 = (int16_t *)(void *)(acc2 + O);
     int32_t r = 0;
     for (; r + 2 <= rows; r += 2) {
         mf_vec_widen(x + (int64_t)r * x_stride, K, Kp, xw);
@@ -255,14 +256,14 @@ MF_VEC_INLINE void mf_vec_patch(const int8_t *x, const int32_t *g, int32_t x_zp,
  * batch 1, by im2col (one widened patch per output pixel) and mf_vec_gemm's dot products.
  *   x int8 [in_h][in_w][in_c]; g: the geometry; x_zp the input zero point
  *   w, bias, rq, lo, hi, signfix as mf_vec_gemm (K = k_h * k_w * in_c); y int8 [out_h][out_w][O]
- *   scratch int32 [2][O] then int16 [2][Kp] */
+ *   scratch as mf_vec_gemm's, the second half only for more than one output pixel */
 MF_VEC_FN void mf_vec_conv(const int8_t *x, const int32_t *g, int32_t x_zp, const int16_t *w,
                            const int32_t *bias, const int32_t *rq, int32_t O, int32_t lo,
                            int32_t hi, int32_t signfix, int8_t *y, int32_t *scratch) {
     const int32_t Kp = MF_VEC_KPAD(g[MF_VC_KH] * g[MF_VC_KW] * g[MF_VC_C]);
     const int32_t OW = g[MF_VC_OW], n = g[MF_VC_OH] * OW;
-    int32_t *acc = scratch, *acc2 = scratch + O;
-    int16_t *xw = (int16_t *)(void *)(scratch + 2 * O), *xw2 = xw + Kp;
+    int32_t *acc = scratch, *acc2 = scratch + O + Kp / 2; /* a single pixel: half of it */
+    int16_t *xw = (int16_t *)(void *)(acc + O), *xw2 = (int16_t *)(void *)(acc2 + O);
     int32_t p = 0;
     for (; p + 2 <= n; p += 2) { /* pixels in pairs, in row-major order */
         mf_vec_patch(x, g, x_zp, p / OW, p % OW, Kp, xw);

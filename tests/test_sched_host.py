@@ -4,7 +4,8 @@ tflite-micro compute; boards without Cortex-M features other than the host (Cort
 keep the portable Cortex-M kernels.
 
 Layers (tests/test_sched_layers.py's builder, the `tflite` package's builders) aimed at the
-host kernels' edges: odd numbers of rows and pixels (the last one outside a pair), channel
+host kernels' edges: odd numbers of rows and pixels (the last one outside a pair; a single one, whose
+scratch is half a pair's), channel
 counts off the blocks of 4 and 16, K off the 8-tap padding, K on both sides of the short-row
 kernel's limit (16), depthwise layers with dilation, 5x5 and
 1x1 kernels, VALID padding that leaves input columns unread, stride 2 with odd widths, and
@@ -28,6 +29,8 @@ from test_sched_layers import SAME, VALID, layer_model
 CASES = [
     ("fc_odd_rows", "FULLY_CONNECTED", dict(c=37, o=9, batch=3, act="relu")),
     ("fc_one", "FULLY_CONNECTED", dict(c=5, o=1)),
+    ("fc_single_row", "FULLY_CONNECTED", dict(c=40, o=9, act="relu")),
+    ("conv_one_px", "CONV_2D", dict(hw=(3, 3), c=5, o=6, k=(3, 3), pad=VALID)),
     ("conv1x1_odd", "CONV_2D", dict(hw=(3, 5), c=13, o=7, k=(1, 1), act="relu6")),
     ("conv1x1_lanes", "CONV_2D", dict(hw=(3, 3), c=16, o=37, k=(1, 1), act="relu")),
     ("fc_lanes", "FULLY_CONNECTED", dict(c=8, o=17, batch=2, per_channel=False)),

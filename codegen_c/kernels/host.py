@@ -53,10 +53,10 @@ def pack_rows(rows) -> np.ndarray:
     return out
 
 
-def scratch_words(o: int, k: int) -> int:
-    """int32 words of mf_vec_gemm / mf_vec_conv scratch: two rows of O accumulators, then two
-    int16 [Kp] rows (pixels go in pairs)."""
-    return 2 * o + kpad(k)
+def scratch_words(o: int, k: int, rows: int) -> int:
+    """int32 words of mf_vec_gemm / mf_vec_conv scratch: per row of a pair (pixels go in pairs,
+    a single row or pixel needs one) O accumulators and an int16 [Kp] row."""
+    return (o + kpad(k) // 2) * (2 if rows > 1 else 1)
 
 
 def dw_chunk(ow: int, c: int) -> int:
@@ -142,7 +142,8 @@ def host_gemm(ctx: OpContext, ref: ir.Kernel, target) -> ir.Kernel | None:
             ir.Ptr("x", b * (h * w_ * c)), ir.Ptr("geom", ir.Const(0)), ir.Const(layer["x_zp"]),
             *common, ir.Ptr("y", b * (oh * ow * o)), ir.Ptr("scratch", ir.Const(0))))])
         fn, how = "mf_vec_conv", f"im2col, {oh * ow} patches x {k} taps"
-    scratch = w.shape[0] * 16 if lanes else scratch_words(o, k)
+    scratch = w.shape[0] * 16 if lanes else scratch_words(o, k, x.size // k if one_by_one
+                                                          else y.shape[1] * y.shape[2])
     doc = (f"{ref.doc}\nscheduled: {fn} ({how}), weights int16 ({w.nbytes} bytes), "
            f"{4 * scratch} bytes scratch")
     return ir.Kernel(ctx.name, _bufs(ref, consts, scratch), tuple(body), doc, ref.macs, fn)
