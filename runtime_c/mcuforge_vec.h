@@ -232,6 +232,11 @@ MF_VEC_INLINE void mf_vec_patch(const int8_t *x, const int32_t *g, int32_t x_zp,
             for (i = 0; i < seg; ++i) {
                 d[i] = (int16_t)x_zp;
             }
+        } else if (lo == 0 && hi == KW) { /* inside the image: seg is a constant once inlined */
+            const int8_t *s = x + ((int64_t)iy * g[MF_VC_W] + ix0) * C;
+            for (i = 0; i < seg; ++i) {
+                d[i] = s[i];
+            }
         } else {
             const int8_t *s = x + ((int64_t)iy * g[MF_VC_W] + ix0 + lo) * C;
             const int32_t n = (hi - lo) * C;
