@@ -17,7 +17,7 @@ _LIMITS = {"int32": (-2**31, 2**31 - 1), "int64": (-2**63, 2**63 - 1)}
 
 
 def _intrinsics() -> dict:
-    from . import mathmirror, micro, micro_ew, qmath  # noqa: F401  (they add their mirrors)
+    from . import mathmirror, micro, micro_ew, micro_vec, qmath  # noqa: F401  (they add their mirrors)
     return qmath.INTRINSICS
 
 

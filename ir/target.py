@@ -36,6 +36,12 @@ class Target:
         return "dsp" in self.features
 
     @property
+    def host(self) -> bool:
+        """The machine running mcuforge (x86-64 or AArch64 with wide SIMD units, gcc's
+        auto-vectoriser): its own kernels (runtime_c/mcuforge_vec.h), not the Cortex-M ones."""
+        return self.cpu == "host"
+
+    @property
     def mve(self) -> bool:
         return "mve" in self.features
 

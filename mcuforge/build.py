@@ -5,9 +5,11 @@ API."""
 from __future__ import annotations
 
 import fcntl
+import functools
 import hashlib
 import json
 import os
+import platform
 import shutil
 import subprocess
 from contextlib import contextmanager
@@ -40,9 +42,22 @@ def _code_hash() -> str:
     return h.hexdigest()
 
 
+@functools.lru_cache(maxsize=1)
+def host_cpu() -> str:
+    """This CPU's instruction-set features (Linux: /proc/cpuinfo's flags), which a host build
+    with -march=native depends on; the machine type elsewhere."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith(("flags", "Features")):
+                return hashlib.sha256(line.encode()).hexdigest()[:16]
+    except OSError:
+        pass
+    return platform.machine()
+
+
 def opt_flags(opt: str | None = None) -> str | None:
     """The optimisation flags a host build uses: `opt`, else $MCUFORGE_OPT, else None (the
-    generated Makefile's own default, -O2). Any gcc flags: "-O0", "-Os", "-O2 -march=native"."""
+    generated Makefile's own default, -O3 with ARCH=-march=native). Any gcc flags: "-O0", "-Os"."""
     opt = opt if opt is not None else os.environ.get("MCUFORGE_OPT")
     return opt.strip() if opt and opt.strip() else None
 

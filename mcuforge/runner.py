@@ -11,7 +11,7 @@ from ir.errors import McuforgeError
 
 from .api import GraphRunner, build_graph, run_graph  # noqa: F401  (the optimizer's `run`)
 from .build import (_code_hash, build, cache_entry, cache_lock, cache_root,  # noqa: F401
-                    opt_flags, run_executable)  # (re-exported: tools and tests use them)
+                    host_cpu, opt_flags, run_executable)  # (re-exported: tools and tests use them)
 
 
 def compiled_project(model, board: str = "host", sanitize: bool = False, graph=None,
@@ -23,8 +23,10 @@ def compiled_project(model, board: str = "host", sanitize: bool = False, graph=N
     data = Path(model).read_bytes() if not isinstance(model, bytes) else model
     shapes = sorted((k, tuple(v)) for k, v in (input_shapes or {}).items())
     opt = opt_flags(opt)
-    # the generated Makefile's default is -O2: one cache entry for both spellings
-    key = hashlib.sha256(data + f"|{board}|{sanitize}|{shapes}|{opt or '-O2'}|".encode()
+    # the generated Makefile's default is -O3: one cache entry for both spellings; a host build
+    # is for this CPU (ARCH=-march=native), so a cache shared between machines keys it by CPU
+    cpu = host_cpu() if board == "host" else ""
+    key = hashlib.sha256(data + f"|{board}|{sanitize}|{shapes}|{opt or '-O3'}|{cpu}|".encode()
                          + _code_hash().encode())
 
     def make(project: Path) -> None:
@@ -102,7 +104,7 @@ def run(model, inputs, board: str = "host", sanitize: bool = False,
     """Run `model` on `inputs` (an array, a batch along a new leading axis, or a dict for
     several inputs). Returns one array, or a dict by output name for several outputs.
     `input_shapes` ({input name: shape}) fixes the open dimensions of inputs; `opt`: the
-    host build's optimisation flags (default $MCUFORGE_OPT, else the Makefile's -O2);
+    host build's optimisation flags (default $MCUFORGE_OPT, else the Makefile's -O3);
     `flash_budget`: as compile's, on a board."""
     from .api import load
     graph = load(model, input_shapes)

@@ -105,9 +105,8 @@ def test_compile_succeeds_with_the_same_setup(tmp_path, demo_bytes):
     r = mcuforge("compile", "model.tflite", "-o", "out", "--name", "main_net", cwd=tmp_path)
     assert r.returncode == 0 and r.stderr == "", r.stdout + r.stderr
     assert sorted(os.listdir(tmp_path / "out")) == [
-        ".mcuforge-manifest", "Makefile", "main.c", "main_net.c", "main_net.h", "mcuforge_dw.h",
-        "mcuforge_ew.h", "mcuforge_nn.h",
-        "mcuforge_rt.h"]
+        ".mcuforge-manifest", "Makefile", "main.c", "main_net.c", "main_net.h", "mcuforge_ew.h",
+        "mcuforge_nn.h", "mcuforge_rt.h", "mcuforge_vec.h"]
     assert sorted(os.listdir(tmp_path)) == ["model.tflite", "out"]
 
 

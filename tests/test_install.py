@@ -77,8 +77,8 @@ def test_wheel_installs_and_compiles_without_the_checkout(tmp_path):
     assert r.returncode == 0, r.stderr
     got = json.loads(r.stdout)
     # the runtime headers come from the installed package: the arithmetic and the micro-kernels
-    assert got["files"] == ["Makefile", "demo.c", "demo.h", "main.c", "mcuforge_dw.h",
-                            "mcuforge_ew.h", "mcuforge_nn.h", "mcuforge_rt.h"]
+    assert got["files"] == ["Makefile", "demo.c", "demo.h", "main.c", "mcuforge_ew.h",
+                            "mcuforge_nn.h", "mcuforge_rt.h", "mcuforge_vec.h"]
     assert got["arena"] > 0
     # the checkout itself is not importable (the venv inside it, with the deps, may be)
     assert not any(Path(p).resolve() == REPO for p in got["path"] if p), got["path"]

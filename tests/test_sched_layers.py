@@ -8,7 +8,7 @@ counts off the kernels' blocks, strides, SAME/VALID, fused ReLU/ReLU6/none, rand
 per-channel and per-tensor weights. Checks:
 1. the loop-IR evaluator: scheduled kernel for the host and for a DSP target == reference
    kernel on random inputs (scratch starts as noise);
-2. the generated C on the host (portable kernels) == tflite-micro;
+2. the generated C on the host (its own kernels, runtime_c/mcuforge_vec.h) == tflite-micro;
 3. a few layers on the emulated Cortex-M4 (DSP kernels) == tflite-micro.
 """
 from __future__ import annotations
@@ -33,7 +33,7 @@ SAME, VALID = 0, 1
 
 def layer_model(seed: int, op: str, hw=(5, 6), c=3, o=5, k=(3, 3), stride=(1, 1),
                 pad=SAME, act="none", per_channel=True, batch=1, dead=False, y_zp=None,
-                mult=1):
+                mult=1, dilation=(1, 1)):
     """A one-layer int8 model; returns (model bytes, int8 input batch [2, ...]). `dead`: channel
     0 gets a huge bias and a weight scale so small that its output multiplier is ~2^-31 (a
     channel whose output is constant, as in trained models: VWW has such channels)."""
@@ -62,9 +62,10 @@ def layer_model(seed: int, op: str, hw=(5, 6), c=3, o=5, k=(3, 3), stride=(1, 1)
     if op == "FULLY_CONNECTED":
         yshape = (batch, o)
     else:
-        def out(n, kk, s):
-            return -(-n // s) if pad == SAME else (n - kk) // s + 1
-        yshape = (1, out(hw[0], k[0], stride[0]), out(hw[1], k[1], stride[1]), o)
+        def out(n, kk, s, d):
+            return -(-n // s) if pad == SAME else (n - (kk - 1) * d - 1) // s + 1
+        yshape = (1, out(hw[0], k[0], stride[0], dilation[0]),
+                  out(hw[1], k[1], stride[1], dilation[1]), o)
     xi = m.tensor("x", xshape, "int8", scale=sx, zero_point=zx)
     wi = m.tensor("w", wshape, "int8", w, scale=sw if per_channel else float(sw[0]),
                   zero_point=np.zeros(len(sw), int) if per_channel else 0, axis=axis)
@@ -75,8 +76,9 @@ def layer_model(seed: int, op: str, hw=(5, 6), c=3, o=5, k=(3, 3), stride=(1, 1)
     if op == "FULLY_CONNECTED":
         m.op(op, [xi, wi, bi], [yi], "FullyConnectedOptions", FusedActivationFunction=ACTS[act])
     else:
-        fields = dict(Padding=pad, StrideH=stride[0], StrideW=stride[1], DilationHFactor=1,
-                      DilationWFactor=1, FusedActivationFunction=ACTS[act])
+        fields = dict(Padding=pad, StrideH=stride[0], StrideW=stride[1],
+                      DilationHFactor=dilation[0], DilationWFactor=dilation[1],
+                      FusedActivationFunction=ACTS[act])
         if op == "CONV_2D":
             m.op(op, [xi, wi, bi], [yi], "Conv2DOptions", **fields)
         else:

@@ -1,7 +1,7 @@
 """The schedule stage: between lowering and printing, a layer's reference kernel (the loop IR
 that defines its numerics, codegen_c/lower/) may be replaced by a scheduled one for the target:
 packed weights, loops split, unrolled and handed to micro-kernels (runtime_c/mcuforge_nn.h,
-mirrored in codegen_c/micro.py). A schedule returns None where it does not apply or cannot
+mirrored in codegen_c/micro.py; on the host runtime_c/mcuforge_vec.h, host.py, micro_vec.py). A schedule returns None where it does not apply or cannot
 prove itself exact (then the reference stays); tests run both through the loop-IR evaluator
 on random data and require equal outputs.
 
@@ -49,7 +49,7 @@ def schedule_kernel(ctx, kernel, target: Target):
 
 
 def _load_all():
-    from . import depthwise, eltwise, gemm  # noqa: F401  (they register their schedules)
+    from . import depthwise, eltwise, gemm, host  # noqa: F401  (they register their schedules)
 
 
 def lower_node(node, graph, name: str, target: Target | None = None):

@@ -64,6 +64,8 @@ def weight_format(ctx: OpContext, target) -> str:
 
 @schedules("conv2d", "fully_connected", "depthwise_conv2d")
 def gemm(ctx: OpContext, ref: ir.Kernel, target) -> ir.Kernel | None:
+    if target.host:  # its own kernels (host.py), on the same proofs
+        return None
     layer = gemm_layer(ctx)
     if layer is None:
         return None
