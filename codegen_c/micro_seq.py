@@ -19,4 +19,15 @@ def _dot_s8(w, v, n, off):
     return int(prods.sum())
 
 
+def _mv_s8(w, v, n, off, rows, out, work):
+    """mf_seq_mv_s8: out[r] = the dot product of row r of w [rows, n] with v + off."""
+    if work.nbytes < 2 * ((n + 3) // 4 * 4):
+        raise UndefinedBehaviour("mf_seq_mv_s8: work area too small")
+    if len(out) < rows:
+        raise UndefinedBehaviour("mf_seq_mv_s8 writes past its output")
+    for r in range(rows):
+        out[r] = _dot_s8(w[r * n:], v, n, off)
+
+
 INTRINSICS["mf_seq_dot_s8"] = _dot_s8
+INTRINSICS["mf_seq_mv_s8"] = _mv_s8

@@ -6,8 +6,13 @@ else (requantization, gates, state updates); each innermost loop of the form
 
 becomes acc = acc + mf_seq_dot_s8(&W[w0], &V[v0], n, c). The reference writes its sums that
 way only where it proved them free of int32 overflow (else through mf_wrap_add_i32, a form
-left alone), so the micro-kernel's order of the same products is exact. The kernel has a
-portable body, so the schedule serves every target."""
+left alone), so the micro-kernel's order of the same products is exact.
+
+Where such a product reads row j of a constant W inside the loop over j, and its vector
+neither depends on j nor is written in that loop (the LSTM's gates for all units, SVDF's
+feature products for all filters), the products of all rows are hoisted before the loop as
+one mf_seq_mv_s8 call into scratch, and the loop reads them from there. The kernels have
+portable bodies, so the schedule serves every target."""
 from __future__ import annotations
 
 from dataclasses import replace
@@ -17,6 +22,8 @@ from ..lower import OpContext
 from . import schedules
 
 FN = "mf_seq_dot_s8"
+MV = "mf_seq_mv_s8"
+SCRATCH = "seq_scratch"  # int32 words: the hoisted products, then one widened vector
 
 
 def _row_start(index: ir.Expr, var: str):
@@ -84,6 +91,110 @@ def _replace_dots(body: tuple) -> tuple:
     return tuple(out)
 
 
+def _written(body) -> set:
+    """Buffers stored to and locals declared or assigned in body."""
+    out = set()
+    for s in ir.walk(body):
+        if isinstance(s, ir.Store):
+            out.add(s.buf)
+        elif isinstance(s, (ir.Decl, ir.Assign)):
+            out.add(s.var)
+    return out
+
+
+def _dot_calls(e, found: list):
+    """The mf_seq_dot_s8 calls in expression e."""
+    if isinstance(e, ir.Call) and e.fn == FN:
+        found.append(e)
+    elif isinstance(e, ir.Expr):
+        for f in getattr(e, "__dataclass_fields__", {}):
+            v = getattr(e, f)
+            if isinstance(v, ir.Expr):
+                _dot_calls(v, found)
+            elif isinstance(v, tuple):
+                for x in v:
+                    _dot_calls(x, found)
+
+
+class _Hoist:
+    """Hoists row products out of loops over rows (see the module docstring)."""
+
+    def __init__(self, consts: dict):
+        self.consts = consts  # const buffer name -> element count
+        self.words = 0  # int32 words of scratch for the hoisted products
+        self.work = 0  # int32 words for the widened vector (shared by all calls)
+        self.calls = 0
+
+    def body(self, body: tuple) -> tuple:
+        out = []
+        for s in body:
+            if isinstance(s, ir.Loop):
+                s = replace(s, body=self.body(s.body))
+                out += self.loop(s)
+            elif isinstance(s, ir.If):
+                out.append(replace(s, then=self.body(s.then), orelse=self.body(s.orelse)))
+            else:
+                out.append(s)
+        return tuple(out)
+
+    def loop(self, loop: ir.Loop) -> list:
+        if loop.start != 0 or loop.step != 1:
+            return [loop]
+        written = _written(loop.body) | {loop.var}
+        calls = []
+        for s in ir.walk(loop.body):
+            for e in vars(s).values() if hasattr(s, "__dataclass_fields__") else ():
+                if isinstance(e, ir.Expr):
+                    _dot_calls(e, calls)
+        hoisted, pre = {}, []
+        for c in calls:
+            if c in hoisted:
+                continue
+            (wp, vp, n, off) = c.args
+            n = n.value
+            if wp.buf not in self.consts or self.consts[wp.buf] < loop.extent * n \
+                    or wp.offset != ir.Var(loop.var) * n or vp.buf in written \
+                    or _vars(vp.offset) & written:
+                continue
+            slot = self.words
+            self.words += loop.extent
+            self.work = max(self.work, (n + 3) // 4 * 2)
+            pre.append(ir.CallStmt(MV, (
+                ir.Ptr(wp.buf, ir.Const(0)), vp, ir.Const(n), off, ir.Const(loop.extent),
+                ir.Ptr(SCRATCH, ir.Const(slot)),
+                ir.Ptr(SCRATCH, ir.Const(-1), ctype="int16_t *"))))  # work: set below
+            hoisted[c] = ir.Load(SCRATCH, ir.Var(loop.var) + slot, "int32")
+        if not hoisted:
+            return [loop]
+        self.calls += len(pre)
+        return pre + [replace(loop, body=_substitute_calls(loop.body, hoisted))]
+
+
+def _substitute_calls(node, table: dict):
+    if isinstance(node, tuple):
+        return tuple(_substitute_calls(x, table) for x in node)
+    if isinstance(node, ir.Call) and node in table:
+        return table[node]
+    if hasattr(node, "__dataclass_fields__") and not isinstance(node, (ir.Const, ir.Var)):
+        return replace(node, **{f: _substitute_calls(getattr(node, f), table)
+                                for f in node.__dataclass_fields__
+                                if isinstance(getattr(node, f), (ir.Expr, ir.Stmt, tuple))})
+    return node
+
+
+def _set_work(node, offset: int):
+    """The work pointers (offset -1 above) point past the hoisted products."""
+    if isinstance(node, tuple):
+        return tuple(_set_work(x, offset) for x in node)
+    if isinstance(node, ir.Ptr) and node.buf == SCRATCH and node.offset == ir.Const(-1):
+        return replace(node, offset=ir.Const(offset))
+    if hasattr(node, "__dataclass_fields__") and not isinstance(node, (ir.Const, ir.Var)):
+        return replace(node, **{f: _set_work(getattr(node, f), offset)
+                                for f in node.__dataclass_fields__
+                                if isinstance(getattr(node, f), (ir.Expr, ir.Stmt, tuple))})
+    return node
+
+
 @schedules("svdf", "lstm_tflite")
 def seq(ctx: OpContext, ref: ir.Kernel, target) -> ir.Kernel | None:
     if ctx.input(0).dtype != "int8":
@@ -94,6 +205,16 @@ def seq(ctx: OpContext, ref: ir.Kernel, target) -> ir.Kernel | None:
             and s.value.b.fn == FN)
     if not n:
         return None
-    doc = f"{ref.doc}\nscheduled: {n} inner products on {FN}"
-    return ir.Kernel(ctx.name, ref.buffers, body, doc, ref.macs, FN)
+    bufs = ref.buffers
+    h = _Hoist({b.name: b.size for b in ref.consts})
+    if not ref.scratch and not any(b.name == SCRATCH for b in bufs):
+        body = h.body(body)
+    how = f"{n} inner products on {FN}"
+    if h.calls:
+        body = _set_work(body, h.words)
+        bufs = tuple(bufs) + (ir.Buffer(SCRATCH, "int32", h.words + h.work, "scratch"),)
+        how += (f", {h.calls} of them hoisted out of their loop over rows as {MV} "
+                f"({4 * (h.words + h.work)} bytes scratch)")
+    doc = f"{ref.doc}\nscheduled: {how}"
+    return ir.Kernel(ctx.name, tuple(bufs), body, doc, ref.macs, MV if h.calls else FN)
 
