@@ -19,14 +19,36 @@ def _dot_s8(w, v, n, off):
     return int(prods.sum())
 
 
-def _mv_s8(w, v, n, off, rows, out, work):
-    """mf_seq_mv_s8: out[r] = the dot product of row r of w [rows, n] with v + off."""
-    if work.nbytes < 2 * ((n + 3) // 4 * 4):
+def _ceil4(v: int) -> int:
+    return (v + 3) // 4 * 4
+
+
+def pack_rows4(w: np.ndarray) -> np.ndarray:
+    """[rows, n] int8 weights in mf_seq_mv_s8's layout: blocks of 4 rows, per block groups of
+    4 taps, per group the 4 rows' taps; zero weights pad rows and taps to multiples of 4."""
+    rows, n = w.shape
+    p = np.zeros((_ceil4(rows), _ceil4(n)), np.int8)
+    p[:rows, :n] = w
+    return p.reshape(-1, 4, p.shape[1] // 4, 4).transpose(0, 2, 1, 3).reshape(-1).copy()
+
+
+def unpack_rows4(w4: np.ndarray, rows: int, n: int) -> np.ndarray:
+    r4, n4 = _ceil4(rows), _ceil4(n)
+    if len(w4) < r4 * n4:
+        raise UndefinedBehaviour("mf_seq_mv_s8 reads past its weights")
+    blocks = np.asarray(w4[:r4 * n4], np.int64).reshape(r4 // 4, n4 // 4, 4, 4)
+    return blocks.transpose(0, 2, 1, 3).reshape(r4, n4)[:rows, :n]
+
+
+def _mv_s8(w4, v, n, off, rows, out, work):
+    """mf_seq_mv_s8: out[r] = the dot product of row r of the packed weights with v + off."""
+    if work.nbytes < 2 * _ceil4(n):
         raise UndefinedBehaviour("mf_seq_mv_s8: work area too small")
     if len(out) < rows:
         raise UndefinedBehaviour("mf_seq_mv_s8 writes past its output")
+    w = unpack_rows4(w4, rows, n)
     for r in range(rows):
-        out[r] = _dot_s8(w[r * n:], v, n, off)
+        out[r] = _dot_s8(w[r], v, n, off)
 
 
 INTRINSICS["mf_seq_dot_s8"] = _dot_s8

@@ -10,13 +10,15 @@
  * per step, the weights widened by SXTB16, the activations by SXTAB16 onto the offset in both
  * halfwords, two SMLAD; the portable body is the plain loop.
  *
- *   mf_seq_mv_s8(w, v, n, off, rows, out, work): out[r] = mf_seq_dot_s8(&w[r * n], v, n, off)
+ *   mf_seq_mv_s8(w4, v, n, off, rows, out, work): out[r] = sum_{k<n} W[r][k] * (v[k] + off)
  *
- * for r < rows: the same dot products hoisted out of a loop over the rows of w (a gate's
- * weights for all units, SVDF's feature weights for all filters). The vector is widened once
- * into `work` (n rounded up to 4 int16, 4-byte aligned) in SXTB16's lane order, then the rows
- * go four at a time, each group of 4 weights read as one word and widened by SXTB16: per 4
- * rows x 4 taps 2 + 4 x 5 instructions. */
+ * for r < rows: the same dot products hoisted out of a loop over the rows of W (a gate's
+ * weights for all units, SVDF's feature weights for all filters). W is packed at compile time
+ * (codegen_c/micro_seq.py pack_rows4) in blocks of 4 rows; per block, per group of 4 taps, the
+ * 4 rows' taps: 16 bytes; rows and taps padded with zero weights to multiples of 4. The vector
+ * is widened once into `work` (n rounded up to 4 int16, 4-byte aligned; zeros past n) in
+ * SXTB16's lane order [v0 v2] [v1 v3]; per block and group of taps the DSP body reads 2 words
+ * of vector and 4 of weights, 8 SXTB16 and 8 SMLAD: 16 MACs in ~24 instructions. */
 #ifndef MCUFORGE_SEQ_H
 #define MCUFORGE_SEQ_H
 
@@ -50,54 +52,59 @@ MF_INLINE int32_t mf_seq_dot_s8(const int8_t *w, const int8_t *v, int32_t n, int
     return acc;
 }
 
-MF_MICRO void mf_seq_mv_s8(const int8_t *w, const int8_t *v, int32_t n, int32_t off,
+MF_MICRO void mf_seq_mv_s8(const int8_t *w4, const int8_t *v, int32_t n, int32_t off,
                            int32_t rows, int32_t *out, int16_t *work) {
-    int32_t r = 0, n4 = n & ~3;
+    int32_t n4 = (n + 3) & ~3, r, k;
 #if MF_USE_DSP
-    int32_t off2 = (int32_t)(((uint32_t)off & 0xFFFFu) * 0x10001u), k;
+    int32_t off2 = (int32_t)(((uint32_t)off & 0xFFFFu) * 0x10001u);
     int32_t *vw = (int32_t *)(void *)work; /* [x0 x2] [x1 x3] [x4 x6] ... */
-    for (k = 0; k < n4; k += 4) {
+    for (k = 0; k + 4 <= n; k += 4) {
         int32_t vq;
         memcpy(&vq, v + k, 4);
         vw[k / 2] = (int32_t)__sxtab16(off2, vq);
         vw[k / 2 + 1] = mf_sxtab16_ror8(off2, vq);
     }
-    for (; r + 4 <= rows; r += 4) {
-        const int8_t *w0 = w + r * n;
+    if (k < n) { /* the last, partial group: zeros past n */
+        int16_t t[4] = {0, 0, 0, 0};
+        for (int32_t i = 0; k + i < n; i++) t[i] = (int16_t)(v[k + i] + off);
+        vw[k / 2] = (int32_t)(((uint32_t)(uint16_t)t[2] << 16) | (uint16_t)t[0]);
+        vw[k / 2 + 1] = (int32_t)(((uint32_t)(uint16_t)t[3] << 16) | (uint16_t)t[1]);
+    }
+    const int32_t *xend = vw + n4 / 2;
+    for (r = 0; r < rows; r += 4) {
         int32_t a0 = 0, a1 = 0, a2 = 0, a3 = 0;
         const int32_t *xp = vw;
-        for (k = 0; k < n4; k += 4, xp += 2) {
-            int32_t x02 = xp[0], x13 = xp[1], wq;
-            memcpy(&wq, w0 + k, 4);
-            a0 = __smlad((int32_t)__sxtb16(wq), x02, a0);
-            a0 = __smlad(mf_sxtb16_ror8(wq), x13, a0);
-            memcpy(&wq, w0 + n + k, 4);
-            a1 = __smlad((int32_t)__sxtb16(wq), x02, a1);
-            a1 = __smlad(mf_sxtb16_ror8(wq), x13, a1);
-            memcpy(&wq, w0 + 2 * n + k, 4);
-            a2 = __smlad((int32_t)__sxtb16(wq), x02, a2);
-            a2 = __smlad(mf_sxtb16_ror8(wq), x13, a2);
-            memcpy(&wq, w0 + 3 * n + k, 4);
-            a3 = __smlad((int32_t)__sxtb16(wq), x02, a3);
-            a3 = __smlad(mf_sxtb16_ror8(wq), x13, a3);
-        }
-        for (; k < n; k++) {
-            int32_t x = (int32_t)v[k] + off;
-            a0 += (int32_t)w0[k] * x;
-            a1 += (int32_t)w0[n + k] * x;
-            a2 += (int32_t)w0[2 * n + k] * x;
-            a3 += (int32_t)w0[3 * n + k] * x;
-        }
+        do {
+            int32_t x02 = xp[0], x13 = xp[1], q0, q1, q2, q3;
+            memcpy(&q0, w4, 4);
+            memcpy(&q1, w4 + 4, 4);
+            memcpy(&q2, w4 + 8, 4);
+            memcpy(&q3, w4 + 12, 4);
+            w4 += 16;
+            xp += 2;
+            a0 = __smlad((int32_t)__sxtb16(q0), x02, a0);
+            a0 = __smlad(mf_sxtb16_ror8(q0), x13, a0);
+            a1 = __smlad((int32_t)__sxtb16(q1), x02, a1);
+            a1 = __smlad(mf_sxtb16_ror8(q1), x13, a1);
+            a2 = __smlad((int32_t)__sxtb16(q2), x02, a2);
+            a2 = __smlad(mf_sxtb16_ror8(q2), x13, a2);
+            a3 = __smlad((int32_t)__sxtb16(q3), x02, a3);
+            a3 = __smlad(mf_sxtb16_ror8(q3), x13, a3);
+        } while (xp < xend);
         out[r] = a0;
-        out[r + 1] = a1;
-        out[r + 2] = a2;
-        out[r + 3] = a3;
+        if (r + 1 < rows) out[r + 1] = a1;
+        if (r + 2 < rows) out[r + 2] = a2;
+        if (r + 3 < rows) out[r + 3] = a3;
     }
 #else
     (void)work;
-    (void)n4;
+    for (r = 0; r < rows; r++) {
+        const int8_t *blk = w4 + (r / 4) * 4 * n4 + (r % 4) * 4;
+        int32_t acc = 0;
+        for (k = 0; k < n; k++) acc += (int32_t)blk[(k / 4) * 16 + k % 4] * ((int32_t)v[k] + off);
+        out[r] = acc;
+    }
 #endif
-    for (w += r * n, out += r; r < rows; r++, w += n) *out++ = mf_seq_dot_s8(w, v, n, off);
 }
 
 #endif /* MCUFORGE_SEQ_H */

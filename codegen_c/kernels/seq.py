@@ -17,7 +17,10 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import numpy as np
+
 from .. import loop_ir as ir
+from ..micro_seq import pack_rows4
 from ..lower import OpContext
 from . import schedules
 
@@ -120,7 +123,8 @@ class _Hoist:
     """Hoists row products out of loops over rows (see the module docstring)."""
 
     def __init__(self, consts: dict):
-        self.consts = consts  # const buffer name -> element count
+        self.consts = consts  # const buffer name -> Buffer
+        self.packed = {}  # (buffer, rows, n) -> the packed Buffer
         self.words = 0  # int32 words of scratch for the hoisted products
         self.work = 0  # int32 words for the widened vector (shared by all calls)
         self.calls = 0
@@ -152,15 +156,23 @@ class _Hoist:
                 continue
             (wp, vp, n, off) = c.args
             n = n.value
-            if wp.buf not in self.consts or self.consts[wp.buf] < loop.extent * n \
+            w = self.consts.get(wp.buf)
+            if w is None or w.dtype != "int8" or w.size < loop.extent * n \
                     or wp.offset != ir.Var(loop.var) * n or vp.buf in written \
                     or _vars(vp.offset) & written:
                 continue
             slot = self.words
             self.words += loop.extent
             self.work = max(self.work, (n + 3) // 4 * 2)
+            key = (wp.buf, loop.extent, n)
+            if key not in self.packed:
+                rows = np.asarray(w.data, np.int8).reshape(-1)[:loop.extent * n]
+                data = pack_rows4(rows.reshape(loop.extent, n))
+                self.packed[key] = ir.Buffer(f"{wp.buf}_rows4", "int8", data.size, "const", data,
+                                             f"{wp.buf}, {loop.extent} rows x {n} taps, in "
+                                             f"blocks of 4 rows x 4 taps (mf_seq_mv_s8)")
             pre.append(ir.CallStmt(MV, (
-                ir.Ptr(wp.buf, ir.Const(0)), vp, ir.Const(n), off, ir.Const(loop.extent),
+                ir.Ptr(self.packed[key].name, ir.Const(0)), vp, ir.Const(n), off, ir.Const(loop.extent),
                 ir.Ptr(SCRATCH, ir.Const(slot)),
                 ir.Ptr(SCRATCH, ir.Const(-1), ctype="int16_t *"))))  # work: set below
             hoisted[c] = ir.Load(SCRATCH, ir.Var(loop.var) + slot, "int32")
@@ -180,6 +192,21 @@ def _substitute_calls(node, table: dict):
                                 for f in node.__dataclass_fields__
                                 if isinstance(getattr(node, f), (ir.Expr, ir.Stmt, tuple))})
     return node
+
+
+def _buffers_used(node, out=None) -> set:
+    out = set() if out is None else out
+    if isinstance(node, tuple):
+        for x in node:
+            _buffers_used(x, out)
+    elif hasattr(node, "__dataclass_fields__"):
+        if isinstance(node, (ir.Load, ir.Ptr, ir.Store)):
+            out.add(node.buf)
+        for f in node.__dataclass_fields__:
+            v = getattr(node, f)
+            if isinstance(v, (ir.Expr, ir.Stmt, tuple)):
+                _buffers_used(v, out)
+    return out
 
 
 def _set_work(node, offset: int):
@@ -206,13 +233,16 @@ def seq(ctx: OpContext, ref: ir.Kernel, target) -> ir.Kernel | None:
     if not n:
         return None
     bufs = ref.buffers
-    h = _Hoist({b.name: b.size for b in ref.consts})
+    h = _Hoist({b.name: b for b in ref.consts})
     if not ref.scratch and not any(b.name == SCRATCH for b in bufs):
         body = h.body(body)
     how = f"{n} inner products on {FN}"
     if h.calls:
         body = _set_work(body, h.words)
-        bufs = tuple(bufs) + (ir.Buffer(SCRATCH, "int32", h.words + h.work, "scratch"),)
+        used = _buffers_used(body)  # (constants only the hoisted calls read are replaced)
+        bufs = tuple(b for b in bufs if b.kind != "const" or b.name in used) \
+            + tuple(h.packed.values()) \
+            + (ir.Buffer(SCRATCH, "int32", h.words + h.work, "scratch"),)
         how += (f", {h.calls} of them hoisted out of their loop over rows as {MV} "
                 f"({4 * (h.words + h.work)} bytes scratch)")
     doc = f"{ref.doc}\nscheduled: {how}"
