@@ -179,3 +179,52 @@ def test_tflm_example_models_on_m4_equal_tflm(file):
     x = np.random.default_rng(3).integers(info.min, info.max + 1, (3, *t.shape)).astype(t.dtype)
     np.testing.assert_array_equal(runner.run(model, x, board="mps2-an386"),
                                   tflm.run(model, [x])[0])
+
+
+def _hoisted(body, consts):
+    from codegen_c.kernels import seq
+    h = seq._Hoist({b.name: b for b in consts})
+    return h.body(seq._replace_dots(body)), h
+
+
+def _row_dot(acc, w, row, n, v, v0, k="k"):
+    """acc = acc + w[row * n + k] * (v[v0 + k] + 3) over k < n, as state.py writes it."""
+    from codegen_c import loop_ir as ir
+    kv = ir.Var(k)
+    return ir.Loop(k, n, (ir.Assign(acc, ir.Var(acc) + ir.Load(w, row * n + kv, "int8")
+                                    * (ir.Load(v, v0 + kv, "int8") + 3)),))
+
+
+def test_hoisting_keeps_products_whose_vector_the_row_loop_changes_or_indexes():
+    """Row products move out of the loop over rows only when their vector is the same for
+    every row: not when it is indexed by an inner loop's variable or written in the loop."""
+    from codegen_c import loop_ir as ir
+    w = ir.Buffer("w", "int8", 4 * 6, "const", np.arange(24, dtype=np.int8) - 12)
+    j, r = ir.Var("j"), ir.Var("r")
+    # 1: the vector row r of x, r an inner loop's variable: the call stays in the loop
+    inner = (ir.Loop("j", 4, (ir.Loop("r", 2, (
+        ir.Decl("acc", "int32", ir.Const(0)), _row_dot("acc", "w", j, 6, "x", r * 6),
+        ir.Store("y", j * 2 + r, ir.Var("acc")))),)),)
+    # 2: the vector is y1, written in the loop: stays
+    written = (ir.Loop("j", 4, (
+        ir.Decl("acc", "int32", ir.Const(0)), _row_dot("acc", "w", j, 6, "y1", ir.Const(0)),
+        ir.Store("y1", j, ir.cast(ir.Var("acc"), "int8")))),)
+    # 3: the vector x, the same for every row: hoisted
+    fine = (ir.Loop("j", 4, (
+        ir.Decl("acc", "int32", ir.Const(0)), _row_dot("acc", "w", j, 6, "x", ir.Const(6)),
+        ir.Store("y", j, ir.Var("acc")))),)
+    for body, hoists in ((inner, False), (written, False), (fine, True)):
+        new, h = _hoisted(body, [w])
+        assert bool(h.calls) == hoists
+        calls = [s for s in ir.walk(new) if isinstance(s, ir.CallStmt)]
+        assert len(calls) == (1 if hoists else 0)
+        if hoists:  # evaluated: equal to the loops
+            from codegen_c.kernels.seq import SCRATCH, _set_work
+            new = _set_work(new, h.words)
+            bufs = (ir.Buffer("x", "int8", 12, "in"), ir.Buffer("y", "int32", 8, "out"), w,
+                    *h.packed.values(), ir.Buffer(SCRATCH, "int32", h.words + h.work, "scratch"))
+            x = np.random.default_rng(0).integers(-128, 128, 12).astype(np.int8)
+            got, want = np.zeros(8, np.int32), np.zeros(8, np.int32)
+            run_kernel(ir.Kernel("k", bufs, new), {"x": x, "y": got})
+            run_kernel(ir.Kernel("k", bufs[:3], body), {"x": x, "y": want})
+            assert got.tolist() == want.tolist()

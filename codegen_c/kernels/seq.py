@@ -95,10 +95,12 @@ def _replace_dots(body: tuple) -> tuple:
 
 
 def _written(body) -> set:
-    """Buffers stored to and locals declared or assigned in body."""
+    """Buffers stored to, loop variables and locals declared or assigned in body."""
     out = set()
     for s in ir.walk(body):
-        if isinstance(s, ir.Store):
+        if isinstance(s, ir.Loop):
+            out.add(s.var)
+        elif isinstance(s, ir.Store):
             out.add(s.buf)
         elif isinstance(s, (ir.Decl, ir.Assign)):
             out.add(s.var)
