@@ -18,7 +18,13 @@
  * 4 rows' taps: 16 bytes; rows and taps padded with zero weights to multiples of 4. The vector
  * is widened once into `work` (n rounded up to 4 int16, 4-byte aligned; zeros past n) in
  * SXTB16's lane order [v0 v2] [v1 v3]; per block and group of taps the DSP body reads 2 words
- * of vector and 4 of weights, 8 SXTB16 and 8 SMLAD: 16 MACs in ~24 instructions. */
+ * of vector and 4 of weights, 8 SXTB16 and 8 SMLAD: 16 MACs in ~22 instructions.
+ *
+ *   mf_seq_mv_w16(w16, v, n, off, rows, out, work): the same with the weights widened to
+ *   int16 at compile time (pack_rows4_w16: per row and group of 4 taps [w0 w2] [w1 w3], the
+ *   vector's lane order), twice the flash: 8 words of weights and 8 SMLAD per 16 MACs, no
+ *   SXTB16. The schedule picks it on the DSP extension unless the flash budget keeps the
+ *   layer's weights int8 (codegen_c/kernels/budget.py). */
 #ifndef MCUFORGE_SEQ_H
 #define MCUFORGE_SEQ_H
 
@@ -102,6 +108,60 @@ MF_MICRO void mf_seq_mv_s8(const int8_t *w4, const int8_t *v, int32_t n, int32_t
         const int8_t *blk = w4 + (r / 4) * 4 * n4 + (r % 4) * 4;
         int32_t acc = 0;
         for (k = 0; k < n; k++) acc += (int32_t)blk[(k / 4) * 16 + k % 4] * ((int32_t)v[k] + off);
+        out[r] = acc;
+    }
+#endif
+}
+
+MF_MICRO void mf_seq_mv_w16(const int16_t *w16, const int8_t *v, int32_t n, int32_t off,
+                            int32_t rows, int32_t *out, int16_t *work) {
+    int32_t n4 = (n + 3) & ~3, r, k;
+#if MF_USE_DSP
+    int32_t off2 = (int32_t)(((uint32_t)off & 0xFFFFu) * 0x10001u);
+    int32_t *vw = (int32_t *)(void *)work; /* [x0 x2] [x1 x3] [x4 x6] ... */
+    for (k = 0; k + 4 <= n; k += 4) {
+        int32_t vq;
+        memcpy(&vq, v + k, 4);
+        vw[k / 2] = (int32_t)__sxtab16(off2, vq);
+        vw[k / 2 + 1] = mf_sxtab16_ror8(off2, vq);
+    }
+    if (k < n) { /* the last, partial group: zeros past n */
+        int16_t t[4] = {0, 0, 0, 0};
+        for (int32_t i = 0; k + i < n; i++) t[i] = (int16_t)(v[k + i] + off);
+        vw[k / 2] = (int32_t)(((uint32_t)(uint16_t)t[2] << 16) | (uint16_t)t[0]);
+        vw[k / 2 + 1] = (int32_t)(((uint32_t)(uint16_t)t[3] << 16) | (uint16_t)t[1]);
+    }
+    const int32_t *xend = vw + n4 / 2;
+    for (r = 0; r < rows; r += 4) {
+        int32_t a0 = 0, a1 = 0, a2 = 0, a3 = 0;
+        const int32_t *xp = vw;
+        do {
+            int32_t x02 = xp[0], x13 = xp[1], q[8];
+            memcpy(q, w16, 32);
+            w16 += 16;
+            xp += 2;
+            a0 = __smlad(q[0], x02, a0);
+            a0 = __smlad(q[1], x13, a0);
+            a1 = __smlad(q[2], x02, a1);
+            a1 = __smlad(q[3], x13, a1);
+            a2 = __smlad(q[4], x02, a2);
+            a2 = __smlad(q[5], x13, a2);
+            a3 = __smlad(q[6], x02, a3);
+            a3 = __smlad(q[7], x13, a3);
+        } while (xp < xend);
+        out[r] = a0;
+        if (r + 1 < rows) out[r + 1] = a1;
+        if (r + 2 < rows) out[r + 2] = a2;
+        if (r + 3 < rows) out[r + 3] = a3;
+    }
+#else
+    static const int8_t lane[4] = {0, 2, 1, 3};
+    (void)work;
+    for (r = 0; r < rows; r++) {
+        const int16_t *blk = w16 + (r / 4) * 4 * n4 + (r % 4) * 4;
+        int32_t acc = 0;
+        for (k = 0; k < n; k++)
+            acc += (int32_t)blk[(k / 4) * 16 + lane[k % 4]] * ((int32_t)v[k] + off);
         out[r] = acc;
     }
 #endif

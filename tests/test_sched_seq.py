@@ -31,7 +31,7 @@ from mcuforge.tools import tflm
 from tfl_build import Model
 
 M4 = Target("mps2-an386", "cortex-m4", frozenset({"dsp"}))
-FN, MV = "mf_seq_dot_s8", "mf_seq_mv_s8"
+FN, MV, MV16 = "mf_seq_dot_s8", "mf_seq_mv_s8", "mf_seq_mv_w16"
 INVOCATIONS = 6
 
 
@@ -132,7 +132,7 @@ def test_scheduled_kernel_equals_reference(name, fn, kw):
     for target in (None, HOST, M4):
         k = ref if target is None else lower_node(node, g, "k", target)
         if target is not None:
-            assert k.schedule == MV, "the schedule should apply (and hoist the row products)"
+            assert k.schedule == (MV16 if target is M4 else MV), "the schedule should hoist"
         arrays = {b.name: np.zeros(b.size, b.dtype) for b in k.params if b.kind == "out"}
         arrays.update({n: v.copy() for n, v in inputs.items()})
         run_kernel(k, arrays)
@@ -183,7 +183,7 @@ def test_tflm_example_models_on_m4_equal_tflm(file):
 
 def _hoisted(body, consts):
     from codegen_c.kernels import seq
-    h = seq._Hoist({b.name: b for b in consts})
+    h = seq._Hoist({b.name: b for b in consts}, False)
     return h.body(seq._replace_dots(body)), h
 
 
@@ -228,3 +228,25 @@ def test_hoisting_keeps_products_whose_vector_the_row_loop_changes_or_indexes():
             run_kernel(ir.Kernel("k", bufs, new), {"x": x, "y": got})
             run_kernel(ir.Kernel("k", bufs[:3], body), {"x": x, "y": want})
             assert got.tolist() == want.tolist()
+
+
+def test_flash_budget_keeps_sequence_weights_int8_and_m4_still_equals_tflm():
+    """The int16 weights double a layer's flash; a budget they exceed keeps them int8
+    (mf_seq_mv_s8, its DSP body), and the result is still tflite-micro's."""
+    from dataclasses import replace
+
+    from codegen_c.kernels import budget
+    model, x = _build("lstm_wide", lstm_model, dict(batch=1, steps=2, inputs=28, hidden=20))
+    g = load_tflite(model)
+    node = g.nodes[0]
+    wide = lower_node(node, g, "k", M4)
+    assert wide.schedule == MV16
+    tight = replace(M4, flash_budget=budget.flash_bytes([wide]) - 1)
+    narrowed = budget.fit(tight, {node.outputs[0]: wide})
+    assert node.outputs[0] in narrowed.narrow_weights
+    narrow = lower_node(node, g, "k", narrowed)
+    assert narrow.schedule == MV and budget.flash_bytes([narrow]) < budget.flash_bytes([wide])
+    require_tflm()
+    require_tools("arm-none-eabi-gcc", "qemu-system-arm")
+    got = runner.run(model, x, board="mps2-an386", flash_budget=budget.flash_bytes([narrow]) + 64)
+    np.testing.assert_array_equal(got, tflm.run(model, [x])[0])

@@ -20,12 +20,12 @@ from dataclasses import replace
 import numpy as np
 
 from .. import loop_ir as ir
-from ..micro_seq import pack_rows4
+from ..micro_seq import pack_rows4, pack_rows4_w16
 from ..lower import OpContext
 from . import schedules
 
 FN = "mf_seq_dot_s8"
-MV = "mf_seq_mv_s8"
+MV = "mf_seq_mv_s8"  # (mf_seq_mv_w16: the weights pre-widened, on the DSP extension)
 SCRATCH = "seq_scratch"  # int32 words: the hoisted products, then one widened vector
 
 
@@ -124,8 +124,10 @@ def _dot_calls(e, found: list):
 class _Hoist:
     """Hoists row products out of loops over rows (see the module docstring)."""
 
-    def __init__(self, consts: dict):
+    def __init__(self, consts: dict, wide: bool):
         self.consts = consts  # const buffer name -> Buffer
+        self.wide = wide  # int16 weights (mf_seq_mv_w16)
+        self.fn = "mf_seq_mv_w16" if wide else MV
         self.packed = {}  # (buffer, rows, n) -> the packed Buffer
         self.words = 0  # int32 words of scratch for the hoisted products
         self.work = 0  # int32 words for the widened vector (shared by all calls)
@@ -169,11 +171,13 @@ class _Hoist:
             key = (wp.buf, loop.extent, n)
             if key not in self.packed:
                 rows = np.asarray(w.data, np.int8).reshape(-1)[:loop.extent * n]
-                data = pack_rows4(rows.reshape(loop.extent, n))
-                self.packed[key] = ir.Buffer(f"{wp.buf}_rows4", "int8", data.size, "const", data,
-                                             f"{wp.buf}, {loop.extent} rows x {n} taps, in "
-                                             f"blocks of 4 rows x 4 taps (mf_seq_mv_s8)")
-            pre.append(ir.CallStmt(MV, (
+                data = (pack_rows4_w16 if self.wide else pack_rows4)(
+                    rows.reshape(loop.extent, n))
+                self.packed[key] = ir.Buffer(
+                    f"{wp.buf}_rows4", str(data.dtype), data.size, "const", data,
+                    f"{wp.buf}, {loop.extent} rows x {n} taps, in blocks of 4 rows x 4 taps "
+                    f"({self.fn})")
+            pre.append(ir.CallStmt(self.fn, (
                 ir.Ptr(self.packed[key].name, ir.Const(0)), vp, ir.Const(n), off, ir.Const(loop.extent),
                 ir.Ptr(SCRATCH, ir.Const(slot)),
                 ir.Ptr(SCRATCH, ir.Const(-1), ctype="int16_t *"))))  # work: set below
@@ -235,7 +239,8 @@ def seq(ctx: OpContext, ref: ir.Kernel, target) -> ir.Kernel | None:
     if not n:
         return None
     bufs = ref.buffers
-    h = _Hoist({b.name: b for b in ref.consts})
+    wide = target.dsp and ctx.node.outputs[0] not in target.narrow_weights
+    h = _Hoist({b.name: b for b in ref.consts}, wide)
     if not ref.scratch and not any(b.name == SCRATCH for b in bufs):
         body = h.body(body)
     how = f"{n} inner products on {FN}"
@@ -245,8 +250,8 @@ def seq(ctx: OpContext, ref: ir.Kernel, target) -> ir.Kernel | None:
         bufs = tuple(b for b in bufs if b.kind != "const" or b.name in used) \
             + tuple(h.packed.values()) \
             + (ir.Buffer(SCRATCH, "int32", h.words + h.work, "scratch"),)
-        how += (f", {h.calls} of them hoisted out of their loop over rows as {MV} "
+        how += (f", {h.calls} of them hoisted out of their loop over rows as {h.fn} "
                 f"({4 * (h.words + h.work)} bytes scratch)")
     doc = f"{ref.doc}\nscheduled: {how}"
-    return ir.Kernel(ctx.name, tuple(bufs), body, doc, ref.macs, MV if h.calls else FN)
+    return ir.Kernel(ctx.name, tuple(bufs), body, doc, ref.macs, h.fn if h.calls else FN)
 
