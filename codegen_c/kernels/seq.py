@@ -11,8 +11,11 @@ left alone), so the micro-kernel's order of the same products is exact.
 Where such a product reads row j of a constant W inside the loop over j, and its vector
 neither depends on j nor is written in that loop (the LSTM's gates for all units, SVDF's
 feature products for all filters), the products of all rows are hoisted before the loop as
-one mf_seq_mv_s8 call into scratch, and the loop reads them from there. The kernels have
-portable bodies, so the schedule serves every target."""
+one matrix-vector call into scratch, and the loop reads them from there: mf_seq_mv_w16 on
+the DSP extension (the rows widened to int16 at compile time, twice their flash, unless the
+flash budget keeps the layer narrow), mf_seq_mv_s8 elsewhere; both on rows packed in blocks
+of 4 (micro_seq.pack_rows4*). The kernels have portable bodies, so the schedule serves every
+target."""
 from __future__ import annotations
 
 from dataclasses import replace
@@ -178,8 +181,8 @@ class _Hoist:
                     f"{wp.buf}, {loop.extent} rows x {n} taps, in blocks of 4 rows x 4 taps "
                     f"({self.fn})")
             pre.append(ir.CallStmt(self.fn, (
-                ir.Ptr(self.packed[key].name, ir.Const(0)), vp, ir.Const(n), off, ir.Const(loop.extent),
-                ir.Ptr(SCRATCH, ir.Const(slot)),
+                ir.Ptr(self.packed[key].name, ir.Const(0)), vp, ir.Const(n), off,
+                ir.Const(loop.extent), ir.Ptr(SCRATCH, ir.Const(slot)),
                 ir.Ptr(SCRATCH, ir.Const(-1), ctype="int16_t *"))))  # work: set below
             hoisted[c] = ir.Load(SCRATCH, ir.Var(loop.var) + slot, "int32")
         if not hoisted:
