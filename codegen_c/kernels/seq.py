@@ -131,10 +131,11 @@ class _Hoist:
         self.consts = consts  # const buffer name -> Buffer
         self.wide = wide  # int16 weights (mf_seq_mv_w16)
         self.fn = "mf_seq_mv_w16" if wide else MV
-        self.packed = {}  # (buffer, rows, n) -> the packed Buffer
+        self.packed = {}  # (buffers, rows, n) -> the packed Buffer
         self.words = 0  # int32 words of scratch for the hoisted products
         self.work = 0  # int32 words for the widened vector (shared by all calls)
         self.calls = 0
+        self.products = 0  # (hoisted products, several per call where they share a vector)
 
     def body(self, body: tuple) -> tuple:
         out = []
@@ -157,10 +158,10 @@ class _Hoist:
             for e in vars(s).values() if hasattr(s, "__dataclass_fields__") else ():
                 if isinstance(e, ir.Expr):
                     _dot_calls(e, calls)
-        hoisted, pre = {}, []
-        for c in calls:
-            if c in hoisted:
-                continue
+        # the hoistable calls, grouped by vector: the rows of one group (the LSTM's four gates
+        # on x, or on h) are stacked into one matrix, so the vector is widened once
+        groups = {}
+        for c in dict.fromkeys(calls):
             (wp, vp, n, off) = c.args
             n = n.value
             w = self.consts.get(wp.buf)
@@ -168,26 +169,35 @@ class _Hoist:
                     or wp.offset != ir.Var(loop.var) * n or vp.buf in written \
                     or _vars(vp.offset) & written:
                 continue
-            slot = self.words
-            self.words += loop.extent
-            self.work = max(self.work, (n + 3) // 4 * 2)
-            key = (wp.buf, loop.extent, n)
+            groups.setdefault((vp, off, n), []).append(c)
+        hoisted, pre = {}, []
+        for (vp, off, n), members in groups.items():
+            names = [c.args[0].buf for c in members]
+            key = (tuple(names), loop.extent, n)
             if key not in self.packed:
-                rows = np.asarray(w.data, np.int8).reshape(-1)[:loop.extent * n]
-                data = (pack_rows4_w16 if self.wide else pack_rows4)(
-                    rows.reshape(loop.extent, n))
+                rows = np.concatenate([np.asarray(self.consts[m].data, np.int8).reshape(-1)
+                                       [:loop.extent * n].reshape(loop.extent, n)
+                                       for m in names])
+                data = (pack_rows4_w16 if self.wide else pack_rows4)(rows)
                 self.packed[key] = ir.Buffer(
-                    f"{wp.buf}_rows4", str(data.dtype), data.size, "const", data,
-                    f"{wp.buf}, {loop.extent} rows x {n} taps, in blocks of 4 rows x 4 taps "
-                    f"({self.fn})")
+                    f"{names[0]}_rows4" if len(names) == 1 else f"{names[0]}_{len(names)}_rows4",
+                    str(data.dtype), data.size, "const", data,
+                    f"{', '.join(names)}: {len(rows)} rows x {n} taps, in blocks of 4 rows x "
+                    f"4 taps ({self.fn})")
+            slot = self.words
+            self.words += len(names) * loop.extent
+            self.work = max(self.work, (n + 3) // 4 * 2)
             pre.append(ir.CallStmt(self.fn, (
                 ir.Ptr(self.packed[key].name, ir.Const(0)), vp, ir.Const(n), off,
-                ir.Const(loop.extent), ir.Ptr(SCRATCH, ir.Const(slot)),
+                ir.Const(len(names) * loop.extent), ir.Ptr(SCRATCH, ir.Const(slot)),
                 ir.Ptr(SCRATCH, ir.Const(-1), ctype="int16_t *"))))  # work: set below
-            hoisted[c] = ir.Load(SCRATCH, ir.Var(loop.var) + slot, "int32")
+            for g, c in enumerate(members):
+                hoisted[c] = ir.Load(SCRATCH, ir.Var(loop.var) + (slot + g * loop.extent),
+                                     "int32")
         if not hoisted:
             return [loop]
         self.calls += len(pre)
+        self.products += len(hoisted)
         return pre + [replace(loop, body=_substitute_calls(loop.body, hoisted))]
 
 
@@ -253,8 +263,8 @@ def seq(ctx: OpContext, ref: ir.Kernel, target) -> ir.Kernel | None:
         bufs = tuple(b for b in bufs if b.kind != "const" or b.name in used) \
             + tuple(h.packed.values()) \
             + (ir.Buffer(SCRATCH, "int32", h.words + h.work, "scratch"),)
-        how += (f", {h.calls} of them hoisted out of their loop over rows as {h.fn} "
-                f"({4 * (h.words + h.work)} bytes scratch)")
+        how += (f", {h.products} of them hoisted out of their loop over rows as {h.calls} "
+                f"{h.fn} calls ({4 * (h.words + h.work)} bytes scratch)")
     doc = f"{ref.doc}\nscheduled: {how}"
     return ir.Kernel(ctx.name, tuple(bufs), body, doc, ref.macs, h.fn if h.calls else FN)
 
