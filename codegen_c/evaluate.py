@@ -17,7 +17,8 @@ _LIMITS = {"int32": (-2**31, 2**31 - 1), "int64": (-2**63, 2**63 - 1)}
 
 
 def _intrinsics() -> dict:
-    from . import mathmirror, micro, micro_ew, micro_vec, qmath  # noqa: F401  (they add their mirrors)
+    from . import (mathmirror, micro, micro_ew, micro_seq,  # noqa: F401  (they add their
+                   micro_vec, qmath)  # mirrors)
     return qmath.INTRINSICS
 
 
@@ -115,7 +116,7 @@ def _eval(e, env, bufs, fns):
     if t is ir.Select:
         return _eval(e.a if _eval(e.cond, env, bufs, fns) else e.b, env, bufs, fns)
     if t is ir.Call:
-        return fns[e.fn](*[_eval(a, env, bufs, fns) for a in e.args])
+        return fns[e.fn](*[_arg(a, env, bufs, fns) for a in e.args])  # (row pointers too)
     raise TypeError(f"unknown expression {e!r}")
 
 

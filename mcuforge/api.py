@@ -19,7 +19,7 @@ from ir.graph import Graph
 from codegen_c.resources import data_dir, render
 
 RUNTIME_FILES = ("mcuforge_rt.h", "mcuforge_math.h", "mcuforge_nn.h", "mcuforge_dw.h",
-                 "mcuforge_ew.h", "mcuforge_vec.h")
+                 "mcuforge_ew.h", "mcuforge_vec.h", "mcuforge_seq.h")
 
 
 @dataclass

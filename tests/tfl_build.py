@@ -29,12 +29,14 @@ class Model:
         self.inputs, self.outputs = [], []
 
     def tensor(self, name, shape, dtype, data=None, scale=None, zero_point=None, sig=None,
-               axis=0):
-        """Add a tensor; returns its index. scale/zero_point: a number or a per-axis list."""
+               axis=0, variable=False):
+        """Add a tensor; returns its index. scale/zero_point: a number or a per-axis list;
+        `variable`: a state tensor (SVDF's memory, the LSTM's hidden and cell state)."""
         if data is not None:
             data = np.ascontiguousarray(np.asarray(data, dtype).reshape(shape))
         self.tensors.append(dict(name=name, shape=tuple(shape), dtype=dtype, data=data,
-                                 scale=scale, zp=zero_point, sig=sig, axis=axis))
+                                 scale=scale, zp=zero_point, sig=sig, axis=axis,
+                                 variable=variable))
         return len(self.tensors) - 1
 
     def const(self, name, data, dtype=None, **quant):
@@ -142,6 +144,8 @@ class Model:
         tflite.TensorAddName(b, name)
         if quant is not None:
             tflite.TensorAddQuantization(b, quant)
+        if t["variable"]:
+            tflite.TensorAddIsVariable(b, True)
         return tflite.TensorEnd(b)
 
     def _op(self, b, o):

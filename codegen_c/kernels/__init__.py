@@ -49,7 +49,7 @@ def schedule_kernel(ctx, kernel, target: Target):
 
 
 def _load_all():
-    from . import depthwise, eltwise, gemm, host  # noqa: F401  (they register their schedules)
+    from . import depthwise, eltwise, gemm, host, seq  # noqa: F401  (they register schedules)
 
 
 def lower_node(node, graph, name: str, target: Target | None = None):

@@ -35,8 +35,8 @@ def fit(target, lowered: dict):
     wide = []
     for key, k in lowered.items():
         if k is not None and "_w16" in k.schedule:  # mf_*_w16 and mf_*_w16_g<G>
-            w = next(b for b in k.consts if b.name == "w")
-            saved = w.data.nbytes // 2  # int16 -> int8
+            # int16 -> int8 (the packed weights: the only int16 constants of these kernels)
+            saved = sum(b.data.nbytes for b in k.consts if b.dtype == "int16") // 2
             wide.append((k.macs * W8_EXTRA_PER_MAC / max(saved, 1), key, saved))
     need = flash_bytes(lowered.values()) - budget
     narrow = set(target.narrow_weights)

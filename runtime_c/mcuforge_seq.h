@@ -1,0 +1,170 @@
+/* mcuforge_seq.h: the inner products of the sequence layers (SVDF, the integer LSTM), called
+ * by the schedule of codegen_c/kernels/seq.py in place of their reference loops; the rest of
+ * the layers' TFLM arithmetic (requantization, gates, state) stays in the generated loops.
+ *
+ *   mf_seq_dot_s8(w, v, n, off) = sum_{k<n} w[k] * (v[k] + off)
+ *
+ * w an int8 weight row, v an int8 activation row, off the negated zero point of v (|v + off|
+ * <= 255). The schedule uses it only where the reference lowering proved that no partial sum
+ * can leave int32 (every order of the same products is then exact). DSP body: four products
+ * per step, the weights widened by SXTB16, the activations by SXTAB16 onto the offset in both
+ * halfwords, two SMLAD; the portable body is the plain loop.
+ *
+ *   mf_seq_mv_s8(w4, v, n, off, rows, out, work): out[r] = sum_{k<n} W[r][k] * (v[k] + off)
+ *
+ * for r < rows: the same dot products hoisted out of a loop over the rows of W (a gate's
+ * weights for all units, SVDF's feature weights for all filters). W is packed at compile time
+ * (codegen_c/micro_seq.py pack_rows4) in blocks of 4 rows; per block, per group of 4 taps, the
+ * 4 rows' taps: 16 bytes; rows and taps padded with zero weights to multiples of 4. The vector
+ * is widened once into `work` (n rounded up to 4 int16, 4-byte aligned; zeros past n) in
+ * SXTB16's lane order [v0 v2] [v1 v3]; per block and group of taps the DSP body reads 2 words
+ * of vector and 4 of weights, 8 SXTB16 and 8 SMLAD: 16 MACs in ~22 instructions.
+ *
+ *   mf_seq_mv_w16(w16, v, n, off, rows, out, work): the same with the weights widened to
+ *   int16 at compile time (pack_rows4_w16: per row and group of 4 taps [w0 w2] [w1 w3], the
+ *   vector's lane order), twice the flash: 8 words of weights and 8 SMLAD per 16 MACs, no
+ *   SXTB16. The schedule picks it on the DSP extension unless the flash budget keeps the
+ *   layer's weights int8 (codegen_c/kernels/budget.py). */
+#ifndef MCUFORGE_SEQ_H
+#define MCUFORGE_SEQ_H
+
+#include "mcuforge_nn.h" /* MF_USE_DSP, MF_INLINE, <arm_acle.h>, <string.h> */
+
+#if MF_USE_DSP
+static inline int32_t mf_sxtab16_ror8(int32_t a, int32_t v) {
+#if defined(__GNUC__)
+    int32_t r;
+    __asm__("sxtab16 %0, %1, %2, ror #8" : "=r"(r) : "r"(a), "r"(v));
+    return r;
+#else
+    return (int32_t)__sxtab16((uint32_t)a, __ror((uint32_t)v, 8));
+#endif
+}
+#endif
+
+MF_INLINE int32_t mf_seq_dot_s8(const int8_t *w, const int8_t *v, int32_t n, int32_t off) {
+    int32_t acc = 0, k = 0;
+#if MF_USE_DSP
+    int32_t off2 = (int32_t)(((uint32_t)off & 0xFFFFu) * 0x10001u);
+    for (; k + 4 <= n; k += 4) {
+        int32_t wq, vq;
+        memcpy(&wq, w + k, 4);
+        memcpy(&vq, v + k, 4);
+        acc = __smlad((int32_t)__sxtb16(wq), (int32_t)__sxtab16(off2, vq), acc);
+        acc = __smlad(mf_sxtb16_ror8(wq), mf_sxtab16_ror8(off2, vq), acc);
+    }
+#endif
+    for (; k < n; k++) acc += (int32_t)w[k] * ((int32_t)v[k] + off);
+    return acc;
+}
+
+MF_MICRO void mf_seq_mv_s8(const int8_t *w4, const int8_t *v, int32_t n, int32_t off,
+                           int32_t rows, int32_t *out, int16_t *work) {
+    int32_t n4 = (n + 3) & ~3, r, k;
+#if MF_USE_DSP
+    int32_t off2 = (int32_t)(((uint32_t)off & 0xFFFFu) * 0x10001u);
+    int32_t *vw = (int32_t *)(void *)work; /* [x0 x2] [x1 x3] [x4 x6] ... */
+    for (k = 0; k + 4 <= n; k += 4) {
+        int32_t vq;
+        memcpy(&vq, v + k, 4);
+        vw[k / 2] = (int32_t)__sxtab16(off2, vq);
+        vw[k / 2 + 1] = mf_sxtab16_ror8(off2, vq);
+    }
+    if (k < n) { /* the last, partial group: zeros past n */
+        int16_t t[4] = {0, 0, 0, 0};
+        for (int32_t i = 0; k + i < n; i++) t[i] = (int16_t)(v[k + i] + off);
+        vw[k / 2] = (int32_t)(((uint32_t)(uint16_t)t[2] << 16) | (uint16_t)t[0]);
+        vw[k / 2 + 1] = (int32_t)(((uint32_t)(uint16_t)t[3] << 16) | (uint16_t)t[1]);
+    }
+    const int32_t *xend = vw + n4 / 2;
+    for (r = 0; r < rows; r += 4) {
+        int32_t a0 = 0, a1 = 0, a2 = 0, a3 = 0;
+        const int32_t *xp = vw;
+        do {
+            int32_t x02 = xp[0], x13 = xp[1], q0, q1, q2, q3;
+            memcpy(&q0, w4, 4);
+            memcpy(&q1, w4 + 4, 4);
+            memcpy(&q2, w4 + 8, 4);
+            memcpy(&q3, w4 + 12, 4);
+            w4 += 16;
+            xp += 2;
+            a0 = __smlad((int32_t)__sxtb16(q0), x02, a0);
+            a0 = __smlad(mf_sxtb16_ror8(q0), x13, a0);
+            a1 = __smlad((int32_t)__sxtb16(q1), x02, a1);
+            a1 = __smlad(mf_sxtb16_ror8(q1), x13, a1);
+            a2 = __smlad((int32_t)__sxtb16(q2), x02, a2);
+            a2 = __smlad(mf_sxtb16_ror8(q2), x13, a2);
+            a3 = __smlad((int32_t)__sxtb16(q3), x02, a3);
+            a3 = __smlad(mf_sxtb16_ror8(q3), x13, a3);
+        } while (xp < xend);
+        out[r] = a0;
+        if (r + 1 < rows) out[r + 1] = a1;
+        if (r + 2 < rows) out[r + 2] = a2;
+        if (r + 3 < rows) out[r + 3] = a3;
+    }
+#else
+    (void)work;
+    for (r = 0; r < rows; r++) {
+        const int8_t *blk = w4 + (r / 4) * 4 * n4 + (r % 4) * 4;
+        int32_t acc = 0;
+        for (k = 0; k < n; k++) acc += (int32_t)blk[(k / 4) * 16 + k % 4] * ((int32_t)v[k] + off);
+        out[r] = acc;
+    }
+#endif
+}
+
+MF_MICRO void mf_seq_mv_w16(const int16_t *w16, const int8_t *v, int32_t n, int32_t off,
+                            int32_t rows, int32_t *out, int16_t *work) {
+    int32_t n4 = (n + 3) & ~3, r, k;
+#if MF_USE_DSP
+    int32_t off2 = (int32_t)(((uint32_t)off & 0xFFFFu) * 0x10001u);
+    int32_t *vw = (int32_t *)(void *)work; /* [x0 x2] [x1 x3] [x4 x6] ... */
+    for (k = 0; k + 4 <= n; k += 4) {
+        int32_t vq;
+        memcpy(&vq, v + k, 4);
+        vw[k / 2] = (int32_t)__sxtab16(off2, vq);
+        vw[k / 2 + 1] = mf_sxtab16_ror8(off2, vq);
+    }
+    if (k < n) { /* the last, partial group: zeros past n */
+        int16_t t[4] = {0, 0, 0, 0};
+        for (int32_t i = 0; k + i < n; i++) t[i] = (int16_t)(v[k + i] + off);
+        vw[k / 2] = (int32_t)(((uint32_t)(uint16_t)t[2] << 16) | (uint16_t)t[0]);
+        vw[k / 2 + 1] = (int32_t)(((uint32_t)(uint16_t)t[3] << 16) | (uint16_t)t[1]);
+    }
+    const int32_t *xend = vw + n4 / 2;
+    for (r = 0; r < rows; r += 4) {
+        int32_t a0 = 0, a1 = 0, a2 = 0, a3 = 0;
+        const int32_t *xp = vw;
+        do {
+            int32_t x02 = xp[0], x13 = xp[1], q[8];
+            memcpy(q, w16, 32);
+            w16 += 16;
+            xp += 2;
+            a0 = __smlad(q[0], x02, a0);
+            a0 = __smlad(q[1], x13, a0);
+            a1 = __smlad(q[2], x02, a1);
+            a1 = __smlad(q[3], x13, a1);
+            a2 = __smlad(q[4], x02, a2);
+            a2 = __smlad(q[5], x13, a2);
+            a3 = __smlad(q[6], x02, a3);
+            a3 = __smlad(q[7], x13, a3);
+        } while (xp < xend);
+        out[r] = a0;
+        if (r + 1 < rows) out[r + 1] = a1;
+        if (r + 2 < rows) out[r + 2] = a2;
+        if (r + 3 < rows) out[r + 3] = a3;
+    }
+#else
+    static const int8_t lane[4] = {0, 2, 1, 3};
+    (void)work;
+    for (r = 0; r < rows; r++) {
+        const int16_t *blk = w16 + (r / 4) * 4 * n4 + (r % 4) * 4;
+        int32_t acc = 0;
+        for (k = 0; k < n; k++)
+            acc += (int32_t)blk[(k / 4) * 16 + lane[k % 4]] * ((int32_t)v[k] + off);
+        out[r] = acc;
+    }
+#endif
+}
+
+#endif /* MCUFORGE_SEQ_H */
