@@ -41,6 +41,15 @@
 #define MF_KERNEL
 #endif
 
+/* Constant tables of the generated code (weights, packed for the micro-kernels): 8-aligned,
+ * because the kernels read them with LDRD / LDM, which fault on a misaligned address, and a
+ * compiler may place an int16 or int8 array on any 2- or 1-byte boundary (at -Os, say). */
+#if defined(__GNUC__)
+#define MF_TABLE __attribute__((aligned(8)))
+#else
+#define MF_TABLE
+#endif
+
 /* ---- plumbing: defined wrap-around and shifts ------------------------------------------ */
 
 /* uint32 -> int32 modulo 2^32 (what a C++ static_cast does on every TFLM target). */

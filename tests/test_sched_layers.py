@@ -217,3 +217,27 @@ def test_bias_scales_on_the_weights_axis_are_read_per_channel():
     model = m.build()
     x = rng.integers(-128, 128, (2, 1, 5, 5, c)).astype(np.int8)
     np.testing.assert_array_equal(runner.run(model, x), tflm.run(model, [x])[0])
+
+
+def test_tables_are_8_aligned_in_firmware(tmp_path, monkeypatch):
+    """The micro-kernels load packed weights with LDRD/LDM, which fault on a misaligned address:
+    every constant table of the generated model sits on an 8-byte boundary in the linked
+    firmware, at -Os too (where gcc packs arrays tightest)."""
+    import subprocess
+
+    from conftest import mlperf_model
+    from mcuforge.boards import load_board
+    from mcuforge.target import build_firmware
+    require_tools("arm-none-eabi-gcc")
+    monkeypatch.setenv("MCUFORGE_OPT", "-Os")
+    g = load_tflite(mlperf_model("kws_ref_model").read_bytes())
+    x = np.zeros(g.tensors[g.inputs[0]].shape, np.int8)
+    _, elf, _ = build_firmware(mlperf_model("kws_ref_model"), load_board("mps2-an386"), [[x]],
+                               tmp_path / "fw")
+    out = subprocess.run(["arm-none-eabi-nm", str(elf)], capture_output=True, text=True,
+                         check=True).stdout
+    tables = [(int(a, 16), n) for a, t, n in (ln.split() for ln in out.splitlines()
+                                               if len(ln.split()) == 3)
+              if n.startswith("l") and n.rsplit("_", 1)[-1] in ("w", "pk", "rq", "bias", "geom")]
+    assert len(tables) > 20
+    assert [n for a, n in tables if a % 8] == []
