@@ -37,6 +37,22 @@ def tflm_int8_layer(ctx) -> bool:
     return bias is None or (bias.is_const and bias.dtype == "int32")
 
 
+def conv_geometry(ctx):
+    """(n, the mf_conv_geom fields as an int32 array, a Buffer "geom" holding them) of an NHWC
+    convolution: input h w c, kernel h w, stride h w, padding top left, output h w."""
+    import numpy as np
+
+    from .. import loop_ir as ir
+    from ..pack import CONV_GEOM_FIELDS
+    n, h, w, c = ctx.input(0).shape
+    _, oh, ow, _ = ctx.output().shape
+    kh, kw = ctx.input(1).shape[1:3]
+    (sh, sw), (pt, _, pl, _) = ctx.attrs["stride"], ctx.attrs["padding"]
+    geom = np.array([h, w, c, kh, kw, sh, sw, pt, pl, oh, ow], np.int32)
+    return n, geom, ir.Buffer("geom", "int32", geom.size, "const", geom,
+                              "mf_conv_geom: " + " ".join(CONV_GEOM_FIELDS))
+
+
 def schedule_kernel(ctx, kernel, target: Target):
     """The kernel the target runs for ctx's node: the first schedule that applies, else the
     reference."""

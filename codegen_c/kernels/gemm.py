@@ -18,7 +18,7 @@ from .. import pack
 from ..lower import OpContext
 from ..lower.conv import output_multipliers
 from ..lower.q_uint8 import activation_range
-from . import schedules, tflm_int8_layer
+from . import conv_geometry, schedules, tflm_int8_layer
 
 def gemm_layer(ctx: OpContext) -> dict | None:
     """The compile-time data of the layer's GEMM form, or None when it has none: weights as
@@ -126,14 +126,9 @@ def gemm(ctx: OpContext, ref: ir.Kernel, target) -> ir.Kernel | None:
         how = f"{oh} output rows x {ow} pixels x {k} taps, input stride {sw} pixels"
         one_by_one = True
     else:
-        n, h, w_, c = x.shape
-        _, oh, ow, _ = y.shape
-        kh, kw = ctx.input(1).shape[1:3]
-        (sh, sw), (pt, _, pl, _) = ctx.attrs["stride"], ctx.attrs["padding"]
-        geom = np.array([h, w_, c, kh, kw, sh, sw, pt, pl, oh, ow], np.int32)
-        consts.append(ir.Buffer("geom", "int32", geom.size, "const", geom,
-                                "mf_conv_geom: input h w c, kernel h w, stride h w, pad t l, "
-                                "output h w"))
+        n, geom, buf = conv_geometry(ctx)
+        h, w_, c, kh, kw, sh, sw, _, _, oh, ow = (int(v) for v in geom)
+        consts.append(buf)
         conv = "convp" if pair else "conv"
         scratch = (pack.convp_scratch_bytes if pair else pack.conv_scratch_bytes)(kh, kw, c, sw, ow)
         body = ir.loops([("n", n)], lambda b: [ir.CallStmt(f"mf_{conv}_{entry}", (

@@ -29,11 +29,9 @@ from .. import pack
 from ..lower import OpContext
 from ..lower.conv import output_multipliers
 from ..lower.q_uint8 import activation_range
-from . import schedules
+from . import conv_geometry, schedules
 from .gemm import gemm_layer
 
-CONV_GEOM = ("in_h", "in_w", "in_c", "k_h", "k_w", "stride_h", "stride_w", "pad_t", "pad_l",
-             "out_h", "out_w")  # mf_vec_conv's geometry, in order
 DW_GEOM = ("h", "w", "c", "k_h", "k_w", "stride_h", "stride_w", "dil_h", "dil_w", "pad_t",
            "pad_l", "out_h", "out_w", "tw")  # mf_vec_dw's geometry, in order
 T_MAX_K = 16  # mf_vec_gemm_t for K <= this: 1.5-3.6x faster than the dot products (K 16, 8)
@@ -131,13 +129,9 @@ def host_gemm(ctx: OpContext, ref: ir.Kernel, target) -> ir.Kernel | None:
             ir.Ptr("y", ir.Const(0)), ir.Const(o), ir.Ptr("scratch", ir.Const(0)))),)
         how = f"{n_rows} rows x {k} taps"
     else:
-        n, h, w_, c = x.shape
-        _, oh, ow, _ = y.shape
-        kh, kw = ctx.input(1).shape[1:3]
-        (sh, sw), (pt, _, pl, _) = ctx.attrs["stride"], ctx.attrs["padding"]
-        geom = np.array([h, w_, c, kh, kw, sh, sw, pt, pl, oh, ow], np.int32)
-        consts.append(ir.Buffer("geom", "int32", geom.size, "const", geom,
-                                "geometry: " + " ".join(CONV_GEOM)))
+        n, geom, buf = conv_geometry(ctx)
+        h, w_, c, _, _, _, _, _, _, oh, ow = (int(v) for v in geom)
+        consts.append(buf)
         body = ir.loops([("n", n)], lambda b: [ir.CallStmt("mf_vec_conv", (
             ir.Ptr("x", b * (h * w_ * c)), ir.Ptr("geom", ir.Const(0)), ir.Const(layer["x_zp"]),
             *common, ir.Ptr("y", b * (oh * ow * o)), ir.Ptr("scratch", ir.Const(0))))])
