@@ -63,19 +63,27 @@ def cases_header(cases) -> str:
     return "".join(out)
 
 
-def build(cases, kind: str, flags, workdir) -> Path:
-    """Compile dw_main.c with the cases for kind 'host', 'm4' (DSP), 'm4-portable' or 'm3'."""
+def compile_harness(prefix: str, header: str, kind: str, flags, workdir) -> Path:
+    """Compile <prefix>_main.c with its cases header (<prefix>_cases.h) for kind 'host', 'm4'
+    (DSP), 'm4-portable' or 'm3' (the Arm ones on dw_crt.c's start-up code)."""
     workdir = Path(workdir)
-    (workdir / "dw_cases.h").write_text(cases_header(cases))
+    (workdir / f"{prefix}_cases.h").write_text(header)
     inc = ["-I", str(workdir), "-I", str(HERE), "-I", str(ROOT / "runtime_c")]
-    exe = workdir / f"dw_{kind}.elf"
+    exe = workdir / f"{prefix}_{kind}.elf"
+    main = str(HERE / f"{prefix}_main.c")
     if kind == "host":
-        cmd = ["gcc", *WARN, *flags, *inc, str(HERE / "dw_main.c"), "-o", str(exe)]
+        cmd = ["gcc", *WARN, *flags, *inc, main, "-o", str(exe)]
     else:
-        cmd = [*ARM, *CPU[kind], *WARN, *flags, *inc, str(HERE / "dw_main.c"),
-               str(HERE / "dw_crt.c"), "-o", str(exe)]
-    subprocess.run(cmd, check=True, capture_output=True, text=True)
+        cmd = [*ARM, *CPU[kind], *WARN, *flags, *inc, main, str(HERE / "dw_crt.c"), "-o",
+               str(exe)]
+    p = subprocess.run(cmd, capture_output=True, text=True)
+    if p.returncode:
+        raise RuntimeError(f"{' '.join(cmd)}\n{p.stderr}")
     return exe
+
+
+def build(cases, kind: str, flags, workdir) -> Path:
+    return compile_harness("dw", cases_header(cases), kind, flags, workdir)
 
 
 def run(exe: Path, kind: str, timeout=120):

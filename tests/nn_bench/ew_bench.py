@@ -64,20 +64,7 @@ def cases_header(cases) -> str:
 
 
 def build(cases, kind: str, flags, workdir) -> Path:
-    workdir = Path(workdir)
-    (workdir / "ew_cases.h").write_text(cases_header(cases))
-    inc = ["-I", str(workdir), "-I", str(HERE), "-I", str(ROOT / "runtime_c")]
-    exe = workdir / f"ew_{kind}.elf"
-    if kind == "host":
-        cmd = ["gcc", *dw_bench.WARN, *flags, *inc, str(HERE / "ew_main.c"), "-o", str(exe)]
-    else:
-        cmd = [*dw_bench.ARM, *dw_bench.CPU[kind], *dw_bench.WARN, *flags, *inc,
-               str(HERE / "ew_main.c"), str(HERE / "dw_crt.c"), "-o", str(exe)]
-    import subprocess
-    p = subprocess.run(cmd, capture_output=True, text=True)
-    if p.returncode:
-        raise RuntimeError(p.stderr)
-    return exe
+    return dw_bench.compile_harness("ew", cases_header(cases), kind, flags, workdir)
 
 
 run = dw_bench.run
