@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 from codegen_c import pack_dw, qparams
+from conftest import require_tools
 
 _spec = importlib.util.spec_from_file_location(
     "dw_bench", Path(__file__).parent / "nn_bench" / "dw_bench.py")
@@ -135,8 +136,7 @@ def test_cases_cover_the_edges(cases):
 
 @pytest.mark.parametrize("opt", ["-O0", "-O2"])
 def test_host_portable(cases, opt, tmp_path):
-    if shutil.which("gcc") is None:
-        pytest.skip("no host gcc")
+    require_tools("gcc")
     check(cases, "host", [opt, "-fsanitize=address,undefined", "-fno-sanitize-recover=all"],
           tmp_path)
 
@@ -147,15 +147,13 @@ ARM = [("m4", "-O0"), ("m4", "-O2"), ("m4", "-Os"), ("m4", "-O3"), ("m4-portable
 
 @pytest.mark.parametrize("kind,opt", ARM, ids=[f"{k}{o}" for k, o in ARM])
 def test_arm_qemu(cases, kind, opt, tmp_path):
-    if not (shutil.which("arm-none-eabi-gcc") and shutil.which("qemu-system-arm")):
-        pytest.skip("no Arm toolchain or QEMU")
+    require_tools("arm-none-eabi-gcc", "qemu-system-arm")
     check(cases, kind, [opt], tmp_path)
 
 
 def test_arm_m3_portable(tmp_path):
     """Cortex-M3 (no DSP extension): MF_USE_DSP defaults to 0 and the portable body runs."""
-    if not (shutil.which("arm-none-eabi-gcc") and shutil.which("qemu-system-arm")):
-        pytest.skip("no Arm toolchain or QEMU")
+    require_tools("arm-none-eabi-gcc", "qemu-system-arm")
     check(make_cases(seed=1, n=10), "m3", ["-O2"], tmp_path)
 
 
@@ -236,8 +234,7 @@ def test_against_tflite_micro(tmp_path):
 
 def test_benchmarked_shapes_m4(tmp_path):
     """The layers dw_bench.py measures (KWS, VWW), full size, DSP body at -O2: bit-exact."""
-    if not (shutil.which("arm-none-eabi-gcc") and shutil.which("qemu-system-arm")):
-        pytest.skip("no Arm toolchain or QEMU")
+    require_tools("arm-none-eabi-gcc", "qemu-system-arm")
     rng = np.random.default_rng(11)
     acts = ["relu", "none", "relu6"]
     cases = [random_case(rng, h, w, c, s, True, acts[i % 3], pack_dw.DEFAULT_BUDGET)

@@ -11,13 +11,13 @@ sums."""
 from __future__ import annotations
 
 import importlib.util
-import shutil
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from codegen_c import pack_ew, qparams
+from conftest import require_tools
 
 _spec = importlib.util.spec_from_file_location(
     "ew_bench", Path(__file__).parent / "nn_bench" / "ew_bench.py")
@@ -226,8 +226,7 @@ def test_add_proof_on_all_pairs():
 
 @pytest.mark.parametrize("opt", ["-O0", "-O2"])
 def test_host_portable(cases, opt, tmp_path):
-    if shutil.which("gcc") is None:
-        pytest.skip("no host gcc")
+    require_tools("gcc")
     check(cases, "host", [opt, "-fsanitize=address,undefined", "-fno-sanitize-recover=all"],
           tmp_path)
 
@@ -238,6 +237,5 @@ ARM = [("m4", "-O0"), ("m4", "-O2"), ("m4", "-Os"), ("m4", "-O3"), ("m4-portable
 
 @pytest.mark.parametrize("kind,opt", ARM, ids=[f"{k}{o}" for k, o in ARM])
 def test_arm_qemu(cases, kind, opt, tmp_path):
-    if not (shutil.which("arm-none-eabi-gcc") and shutil.which("qemu-system-arm")):
-        pytest.skip("no Arm toolchain or QEMU")
+    require_tools("arm-none-eabi-gcc", "qemu-system-arm")
     check(cases, kind, [opt], tmp_path)

@@ -18,6 +18,7 @@ import pytest
 
 from codegen_c import pack
 from tests.nn_bench import harness
+from conftest import require_tflm, require_tools
 
 INT32_MIN, INT32_MAX = -2**31, 2**31 - 1
 SENTINEL = 0x55  # bytes of y the kernel must not write (row gaps)
@@ -370,7 +371,13 @@ def test_host_portable(program, opt):
     check_build(program, "host", opt, san if opt == "-O2" else ())
 
 
-needs_arm = pytest.mark.skipif(not harness.have_arm(), reason="no arm-none-eabi-gcc / QEMU")
+needs_arm = pytest.mark.usefixtures("arm_tools")
+
+
+@pytest.fixture
+def arm_tools():
+    """The Arm cross compiler and QEMU: skipped locally without them, a failure under CI."""
+    require_tools("arm-none-eabi-gcc", "qemu-system-arm")
 
 
 @needs_arm
@@ -482,9 +489,11 @@ def tflm_conv_case(rng, layer, fmt):
                 sf=sf, lo=lo, hi=hi, want=want)
 
 
-@pytest.mark.parametrize("target", ["host"] + (["m4"] if harness.have_arm() else []))
+@pytest.mark.parametrize("target", ["host", "m4"])
 def test_against_tflite_micro(tmp_path, target):
-    pytest.importorskip("tflite_micro")
+    require_tflm()
+    if target == "m4":
+        require_tools("arm-none-eabi-gcc", "qemu-system-arm")
     rng = np.random.default_rng(11)
     cases = [tflm_conv_case(rng, layer, fmt) for layer in TFLM_LAYERS
              for fmt in (*pack.GEMM_FORMATS, "w16g", *CONVP_FORMATS)]

@@ -20,12 +20,12 @@ from codegen_c.evaluate import run_kernel
 from codegen_c.kernels import host as host_sched
 from codegen_c.kernels import lower_node
 from codegen_c.lower import reference_kernel
-from conftest import require_tflm
+from conftest import require_tflm, require_tools
 from frontend.tflite import load_tflite
 from ir.target import HOST, Target
 from mcuforge import runner
 from mcuforge.tools import tflm
-from test_sched_layers import SAME, VALID, layer_model
+from test_sched_layers import VALID, layer_model
 
 CASES = [
     ("fc_odd_rows", "FULLY_CONNECTED", dict(c=37, o=9, batch=3, act="relu")),
@@ -143,11 +143,9 @@ int main(void) {{
 @pytest.mark.parametrize("name,op,kw", CASES, ids=[c[0] for c in CASES])
 def test_kernel_alone_under_sanitizers(name, op, kw, tmp_path):
     """The kernel with exactly its declared scratch, under ASan/UBSan, == the evaluator."""
-    import shutil
     import subprocess
     from pathlib import Path
-    if shutil.which("gcc") is None:
-        pytest.skip("no gcc")
+    require_tools("gcc")
     _, x, g = _layer(name, op, kw)
     k = lower_node(g.nodes[0], g, "k", HOST)
     src = tmp_path / "k.c"
