@@ -25,6 +25,7 @@ fails (missing, unreadable, not quantizable) gets a row with its error; the othe
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -220,7 +221,13 @@ def onnxruntime_int8(model: Path, cal: np.ndarray, x: np.ndarray) -> np.ndarray:
     from onnxruntime.quantization import QuantFormat, QuantType, quantize_static
 
     with tempfile.TemporaryDirectory(prefix="mcuforge-ortq-") as d:
-        src = str(model) if model.suffix == ".onnx" else export_onnx(model, Path(d))
+        # quantize_static writes <stem>-inferred.onnx beside its input and deletes it again:
+        # two runs on one model in parallel (pytest -n) would race, so it works on a copy.
+        if model.suffix == ".onnx":
+            src = os.path.join(d, model.name)
+            shutil.copyfile(model, src)
+        else:
+            src = export_onnx(model, Path(d))
         name = ort.InferenceSession(src, providers=["CPUExecutionProvider"]) \
             .get_inputs()[0].name
         out = os.path.join(d, "q.onnx")
