@@ -17,21 +17,21 @@
  * Instructions per MAC on QEMU mps2-an386 (Cortex-M4), arm-none-eabi-gcc 12.2, widening and
  * all overheads included, default 4 KB scratch budget (tests/nn_bench/dw_bench.py):
  *                                 -O2    -Os    -O2 -fno-schedule-insns   scratch
- *   KWS  25x5x64   s1 SAME       2.12   2.14   2.12                      1568 B
+ *   KWS  25x5x64   s1 SAME       1.99   2.01   1.99                      1568 B
  *   VWW  48x48x8   s1 SAME       1.93   1.96   1.93                      4000 B
  *   VWW  48x48x16  s2 SAME       2.91   2.99   2.91                      3600 B
  *   VWW  6x6x256   s1 SAME       2.37   2.39   2.37                       512 B
  *   other VWW layers (-O2): 24x24x32 s1 1.98, s2 3.11; 12x12x64 s1 2.04, s2 3.31; 6x6x128 s1
- *   2.38, s2 5.78; 3x3x256 s1 4.73 (per-row, per-channel and odd-width costs dominate there)
+ *   2.37, s2 4.46; 3x3x256 s1 3.52 (per-row and per-channel costs dominate there)
  * The flags hardly matter (the hot loops are asm): -O2 is 1-3% ahead of -Os. Same counts on
  * Cortex-M7 (mps2-an500). Portable body on the M4 (-DMF_USE_DSP=0, -O2): 5.4 / 5.3 / 8.0 / 6.2.
  * Where it goes (stride 1): 31 instructions per pair of outputs (LDMDB, 3 x (LDRD + 4 MAC),
  * LDM, 2 SMMLAR, 2 ASR, 2 SSAT, 2 STRB, ADD, SUBS, STRD, BNE; stride 2: 34), 10 per output row,
- * ~20 per channel and band, an odd row width one more pair per row; widening 15 per 2 pixels of
- * 4 channels + 18 per row. Cycles on a real M4 are higher than instructions: each LDMDB/LDM of 8
- * registers takes 9 cycles, LDRD 2-3, a taken branch 2-4: about 55 cycles per pair, ~3 cycles
- * per MAC in the core.
- * Code: ~3.7 KB (8 specialisations: stride, sign term, clamp). Stack: ~200 bytes.
+ * ~20 per channel and band, an odd row width 17 more per row (its last output alone); widening
+ * 15 per 2 pixels of 4 channels + 18 per row. Cycles on a real M4 are higher than instructions:
+ * each LDMDB/LDM of 8 registers takes 9 cycles, LDRD 2-3, a taken branch 2-4: about 55 cycles
+ * per pair, ~3 cycles per MAC in the core.
+ * Code: ~6.2 KB (16 specialisations: stride, sign term, clamp, odd width). Stack: ~200 bytes.
  */
 #ifndef MCUFORGE_DW_H
 #define MCUFORGE_DW_H
@@ -299,7 +299,7 @@ MF_DW_INLINE void mf_dw_chan(const int16_t *r0, int pw, int nrows, int ow, int c
 #define MF_DW_CL1                                                                              \
     "cmp r6, r3\n\tit lt\n\tmovlt r6, r3\n\tcmp r6, r4\n\tit gt\n\tmovgt r6, r4\n\t"             \
     "cmp r8, r3\n\tit lt\n\tmovlt r8, r3\n\tcmp r8, r4\n\tit gt\n\tmovgt r8, r4\n\t"
-#define MF_DW_ASM(ROW, SF, CL)                                                                \
+#define MF_DW_ASM(ROW, SF, CL, ODD)                                                           \
     "push {r0-r12, lr}\n\t"                                                                    \
     "mov lr, %0\n"                                                                             \
     "5:\n\t" /* channel: its record to lr[-8..2]; row pointers, o, n, rows */                 \
@@ -337,6 +337,7 @@ MF_DW_INLINE void mf_dw_chan(const int16_t *r0, int pw, int nrows, int ow, int c
     "subs r12, r12, #1\n\t"                                                                    \
     "strd r7, r12, [lr, #24]\n\t"                                                              \
     "bne 2b\n\t"                                                                               \
+    ODD                                                                                        \
     /* next output row: pointers and o by constant steps, n again */                           \
     "add r0, lr, #32\n\t"                                                                      \
     "ldm r0, {r1-r4}\n\t" /* dp do npairs rows */                                              \
@@ -353,25 +354,58 @@ MF_DW_INLINE void mf_dw_chan(const int16_t *r0, int pw, int nrows, int ow, int c
     "bne 5b\n\t"                                                                               \
     "pop {r0-r12, lr}\n\t"
 
-#define MF_DW_RUN(ROW, SF, CL) __asm__ volatile(MF_DW_ASM(ROW, SF, CL) : : "r"(m) : "memory", "cc")
+/* An odd row width: the last output of every row on its own, after the row's pairs (r9-r11
+ * already point at its window, r7 at its output): 17 instructions (LDMDB, 3 x (LDRD + 2 MAC),
+ * LDM, SMMLAR, ASR, SSAT, STRB, ADD) where a second pass over the rows cost 41 per row and ~20
+ * per channel. The window is columns s*x..s*x+3 at both strides. */
+#define MF_DW_ODD(SF, CL)                                                                      \
+    "ldmdb lr, {r0-r6, r8}\n\t"                                                                \
+    "ldrd r12, r7, [r9]\n\t"                                                                   \
+    "smlad r6, r12, r0, r6\n\t"                                                                \
+    "smlabt r6, r7, r1, r6\n\t"                                                                \
+    "ldrd r12, r7, [r10]\n\t"                                                                  \
+    "smlad r6, r12, r2, r6\n\t"                                                                \
+    "smlabt r6, r7, r3, r6\n\t"                                                                \
+    "ldrd r12, r7, [r11]\n\t"                                                                  \
+    "smlad r6, r12, r4, r6\n\t"                                                                \
+    "smlabt r6, r7, r5, r6\n\t"                                                                \
+    "ldm lr, {r0-r5, r7}\n\t"                                                                  \
+    SF                                                                                         \
+    "asr r6, r6, r2\n\t"                                                                       \
+    "ssat r6, #8, r6\n\t"                                                                      \
+    CL                                                                                         \
+    "strb r6, [r7]\n\t"                                                                        \
+    "add r7, r7, r5\n\t"
+#define MF_DW_OSF0 "smmlar r6, r6, r0, r1\n\t"
+#define MF_DW_OSF1 "smmulr r6, r6, r0\n\tadd r6, r6, r6, asr #31\n\tadd r6, r6, r1\n\t"
+#define MF_DW_OCL1 "cmp r6, r3\n\tit lt\n\tmovlt r6, r3\n\tcmp r6, r4\n\tit gt\n\tmovgt r6, r4\n\t"
 
-/* One run of the asm over the channels and rows described by m; v: stride 2, sign, clamp. */
-MF_MICRO void mf_dw_run(int32_t *m, int v) {
+#define MF_DW_RUN(ROW, SF, CL, ODD)                                                            \
+    __asm__ volatile(MF_DW_ASM(ROW, SF, CL, ODD) : : "r"(m) : "memory", "cc")
+#define MF_DW_RUN4(ROW, SF, CL, OSF, OCL)                                                      \
+    do {                                                                                       \
+        if (odd) MF_DW_RUN(ROW, SF, CL, MF_DW_ODD(OSF, OCL));                                  \
+        else MF_DW_RUN(ROW, SF, CL, "");                                                       \
+    } while (0)
+
+/* One run of the asm over the channels and rows described by m; v: stride 2, sign, clamp;
+ * odd: each row ends with one output more than its pairs. */
+MF_MICRO void mf_dw_run(int32_t *m, int v, int odd) {
     switch (v) {
-    case 0: MF_DW_RUN(MF_DW_R1, MF_DW_SF0, MF_DW_CL0); break;
-    case 1: MF_DW_RUN(MF_DW_R1, MF_DW_SF0, MF_DW_CL1); break;
-    case 2: MF_DW_RUN(MF_DW_R1, MF_DW_SF1, MF_DW_CL0); break;
-    case 3: MF_DW_RUN(MF_DW_R1, MF_DW_SF1, MF_DW_CL1); break;
-    case 4: MF_DW_RUN(MF_DW_R2, MF_DW_SF0, MF_DW_CL0); break;
-    case 5: MF_DW_RUN(MF_DW_R2, MF_DW_SF0, MF_DW_CL1); break;
-    case 6: MF_DW_RUN(MF_DW_R2, MF_DW_SF1, MF_DW_CL0); break;
-    default: MF_DW_RUN(MF_DW_R2, MF_DW_SF1, MF_DW_CL1); break;
+    case 0: MF_DW_RUN4(MF_DW_R1, MF_DW_SF0, MF_DW_CL0, MF_DW_OSF0, MF_DW_CL0); break;
+    case 1: MF_DW_RUN4(MF_DW_R1, MF_DW_SF0, MF_DW_CL1, MF_DW_OSF0, MF_DW_OCL1); break;
+    case 2: MF_DW_RUN4(MF_DW_R1, MF_DW_SF1, MF_DW_CL0, MF_DW_OSF1, MF_DW_CL0); break;
+    case 3: MF_DW_RUN4(MF_DW_R1, MF_DW_SF1, MF_DW_CL1, MF_DW_OSF1, MF_DW_OCL1); break;
+    case 4: MF_DW_RUN4(MF_DW_R2, MF_DW_SF0, MF_DW_CL0, MF_DW_OSF0, MF_DW_CL0); break;
+    case 5: MF_DW_RUN4(MF_DW_R2, MF_DW_SF0, MF_DW_CL1, MF_DW_OSF0, MF_DW_OCL1); break;
+    case 6: MF_DW_RUN4(MF_DW_R2, MF_DW_SF1, MF_DW_CL0, MF_DW_OSF1, MF_DW_CL0); break;
+    default: MF_DW_RUN4(MF_DW_R2, MF_DW_SF1, MF_DW_CL1, MF_DW_OSF1, MF_DW_OCL1); break;
     }
 }
 
 /* nch channels (planes `plane` int16 apart, records pk, outputs y, y + 1, ...), nrows output
- * rows each. An odd ow: the pairs first, then the last column of every row as a pair whose
- * second (phantom) output, stored first with c = 0, is overwritten by the real one. */
+ * rows each. An odd ow: every row's pairs, then its last column alone (MF_DW_ODD); ow = 1: one
+ * pair whose second (phantom) output, stored first with c = 0, is overwritten by the real one. */
 MF_MICRO void mf_dw_chans(const int16_t *r0, int plane, int nch, int pw, int nrows, int ow, int c,
                           const int32_t *pk, int8_t *y, int ystride, int s, int sf, int clamp,
                           int32_t lo, int32_t hi) {
@@ -379,19 +413,17 @@ MF_MICRO void mf_dw_chans(const int16_t *r0, int plane, int nch, int pw, int nro
     int32_t *m = blk + 8;
     const int v = (s == 2 ? 4 : 0) + (sf ? 2 : 0) + (clamp ? 1 : 0);
     m[3] = lo, m[4] = hi, m[13] = 2 * plane, m[17] = 2 * pw, m[19] = nrows;
-    if (ow >= 2) {
+    if (ow >= 2) { /* the pairs, an odd last column inside the same row loop */
         const int np = ow >> 1;
-        m[5] = c, m[8] = 2 * s * pw - 4 * s * np, m[9] = ystride - 2 * c * np, m[10] = np;
+        m[5] = c, m[8] = 2 * s * pw - 4 * s * np, m[9] = ystride - c * ow, m[10] = np;
         m[12] = (int32_t)(uintptr_t)pk, m[14] = nch, m[15] = (int32_t)(uintptr_t)r0;
         m[16] = (int32_t)(uintptr_t)y, m[18] = np;
-        mf_dw_run(m, v);
-    }
-    if (ow & 1) {
+        mf_dw_run(m, v, ow & 1);
+    } else { /* one column: a pair whose second (phantom) output goes first to the same byte */
         m[5] = 0, m[8] = 2 * s * pw - 4 * s, m[9] = ystride, m[10] = 1;
-        m[12] = (int32_t)(uintptr_t)pk, m[14] = nch;
-        m[15] = (int32_t)(uintptr_t)(r0 + s * (ow - 1));
-        m[16] = (int32_t)(uintptr_t)(y + (ow - 1) * c), m[18] = 1;
-        mf_dw_run(m, v);
+        m[12] = (int32_t)(uintptr_t)pk, m[14] = nch, m[15] = (int32_t)(uintptr_t)r0;
+        m[16] = (int32_t)(uintptr_t)y, m[18] = 1;
+        mf_dw_run(m, v, 0);
     }
 }
 #else

@@ -108,6 +108,9 @@ def cases():
             act=("none", "relu", "relu6")[i % 3], per_channel=i != 5)))
     out.append(("dw_kws", "DEPTHWISE_CONV_2D", dict(hw=(25, 5), c=8, act="relu")))
     out.append(("dw_dead", "DEPTHWISE_CONV_2D", dict(hw=(6, 7), c=5, stride=(2, 2), dead=True)))
+    # odd output widths (VWW's 3x3 tail, stride 2 to 3x3): the last column of each row alone
+    out.append(("dw_odd3", "DEPTHWISE_CONV_2D", dict(hw=(3, 3), c=9, act="relu6")))
+    out.append(("dw_odd_s2", "DEPTHWISE_CONV_2D", dict(hw=(6, 5), c=7, stride=(2, 2))))
     out.append(("conv1x1_dead", "CONV_2D", dict(hw=(3, 3), c=16, o=6, k=(1, 1), dead=True)))
     out.append(("conv_dead", "CONV_2D", dict(hw=(5, 5), c=3, o=5, k=(3, 3), act="relu",
                                              dead=True)))
@@ -144,7 +147,8 @@ def test_host_c_equals_tflm(name, op, kw):
     np.testing.assert_array_equal(got, want)
 
 
-M4_CASES = CASES[::4] + [c for c in CASES if c[0].startswith("dw_")][::2] + CASES[-4:]
+M4_CASES = (CASES[::4] + [c for c in CASES if c[0].startswith("dw_")][::2]
+            + [c for c in CASES if c[0].startswith("dw_odd")] + CASES[-4:])
 
 
 @pytest.mark.parametrize("name,op,kw", M4_CASES, ids=[c[0] for c in M4_CASES])
