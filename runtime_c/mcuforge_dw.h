@@ -16,22 +16,24 @@
  *
  * Instructions per MAC on QEMU mps2-an386 (Cortex-M4), arm-none-eabi-gcc 12.2, widening and
  * all overheads included, default 4 KB scratch budget (tests/nn_bench/dw_bench.py):
- *                                 -O2    -Os    -O2 -fno-schedule-insns   scratch
- *   KWS  25x5x64   s1 SAME       1.99   2.01   1.99                      1568 B
- *   VWW  48x48x8   s1 SAME       1.93   1.96   1.93                      4000 B
- *   VWW  48x48x16  s2 SAME       2.91   2.99   2.91                      3600 B
- *   VWW  6x6x256   s1 SAME       2.37   2.39   2.37                       512 B
- *   other VWW layers (-O2): 24x24x32 s1 1.98, s2 3.11; 12x12x64 s1 2.04, s2 3.31; 6x6x128 s1
- *   2.37, s2 4.46; 3x3x256 s1 3.52 (per-row and per-channel costs dominate there)
+ *                                 -O2    -Os                               scratch
+ *   KWS  25x5x64   s1 SAME       1.99   2.01                             1568 B
+ *   VWW  48x48x8   s1 SAME       1.82   1.85                             4000 B
+ *   VWW  48x48x16  s2 SAME       2.72   2.79                             3600 B
+ *   VWW  6x6x256   s1 SAME       2.37   2.39                              512 B
+ *   other VWW layers (-O2): 24x24x32 s1 1.87, s2 2.92; 12x12x64 s1 1.93, s2 3.31; 6x6x128 s1
+ *   2.38, s2 4.48; 3x3x256 s1 3.53 (per-row and per-channel costs dominate there)
  * The flags hardly matter (the hot loops are asm): -O2 is 1-3% ahead of -Os. Same counts on
  * Cortex-M7 (mps2-an500). Portable body on the M4 (-DMF_USE_DSP=0, -O2): 5.4 / 5.3 / 8.0 / 6.2.
  * Where it goes (stride 1): 31 instructions per pair of outputs (LDMDB, 3 x (LDRD + 4 MAC),
  * LDM, 2 SMMLAR, 2 ASR, 2 SSAT, 2 STRB, ADD, SUBS, STRD, BNE; stride 2: 34), 10 per output row,
- * ~20 per channel and band, an odd row width 17 more per row (its last output alone); widening
+ * ~20 per channel and band, an odd row width 17 more per row (its last output alone); a row
+ * width that is a multiple of 4 runs 4 outputs per iteration: 54 (stride 2: 57); widening
  * 15 per 2 pixels of 4 channels + 18 per row. Cycles on a real M4 are higher than instructions:
  * each LDMDB/LDM of 8 registers takes 9 cycles, LDRD 2-3, a taken branch 2-4: about 55 cycles
  * per pair, ~3 cycles per MAC in the core.
- * Code: ~6.2 KB (16 specialisations: stride, sign term, clamp, odd width). Stack: ~200 bytes.
+ * Code: ~9.4 KB (24 specialisations: stride, sign term, clamp; pairs, pairs + odd, quads).
+ * Stack: ~200 bytes.
  */
 #ifndef MCUFORGE_DW_H
 #define MCUFORGE_DW_H
@@ -403,6 +405,123 @@ MF_MICRO void mf_dw_run(int32_t *m, int v, int odd) {
     }
 }
 
+/* Rows whose width is a multiple of 4: four outputs per iteration (accumulators r4-r7) halve
+ * the per-output loop and state reloads. Weights of kernel rows 0 and 1 and four copies of the
+ * bias come with one LDMDB, row 2's with an LDRD once row 0 is done:
+ *   lr[-10..-9] k01c k12c   lr[-8..-1] k01a k12a k01b k12b bias x 4   (LDMDB: r0-r7)
+ *   lr[0..7]    mult add post c o n lo hi        lr[8..19] as in MF_DW_ASM
+ * Row pointers r8-r10, data words r11, r12. Per 4 outputs at stride 1: 54 instructions
+ * (LDMDB, 3 x (LDRD + LDR + 8 MAC), LDRD, LDM, 4 SMMLAR, 4 ASR, 4 SSAT, 4 STRB, 2 ADD, SUBS,
+ * STRD, BNE; stride 2: 57) where two pairs cost 62 (68). */
+#define MF_DW_Q1(P, KA, KB)                                                                    \
+    "ldrd r11, r12, [" P "], #8\n\t" /* columns x..x+3 */                                      \
+    "smlad r4, r11, " KA ", r4\n\t"                                                            \
+    "smlatb r5, r11, " KA ", r5\n\t"                                                           \
+    "smlabt r4, r12, " KB ", r4\n\t"                                                           \
+    "smlad r5, r12, " KB ", r5\n\t"                                                            \
+    "smlad r6, r12, " KA ", r6\n\t"                                                            \
+    "smlatb r7, r12, " KA ", r7\n\t"                                                           \
+    "ldr r11, [" P "]\n\t" /* x+4, x+5 */                                                      \
+    "smlabt r6, r11, " KB ", r6\n\t"                                                           \
+    "smlad r7, r11, " KB ", r7\n\t"
+#define MF_DW_Q2(P, KA, KB)                                                                    \
+    "ldrd r11, r12, [" P "], #8\n\t" /* columns 2x..2x+3 */                                    \
+    "smlad r4, r11, " KA ", r4\n\t"                                                            \
+    "smlabt r4, r12, " KB ", r4\n\t"                                                           \
+    "smlad r5, r12, " KA ", r5\n\t"                                                            \
+    "ldrd r11, r12, [" P "], #8\n\t" /* 2x+4..2x+7 */                                          \
+    "smlabt r5, r11, " KB ", r5\n\t"                                                           \
+    "smlad r6, r11, " KA ", r6\n\t"                                                            \
+    "smlabt r6, r12, " KB ", r6\n\t"                                                           \
+    "smlad r7, r12, " KA ", r7\n\t"                                                            \
+    "ldr r11, [" P "]\n\t" /* 2x+8 */                                                          \
+    "smlabt r7, r11, " KB ", r7\n\t"
+#define MF_DW_QSF0                                                                             \
+    "smmlar r4, r4, r0, r1\n\tsmmlar r5, r5, r0, r1\n\t"                                        \
+    "smmlar r6, r6, r0, r1\n\tsmmlar r7, r7, r0, r1\n\t"
+#define MF_DW_QSF1                                                                             \
+    "smmulr r4, r4, r0\n\tsmmulr r5, r5, r0\n\tsmmulr r6, r6, r0\n\tsmmulr r7, r7, r0\n\t"       \
+    "add r4, r4, r4, asr #31\n\tadd r5, r5, r5, asr #31\n\t"                                    \
+    "add r6, r6, r6, asr #31\n\tadd r7, r7, r7, asr #31\n\t"                                    \
+    "add r4, r4, r1\n\tadd r5, r5, r1\n\tadd r6, r6, r1\n\tadd r7, r7, r1\n\t"
+#define MF_DW_QCLR(R) "cmp " R ", r0\n\tit lt\n\tmovlt " R ", r0\n\tcmp " R ", r1\n\tit gt\n\tmovgt " R ", r1\n\t"
+#define MF_DW_QCL1                                                                             \
+    "ldrd r0, r1, [lr, #24]\n\t" MF_DW_QCLR("r4") MF_DW_QCLR("r5") MF_DW_QCLR("r6")             \
+    MF_DW_QCLR("r7")
+#define MF_DW_QASM(ROW, SF, CL)                                                                \
+    "push {r0-r12, lr}\n\t"                                                                    \
+    "mov lr, %0\n"                                                                             \
+    "5:\n\t" /* channel: its record to lr[-10..2]; row pointers, o, n, rows */                 \
+    "ldr r12, [lr, #48]\n\t"                                                                   \
+    "ldm r12!, {r0-r6}\n\t"                                                                    \
+    "strd r4, r5, [lr, #-40]\n\t"                                                              \
+    "mov r4, r6\n\t"                                                                           \
+    "mov r5, r6\n\t"                                                                           \
+    "mov r7, r6\n\t"                                                                           \
+    "stmdb lr, {r0-r7}\n\t"                                                                    \
+    "ldm r12!, {r0-r2}\n\t"                                                                    \
+    "str r12, [lr, #48]\n\t"                                                                   \
+    "stm lr, {r0-r2}\n\t"                                                                      \
+    "add r0, lr, #52\n\t"                                                                      \
+    "ldm r0, {r1-r7}\n\t" /* plane channels rowbase0 y0 pwb nquads rows */                    \
+    "mov r8, r3\n\t"                                                                           \
+    "add r9, r3, r5\n\t"                                                                       \
+    "add r10, r9, r5\n\t"                                                                      \
+    "strd r4, r6, [lr, #16]\n\t"                                                               \
+    "str r7, [lr, #44]\n\t"                                                                    \
+    "add r3, r3, r1\n\t"                                                                       \
+    "add r4, r4, #1\n\t"                                                                       \
+    "subs r2, r2, #1\n\t"                                                                      \
+    "stm r0, {r1-r4}\n"                                                                         \
+    "2:\n\t" /* four outputs */                                                                \
+    "ldmdb lr, {r0-r7}\n\t"                                                                    \
+    ROW("r8", "r0", "r1") ROW("r9", "r2", "r3")                                                \
+    "ldrd r0, r1, [lr, #-40]\n\t"                                                              \
+    ROW("r10", "r0", "r1")                                                                     \
+    "ldm lr, {r0-r3, r11, r12}\n\t" /* mult add post c o n */                                 \
+    SF                                                                                         \
+    "asr r4, r4, r2\n\tasr r5, r5, r2\n\tasr r6, r6, r2\n\tasr r7, r7, r2\n\t"                  \
+    "ssat r4, #8, r4\n\tssat r5, #8, r5\n\tssat r6, #8, r6\n\tssat r7, #8, r7\n\t"              \
+    CL                                                                                         \
+    "strb r4, [r11]\n\t"                                                                       \
+    "strb r5, [r11, r3]\n\t"                                                                   \
+    "add r11, r11, r3, lsl #1\n\t"                                                             \
+    "strb r6, [r11]\n\t"                                                                       \
+    "strb r7, [r11, r3]\n\t"                                                                   \
+    "add r11, r11, r3, lsl #1\n\t"                                                             \
+    "subs r12, r12, #1\n\t"                                                                    \
+    "strd r11, r12, [lr, #16]\n\t"                                                             \
+    "bne 2b\n\t"                                                                               \
+    "add r0, lr, #32\n\t"                                                                      \
+    "ldm r0, {r1-r4}\n\t" /* dp do nquads rows */                                              \
+    "add r8, r8, r1\n\t"                                                                       \
+    "add r9, r9, r1\n\t"                                                                       \
+    "add r10, r10, r1\n\t"                                                                     \
+    "add r11, r11, r2\n\t"                                                                     \
+    "strd r11, r3, [lr, #16]\n\t"                                                              \
+    "subs r4, r4, #1\n\t"                                                                      \
+    "str r4, [lr, #44]\n\t"                                                                    \
+    "bne 2b\n\t"                                                                               \
+    "ldr r0, [lr, #56]\n\t"                                                                    \
+    "cmp r0, #0\n\t"                                                                           \
+    "bne 5b\n\t"                                                                               \
+    "pop {r0-r12, lr}\n\t"
+
+#define MF_DW_QRUN(ROW, SF, CL) __asm__ volatile(MF_DW_QASM(ROW, SF, CL) : : "r"(m) : "memory", "cc")
+
+MF_MICRO void mf_dw_runq(int32_t *m, int v) {
+    switch (v) {
+    case 0: MF_DW_QRUN(MF_DW_Q1, MF_DW_QSF0, ""); break;
+    case 1: MF_DW_QRUN(MF_DW_Q1, MF_DW_QSF0, MF_DW_QCL1); break;
+    case 2: MF_DW_QRUN(MF_DW_Q1, MF_DW_QSF1, ""); break;
+    case 3: MF_DW_QRUN(MF_DW_Q1, MF_DW_QSF1, MF_DW_QCL1); break;
+    case 4: MF_DW_QRUN(MF_DW_Q2, MF_DW_QSF0, ""); break;
+    case 5: MF_DW_QRUN(MF_DW_Q2, MF_DW_QSF0, MF_DW_QCL1); break;
+    case 6: MF_DW_QRUN(MF_DW_Q2, MF_DW_QSF1, ""); break;
+    default: MF_DW_QRUN(MF_DW_Q2, MF_DW_QSF1, MF_DW_QCL1); break;
+    }
+}
+
 /* nch channels (planes `plane` int16 apart, records pk, outputs y, y + 1, ...), nrows output
  * rows each. An odd ow: every row's pairs, then its last column alone (MF_DW_ODD); ow = 1: one
  * pair whose second (phantom) output, stored first with c = 0, is overwritten by the real one. */
@@ -412,6 +531,17 @@ MF_MICRO void mf_dw_chans(const int16_t *r0, int plane, int nch, int pw, int nro
     int32_t blk[28];
     int32_t *m = blk + 8;
     const int v = (s == 2 ? 4 : 0) + (sf ? 2 : 0) + (clamp ? 1 : 0);
+    if ((ow & 3) == 0) { /* four outputs at a time (MF_DW_QASM's block) */
+        int32_t qb[30];
+        int32_t *q = qb + 10;
+        const int nq = ow >> 2;
+        q[3] = c, q[6] = lo, q[7] = hi, q[8] = 2 * s * pw - 8 * s * nq, q[9] = ystride - c * ow;
+        q[10] = nq, q[12] = (int32_t)(uintptr_t)pk, q[13] = 2 * plane, q[14] = nch;
+        q[15] = (int32_t)(uintptr_t)r0, q[16] = (int32_t)(uintptr_t)y, q[17] = 2 * pw;
+        q[18] = nq, q[19] = nrows;
+        mf_dw_runq(q, v);
+        return;
+    }
     m[3] = lo, m[4] = hi, m[13] = 2 * plane, m[17] = 2 * pw, m[19] = nrows;
     if (ow >= 2) { /* the pairs, an odd last column inside the same row loop */
         const int np = ow >> 1;

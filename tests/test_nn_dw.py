@@ -126,6 +126,13 @@ def test_cases_cover_the_edges(cases):
     assert any(g["c"] % 4 for g in geoms) and any(g["stride"] == 2 and g["w"] % 2 for g in geoms)
     assert any(g["rows"] == 3 and g["oh"] > 1 for g in geoms)  # bands of one output row
     assert any(g["ow"] % 2 for g in geoms) and any(c["lo"] > -128 for c in cases)
+    # every row-width class of the DSP body (the kernel's view): pairs, pairs and a last output,
+    # four at a time (both strides, with a clamp and with the sign term)
+    vow = [(g["oh"] if g["transpose"] else g["ow"], g["stride"], c) for g, c in zip(geoms, cases)]
+    assert {w % 4 for w, _, _ in vow} == {0, 1, 2, 3}
+    quads = [(s, c) for w, s, c in vow if w % 4 == 0]
+    assert {s for s, _ in quads} == {1, 2} and any(c["lo"] > -128 for _, c in quads)
+    assert any(c["signfix"] for _, c in quads)
     assert any(c["signfix"] for c in cases) and any(g["pad_l"] == 0 for g in geoms)
     assert any(g["transpose"] for g in geoms) and not all(g["transpose"] for g in geoms)
     # a sign term on, with channels of post = 0 (no rounding) whose outputs are not all clamped

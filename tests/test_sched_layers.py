@@ -111,6 +111,10 @@ def cases():
     # odd output widths (VWW's 3x3 tail, stride 2 to 3x3): the last column of each row alone
     out.append(("dw_odd3", "DEPTHWISE_CONV_2D", dict(hw=(3, 3), c=9, act="relu6")))
     out.append(("dw_odd_s2", "DEPTHWISE_CONV_2D", dict(hw=(6, 5), c=7, stride=(2, 2))))
+    # widths a multiple of 4: four outputs per iteration
+    out.append(("dw_quad", "DEPTHWISE_CONV_2D", dict(hw=(3, 8), c=6, act="relu6")))
+    out.append(("dw_quad_s2", "DEPTHWISE_CONV_2D", dict(hw=(5, 17), c=5, stride=(2, 2),
+                                                        pad=VALID)))
     out.append(("conv1x1_dead", "CONV_2D", dict(hw=(3, 3), c=16, o=6, k=(1, 1), dead=True)))
     out.append(("conv_dead", "CONV_2D", dict(hw=(5, 5), c=3, o=5, k=(3, 3), act="relu",
                                              dead=True)))
@@ -148,7 +152,7 @@ def test_host_c_equals_tflm(name, op, kw):
 
 
 M4_CASES = (CASES[::4] + [c for c in CASES if c[0].startswith("dw_")][::2]
-            + [c for c in CASES if c[0].startswith("dw_odd")] + CASES[-4:])
+            + [c for c in CASES if c[0].startswith(("dw_odd", "dw_quad"))] + CASES[-4:])
 
 
 @pytest.mark.parametrize("name,op,kw", M4_CASES, ids=[c[0] for c in M4_CASES])
