@@ -444,7 +444,8 @@ MF_MICRO void mf_dw_run(int32_t *m, int v, int odd) {
     "add r4, r4, r4, asr #31\n\tadd r5, r5, r5, asr #31\n\t"                                    \
     "add r6, r6, r6, asr #31\n\tadd r7, r7, r7, asr #31\n\t"                                    \
     "add r4, r4, r1\n\tadd r5, r5, r1\n\tadd r6, r6, r1\n\tadd r7, r7, r1\n\t"
-#define MF_DW_QCLR(R) "cmp " R ", r0\n\tit lt\n\tmovlt " R ", r0\n\tcmp " R ", r1\n\tit gt\n\tmovgt " R ", r1\n\t"
+#define MF_DW_QCLR(R)                                                                          \
+    "cmp " R ", r0\n\tit lt\n\tmovlt " R ", r0\n\tcmp " R ", r1\n\tit gt\n\tmovgt " R ", r1\n\t"
 #define MF_DW_QCL1                                                                             \
     "ldrd r0, r1, [lr, #24]\n\t" MF_DW_QCLR("r4") MF_DW_QCLR("r5") MF_DW_QCLR("r6")             \
     MF_DW_QCLR("r7")
@@ -507,8 +508,10 @@ MF_MICRO void mf_dw_run(int32_t *m, int v, int odd) {
     "bne 5b\n\t"                                                                               \
     "pop {r0-r12, lr}\n\t"
 
-#define MF_DW_QRUN(ROW, SF, CL) __asm__ volatile(MF_DW_QASM(ROW, SF, CL) : : "r"(m) : "memory", "cc")
+#define MF_DW_QRUN(ROW, SF, CL)                                                                \
+    __asm__ volatile(MF_DW_QASM(ROW, SF, CL) : : "r"(m) : "memory", "cc")
 
+/* One run of the quad asm over the channels and rows described by m; v as in mf_dw_run. */
 MF_MICRO void mf_dw_runq(int32_t *m, int v) {
     switch (v) {
     case 0: MF_DW_QRUN(MF_DW_Q1, MF_DW_QSF0, ""); break;
@@ -523,8 +526,9 @@ MF_MICRO void mf_dw_runq(int32_t *m, int v) {
 }
 
 /* nch channels (planes `plane` int16 apart, records pk, outputs y, y + 1, ...), nrows output
- * rows each. An odd ow: every row's pairs, then its last column alone (MF_DW_ODD); ow = 1: one
- * pair whose second (phantom) output, stored first with c = 0, is overwritten by the real one. */
+ * rows each. ow a multiple of 4: quads (MF_DW_QASM); otherwise pairs, and for an odd ow every
+ * row's last column alone (MF_DW_ODD); ow = 1: one pair whose second (phantom) output, stored
+ * first with c = 0, is overwritten by the real one. */
 MF_MICRO void mf_dw_chans(const int16_t *r0, int plane, int nch, int pw, int nrows, int ow, int c,
                           const int32_t *pk, int8_t *y, int ystride, int s, int sf, int clamp,
                           int32_t lo, int32_t hi) {
