@@ -36,7 +36,11 @@ def requantize(acc: np.ndarray, rq: np.ndarray, signfix: int, lo: int, hi: int) 
     shifted = _fits(acc << pre, "acc << pre")
     h = (shifted * mult + (1 << 31)) >> 32
     v = _fits(h + add, "h + add")
-    v = v + np.where((h < 0) & (post > 0) & (signfix != 0), -1, 0)
+    signfix = int(signfix) & 3  # less the MF_PRE0 flag (pre = 0 is in the table itself)
+    if signfix == 2 and (lo, hi) == (-128, 127):  # the sign term from the accumulator
+        v = v + np.where(acc < 0, -1, 0)
+    else:
+        v = v + np.where((h < 0) & (post > 0) & (signfix != 0), -1, 0)
     return np.clip(v >> post, lo, hi)
 
 
@@ -95,8 +99,31 @@ def _conv(fmt):
     return kernel
 
 
+def _convp(fmt):
+    """mf_convp_*: the weights packed in conv_pair_order's tap order (K' taps)."""
+    from .pack import conv_pair_order, convp_scratch_bytes
+
+    def kernel(x, geom, x_zp, w, bias, rq, o, lo, hi, signfix, y, scratch):
+        g = dict(zip(GEOM_FIELDS, (int(v) for v in geom[:len(GEOM_FIELDS)])))
+        _scratch(scratch, convp_scratch_bytes(g["k_h"], g["k_w"], g["in_c"], g["stride_w"],
+                                              g["out_w"]), "mf_convp")
+        idx = conv_pair_order(g["k_h"], g["k_w"], g["in_c"])
+        patches = im2col(x, g, x_zp)
+        ordered = np.where(idx >= 0, patches[:, np.maximum(idx, 0)], 0)
+        acc = ordered @ unpack_gemm(w, fmt, o, len(idx)).T + np.asarray(bias[:o], np.int64)
+        out = requantize(acc, np.asarray(rq[:4 * o]).reshape(o, 4), signfix, lo, hi)
+        y[:out.size] = out.reshape(-1)
+    return kernel
+
+
+INTRINSICS.update({"mf_convp_w16": _convp("w16"), "mf_convp_w8": _convp("w8")})
 INTRINSICS.update({"mf_gemm_w16": _gemm("w16"), "mf_gemm_w8": _gemm("w8"),
                    "mf_conv_w16": _conv("w16"), "mf_conv_w8": _conv("w8")})
+# the entries specialised on K compute the same (w16 weights; any K, falling back in C)
+for _g in range(1, 17):
+    INTRINSICS[f"mf_gemm_w16_g{_g}"] = INTRINSICS["mf_gemm_w16"]
+    INTRINSICS[f"mf_conv_w16_g{_g}"] = INTRINSICS["mf_conv_w16"]
+    INTRINSICS[f"mf_convp_w16_g{_g}"] = INTRINSICS["mf_convp_w16"]
 
 
 DW_GEOM = ("h", "w", "c", "oh", "ow", "stride", "pad_t", "pad_l", "transpose", "pw", "rows")

@@ -84,6 +84,19 @@ def needs_signfix(zp: int, lo: int) -> int:
     return 0 if lo >= zp else 1
 
 
+def signfix_mode(zp: int, lo: int, rq, zero_acc=None) -> int:
+    """The GEMM kernels' signfix argument: 0 when lo >= zp; 2 (the sign term taken from the
+    accumulator, cheaper: see mf_rq_clamp) when every channel has post >= 1 or an accumulator
+    that is always 0 (zero_acc[o]: zero weights and bias); else 1."""
+    if not needs_signfix(zp, lo):
+        return 0
+    post = np.asarray(rq, np.int64).reshape(-1, 4)[:, 3]
+    ok = post >= 1
+    if zero_acc is not None:
+        ok |= np.asarray(zero_acc, bool)
+    return 2 if ok.all() else 1
+
+
 # ---- GEMM micro-kernels (mf_gemm_w16/w8, mf_conv_w16/w8 in mcuforge_nn.h) -------------------
 GEMM_FORMATS = ("w16", "w8")  # int16 pre-widened (2x flash, fastest), int8 widened in the loop
 _LANES = {"w16": (0, 2, 1, 3), "w8": (0, 1, 2, 3)}  # tap order within a group of 4
@@ -112,6 +125,29 @@ def pack_gemm_weights(w_rows, fmt: str):
     flat = blocks.transpose(0, 2, 1, 3).reshape(-1)
     arr = flat.astype(np.int16 if fmt == "w16" else np.int8)
     return arr, arr.nbytes
+
+
+PRE0 = 4  # MF_PRE0: the signfix flag saying every mf_rq.pre is 0
+
+
+def fold_pre(w_rows, bias, rq):
+    """2^pre of each channel moved into its weights and bias (mf_rq.pre becomes 0), so the
+    kernels skip the shift: (rows, bias, rq) with the same products, or None when a weight
+    would leave int16 (pre > 8) or a bias int32. Exact: acc << pre is what the kernels
+    computed, and requant_params proved it fits int32."""
+    rq = np.array(rq, np.int64).reshape(-1, 4)
+    pre = rq[:, 2]
+    w = np.asarray(w_rows, np.int64).reshape(len(rq), -1) << pre[:, None]
+    b = np.asarray(bias, np.int64).reshape(-1) << pre
+    if w.size and (w.min() < -2**15 or w.max() >= 2**15):
+        return None
+    if b.size and (b.min() < INT32_MIN or b.max() > INT32_MAX):
+        return None
+    rq[:, 2] = 0
+    return w, b.astype(np.int32), rq.astype(np.int32)
+
+
+MAX_UNROLLED_GROUPS = 16  # mf_gemm_w16_g<G> / mf_conv_w16_g<G> exist for G = 1..16
 
 
 def gemm_scratch_bytes(k: int) -> int:
@@ -153,3 +189,46 @@ def conv_geom(in_h: int, in_w: int, in_c: int, k_h: int, k_w: int, stride_h: int
     pad_t = max((out_h - 1) * stride_h + k_h - in_h, 0) // 2
     pad_l = max((out_w - 1) * stride_w + k_w - in_w, 0) // 2
     return (in_h, in_w, in_c, k_h, k_w, stride_h, stride_w, pad_t, pad_l, out_h, out_w)
+
+
+# ---- im2col-free convolution (mf_convp_*): the patch read from widened rows ------------------
+def conv_pair_order(k_h: int, k_w: int, in_c: int) -> np.ndarray:
+    """Per tap of mf_convp_*'s K' = 4 * ceil(n * k_h / 2) taps (n = ceil(k_w * in_c / 2)), the
+    original tap (ky * k_w + kx) * in_c + ci it multiplies, or -1 (weight 0). The kernel's
+    activation words are pairs (e_2p, e_2p+1) of each kernel row's piece, word m = p * k_h + ky;
+    group g holds words 2g (lanes 0, 2: taps 4g, 4g + 2) and 2g + 1 (taps 4g + 1, 4g + 3).
+    For in_c % 4 == 0 the groups are 4 consecutive elements of one row piece instead (K' = K),
+    group m = q * k_h + ky."""
+    seg = k_w * in_c
+    if in_c % 4 == 0:  # quads: tap order (group q of the row piece, kernel row, 4 taps)
+        t = np.arange(k_h * seg)
+        q, ky = t // 4 // k_h, t // 4 % k_h
+        return ky * seg + 4 * q + t % 4
+    n = (seg + 1) // 2
+    groups = (n * k_h + 1) // 2
+    t = np.arange(4 * groups)
+    m = 2 * (t // 4) + (t % 4) % 2
+    e = 2 * (m // k_h) + (t % 4) // 2
+    ky = m % k_h
+    return np.where(e < seg, ky * seg + e, -1)
+
+
+def pair_rows(w_rows, k_h: int, k_w: int, in_c: int) -> np.ndarray:
+    """Conv weights [O, K] (OHWI flattened) reordered for mf_convp_*: [O, K'], zero where
+    conv_pair_order is -1; pack them with pack_gemm_weights."""
+    w = np.asarray(w_rows, dtype=np.int64).reshape(len(w_rows), -1)
+    idx = conv_pair_order(k_h, k_w, in_c)
+    return np.where(idx >= 0, w[:, np.maximum(idx, 0)], 0)
+
+
+def convp_scratch_bytes(k_h: int, k_w: int, in_c: int, stride_w: int, out_w: int) -> int:
+    """Scratch bytes of one mf_convp_* call: int32 [copies][npos * k_h] widened rows (npos =
+    ceil(wpad * in_c / 2) + 1, copies 2 when stride_w * in_c is odd; for in_c % 4 == 0 int16
+    [wpad * in_c * k_h]) and one padded int8 row of wpad * in_c + 8 bytes (wpad = (out_w - 1)
+    * stride_w + k_w)."""
+    rowb = ((out_w - 1) * stride_w + k_w) * in_c
+    if in_c % 4 == 0:  # quads: int16 [rowb * k_h]
+        return 2 * rowb * k_h + rowb + 8
+    npos = (rowb + 1) // 2 + 1
+    copies = 2 if (stride_w * in_c) % 2 else 1
+    return 4 * npos * k_h * copies + rowb + 8

@@ -56,7 +56,7 @@ def _cmd_compile(a) -> int:
         kinds = Counter(c.schedule for c in r.schedules)
         print("micro-kernels: " + ", ".join(f"{k} x{n}" for k, n in sorted(kinds.items())))
         narrow = [c.layer for c in r.schedules if c.schedule.endswith("_w8")]
-        wide = [c for c in r.schedules if c.schedule.endswith("_w16")]
+        wide = [c for c in r.schedules if "_w16" in c.schedule]
         if narrow and wide:
             print(f"flash budget: {len(narrow)} layers keep int8 weights, {len(wide)} int16")
     print(f"build it with: make -C {r.out_dir}")

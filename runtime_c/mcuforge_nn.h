@@ -47,7 +47,8 @@
 typedef struct {
     int32_t mult; /* TFLM's quantized multiplier, in [2^30, 2^31) */
     int32_t add;  /* 2^(post-1) + (zp << post), or zp when post = 0 */
-    int32_t pre;  /* left shift before the high multiply, >= 1 */
+    int32_t pre;  /* left shift before the high multiply, >= 1 (0: pack.fold_pre scaled the
+                   * weights and bias by 2^pre) */
     int32_t post; /* arithmetic right shift after it, 0..31 */
 } mf_rq;
 
@@ -102,11 +103,13 @@ static inline int32_t mf_rq_apply(int32_t acc, const mf_rq *q, int32_t signfix) 
  *
  * Instructions per MAC on QEMU mps2-an386 (Cortex-M4), arm-none-eabi-gcc 12.2 -O2, including
  * widening / im2col, requantization and the call (tests/nn_bench: bench.py, README.md), clamp =
- * int8 range without sign term (TFLite's fused ReLU), w16 / w8 weights:
- *   1x1 64->64 over 125 px 0.93 / 1.43, FC 64->12 1.11 / 1.61, conv 10x4 1->64 s2 on 49x10
- *   1.15 / 1.65, conv 3x3 16->16 on 32x32 0.95 / 1.45, 1x1 8->16 (VWW) 2.54 / 3.04; -Os within
- *   1-5 %, -fno-schedule-insns no effect (the hot loops are asm). The sign term adds ~3 and a
- *   clamp narrower than int8 ~5 instructions per output. */
+ * int8 range without sign term (TFLite's fused ReLU), w16 general entries / the K-specialised
+ * (_g<G>, pre folded) entries the schedule uses / w8: 1x1 64->64 over 125 px 0.91 / 0.82 /
+ * 1.41, FC 64->12 1.14 / 0.97 / 1.64, 1x1 8->16 (VWW) 2.51 / 1.94 / 3.01; convolutions through
+ * mf_convp_w16[_g<G>] (no im2col): conv 3x3 16->16 on 32x32 0.89, 3x3 3->16 (ResNet-8's first)
+ * 1.38, 10x4 1->64 s2 (KWS's first) 1.00. -Os within 1-10 %, -fno-schedule-insns no effect
+ * (the hot loops are asm). The sign term adds ~1 (signfix 2) or ~4 (signfix 1) and a clamp
+ * narrower than int8 ~5 instructions per output. */
 
 #if MF_USE_DSP && defined(__ARMEB__)
 #error "mcuforge_nn.h: the DSP kernels assume little-endian memory; build with -DMF_USE_DSP=0"
@@ -119,6 +122,7 @@ static inline int32_t mf_rq_apply(int32_t acc, const mf_rq *q, int32_t signfix) 
 #endif
 #define MF_W16 16
 #define MF_W8 8
+#define MF_W16Z 17 /* MF_W16 with every mf_rq.pre 0 (signfix has MF_PRE0) */
 
 #if defined(__GNUC__)
 typedef int32_t __attribute__((__may_alias__)) mf_word; /* int16 pairs / int8 quads as words */
@@ -246,6 +250,39 @@ static inline void mf_widen_row(const int8_t *x, int32_t K, int16_t *xw) {
     }
 }
 
+/* mf_widen_row for the rows of a GEMM call: word-aligned rows by LDM (in the im2col loop its
+ * 8 clobbered registers cost more than it saves) */
+static inline void mf_widen_row_a(const int8_t *x, int32_t K, int16_t *xw) {
+    int32_t done = 0;
+#if MF_GEMM_ASM
+    if (K >= 16 && ((uintptr_t)x & 3) == 0) { /* 13 instructions per 16 bytes: LDM, 8 SXTB16,
+                                                * 2 STM (activation rows are word-aligned) */
+        const int8_t *xs = x;
+        mf_word *d = (mf_word *)(void *)xw;
+        int32_t n16 = K >> 4;
+        __asm__ volatile("1:\n\t"
+                         "ldmia %[x]!, {r8, r9, r10, r11}\n\t"
+                         "sxtb16 r0, r8\n\t"
+                         "sxtb16 r1, r8, ror #8\n\t"
+                         "sxtb16 r2, r9\n\t"
+                         "sxtb16 r3, r9, ror #8\n\t"
+                         "stmia %[d]!, {r0, r1, r2, r3}\n\t"
+                         "sxtb16 r0, r10\n\t"
+                         "sxtb16 r1, r10, ror #8\n\t"
+                         "sxtb16 r2, r11\n\t"
+                         "sxtb16 r3, r11, ror #8\n\t"
+                         "stmia %[d]!, {r0, r1, r2, r3}\n\t"
+                         "subs %[n], %[n], #1\n\t"
+                         "bne 1b\n\t"
+                         : [x] "+r"(xs), [d] "+r"(d), [n] "+r"(n16)
+                         :
+                         : "r0", "r1", "r2", "r3", "r8", "r9", "r10", "r11", "cc", "memory");
+        done = K & ~15;
+    }
+#endif
+    mf_widen_row(x + done, K - done, xw + done);
+}
+
 /* acc[0..3] += the 4 channels of one weight block dotted with xw (G groups). */
 MF_INLINE void mf_dot4(const int16_t *xw, const void *wblock, int32_t G, int32_t fmt,
                       int32_t acc[4]) {
@@ -351,16 +388,25 @@ MF_INLINE void mf_dot4(const int16_t *xw, const void *wblock, int32_t G, int32_t
 
 /* Requantize and clamp one accumulator. mode (a constant after inlining): bit 0 the sign
  * term (signfix), bit 1 set when [lo, hi] is the whole int8 range (one SSAT; the usual case:
- * TFLite's fused ReLU/ReLU6 give the output zero point -128 and no clamp left inside int8). */
+ * TFLite's fused ReLU/ReLU6 give the output zero point -128 and no clamp left inside int8),
+ * bit 2 (with bit 0; signfix 2) the sign term taken from the accumulator instead of h:
+ *   v = (h + add + (acc >> 31)) >> post
+ * which folds into SMMLAR's addend (add + (acc >> 31), before the multiply). Equal to the sign
+ * term of h: acc >= 0 gives h >= 0; acc < 0 gives h <= 0, and where h = 0 both give zp as
+ * (2^(post-1) - 1 + (zp << post)) >> post = zp for post >= 1. So signfix 2 needs post >= 1 in
+ * every channel whose accumulator can be negative (pack: signfix_mode). */
 #define MF_MODE_SF 1
 #define MF_MODE_SAT 2
+#define MF_MODE_SFA 4
 MF_INLINE int8_t mf_rq_clamp(int32_t acc, const mf_rq *q, int32_t mode, int32_t lo,
                                  int32_t hi) {
     int32_t mult, add, pre, post, h, v;
     MF_LDM4(q, mult, add, pre, post); /* then mf_rq_apply(acc, q, mode & MF_MODE_SF) */
     h = mf_smmlar((int32_t)((uint32_t)acc << pre), mult);
     v = h + add;
-    if ((mode & MF_MODE_SF) && post) {
+    if (mode & MF_MODE_SFA) {
+        v += acc >> 31;
+    } else if ((mode & MF_MODE_SF) && post) {
         v += h >> 31;
     }
     v >>= post;
@@ -378,11 +424,13 @@ MF_INLINE int8_t mf_rq_clamp(int32_t acc, const mf_rq *q, int32_t mode, int32_t 
     return (int8_t)v;
 }
 
-/* The mode constant of a call: the general clamp keeps the sign term (always exact). */
+/* The mode constant of a call: the general clamp keeps the sign term of h (always exact). */
 #define MF_DISPATCH(BODY)                                                                   \
     do {                                                                                    \
         if (lo == -128 && hi == 127) {                                                      \
-            if (signfix) {                                                                  \
+            if ((signfix & 3) == 2) {                                                       \
+                BODY(MF_MODE_SF | MF_MODE_SFA | MF_MODE_SAT);                               \
+            } else if (signfix & 3) {                                                       \
                 BODY(MF_MODE_SF | MF_MODE_SAT);                                             \
             } else {                                                                        \
                 BODY(MF_MODE_SAT);                                                          \
@@ -391,6 +439,10 @@ MF_INLINE int8_t mf_rq_clamp(int32_t acc, const mf_rq *q, int32_t mode, int32_t 
             BODY(MF_MODE_SF);                                                               \
         }                                                                                   \
     } while (0)
+
+static inline void mf_gemm_row(const int16_t *xw, int32_t G, const void *w, int32_t fmt,
+                               const int32_t *bias, const mf_rq *rq, int32_t O, int32_t lo,
+                               int32_t hi, int32_t mode, int8_t *y);
 
 #if MF_GEMM_ASM
 /* The full 4-channel blocks of one row in one asm routine (DSP, optimised builds, clamp = the
@@ -439,13 +491,24 @@ MF_INLINE int8_t mf_rq_clamp(int32_t acc, const mf_rq *q, int32_t mode, int32_t 
 #define MF_A_CLAMP(A)                                                                       \
     "cmp " A ", r5\n\tit lt\n\tmovlt " A ", r5\n\t"                                           \
     "cmp " A ", lr\n\tit gt\n\tmovgt " A ", lr\n\t"
-#define MF_A_RQ(A, SF, CL)                                                                  \
+/* (h + add) >> post from acc << pre in A (mult, add, post in r8, r9, r11): without the sign
+ * term SMMLAR adds `add` in the high multiply itself (add * 2^32 + p + 2^31, high word: exact);
+ * with it, h is needed alone */
+#define MF_A_H(A) "smmlar " A ", " A ", r8, r9\n\tasr " A ", " A ", r11\n\t"
+#define MF_A_HSF(A)                                                                         \
+    "smmulr " A ", " A ", r8\n\tadd r9, r9, " A "\n\t" MF_A_SF(A) "asr " A ", r9, r11\n\t"
+/* signfix 2: the sign of acc << pre into the addend, then as without the sign term */
+#define MF_A_HSFA(A) "add r9, r9, " A ", asr #31\n\t" MF_A_H(A)
+#define MF_A_RQ(A, H, CL)                                                                   \
     "ldmia r6!, {r8, r9, r10, r11}\n\t"                                                     \
-    "lsl " A ", " A ", r10\n\t"                                                              \
-    "smmulr " A ", " A ", r8\n\t"                                                            \
-    "add r9, r9, " A "\n\t" SF "asr " A ", r9, r11\n\t" CL                                  \
-    "strb " A ", [r4], #1\n\t"
-#define MF_A_ROW(GR, SF0, SF1, SF2, SF3, LDCL, CL0, CL1, CL2, CL3)                           \
+    "lsl " A ", " A ", r10\n\t" H CL "strb " A ", [r4], #1\n\t"
+/* the same when every pre is 0 (MF_W16Z: 2^pre folded into the weights) */
+#define MF_A_RQZ(A, H, CL) "ldmia r6!, {r8, r9, r10, r11}\n\t" H CL "strb " A ", [r4], #1\n\t"
+#define MF_A_ROW(GR, H0, H1, H2, H3, LDCL, CL0, CL1, CL2, CL3)                               \
+    MF_A_ROW_RQ(MF_A_RQ, GR, H0, H1, H2, H3, LDCL, CL0, CL1, CL2, CL3)
+#define MF_A_ROWZ(GR, H0, H1, H2, H3, LDCL, CL0, CL1, CL2, CL3)                              \
+    MF_A_ROW_RQ(MF_A_RQZ, GR, H0, H1, H2, H3, LDCL, CL0, CL1, CL2, CL3)
+#define MF_A_ROW_RQ(RQ, GR, H0, H1, H2, H3, LDCL, CL0, CL1, CL2, CL3)                        \
     "ldr r12, %[wp]\n"                                                                      \
     "9:\n\t"                                                                                \
     "ldr r6, %[xw]\n\t"                                                                     \
@@ -453,8 +516,8 @@ MF_INLINE int8_t mf_rq_clamp(int32_t acc, const mf_rq *q, int32_t mode, int32_t 
     "ldmia r8!, {r0, r1, r2, r3}\n\t"                                                       \
     "str r8, %[bias]\n\t"                                                                   \
     "ldr lr, %[G]\n\t" MF_A_KLOOP(GR) "ldr r6, %[rq]\n\t"                                   \
-    "ldr r4, %[y]\n\t" LDCL MF_A_RQ("r0", SF0, CL0) MF_A_RQ("r1", SF1, CL1)                  \
-        MF_A_RQ("r2", SF2, CL2) MF_A_RQ("r3", SF3, CL3) "str r6, %[rq]\n\t"                   \
+    "ldr r4, %[y]\n\t" LDCL RQ("r0", H0, CL0) RQ("r1", H1, CL1) RQ("r2", H2, CL2)            \
+        RQ("r3", H3, CL3) "str r6, %[rq]\n\t"                                                 \
     "str r4, %[y]\n\t"                                                                      \
     "ldr lr, %[nb]\n\t"                                                                     \
     "subs lr, lr, #1\n\t"                                                                   \
@@ -467,17 +530,22 @@ MF_INLINE int8_t mf_rq_clamp(int32_t acc, const mf_rq *q, int32_t mode, int32_t 
     : "r0", "r1", "r2", "r3", "r4", "r5", "r6", "r8", "r9", "r10", "r11", "r12", "lr", "cc", \
       "memory"
 
-#define MF_A_SF4 MF_A_SF("r0"), MF_A_SF("r1"), MF_A_SF("r2"), MF_A_SF("r3")
+#define MF_A_SF4 MF_A_HSF("r0"), MF_A_HSF("r1"), MF_A_HSF("r2"), MF_A_HSF("r3")
+#define MF_A_NOSF4 MF_A_H("r0"), MF_A_H("r1"), MF_A_H("r2"), MF_A_H("r3")
+#define MF_A_SFA4 MF_A_HSFA("r0"), MF_A_HSFA("r1"), MF_A_HSFA("r2"), MF_A_HSFA("r3")
 #define MF_A_SAT4 "", MF_A_SAT("r0"), MF_A_SAT("r1"), MF_A_SAT("r2"), MF_A_SAT("r3")
 #define MF_A_CLAMP4                                                                         \
     "ldr r5, %[lo]\n\tldr lr, %[hi]\n\t", MF_A_CLAMP("r0"), MF_A_CLAMP("r1"), MF_A_CLAMP("r2"), \
         MF_A_CLAMP("r3")
 #define MF_A_ROW_X(...) MF_A_ROW(__VA_ARGS__) /* expands the 4-tuples into 4 arguments */
+#define MF_A_ROWZ_X(...) MF_A_ROWZ(__VA_ARGS__)
 #define MF_A_MODES(GR)                                                                      \
-    if (mode == (MF_MODE_SF | MF_MODE_SAT)) {                                               \
+    if (mode == (MF_MODE_SF | MF_MODE_SFA | MF_MODE_SAT)) {                                 \
+        __asm__ volatile(MF_A_ROW_X(GR, MF_A_SFA4, MF_A_SAT4) MF_A_OPS);                      \
+    } else if (mode == (MF_MODE_SF | MF_MODE_SAT)) {                                        \
         __asm__ volatile(MF_A_ROW_X(GR, MF_A_SF4, MF_A_SAT4) MF_A_OPS);                       \
     } else if (mode == MF_MODE_SAT) {                                                       \
-        __asm__ volatile(MF_A_ROW_X(GR, "", "", "", "", MF_A_SAT4) MF_A_OPS);                 \
+        __asm__ volatile(MF_A_ROW_X(GR, MF_A_NOSF4, MF_A_SAT4) MF_A_OPS);                    \
     } else {                                                                                \
         __asm__ volatile(MF_A_ROW_X(GR, MF_A_SF4, MF_A_CLAMP4) MF_A_OPS);                     \
     }
@@ -491,7 +559,11 @@ MF_INLINE void mf_gemm_blocks_asm(const int16_t *xw, int32_t G, int32_t nb, int3
     const int32_t *bias = *pbias;
     const mf_rq *rq = *prq;
     int8_t *y = *py;
-    if (fmt == MF_W16) {
+    if (fmt == MF_W16Z && mode == (MF_MODE_SF | MF_MODE_SFA | MF_MODE_SAT)) {
+        __asm__ volatile(MF_A_ROWZ_X(MF_A_G16, MF_A_SFA4, MF_A_SAT4) MF_A_OPS);
+    } else if (fmt == MF_W16Z && mode == MF_MODE_SAT) {
+        __asm__ volatile(MF_A_ROWZ_X(MF_A_G16, MF_A_NOSF4, MF_A_SAT4) MF_A_OPS);
+    } else if (fmt != MF_W8) {
         MF_A_MODES(MF_A_G16)
     } else {
         MF_A_MODES(MF_A_G8)
@@ -501,18 +573,79 @@ MF_INLINE void mf_gemm_blocks_asm(const int16_t *xw, int32_t G, int32_t nb, int3
     *prq = rq;
     *py = y;
 }
+
+/* The full blocks of one row when G is known at compile time (the mf_*_w16_g<G> entries, w16
+ * weights, clamp = the int8 range, rq[].pre = 0: MF_PRE0): the K loop is unrolled, which frees
+ * two registers: lr holds the bias pointer, r6 the widened row for the whole row (rewound after
+ * each block), so a block costs 9 instructions besides its K loop and requantization (the
+ * loop above: ~18); the requantization has no LSL (2^pre is in the weights and bias) and no
+ * ADD (in SMMLAR's addend): 5 instructions an output. Registers as above; r4 / r5 the mf_rq
+ * and y pointers in the epilogue. */
+#define MF_K_RQ(A, H)                                                                       \
+    "ldmia r4!, {r8, r9, r10, r11}\n\t" H "ssat " A ", #8, " A "\n\t"                      \
+    "strb " A ", [r5], #1\n\t"
+#define MF_K_ROW(H0, H1, H2, H3)                                                            \
+    "ldr r12, %[wp]\n\t"                                                                    \
+    "ldr lr, %[bias]\n\t"                                                                   \
+    "ldr r6, %[xw]\n"                                                                        \
+    "9:\n\t"                                                                                \
+    "ldmia lr!, {r0, r1, r2, r3}\n\t"                                                       \
+    ".rept %c[G]\n\t" MF_A_G16 ".endr\n\t"                                                 \
+    "sub r6, r6, %[G8]\n\t"                                                                 \
+    "ldr r4, %[rq]\n\t"                                                                     \
+    "ldr r5, %[y]\n\t" MF_K_RQ("r0", H0) MF_K_RQ("r1", H1) MF_K_RQ("r2", H2)                 \
+        MF_K_RQ("r3", H3) "str r4, %[rq]\n\t"                                                \
+    "str r5, %[y]\n\t"                                                                      \
+    "ldr r4, %[wend]\n\t"                                                                   \
+    "cmp r12, r4\n\t"                                                                       \
+    "bne 9b\n\t"                                                                            \
+    "str lr, %[bias]\n\t"                                                                   \
+    "str r12, %[wp]\n\t"
+#define MF_K_ROW_X(...) MF_K_ROW(__VA_ARGS__)
+#define MF_K_OPS                                                                            \
+    : [bias] "+m"(bias), [rq] "+m"(rq), [y] "+m"(y), [wp] "+m"(wp)                          \
+    : [xw] "m"(xw), [wend] "m"(wend), [G] "i"(G), [G8] "i"(8 * G)                           \
+    : "r0", "r1", "r2", "r3", "r4", "r5", "r6", "r8", "r9", "r10", "r11", "r12", "lr", "cc", \
+      "memory"
+
+/* All O outputs of one widened row (G groups, G a constant after inlining), clamp = the int8
+ * range, every rq[].pre 0; sf: the signfix argument less MF_PRE0 (0 or 2 here; 1 takes the
+ * general row). */
+MF_INLINE void mf_gemm_row_g(const int16_t *xw, const int32_t G, const int16_t *w,
+                             const int32_t *bias, const mf_rq *rq, int32_t O, int32_t sf,
+                             int8_t *y) {
+    const int16_t *wp = w;
+    if (sf == 1) {
+        mf_gemm_row(xw, G, w, MF_W16, bias, rq, O, -128, 127, MF_MODE_SF | MF_MODE_SAT, y);
+        return;
+    }
+    if (O >= 4) {
+        const int16_t *wend = w + (O >> 2) * G * 16;
+        if (sf) {
+            __asm__ volatile(MF_K_ROW_X(MF_A_SFA4) MF_K_OPS);
+        } else {
+            __asm__ volatile(MF_K_ROW_X(MF_A_NOSF4) MF_K_OPS);
+        }
+    }
+    if (O & 3) {
+        mf_gemm_row(xw, G, wp, MF_W16, bias, rq, O & 3, -128, 127,
+                    sf ? MF_MODE_SF | MF_MODE_SFA | MF_MODE_SAT : MF_MODE_SAT, y);
+    }
+}
 #endif
 
-/* All O outputs of one widened row xw (G groups) into y[0..O-1]. */
-static inline void mf_gemm_row(const int16_t *xw, int32_t G, const void *w, int32_t fmt,
+/* All O outputs of one widened row xw (G groups) into y[0..O-1]. fmt: MF_W16, MF_W8 or
+ * MF_W16Z (w16 with every rq[].pre 0: the asm skips the shift). */
+static inline void mf_gemm_row(const int16_t *xw, int32_t G, const void *w, int32_t fmtz,
                                const int32_t *bias, const mf_rq *rq, int32_t O, int32_t lo,
                                int32_t hi, int32_t mode, int8_t *y) {
     const int8_t *wb = (const int8_t *)w;
+    const int32_t fmt = fmtz == MF_W16Z ? MF_W16 : fmtz;
     const int32_t bstep = G * (fmt == MF_W16 ? 32 : 16); /* bytes per block of 4 channels */
     int32_t n = O, acc[4];
 #if MF_GEMM_ASM
     if (n >= 4) {
-        mf_gemm_blocks_asm(xw, G, n >> 2, fmt, mode, lo, hi, &wb, &bias, &rq, &y);
+        mf_gemm_blocks_asm(xw, G, n >> 2, fmtz, mode, lo, hi, &wb, &bias, &rq, &y);
         n &= 3;
     }
 #endif
@@ -552,7 +685,7 @@ static inline void mf_gemm_body(const int8_t *x, int32_t rows, int32_t x_stride,
     const int32_t G = MF_KPAD(K) >> 2;
     int32_t r;
     for (r = 0; r < rows; ++r) {
-        mf_widen_row(x + r * x_stride, K, scratch);
+        mf_widen_row_a(x + r * x_stride, K, scratch);
         mf_gemm_row(scratch, G, w, fmt, bias, rq, O, lo, hi, mode, y + r * y_stride);
     }
 }
@@ -569,7 +702,9 @@ static inline void mf_gemm_body(const int8_t *x, int32_t rows, int32_t x_stride,
  *   bias     int32_t[O], input zero point folded in (pack.fold_bias)
  *   rq       mf_rq[O] (pack.requant_params; its int32 exactness proof must hold)
  *   lo, hi   the output clamp, -128 <= lo <= hi <= 127 (lo = -128, hi = 127 is fastest)
- *   signfix  pack.needs_signfix(y_zp, lo); 1 is always exact
+ *   signfix  pack.needs_signfix(y_zp, lo) (0 or 1; 1 is always exact) or 2 where
+ *            pack.signfix_mode allows it (the sign term from the accumulator, see mf_rq_clamp),
+ *            plus MF_PRE0 (4) when every rq[].pre is 0 (pack.fold_pre; used by the _g<G> entries)
  *   y        int8 outputs, row r at y + r * y_stride, y_stride >= O (gaps untouched)
  *   scratch  pack.gemm_scratch_bytes(K) bytes (int16_t[Kp]), 4-byte aligned
  *   x, y and scratch must not overlap. */
@@ -578,7 +713,8 @@ MF_MICRO void mf_gemm_w16(const int8_t *x, int32_t rows, int32_t x_stride, int32
                           int32_t lo, int32_t hi, int32_t signfix, int8_t *y,
                           int32_t y_stride, int16_t *scratch) {
 #define MF_BODY(mode)                                                                       \
-    mf_gemm_body(x, rows, x_stride, K, w, MF_W16, bias, rq, O, lo, hi, mode, y, y_stride, scratch)
+    mf_gemm_body(x, rows, x_stride, K, w, signfix & 4 ? MF_W16Z : MF_W16, bias, rq, O, lo, hi, \
+                 mode, y, y_stride, scratch)
     MF_DISPATCH(MF_BODY);
 #undef MF_BODY
 }
@@ -644,10 +780,14 @@ static inline void mf_fill8(int8_t *d, int32_t v, int32_t n) {
  * widened straight into xw when a kernel row is a whole number of groups (k_w * in_c % 4 == 0),
  * else gathered as int8 into patch[Kp] (word copies) and widened once. The cache costs about
  * k_h * wpad * in_c byte copies per output row, a small part of the widening. */
+typedef void (*mf_row_fn)(const int16_t *xw, const int16_t *w, const int32_t *bias,
+                          const mf_rq *rq, int32_t O, int32_t sf, int8_t *y);
+
+/* rowg: the G-specialised row of a mf_conv_w16_g<G> entry (clamp = the int8 range), or 0 */
 static inline void mf_conv_body(const int8_t *x, const mf_conv_geom *g, int32_t x_zp,
                                 const void *w, int32_t fmt, const int32_t *bias,
                                 const mf_rq *rq, int32_t O, int32_t lo, int32_t hi,
-                                int32_t mode, int8_t *y, int16_t *scratch) {
+                                int32_t mode, int8_t *y, int16_t *scratch, mf_row_fn rowg) {
     const int32_t c = g->in_c, seg = g->k_w * c, K = g->k_h * seg, Kp = MF_KPAD(K);
     const int32_t G = Kp >> 2, wpad = (g->out_w - 1) * g->stride_w + g->k_w;
     const int32_t rowb = wpad * c, left = g->pad_l * c;
@@ -680,7 +820,12 @@ static inline void mf_conv_body(const int8_t *x, const mf_conv_geom *g, int32_t 
                 }
                 mf_widen_row(patch, K, scratch);
             }
-            mf_gemm_row(scratch, G, w, fmt, bias, rq, O, lo, hi, mode, y);
+            if (rowg && (mode & MF_MODE_SAT)) {
+                rowg(scratch, (const int16_t *)w, bias, rq, O,
+                     mode & MF_MODE_SFA ? 2 : mode & MF_MODE_SF, y);
+            } else {
+                mf_gemm_row(scratch, G, w, fmt, bias, rq, O, lo, hi, mode, y);
+            }
             y += O;
         }
     }
@@ -701,7 +846,9 @@ MF_MICRO void mf_conv_w16(const int8_t *x, const mf_conv_geom *g, int32_t x_zp,
                           const int16_t *w, const int32_t *bias, const mf_rq *rq, int32_t O,
                           int32_t lo, int32_t hi, int32_t signfix, int8_t *y,
                           int16_t *scratch) {
-#define MF_BODY(mode) mf_conv_body(x, g, x_zp, w, MF_W16, bias, rq, O, lo, hi, mode, y, scratch)
+#define MF_BODY(mode)                                                                       \
+    mf_conv_body(x, g, x_zp, w, signfix & 4 ? MF_W16Z : MF_W16, bias, rq, O, lo, hi, mode, y,   \
+                 scratch, 0)
     MF_DISPATCH(MF_BODY);
 #undef MF_BODY
 }
@@ -710,9 +857,268 @@ MF_MICRO void mf_conv_w8(const int8_t *x, const mf_conv_geom *g, int32_t x_zp,
                          const int8_t *w, const int32_t *bias, const mf_rq *rq, int32_t O,
                          int32_t lo, int32_t hi, int32_t signfix, int8_t *y,
                          int16_t *scratch) {
-#define MF_BODY(mode) mf_conv_body(x, g, x_zp, w, MF_W8, bias, rq, O, lo, hi, mode, y, scratch)
+#define MF_BODY(mode) mf_conv_body(x, g, x_zp, w, MF_W8, bias, rq, O, lo, hi, mode, y, scratch, 0)
     MF_DISPATCH(MF_BODY);
 #undef MF_BODY
 }
+
+/* ---- im2col-free convolution: the patch read straight from widened rows ----------------------
+ * mf_convp_w16 / mf_convp_w8 (and mf_convp_w16_g<G>): the convolution of mf_conv_*, with the
+ * patch taps in another order so that no patch is gathered or widened per output pixel. For
+ * each output row the k_h input rows (padded with x_zp as in mf_conv_body) are widened once
+ * into int16 pairs (e_2p, e_2p+1) of the padded row, stored interleaved over the kernel rows:
+ * word p * k_h + ky. A window starting at element s = ox * stride_w * in_c (s even) then covers
+ * n * k_h consecutive words from (s / 2) * k_h, n = ceil(k_w * in_c / 2); odd starts (stride_w
+ * * in_c odd) read a second copy widened from the row shifted by one element. Those words are
+ * the GEMM's activation groups as they are: group g = words 2g, 2g + 1, so its taps (lanes
+ * 0, 2 / 1, 3) are the pairs' elements; pack.conv_pair_order gives, per tap of the K' = 4 *
+ * ceil(n * k_h / 2) taps, the original tap (ky * k_w + kx) * in_c + ci or none (weight 0:
+ * the odd element of a row piece, the last group's word past the patch), and
+ * pack.pack_gemm_weights packs the reordered [O, K'] weights as usual.
+ * Scratch (pack.convp_scratch_bytes): int32 words [copies][npos * k_h], npos = ceil(wpad * in_c
+ * / 2) + 1 (wpad as in mf_conv_body; copies = 2 when stride_w * in_c is odd), then int8
+ * [wpad * in_c + 8] for one padded input row. */
+#define MF_CONVP_SLACK 8 /* x_zp bytes past a padded row: the last pairs read into them */
+
+/* d[p * kh] = the pair (r[2p], r[2p + 1]) as int16 lanes, p < npairs; r any alignment */
+static inline void mf_widen_pairs(const int8_t *r, int32_t npairs, int32_t kh, int16_t *d16) {
+#if MF_USE_DSP
+    mf_word *d = (mf_word *)(void *)d16;
+    const int32_t kh2 = 2 * kh;
+    for (; npairs >= 2; npairs -= 2, r += 4, d += kh2) {
+        int32_t v, a, b, lo, hi;
+        memcpy(&v, r, 4);
+        a = (int32_t)__sxtb16(v);   /* (r0, r2) */
+        b = mf_sxtb16_ror8(v);      /* (r1, r3) */
+#if defined(__GNUC__)
+        __asm__("pkhbt %0, %1, %2, lsl #16" : "=r"(lo) : "r"(a), "r"(b)); /* (r0, r1) */
+        __asm__("pkhtb %0, %1, %2, asr #16" : "=r"(hi) : "r"(b), "r"(a)); /* (r2, r3) */
+#else
+        lo = (int32_t)(((uint32_t)a & 0xFFFFu) | ((uint32_t)b << 16));
+        hi = (int32_t)(((uint32_t)b & 0xFFFF0000u) | (((uint32_t)a >> 16) & 0xFFFFu));
+#endif
+        d[0] = lo;
+        d[kh] = hi;
+    }
+    if (npairs) {
+        int16_t *e = (int16_t *)(void *)d;
+        e[0] = r[0];
+        e[1] = r[1];
+    }
+#else
+    int32_t p;
+    for (p = 0; p < npairs; ++p) {
+        d16[2 * p * kh] = r[2 * p];
+        d16[2 * p * kh + 1] = r[2 * p + 1];
+    }
+#endif
+}
+
+/* in_c % 4 == 0 ("quads"): every window starts on a group of 4 elements, so the rows are
+ * widened as whole groups in the GEMM's own lane order (SXTB16, no PKH), interleaved over the
+ * kernel rows per group: group q of row ky at words (q * k_h + ky) * 2, 2 + 1; a window's
+ * patch is the k_w * in_c / 4 * k_h groups from (s / 4) * k_h, taps in the order (q, ky, 4)
+ * (pack.conv_pair_order) with no padding taps. d[(q * kh) * 2 + 0, 1] = group q of r. */
+static inline void mf_widen_quads(const int8_t *r, int32_t ngroups, int32_t kh, int16_t *d16) {
+#if MF_USE_DSP
+    mf_word *d = (mf_word *)(void *)d16;
+    const int32_t st = 2 * kh;
+    for (; ngroups >= 2; ngroups -= 2, r += 8, d += 2 * st) {
+        int32_t v, u;
+        memcpy(&v, r, 4);
+        memcpy(&u, r + 4, 4);
+        d[0] = (int32_t)__sxtb16(v);
+        d[1] = mf_sxtb16_ror8(v);
+        d[st] = (int32_t)__sxtb16(u);
+        d[st + 1] = mf_sxtb16_ror8(u);
+    }
+    if (ngroups) {
+        int32_t v;
+        memcpy(&v, r, 4);
+        d[0] = (int32_t)__sxtb16(v);
+        d[1] = mf_sxtb16_ror8(v);
+    }
+#else
+    int32_t q;
+    for (q = 0; q < ngroups; ++q, r += 4, d16 += 4 * kh) {
+        d16[0] = r[0];
+        d16[1] = r[2];
+        d16[2] = r[1];
+        d16[3] = r[3];
+    }
+#endif
+}
+
+/* The K-groups of mf_convp_*'s patch: k_h * k_w * in_c / 4 for in_c % 4 == 0, else
+ * ceil(n * k_h / 2) with n = ceil(k_w * in_c / 2) pair words per kernel row */
+static inline int32_t mf_convp_groups(const mf_conv_geom *g) {
+    if ((g->in_c & 3) == 0) {
+        return (g->k_h * g->k_w * g->in_c) >> 2;
+    }
+    return (((g->k_w * g->in_c + 1) >> 1) * g->k_h + 1) >> 1;
+}
+
+static inline void mf_convp_body(const int8_t *x, const mf_conv_geom *g, int32_t x_zp,
+                                 const void *w, int32_t fmt, const int32_t *bias,
+                                 const mf_rq *rq, int32_t O, int32_t lo, int32_t hi,
+                                 int32_t mode, int8_t *y, int16_t *scratch, mf_row_fn rowg) {
+    const int32_t c = g->in_c, kh = g->k_h, quad = (c & 3) == 0;
+    const int32_t G = mf_convp_groups(g), wpad = (g->out_w - 1) * g->stride_w + g->k_w;
+    const int32_t rowb = wpad * c, left = g->pad_l * c, npos = ((rowb + 1) >> 1) + 1;
+    const int32_t ncopy = (g->in_w < wpad - g->pad_l ? g->in_w : wpad - g->pad_l) * c;
+    const int32_t two = (g->stride_w * c) & 1, step = g->stride_w * c;
+    /* int16 elements of one copy: pairs (npos words per kernel row) or quads (rowb) */
+    const int32_t celems = quad ? rowb * kh : 2 * npos * kh;
+    int16_t *cache_a = scratch, *cache_b = scratch + celems;
+    int8_t *row = (int8_t *)(cache_a + celems * (1 + two));
+    int32_t oy, ox, ky;
+    for (oy = 0; oy < g->out_h; ++oy) {
+        const int32_t iy0 = oy * g->stride_h - g->pad_t;
+        for (ky = 0; ky < kh; ++ky) {
+            const int32_t iy = iy0 + ky;
+            if (iy >= 0 && iy < g->in_h) {
+                mf_fill8(row, x_zp, left);
+                mf_copy8(row + left, x + iy * g->in_w * c, ncopy);
+                mf_fill8(row + left + ncopy, x_zp, rowb + MF_CONVP_SLACK - left - ncopy);
+            } else {
+                mf_fill8(row, x_zp, rowb + MF_CONVP_SLACK);
+            }
+            if (quad) {
+                mf_widen_quads(row, rowb >> 2, kh, cache_a + 4 * ky);
+                continue;
+            }
+            mf_widen_pairs(row, npos, kh, cache_a + 2 * ky);
+            if (two) {
+                mf_widen_pairs(row + 1, npos, kh, cache_b + 2 * ky);
+            }
+        }
+        for (ox = 0; ox < g->out_w; ++ox) {
+            const int32_t s = ox * step;
+            const int16_t *xw = quad      ? cache_a + (s >> 2) * 4 * kh
+                                : (s & 1) ? cache_b + (s >> 1) * 2 * kh
+                                          : cache_a + (s >> 1) * 2 * kh;
+            if (rowg && (mode & MF_MODE_SAT)) {
+                rowg(xw, (const int16_t *)w, bias, rq, O, mode & MF_MODE_SFA ? 2 : mode & MF_MODE_SF,
+                     y);
+            } else {
+                mf_gemm_row(xw, G, w, fmt, bias, rq, O, lo, hi, mode, y);
+            }
+            y += O;
+        }
+    }
+}
+
+MF_MICRO void mf_convp_w16(const int8_t *x, const mf_conv_geom *g, int32_t x_zp,
+                           const int16_t *w, const int32_t *bias, const mf_rq *rq, int32_t O,
+                           int32_t lo, int32_t hi, int32_t signfix, int8_t *y,
+                           int16_t *scratch) {
+#define MF_BODY(mode)                                                                       \
+    mf_convp_body(x, g, x_zp, w, signfix & 4 ? MF_W16Z : MF_W16, bias, rq, O, lo, hi, mode, y,  \
+                  scratch, 0)
+    MF_DISPATCH(MF_BODY);
+#undef MF_BODY
+}
+
+MF_MICRO void mf_convp_w8(const int8_t *x, const mf_conv_geom *g, int32_t x_zp,
+                          const int8_t *w, const int32_t *bias, const mf_rq *rq, int32_t O,
+                          int32_t lo, int32_t hi, int32_t signfix, int8_t *y,
+                          int16_t *scratch) {
+#define MF_BODY(mode) mf_convp_body(x, g, x_zp, w, MF_W8, bias, rq, O, lo, hi, mode, y, scratch, 0)
+    MF_DISPATCH(MF_BODY);
+#undef MF_BODY
+}
+
+/* ---- entries specialised on K at compile time ------------------------------------------------
+ * mf_gemm_w16_g<G> / mf_conv_w16_g<G> / mf_convp_w16_g<G>, G = 1..16: the same arguments and
+ * results as mf_gemm_w16 / mf_conv_w16 / mf_convp_w16 (w16 weights). When MF_KPAD(K) == 4 * G
+ * (K' for convp), the clamp is the int8 range and signfix has MF_PRE0 set (every rq[].pre is
+ * 0: pack.fold_pre put 2^pre into the weights and bias) the DSP build runs each row's full
+ * channel blocks with the K loop unrolled (mf_gemm_row_g), else the general entry's code.
+ * The schedule picks G = MF_KPAD(K) / 4.
+ * Instructions per MAC on mps2-an386, -O2 (tests/nn_bench): see tests/nn_bench/README.md. */
+#define MF_PRE0 4 /* signfix flag: rq[].pre = 0 in every channel (the w16 asm skips the shift) */
+#if MF_GEMM_ASM
+#define MF_GEMM_G(G)                                                                        \
+    static __attribute__((unused, noinline)) void mf_row_g##G(                              \
+        const int16_t *xw, const int16_t *w, const int32_t *bias, const mf_rq *rq, int32_t O, \
+        int32_t sf, int8_t *y) {                                                            \
+        mf_gemm_row_g(xw, G, w, bias, rq, O, sf & 3, y);                                    \
+    }                                                                                       \
+    MF_MICRO void mf_gemm_w16_g##G(const int8_t *x, int32_t rows, int32_t x_stride, int32_t K, \
+                                   const int16_t *w, const int32_t *bias, const mf_rq *rq,   \
+                                   int32_t O, int32_t lo, int32_t hi, int32_t signfix,       \
+                                   int8_t *y, int32_t y_stride, int16_t *scratch) {          \
+        int32_t r;                                                                          \
+        if (MF_KPAD(K) != 4 * (G) || lo != -128 || hi != 127 || !(signfix & MF_PRE0)) {     \
+            mf_gemm_w16(x, rows, x_stride, K, w, bias, rq, O, lo, hi, signfix, y, y_stride,  \
+                        scratch);                                                           \
+            return;                                                                         \
+        }                                                                                   \
+        for (r = 0; r < rows; ++r) {                                                        \
+            mf_widen_row_a(x + r * x_stride, K, scratch);                                   \
+            mf_gemm_row_g(scratch, G, w, bias, rq, O, signfix & 3, y + r * y_stride);       \
+        }                                                                                   \
+    }                                                                                       \
+    MF_MICRO void mf_conv_w16_g##G(const int8_t *x, const mf_conv_geom *g, int32_t x_zp,    \
+                                   const int16_t *w, const int32_t *bias, const mf_rq *rq,   \
+                                   int32_t O, int32_t lo, int32_t hi, int32_t signfix,       \
+                                   int8_t *y, int16_t *scratch) {                            \
+        const mf_row_fn rowg = MF_KPAD(g->k_h * g->k_w * g->in_c) == 4 * (G) &&            \
+                                       (signfix & MF_PRE0) ? mf_row_g##G : (mf_row_fn)0;    \
+        MF_DISPATCH(MF_CONV_G_BODY);                                                        \
+    }                                                                                       \
+    MF_MICRO void mf_convp_w16_g##G(const int8_t *x, const mf_conv_geom *g, int32_t x_zp,   \
+                                    const int16_t *w, const int32_t *bias, const mf_rq *rq,  \
+                                    int32_t O, int32_t lo, int32_t hi, int32_t signfix,      \
+                                    int8_t *y, int16_t *scratch) {                           \
+        const mf_row_fn rowg =                                                              \
+            mf_convp_groups(g) == (G) && (signfix & MF_PRE0) ? mf_row_g##G : (mf_row_fn)0;  \
+        MF_DISPATCH(MF_CONVP_G_BODY);                                                       \
+    }
+#define MF_CONV_G_BODY(mode)                                                                \
+    mf_conv_body(x, g, x_zp, w, signfix & 4 ? MF_W16Z : MF_W16, bias, rq, O, lo, hi, mode, y,   \
+                 scratch, rowg)
+#define MF_CONVP_G_BODY(mode)                                                               \
+    mf_convp_body(x, g, x_zp, w, signfix & 4 ? MF_W16Z : MF_W16, bias, rq, O, lo, hi, mode, y,  \
+                  scratch, rowg)
+#else
+#define MF_GEMM_G(G)                                                                        \
+    MF_MICRO void mf_gemm_w16_g##G(const int8_t *x, int32_t rows, int32_t x_stride, int32_t K, \
+                                   const int16_t *w, const int32_t *bias, const mf_rq *rq,   \
+                                   int32_t O, int32_t lo, int32_t hi, int32_t signfix,       \
+                                   int8_t *y, int32_t y_stride, int16_t *scratch) {          \
+        mf_gemm_w16(x, rows, x_stride, K, w, bias, rq, O, lo, hi, signfix, y, y_stride,      \
+                    scratch);                                                               \
+    }                                                                                       \
+    MF_MICRO void mf_conv_w16_g##G(const int8_t *x, const mf_conv_geom *g, int32_t x_zp,    \
+                                   const int16_t *w, const int32_t *bias, const mf_rq *rq,   \
+                                   int32_t O, int32_t lo, int32_t hi, int32_t signfix,       \
+                                   int8_t *y, int16_t *scratch) {                            \
+        mf_conv_w16(x, g, x_zp, w, bias, rq, O, lo, hi, signfix, y, scratch);               \
+    }                                                                                       \
+    MF_MICRO void mf_convp_w16_g##G(const int8_t *x, const mf_conv_geom *g, int32_t x_zp,   \
+                                    const int16_t *w, const int32_t *bias, const mf_rq *rq,  \
+                                    int32_t O, int32_t lo, int32_t hi, int32_t signfix,      \
+                                    int8_t *y, int16_t *scratch) {                           \
+        mf_convp_w16(x, g, x_zp, w, bias, rq, O, lo, hi, signfix, y, scratch);              \
+    }
+#endif
+MF_GEMM_G(1)
+MF_GEMM_G(2)
+MF_GEMM_G(3)
+MF_GEMM_G(4)
+MF_GEMM_G(5)
+MF_GEMM_G(6)
+MF_GEMM_G(7)
+MF_GEMM_G(8)
+MF_GEMM_G(9)
+MF_GEMM_G(10)
+MF_GEMM_G(11)
+MF_GEMM_G(12)
+MF_GEMM_G(13)
+MF_GEMM_G(14)
+MF_GEMM_G(15)
+MF_GEMM_G(16)
+#undef MF_GEMM_G
 
 #endif /* MCUFORGE_NN_H */

@@ -75,5 +75,7 @@ def test_counts_repeat_and_bench_reports_them(tmp_path):
     x = _inputs(path, 2, 9)
     a = run_on_board(path, [x], "mps2-an386", tmp_path / "a")
     b = run_on_board(path, [x], "mps2-an386", tmp_path / "b")
-    assert a.instructions == b.instructions and a.instructions[0] > 2_656_768  # >= 1 per MAC
+    # plausible: the SMLAD kernels' floor is ~0.66 instructions per MAC (2 MACs per SMLAD plus
+    # the loads), and KWS has 2,656,768 MACs
+    assert a.instructions == b.instructions and a.instructions[0] > 0.66 * 2_656_768
     assert 0 < a.stack_bytes < 4096

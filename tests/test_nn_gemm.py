@@ -91,15 +91,16 @@ def conv_geometry(h, w, kh, kw, stride, padding):
 
 
 # ---- random layers ---------------------------------------------------------------------------
-def random_layer(rng, o, k, act):
+def random_layer(rng, o, k, act, fused=False, post0=True):
     """Weights, bias, zero points, per-channel scales (some powers of two: rounding ties) and
-    the clamp of one layer."""
+    the clamp of one layer. fused: output zero point -128 (TFLite's fused ReLU); post0: some
+    channels with scale >= 0.5 (no right shift)."""
     w = rng.integers(-127, 128, (o, k))
     if rng.random() < 0.3:
         w[:, rng.integers(0, k)] = 127  # extreme taps
     bias = rng.integers(-3000, 3000, o)
     x_zp, y_zp = int(rng.integers(-128, 128)), int(rng.integers(-100, 100))
-    if act != "none" and rng.random() < 0.4:
+    if fused or (act != "none" and rng.random() < 0.4):
         y_zp = -128  # TFLite's fused ReLU: the clamp is the int8 range, no sign term needed
     spread = 128 * 80 * math.sqrt(k)  # rough |acc|
     scales = []
@@ -107,8 +108,9 @@ def random_layer(rng, o, k, act):
         r = rng.random()
         if r < 0.3:
             scales.append(2.0 ** -int(rng.integers(1, 8)))  # exact halves: ties
-        elif r < 0.4:
-            scales.append(float(rng.uniform(0.5, 0.99)))  # shift 0: no right shift
+        elif r < 0.4 and post0:
+            # shift 0 (no right shift), or up to 7 (pre up to 8: weights << 8 in int16)
+            scales.append(float(rng.uniform(0.5, 0.99)) * 2.0 ** int(rng.integers(0, 8)))
             w[i] = 0  # and a small accumulator, so that the output is not all clamped
             w[i, rng.integers(0, k)] = rng.choice([-1, 1])
             bias[i] = rng.integers(-50, 50)
@@ -121,20 +123,35 @@ def random_layer(rng, o, k, act):
         lo, hi = max(-128, y_zp), min(127, y_zp + int(rng.integers(5, 60)))
     else:
         lo, hi = -128, 127
+    # signfix: mostly what the compiler passes (pack.signfix_mode: 2 = the sign term from the
+    # accumulator where every channel shifts right), sometimes the classic 1
     return dict(w=w, bias=bias, x_zp=x_zp, y_zp=y_zp, mults=[m for m, _ in ms],
-                shifts=[s for _, s in ms], lo=lo, hi=hi)
+                shifts=[s for _, s in ms], lo=lo, hi=hi, classic_sf=bool(rng.random() < 0.3),
+                fold_pre=bool(rng.random() < 0.5))
 
 
-def kernel_args(L, w_rows):
-    """What the compiler passes: folded bias, mf_rq rows, signfix (pack.py)."""
+def kernel_args(L, w_rows, fmt="w16"):
+    """What the compiler passes (pack.py): weight rows, folded bias, mf_rq rows, signfix; for
+    "w16g" (and half the "w16" layers) 2^pre folded into weights and bias, flag MF_PRE0."""
+    folded, rq, sf = _kernel_args(L, w_rows)
+    if fmt in ("w16g", "w16pg") or (fmt == "w16" and L.get("fold_pre")):
+        f = pack.fold_pre(w_rows, folded, rq)
+        assert f is not None
+        return (*f, sf | pack.PRE0)
+    return w_rows, folded, rq, sf
+
+
+def _kernel_args(L, w_rows):
     folded = pack.fold_bias(L["bias"], w_rows, L["x_zp"])
     rq = pack.requant_params(L["mults"], L["shifts"], L["y_zp"], pack.acc_bounds(folded, w_rows))
     assert folded is not None and rq is not None
-    return folded, rq, pack.needs_signfix(L["y_zp"], L["lo"])
+    if L.get("classic_sf"):
+        return folded, rq, pack.needs_signfix(L["y_zp"], L["lo"])
+    return folded, rq, pack.signfix_mode(L["y_zp"], L["lo"], rq)
 
 
-def gemm_case(rng, rows, k, o, fmt, act, x_gap=0, y_gap=0):
-    L = random_layer(rng, o, k, act)
+def gemm_case(rng, rows, k, o, fmt, act, x_gap=0, y_gap=0, fused=False, post0=True):
+    L = random_layer(rng, o, k, act, fused, post0)
     xs, ys = k + x_gap, o + y_gap
     x = rng.integers(-128, 128, rows * xs).astype(np.int8)
     x_rows = np.stack([x[r * xs:r * xs + k] for r in range(rows)])
@@ -143,31 +160,62 @@ def gemm_case(rng, rows, k, o, fmt, act, x_gap=0, y_gap=0):
                      L["lo"], L["hi"])
     for r in range(rows):
         want[r * ys:r * ys + o] = y[r]
-    folded, rq, sf = kernel_args(L, L["w"])
-    return dict(kind="gemm", fmt=fmt, x=x, rows=rows, xs=xs, k=k, o=o, ys=ys, w=L["w"],
+    w, folded, rq, sf = kernel_args(L, L["w"], fmt)
+    return dict(kind="gemm", fmt=fmt, x=x, rows=rows, xs=xs, k=k, o=o, ys=ys, w=w,
                 bias=folded, rq=rq, sf=sf, lo=L["lo"], hi=L["hi"], want=want)
 
 
-def conv_case(rng, h, wd, c, kh, kw, stride, padding, o, fmt, act):
-    L = random_layer(rng, o, kh * kw * c, act)
+def conv_case(rng, h, wd, c, kh, kw, stride, padding, o, fmt, act, fused=False,
+              post0=True):
+    L = random_layer(rng, o, kh * kw * c, act, fused, post0)
     x = rng.integers(-128, 128, (h, wd, c))
     w4 = L["w"].reshape(o, kh, kw, c)
     y = tflm_conv(x, w4, L["bias"], L["x_zp"], stride, padding, L["mults"], L["shifts"],
                   L["y_zp"], L["lo"], L["hi"])
     oh, ow, pt, pl = conv_geometry(h, wd, kh, kw, stride, padding)
-    folded, rq, sf = kernel_args(L, L["w"])
+    w, folded, rq, sf = kernel_args(L, L["w"], fmt)
     sh, sw = (stride, stride) if np.isscalar(stride) else stride
     geom = (h, wd, c, kh, kw, sh, sw, pt, pl, oh, ow)
     return dict(kind="conv", fmt=fmt, x=x.reshape(-1).astype(np.int8), geom=geom,
-                x_zp=L["x_zp"], k=kh * kw * c, o=o, w=L["w"], bias=folded, rq=rq, sf=sf,
+                x_zp=L["x_zp"], k=kh * kw * c, o=o, w=w, bias=folded, rq=rq, sf=sf,
                 lo=L["lo"], hi=L["hi"], want=y.reshape(-1))
+
+
+# "w16g": w16 weights through the entries specialised on K (mf_gemm_w16_g<G>, G = Kp / 4 <= 16)
+FORMATS = (*pack.GEMM_FORMATS, "w16g")
+# convolutions also through mf_convp_* (no im2col): "w16p", "w8p", "w16pg" (mf_convp_w16_g<G>)
+CONVP_FORMATS = ("w16p", "w8p", "w16pg")
+
+
+def packed_k(c) -> int:
+    """The taps per output the packed weights hold (Kp, or K' of the pair order)."""
+    if "p" in c["fmt"]:
+        h, wd, ch, kh, kw = c["geom"][:5]
+        return len(pack.conv_pair_order(kh, kw, ch))
+    return pack.kpad(c["k"])
+
+
+def entry(c) -> str:
+    """The kernel a case calls: mf_<kind>_<fmt>, mf_convp_<fmt>, or a K-specialised entry."""
+    g = packed_k(c) // 4
+    base = "w8" if c["fmt"].startswith("w8") else "w16"
+    fmt = f"{base}_g{g}" if "g" in c["fmt"] and g <= 16 else base
+    return f"mf_{c['kind']}{'p' if 'p' in c['fmt'] else ''}_{fmt}"
+
+
+def packed_weights(c):
+    w = c["w"]
+    if "p" in c["fmt"]:
+        h, wd, ch, kh, kw = c["geom"][:5]
+        w = pack.pair_rows(w, kh, kw, ch)
+    return pack.pack_gemm_weights(w, "w8" if c["fmt"].startswith("w8") else "w16")
 
 
 def all_cases(seed=0):
     rng = np.random.default_rng(seed)
     cases = []
     acts = ("none", "relu", "relu6")
-    for fmt in pack.GEMM_FORMATS:
+    for fmt in FORMATS:
         # hand-picked tails, then random shapes
         for rows, k, o in ((1, 1, 1), (1, 4, 4), (3, 5, 6), (2, 8, 3), (7, 64, 12),
                            (5, 63, 13), (1, 64, 12), (4, 2, 9)):
@@ -193,6 +241,38 @@ def all_cases(seed=0):
             cases.append(conv_case(rng, h, wd, int(rng.integers(1, 9)), kh, kw, s,
                                    ("SAME", "VALID")[int(rng.integers(0, 2))],
                                    int(rng.integers(1, 11)), fmt, acts[int(rng.integers(0, 3))]))
+    # the K-specialised entries' fast path (clamp = the int8 range), with and without the sign
+    # term: VWW's small-K 1x1 shapes, KWS's 64->64, K = 4G - 1..4G - 3, channel tails, gaps;
+    # then first layers with 1-3 channels
+    for i, (rows, k, o) in enumerate(((3, 8, 16), (4, 16, 8), (2, 32, 12), (3, 64, 9),
+                                      (5, 27, 5), (2, 62, 4), (1, 1, 7), (6, 13, 3),
+                                      (2, 44, 20))):
+        for fused, post0 in ((False, True), (False, False), (True, True)):
+            cases.append(gemm_case(rng, rows, k, o, "w16g", "relu" if fused else "none",
+                                   i % 3, i % 2, fused=fused, post0=post0))
+    for i, geo in enumerate(((12, 6, 1, 10, 4, 2, "SAME", 8), (9, 8, 3, 3, 3, 1, "SAME", 16),
+                             (9, 7, 3, 3, 3, 2, "VALID", 6), (10, 9, 3, 3, 3, 2, "SAME", 8),
+                             (7, 5, 4, 1, 1, 2, "VALID", 9))):
+        h, wd, c, kh, kw, s, pad, o = geo
+        for fused, post0 in ((False, True), (False, False), (True, True)):
+            cases.append(conv_case(rng, h, wd, c, kh, kw, s, pad, o, "w16g",
+                                   "relu" if fused else "none", fused=fused, post0=post0))
+    # every format's general row (K beyond the unrolled entries) with the sign term from the
+    # accumulator (no channel without a right shift: signfix 2 unless classic_sf)
+    for fmt in FORMATS:
+        for rows, k, o in ((3, 144, 8), (2, 70, 11), (4, 9, 6)):
+            cases.append(gemm_case(rng, rows, k, o, fmt, "none", post0=False))
+        cases.append(conv_case(rng, 6, 6, 16, 3, 3, 1, "SAME", 7, fmt, "none", post0=False))
+    # "w16gu": the K-specialised entries given an mf_rq with pre != 0 (no MF_PRE0): the
+    # general code must run
+    for fused in (False, True):
+        cases.append(gemm_case(rng, 3, 8, 16, "w16gu", "relu" if fused else "none", fused=fused))
+        cases.append(conv_case(rng, 9, 8, 3, 3, 3, 1, "SAME", 16, "w16gu",
+                               "relu" if fused else "none", fused=fused))
+    # mf_convp_*: every convolution case again through the pair layout, in each of its formats
+    for c in [c for c in cases if c["kind"] == "conv"]:
+        fmt = {"w16": "w16p", "w8": "w8p", "w16g": "w16pg", "w16gu": "w16pgu"}[c["fmt"]]
+        cases.append(dict(c, fmt=fmt))
     return cases
 
 
@@ -207,6 +287,8 @@ def scratch_bytes(c) -> int:
     if c["kind"] == "gemm":
         return pack.gemm_scratch_bytes(c["k"])
     h, wd, ch, kh, kw, sh, sw, pt, pl, oh, ow = c["geom"]
+    if "p" in c["fmt"]:
+        return pack.convp_scratch_bytes(kh, kw, ch, sw, ow)
     return pack.conv_scratch_bytes(kh, kw, ch, sw, ow)
 
 
@@ -217,10 +299,10 @@ def c_program(cases) -> str:
            "static int16_t scratch[SCRATCH + 8] __attribute__((aligned(4)));\n"]
     calls = []
     for i, c in enumerate(cases):
-        packed, nbytes = pack.pack_gemm_weights(c["w"], c["fmt"])
+        packed, nbytes = packed_weights(c)
         assert nbytes == packed.nbytes
-        wt = "int16_t" if c["fmt"] == "w16" else "int8_t"
-        out.append(c_array("int8_t", f"x{i}", c["x"]))
+        wt = "int8_t" if c["fmt"].startswith("w8") else "int16_t"
+        out.append(c_array("int8_t", f"x{i}", c["x"], align=True))  # rows with K % 4 == 0 aligned
         out.append(c_array(wt, f"w{i}", packed, align=True))
         out.append(c_array("int32_t", f"b{i}", c["bias"]))
         rq = ",".join("{%d,%d,%d,%d}" % tuple(int(v) for v in r) for r in c["rq"])
@@ -229,12 +311,12 @@ def c_program(cases) -> str:
         out.append(f"static int8_t y{i}[{len(c['want'])}];\n")
         common = f"b{i}, rq{i}, {c['o']}, {c['lo']}, {c['hi']}, {c['sf']}, y{i}"
         if c["kind"] == "gemm":
-            call = (f"mf_gemm_{c['fmt']}(x{i}, {c['rows']}, {c['xs']}, {c['k']}, w{i}, {common}, "
+            call = (f"{entry(c)}(x{i}, {c['rows']}, {c['xs']}, {c['k']}, w{i}, {common}, "
                     f"{c['ys']}, scratch)")
         else:
             geom = ",".join(map(str, c["geom"]))
             out.append(f"static const mf_conv_geom g{i} = {{{geom}}};\n")
-            call = f"mf_conv_{c['fmt']}(x{i}, &g{i}, {c['x_zp']}, w{i}, {common}, scratch)"
+            call = f"{entry(c)}(x{i}, &g{i}, {c['x_zp']}, w{i}, {common}, scratch)"
         need = (scratch_bytes(c) + 1) // 2
         calls.append(f"    memset(y{i}, {SENTINEL}, sizeof y{i});\n"
                      f"    for (j = {need}; j < SCRATCH + 8; ++j) scratch[j] = 0x1234;\n"
@@ -394,9 +476,9 @@ def tflm_conv_case(rng, layer, fmt):
     mine = tflm_conv(x[0], w, bias, zx, stride, padding, L["mults"], L["shifts"], zy, lo, hi)
     assert (mine.reshape(-1) == want).all()  # the numpy model of this file agrees with TFLM
     assert len(set(want.tolist())) > 20  # outputs spread over the range, not all clamped
-    folded, rq, sf = kernel_args(L, L["w"])
+    wk, folded, rq, sf = kernel_args(L, L["w"], fmt)
     return dict(kind="conv", fmt=fmt, x=x.reshape(-1), geom=(h, wd, c, kh, kw, stride, stride,
-                pt, pl, oh, ow), x_zp=zx, k=kh * kw * c, o=o, w=L["w"], bias=folded, rq=rq,
+                pt, pl, oh, ow), x_zp=zx, k=kh * kw * c, o=o, w=wk, bias=folded, rq=rq,
                 sf=sf, lo=lo, hi=hi, want=want)
 
 
@@ -405,7 +487,54 @@ def test_against_tflite_micro(tmp_path, target):
     pytest.importorskip("tflite_micro")
     rng = np.random.default_rng(11)
     cases = [tflm_conv_case(rng, layer, fmt) for layer in TFLM_LAYERS
-             for fmt in pack.GEMM_FORMATS]
+             for fmt in (*pack.GEMM_FORMATS, "w16g", *CONVP_FORMATS)]
     src = tmp_path / "tflm_conv.c"
     src.write_text(c_program(cases))
     check_build((src, len(cases)), target, "-O2")
+
+
+def test_sign_term_from_the_accumulator():
+    """signfix 2 (mf_rq_clamp's MF_MODE_SFA): (h + add + (acc >> 31)) >> post equals TFLM's
+    MultiplyByQuantizedMultiplier + zero point for post >= 1, including acc = -1 with the
+    multiplier 2^30 (scale a power of two), where h = 0 while acc < 0; with post = 0 it does
+    not (which is why pack.signfix_mode requires post >= 1)."""
+    rng = np.random.default_rng(8)
+    acc = np.concatenate([np.arange(-3000, 3000), rng.integers(-2**22, 2**22, 20000)])
+    for real in (2.0**-12, 0.37 * 2.0**-9, 2.0**-3, 0.7, 0.9):
+        mult, shift = quantize_multiplier(real)
+        zp = int(rng.integers(-100, 100))
+        rq = pack.requant_params([mult], [shift], zp, [2**23])[0].astype(np.int64)
+        m, add, pre, post = rq.tolist()
+        h = ((acc << pre) * m + 2**31) >> 32
+        fast = (h + add + np.where(acc < 0, -1, 0)) >> post
+        want = zp + mbqm(acc, mult, shift)
+        if mult == 2**30:  # acc = -1 gives h = 0: the one case where the two signs differ
+            assert ((h == 0) & (acc < 0)).any()
+        if post >= 1:
+            np.testing.assert_array_equal(fast, want)
+        else:
+            assert (fast != want).any()
+    assert pack.signfix_mode(-128, -128, [[1, 0, 1, 3]]) == 0
+    assert pack.signfix_mode(5, -128, [[1, 0, 1, 3], [1, 0, 1, 1]]) == 2
+    assert pack.signfix_mode(5, -128, [[1, 0, 1, 3], [1, 0, 1, 0]]) == 1
+    assert pack.signfix_mode(5, -128, [[1, 0, 1, 3], [0, 7, 1, 0]], [False, True]) == 2
+
+
+def test_conv_pair_order():
+    """pack.conv_pair_order: every original tap exactly once, the rest -1; by hand for RGB 3x3
+    (segment 9 taps, n = 5 words per kernel row, 15 words -> 8 groups): group 0 = words 0
+    (row 0, taps 0, 1) and 1 (row 1, taps 9, 10) in lane order (4g, 4g+1, 4g+2, 4g+3) = (word 0
+    low, word 1 low, word 0 high, word 1 high)."""
+    idx = pack.conv_pair_order(3, 3, 3)
+    assert len(idx) == 32 and idx[:8].tolist() == [0, 9, 1, 10, 18, 2, 19, 3]
+    assert idx[24:].tolist() == [8, 17, -1, -1, 26, -1, -1, -1]
+    for kh, kw, c in ((3, 3, 3), (10, 4, 1), (3, 3, 16), (2, 3, 5), (1, 2, 1), (4, 1, 3), (2, 2, 8)):
+        idx = pack.conv_pair_order(kh, kw, c)
+        assert sorted(idx[idx >= 0].tolist()) == list(range(kh * kw * c))
+        assert len(idx) % 4 == 0
+    assert pack.convp_scratch_bytes(3, 3, 3, 1, 32) == 4 * 52 * 3 * 2 + 102 + 8
+    # in_c % 4 == 0: groups of 4 consecutive taps, (group along the row piece, kernel row)
+    idx = pack.conv_pair_order(3, 3, 16)
+    assert len(idx) == 144 and idx[:16].tolist() == [*range(4), *range(48, 52), *range(96, 100),
+                                                     *range(4, 8)]
+    assert pack.convp_scratch_bytes(3, 3, 16, 1, 32) == 2 * 34 * 16 * 3 + 34 * 16 + 8

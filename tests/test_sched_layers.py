@@ -32,7 +32,7 @@ SAME, VALID = 0, 1
 
 
 def layer_model(seed: int, op: str, hw=(5, 6), c=3, o=5, k=(3, 3), stride=(1, 1),
-                pad=SAME, act="none", per_channel=True, batch=1, dead=False):
+                pad=SAME, act="none", per_channel=True, batch=1, dead=False, y_zp=None):
     """A one-layer int8 model; returns (model bytes, int8 input batch [2, ...]). `dead`: channel
     0 gets a huge bias and a weight scale so small that its output multiplier is ~2^-31 (a
     channel whose output is constant, as in trained models: VWW has such channels)."""
@@ -54,6 +54,7 @@ def layer_model(seed: int, op: str, hw=(5, 6), c=3, o=5, k=(3, 3), stride=(1, 1)
         sw = np.full(1, rng.uniform(0.002, 0.02))
     b = rng.integers(-3000, 3000, o)
     sy, zy = float(rng.uniform(0.02, 0.2)), int(rng.integers(-128, 128))
+    zy = zy if y_zp is None else y_zp
     if dead:
         sw[0] = sy * 2.0**-31 / sx * 1.7
         b[0] = 1_070_000_000
@@ -119,6 +120,30 @@ def cases():
     out.append(("conv_dead", "CONV_2D", dict(hw=(5, 5), c=3, o=5, k=(3, 3), act="relu",
                                              dead=True)))
     out.append(("fc_dead", "FULLY_CONNECTED", dict(c=40, o=7, dead=True)))
+    # TFLite's fused ReLU (output zero point -128: the clamp is the int8 range), the shapes of
+    # the entries specialised on K (mf_*_w16_g<G>): VWW's small-K 1x1s, first layers on RGB
+    # and KWS's 10x4 on one channel, with and without the sign term
+    for name, op, kw in (("g_1x1_k8", "CONV_2D", dict(hw=(5, 7), c=8, o=16, k=(1, 1))),
+                         ("g_1x1_k30", "CONV_2D", dict(hw=(3, 3), c=30, o=10, k=(1, 1))),
+                         # strided 1x1 (ResNet-8's shortcuts): GEMM rows over every 2nd pixel
+                         ("g_1x1_s2", "CONV_2D", dict(hw=(7, 9), c=16, o=8, k=(1, 1),
+                                                      stride=(2, 2))),
+                         ("g_1x1_s21", "CONV_2D", dict(hw=(6, 5), c=5, o=6, k=(1, 1),
+                                                       stride=(2, 1), pad=VALID)),
+                         ("g_im2col_rgb_s2", "CONV_2D", dict(hw=(9, 8), c=3, o=8,
+                                                             stride=(2, 2))),
+                         ("g_rgb_s1", "CONV_2D", dict(hw=(6, 7), c=3, o=16, pad=VALID)),
+                         ("g_im2col_kws", "CONV_2D", dict(hw=(13, 6), c=1, o=12, k=(10, 4),
+                                                          stride=(2, 2))),
+                         ("g_kws_s1", "CONV_2D", dict(hw=(12, 5), c=1, o=12, k=(10, 4))),
+                         ("g_rgb_s12", "CONV_2D", dict(hw=(7, 9), c=3, o=8, stride=(2, 1))),
+                         # whole groups per kernel row, stride 2: im2col (mf_conv_*)
+                         ("g_im2col_s2", "CONV_2D", dict(hw=(9, 7), c=6, o=12, stride=(2, 2))),
+                         ("g_quads_s2", "CONV_2D", dict(hw=(9, 7), c=4, o=12, stride=(2, 2))),
+                         ("g_c16_s1", "CONV_2D", dict(hw=(5, 6), c=6, o=8, k=(2, 2))),
+                         ("g_fc", "FULLY_CONNECTED", dict(c=64, o=12, batch=2))):
+        out.append((name + "_relu", op, dict(kw, act="relu", y_zp=-128)))
+        out.append((name + "_none", op, dict(kw, act="none")))
     return out
 
 
@@ -136,6 +161,10 @@ def test_scheduled_kernel_equals_reference(name, op, kw):
         k = ref if target is None else lower_node(node, g, "k", target)
         if target is not None:
             assert k is not ref and k.scratch, "the schedule should apply"
+        if target is M4 and name.startswith("g_"):
+            assert "_w16_g" in k.schedule, k.schedule  # the K-specialised entry
+            assert k.schedule.startswith("mf_gemm") == ("1x1" in name or "fc" in name)
+            assert k.schedule.startswith("mf_conv_") == ("im2col" in name), k.schedule
         y = np.zeros(g.tensors[g.outputs[0]].size, np.int8)
         run_kernel(k, {"x": x[0].reshape(-1).copy(), "y": y})
         ys.append(y)
@@ -151,8 +180,11 @@ def test_host_c_equals_tflm(name, op, kw):
     np.testing.assert_array_equal(got, want)
 
 
-M4_CASES = (CASES[::4] + [c for c in CASES if c[0].startswith("dw_")][::2]
-            + [c for c in CASES if c[0].startswith(("dw_odd", "dw_quad"))] + CASES[-4:])
+M4_CASES = list({c[0]: c for c in (
+    CASES[::4] + [c for c in CASES if c[0].startswith("dw_")][::2]
+    + [c for c in CASES if c[0].startswith(("dw_odd", "dw_quad"))]
+    + [c for c in CASES if c[0].endswith("_dead")] + [c for c in CASES if c[0].startswith("g_")]
+)}.values())  # each case once
 
 
 @pytest.mark.parametrize("name,op,kw", M4_CASES, ids=[c[0] for c in M4_CASES])

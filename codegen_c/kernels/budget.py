@@ -34,7 +34,7 @@ def fit(target, lowered: dict):
         return target
     wide = []
     for key, k in lowered.items():
-        if k is not None and k.schedule.endswith("_w16"):
+        if k is not None and "_w16" in k.schedule:  # mf_*_w16 and mf_*_w16_g<G>
             w = next(b for b in k.consts if b.name == "w")
             saved = w.data.nbytes // 2  # int16 -> int8
             wide.append((k.macs * W8_EXTRA_PER_MAC / max(saved, 1), key, saved))

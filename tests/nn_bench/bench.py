@@ -28,6 +28,8 @@ SHAPES = [
     ("1x1 8->16 x2304 px (VWW)", "gemm", dict(rows=2304, k=8), 16, 1),
     ("conv 3x3 3->16 s1 32x32 (RN8 1st)", "conv", (32, 32, 3, 3, 3, 1, 1, 1, 1, 32, 32), 16, 1),
     ("conv 3x3 3->8 s2 96x96 (VWW 1st)", "conv", (96, 96, 3, 3, 3, 2, 2, 0, 0, 48, 48), 8, 1),
+    ("conv 3x3 16->32 s2 32x32 (RN8)", "conv", (32, 32, 16, 3, 3, 2, 2, 0, 0, 16, 16), 32, 1),
+    ("conv 3x3 64->64 s1 8x8 (RN8)", "conv", (8, 8, 64, 3, 3, 1, 1, 1, 1, 8, 8), 64, 1),
 ]
 
 
@@ -41,21 +43,34 @@ def _layer(rng, o, k):
 
 def program(fmt: str, rng, act: str = "relu") -> str:
     """act: "relu" (clamp = int8 range, no sign term: TFLite's fused ReLU with zero point -128),
-    "none" (int8 range, sign term), "relu6" (a narrower clamp [-128, 100], sign term)."""
-    lo, hi, sf = {"relu": (-128, 127, 0), "none": (-128, 127, 1), "relu6": (-128, 100, 1)}[act]
+    "none" (int8 range, sign term from the accumulator: signfix 2), "relu6" (a narrower clamp [-128, 100], sign term)."""
+    # "none": signfix 2, what pack.signfix_mode gives for these channels (all shift right)
+    lo, hi, sf = {"relu": (-128, 127, 0), "none": (-128, 127, 2), "relu6": (-128, 100, 1)}[act]
     # volatile: the clamp reaches the kernel as in a model whose layers differ (no IPA constants)
     src = ['#include "mcuforge_nn.h"\n#include "bench.h"\n',
-           f"static volatile int32_t v_lo = {lo}, v_hi = {hi}, v_sf = {sf};\n"]
+           f"static volatile int32_t v_lo = {lo}, v_hi = {hi}, "
+           f"v_sf = {sf | pack.PRE0 if fmt in ('w16g', 'w16pg') else sf};\n"]
     body = []
     scratch = 0
     for i, (name, kind, geo, o, reps) in enumerate(SHAPES):
         k = geo["k"] if kind == "gemm" else geo[3] * geo[4] * geo[2]
+        pair = kind == "conv" and fmt == "w16pg"  # mf_convp_w16_g<G> (no im2col)
         need = (pack.gemm_scratch_bytes(k) if kind == "gemm" else
+                pack.convp_scratch_bytes(geo[3], geo[4], geo[2], geo[6], geo[10]) if pair else
                 pack.conv_scratch_bytes(geo[3], geo[4], geo[2], geo[6], geo[10]))
         scratch = max(scratch, (need + 1) // 2)
         w, bias, rq = _layer(rng, o, k)
-        packed, _ = pack.pack_gemm_weights(w, fmt)
-        wt = "int16_t" if fmt == "w16" else "int8_t"
+        if fmt in ("w16g", "w16pg"):  # the K-specialised entries want 2^pre folded (MF_PRE0)
+            w, bias, rq = pack.fold_pre(w, bias, rq)
+        kp = pack.kpad(k)
+        if pair:
+            w = pack.pair_rows(w, geo[3], geo[4], geo[2])
+            kp = w.shape[1]
+        packed, _ = pack.pack_gemm_weights(w, "w8" if fmt == "w8" else "w16")
+        wt = "int8_t" if fmt == "w8" else "int16_t"
+        # "w16g" / "w16pg": the entries specialised on K (mf_*_w16_g<G>)
+        name_fmt = f"w16_g{kp // 4}" if fmt in ("w16g", "w16pg") and kp <= 64 else (
+            "w16" if fmt in ("w16g", "w16pg") else fmt)
         if kind == "gemm":
             nx, ny, macs = geo["rows"] * k, geo["rows"] * o, geo["rows"] * k * o
         else:
@@ -69,10 +84,10 @@ def program(fmt: str, rng, act: str = "relu") -> str:
             "{%d,%d,%d,%d}" % tuple(r) for r in rq.tolist()) + "};\n")
         tail = f"w{i}, b{i}, rq{i}, {o}, v_lo, v_hi, v_sf, y{i}"
         if kind == "gemm":
-            call = f"mf_gemm_{fmt}(x{i}, {geo['rows']}, {k}, {k}, {tail}, {o}, scratch)"
+            call = f"mf_gemm_{name_fmt}(x{i}, {geo['rows']}, {k}, {k}, {tail}, {o}, scratch)"
         else:
             src.append(f"static const mf_conv_geom g{i} = {{{','.join(map(str, geo))}}};\n")
-            call = f"mf_conv_{fmt}(x{i}, &g{i}, -3, {tail}, scratch)"
+            call = f"mf_conv{'p' if pair else ''}_{name_fmt}(x{i}, &g{i}, -3, {tail}, scratch)"
         body.append(f"""    for (j = 0; j < {nx}; ++j) x{i}[j] = (int8_t)(j * 37 + 11);
     {call};
     t0 = bench_counter_read();
@@ -86,7 +101,7 @@ def program(fmt: str, rng, act: str = "relu") -> str:
     return "".join(src)
 
 
-def measure(opts, fmts=pack.GEMM_FORMATS, act="relu", target="m4"):
+def measure(opts, fmts=("w16", "w16g", "w16pg", "w8"), act="relu", target="m4"):
     """{(fmt, opt): [(shape, instr/MAC)]}"""
     results = {}
     with tempfile.TemporaryDirectory() as d:
