@@ -70,14 +70,14 @@ def geometry(h: int, w: int, c: int, oh: int, ow: int, stride, pad_t: int, pad_l
 
 def _cost(rows: int, width: int, out_rows: int, out_w: int, s: int) -> float:
     """Instructions per channel of mf_dw3x3_s8's DSP body walking `out_rows` rows of out_w
-    outputs (figures measured on mps2-an386): per output row 10 of set-up and 31 (stride 1) or
-    34 (stride 2) per pair of outputs, or 54 (57) per 4 outputs when the width is a multiple of
-    4; an odd row width 17 more per row (its last output alone); widening ~18 per input row + 15
-    per 2 pixels, for 4 channels."""
+    outputs (instruction counts of the asm, checked on mps2-an386): per output row 10 of set-up
+    and 29 (stride 1) or 32 (stride 2) per pair of outputs, or 54 (57) per 4 outputs when the
+    width is a multiple of 4; an odd row width 16 more per row (its last output alone);
+    widening ~18 per input row + 15 per 2 pixels, for 4 channels."""
     if out_w % 4 == 0:
         row = (54 if s == 1 else 57) * (out_w // 4)
     else:
-        row = (31 if s == 1 else 34) * (out_w // 2) + (17 if out_w & 1 else 0)
+        row = (29 if s == 1 else 32) * (out_w // 2) + (16 if out_w & 1 else 0)
     compute = out_rows * (10 + row)
     return compute + rows * (18 + 15 * width / 2) / CB
 

@@ -25,9 +25,9 @@
  *   2.38, s2 4.48; 3x3x256 s1 3.53 (per-row and per-channel costs dominate there)
  * The flags hardly matter (the hot loops are asm): -O2 is 1-3% ahead of -Os. Same counts on
  * Cortex-M7 (mps2-an500). Portable body on the M4 (-DMF_USE_DSP=0, -O2): 5.4 / 5.3 / 8.0 / 6.2.
- * Where it goes (stride 1): 31 instructions per pair of outputs (LDMDB, 3 x (LDRD + 4 MAC),
- * LDM, 2 SMMLAR, 2 ASR, 2 SSAT, 2 STRB, ADD, SUBS, STRD, BNE; stride 2: 34), 10 per output row,
- * ~20 per channel and band, an odd row width 17 more per row (its last output alone); a row
+ * Where it goes (stride 1): 29 instructions per pair of outputs (LDMDB, 3 x (LDRD + 4 MAC),
+ * LDM, 2 SMMLAR, 2 ASR, 2 SSAT, 2 STRB, ADD, SUBS, STRD, BNE; stride 2: 32), 10 per output row,
+ * ~20 per channel and band, an odd row width 16 more per row (its last output alone); a row
  * width that is a multiple of 4 runs 4 outputs per iteration: 54 (stride 2: 57); widening
  * 15 per 2 pixels of 4 channels + 18 per row. Cycles on a real M4 are higher than instructions:
  * each LDMDB/LDM of 8 registers takes 9 cycles, LDRD 2-3, a taken branch 2-4: about 55 cycles
@@ -276,7 +276,7 @@ MF_DW_INLINE void mf_dw_chan(const int16_t *r0, int pw, int nrows, int ow, int c
  *   lr[8..11]   dp do npairs rows: row-to-row steps of the pointers (bytes) and of o, rows left
  *   lr[12..19]  record plane channels rowbase0 y0 pwb npairs rows0     (the channel loop)
  * Pair of outputs: r6, r8 accumulators; r9-r11 kernel-row pointers; r12, r7 data words.
- * Per pair of outputs at stride 1: 31 instructions (LDMDB, 3 x (LDRD + 4 MAC), LDM, 2 SMMLAR,
+ * Per pair of outputs at stride 1: 29 instructions (LDMDB, 3 x (LDRD + 4 MAC), LDM, 2 SMMLAR,
  * 2 ASR, 2 SSAT, 2 STRB, ADD, SUBS, STRD, BNE); per output row 10, per channel ~20. */
 #define MF_DW_R1(P, WA, WB)                                                                   \
     "ldrd r12, r7, [" P "], #4\n\t"                                                            \
@@ -357,8 +357,8 @@ MF_DW_INLINE void mf_dw_chan(const int16_t *r0, int pw, int nrows, int ow, int c
     "pop {r0-r12, lr}\n\t"
 
 /* An odd row width: the last output of every row on its own, after the row's pairs (r9-r11
- * already point at its window, r7 at its output): 17 instructions (LDMDB, 3 x (LDRD + 2 MAC),
- * LDM, SMMLAR, ASR, SSAT, STRB, ADD) where a second pass over the rows cost 41 per row and ~20
+ * already point at its window, r7 at its output): 16 instructions (LDMDB, 3 x (LDRD + 2 MAC),
+ * LDM, SMMLAR, ASR, SSAT, STRB, ADD) where a second pass over the rows cost 39 per row and ~20
  * per channel. The window is columns s*x..s*x+3 at both strides. */
 #define MF_DW_ODD(SF, CL)                                                                      \
     "ldmdb lr, {r0-r6, r8}\n\t"                                                                \
@@ -412,7 +412,7 @@ MF_MICRO void mf_dw_run(int32_t *m, int v, int odd) {
  *   lr[0..7]    mult add post c o n lo hi        lr[8..19] as in MF_DW_ASM
  * Row pointers r8-r10, data words r11, r12. Per 4 outputs at stride 1: 54 instructions
  * (LDMDB, 3 x (LDRD + LDR + 8 MAC), LDRD, LDM, 4 SMMLAR, 4 ASR, 4 SSAT, 4 STRB, 2 ADD, SUBS,
- * STRD, BNE; stride 2: 57) where two pairs cost 62 (68). */
+ * STRD, BNE; stride 2: 57) where two pairs cost 58 (64). */
 #define MF_DW_Q1(P, KA, KB)                                                                    \
     "ldrd r11, r12, [" P "], #8\n\t" /* columns x..x+3 */                                      \
     "smlad r4, r11, " KA ", r4\n\t"                                                            \
