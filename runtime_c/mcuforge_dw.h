@@ -17,12 +17,12 @@
  * Instructions per MAC on QEMU mps2-an386 (Cortex-M4), arm-none-eabi-gcc 12.2, widening and
  * all overheads included, default 4 KB scratch budget (tests/nn_bench/dw_bench.py):
  *                                 -O2    -Os                               scratch
- *   KWS  25x5x64   s1 SAME       1.99   2.01                             1568 B
- *   VWW  48x48x8   s1 SAME       1.82   1.85                             4000 B
- *   VWW  48x48x16  s2 SAME       2.72   2.79                             3600 B
- *   VWW  6x6x256   s1 SAME       2.37   2.39                              512 B
- *   other VWW layers (-O2): 24x24x32 s1 1.87, s2 2.92; 12x12x64 s1 1.93, s2 3.31; 6x6x128 s1
- *   2.38, s2 4.48; 3x3x256 s1 3.53 (per-row and per-channel costs dominate there)
+ *   KWS  25x5x64   s1 SAME       2.01   2.02                             1568 B
+ *   VWW  48x48x8   s1 SAME       1.83   1.85                             4000 B
+ *   VWW  48x48x16  s2 SAME       2.75   2.81                             3600 B
+ *   VWW  6x6x256   s1 SAME       2.28   2.32                             4096 B
+ *   other VWW layers (-O2): 24x24x32 s1 1.88, s2 2.96; 12x12x64 s1 1.94, s2 3.34; 6x6x128 s1
+ *   2.34, s2 4.31; 3x3x256 s1 3.14 (per-row and per-channel costs dominate there)
  * The flags hardly matter (the hot loops are asm): -O2 is 1-3% ahead of -Os. Same counts on
  * Cortex-M7 (mps2-an500). Portable body on the M4 (-DMF_USE_DSP=0, -O2): 5.4 / 5.3 / 8.0 / 6.2.
  * Where it goes (stride 1): 29 instructions per pair of outputs (LDMDB, 3 x (LDRD + 4 MAC),
@@ -32,7 +32,8 @@
  * 15 per 2 pixels of 4 channels + 18 per row. Cycles on a real M4 are higher than instructions:
  * each LDMDB/LDM of 8 registers takes 9 cycles, LDRD 2-3, a taken branch 2-4: about 55 cycles
  * per pair, ~3 cycles per MAC in the core.
- * Code: ~9.4 KB (24 specialisations: stride, sign term, clamp; pairs, pairs + odd, quads).
+ * Small images (pack_dw.SMALL) take g->cg > 4 channels a pass: the per-pass set-up is shared.
+ * Code: ~9.6 KB (24 specialisations: stride, sign term, clamp; pairs, pairs + odd, quads).
  * Stack: ~200 bytes.
  */
 #ifndef MCUFORGE_DW_H
@@ -63,6 +64,8 @@ typedef struct {
     /* the scratch, in the kernel's view (h, w, oh, ow, pad_t, pad_l swapped when transpose): */
     int16_t pw;            /* int16 per row: even, >= pad_l + w, >= s * (ow rounded to even) + 2 */
     int16_t rows;          /* rows per channel: (output rows per band - 1) * stride + 3 */
+    int16_t cg;            /* channels per pass, a multiple of MF_DW_CB: more than 4 only when
+                            * one band holds the image (small images: per-pass costs shared) */
 } mf_dw_geom;
 
 /* ---- the portable body's primitives: the DSP instructions' integers in C --------------- */
@@ -210,6 +213,13 @@ MF_DW_INLINE void mf_dw_widen_rows(const int8_t *x, int xr, int nrows, int w, in
     }
 #endif
     for (; nrows > 0; --nrows, x += xr, dst += pw) mf_dw_widen(x, w, xp, nc, dst, plane);
+}
+
+/* nc channels in groups of 4 (one 32-bit load a pixel), each group its planes further on. */
+MF_MICRO void mf_dw_widen_group(const int8_t *x, int xr, int nrows, int w, int xp, int nc,
+                                int16_t *dst, int pw, int plane) {
+    for (; nc > 0; nc -= MF_DW_CB, x += MF_DW_CB, dst += MF_DW_CB * plane)
+        mf_dw_widen_rows(x, xr, nrows, w, xp, nc < MF_DW_CB ? nc : MF_DW_CB, dst, pw, plane);
 }
 
 /* Two adjacent outputs of one kernel row: stride 1 reads columns x..x+3 (words u, v), stride 2
@@ -595,7 +605,7 @@ MF_MICRO void mf_dw_chans(const int16_t *r0, int plane, int nch, int pw, int nro
  *   x_zp     input zero point: fills the padding
  *   lo, hi   output clamp of the fused activation, -128 <= lo <= hi <= 127
  *   signfix  pack.needs_signfix(y_zp, lo)
- *   scratch  int16 [MF_DW_CB][g->rows][g->pw], caller-provided, 4-BYTE ALIGNED (LDRD faults
+ *   scratch  int16 [g->cg][g->rows][g->pw], caller-provided, 4-BYTE ALIGNED (LDRD faults
  *            otherwise): pack_dw.scratch_bytes(g) bytes; free again on return
  * Padding bottom/right is whatever the output size implies (zero point as well). */
 MF_MICRO void mf_dw3x3_s8(const int8_t *x, int8_t *y, const int32_t *pk, const mf_dw_geom *g,
@@ -615,9 +625,9 @@ MF_MICRO void mf_dw3x3_s8(const int8_t *x, int8_t *y, const int32_t *pk, const m
     int c0, oy0;
     /* every border column is x_zp for good; data columns are rewritten per row, and rows of
      * zero-point padding refilled unless the layer is one band (its padding rows never change) */
-    mf_dw_fill(scratch, MF_DW_CB * plane, zz);
-    for (c0 = 0; c0 < c; c0 += MF_DW_CB) {
-        const int nc = c - c0 < MF_DW_CB ? c - c0 : MF_DW_CB;
+    mf_dw_fill(scratch, g->cg * plane, zz);
+    for (c0 = 0; c0 < c; c0 += g->cg) {
+        const int nc = c - c0 < g->cg ? c - c0 : g->cg;
         for (oy0 = 0; oy0 < oh; oy0 += band) {
             const int nb = oh - oy0 < band ? oh - oy0 : band;
             const int iy0 = oy0 * s - pad_t;
@@ -631,8 +641,8 @@ MF_MICRO void mf_dw3x3_s8(const int8_t *x, int8_t *y, const int32_t *pk, const m
                 mf_dw_copy(scratch + k * plane, scratch + k * plane + band * s * pw,
                            keep * pw / 2);
             if (r1 > r0)
-                mf_dw_widen_rows(x + (iy0 + r0) * xr + c0, xr, r1 - r0, w, xp, nc,
-                                 scratch + r0 * pw + pad_l, pw, plane);
+                mf_dw_widen_group(x + (iy0 + r0) * xr + c0, xr, r1 - r0, w, xp, nc,
+                                  scratch + r0 * pw + pad_l, pw, plane);
             for (r = keep; r < nr && band < oh; ++r) /* zero-point rows where data was before */
                 if (r < r0 || r >= r1)
                     for (k = 0; k < nc; ++k)

@@ -116,6 +116,8 @@ def cases():
     out.append(("dw_quad", "DEPTHWISE_CONV_2D", dict(hw=(3, 8), c=6, act="relu6")))
     out.append(("dw_quad_s2", "DEPTHWISE_CONV_2D", dict(hw=(5, 17), c=5, stride=(2, 2),
                                                         pad=VALID)))
+    # a small image with more channels than one pass of the scratch holds (passes of cg > 4)
+    out.append(("dw_wide", "DEPTHWISE_CONV_2D", dict(hw=(5, 6), c=70, act="relu")))
     out.append(("conv1x1_dead", "CONV_2D", dict(hw=(3, 3), c=16, o=6, k=(1, 1), dead=True)))
     out.append(("conv_dead", "CONV_2D", dict(hw=(5, 5), c=3, o=5, k=(3, 3), act="relu",
                                              dead=True)))
@@ -182,7 +184,7 @@ def test_host_c_equals_tflm(name, op, kw):
 
 M4_CASES = list({c[0]: c for c in (
     CASES[::4] + [c for c in CASES if c[0].startswith("dw_")][::2]
-    + [c for c in CASES if c[0].startswith(("dw_odd", "dw_quad"))]
+    + [c for c in CASES if c[0].startswith(("dw_odd", "dw_quad", "dw_wide"))]
     + [c for c in CASES if c[0].endswith("_dead")] + [c for c in CASES if c[0].startswith("g_")]
 )}.values())  # each case once
 
