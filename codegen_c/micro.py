@@ -126,7 +126,8 @@ for _g in range(1, 17):
     INTRINSICS[f"mf_convp_w16_g{_g}"] = INTRINSICS["mf_convp_w16"]
 
 
-DW_GEOM = ("h", "w", "c", "oh", "ow", "stride", "pad_t", "pad_l", "transpose", "pw", "rows")
+DW_GEOM = ("h", "w", "c", "oh", "ow", "stride", "pad_t", "pad_l", "transpose", "pw", "rows",
+           "cg")
 
 
 def _dw3x3(x, y, pk, geom, x_zp, lo, hi, signfix, scratch):
@@ -135,7 +136,7 @@ def _dw3x3(x, y, pk, geom, x_zp, lo, hi, signfix, scratch):
     when `transpose`."""
     g = dict(zip(DW_GEOM, (int(v) for v in geom[:len(DW_GEOM)])))
     h, w, c, s = g["h"], g["w"], g["c"], g["stride"]
-    _scratch(scratch, 4 * g["rows"] * g["pw"] * 2, "mf_dw3x3_s8")  # a band of 4 channels
+    _scratch(scratch, g["cg"] * g["rows"] * g["pw"] * 2, "mf_dw3x3_s8")  # a band of cg channels
     rec = np.asarray(pk[:10 * c], np.int64).reshape(c, 10)
 
     def half(v, upper):

@@ -17,8 +17,9 @@ Use (per layer; TFLite weights [1, 3, 3, C], TFLM's per-channel mult/shift, acti
     #                (int16_t *)(void *)SCRATCH);
 
 Scratch: the kernel widens a band of input rows of 4 channels (MF_DW_CB) to planar int16 rows
-with zero-point borders. 4 channels is the unit of one 32-bit NHWC load; more channels per band
-would not save instructions (the per-channel work does not depend on it) but would cost RAM. The
+with zero-point borders. 4 channels is the unit of one 32-bit NHWC load; small images (at most
+SMALL outputs a channel, one band) take cg channels a pass, as many as the budget holds, which
+shares the per-pass set-up; elsewhere more channels would cost RAM for ~1% of instructions. The
 band holds as many output rows as `budget` bytes allow (all of them when the layer is small: KWS
 1.6 KB, VWW 6x6x256 0.5 KB), at least one (3 rows of 4 channels). The rows two bands share are
 copied, not widened again; the price of a small budget is per-band overhead. Measured on VWW's
@@ -35,8 +36,13 @@ from codegen_c import pack
 CB = 4      # MF_DW_CB
 REC = 10    # MF_DW_REC: 6 weight pairs, bias, mult, add, post
 DEFAULT_BUDGET = 4096
+# Outputs per channel up to which a layer widens more than 4 channels a pass (geometry's cg): a
+# pass costs ~130 instructions of set-up (widening and kernel calls), ~6% of 4 channels' work at
+# 6x6 outputs (VWW 6x6x128: -2.7 K instructions a layer, 3x3x256: -8.8 K), ~1% at 12x12 or KWS's
+# 25x5, where the larger scratch would cost RAM for nothing.
+SMALL = 64
 GEOM_FIELDS = ("h", "w", "c", "oh", "ow", "stride", "pad_t", "pad_l", "transpose", "pw",
-               "rows")  # mf_dw_geom, in struct order
+               "rows", "cg")  # mf_dw_geom, in struct order
 
 
 def geometry(h: int, w: int, c: int, oh: int, ow: int, stride, pad_t: int, pad_l: int,
@@ -61,8 +67,11 @@ def geometry(h: int, w: int, c: int, oh: int, ow: int, stride, pad_t: int, pad_l
     row_bytes = CB * pw * 2
     band = max(1, min(voh, ((budget // row_bytes) - 3) // s + 1))
     rows = (band - 1) * s + 3
+    cg = CB
+    if band >= voh and oh * ow <= SMALL:  # a small image: as many channels a pass as fit
+        cg = max(CB, min(-(-c // CB) * CB, budget // (rows * pw * 2) // CB * CB))
     g = dict(h=h, w=w, c=c, oh=oh, ow=ow, stride=s, pad_t=pad_t, pad_l=pad_l,
-             transpose=transpose, pw=pw, rows=rows)
+             transpose=transpose, pw=pw, rows=rows, cg=cg)
     if max(g.values()) > 2**15 - 1 or (oh * ow * c) > 2**31 - 1:
         return None
     return g
@@ -70,17 +79,21 @@ def geometry(h: int, w: int, c: int, oh: int, ow: int, stride, pad_t: int, pad_l
 
 def _cost(rows: int, width: int, out_rows: int, out_w: int, s: int) -> float:
     """Instructions per channel of mf_dw3x3_s8's DSP body walking `out_rows` rows of out_w
-    outputs (figures measured on mps2-an386): per output row 10 of set-up and 31 (stride 1) or
-    34 (stride 2) per pair of outputs; an odd row width a second pass of 41 per row; widening
-    ~18 per input row + 15 per 2 pixels, for 4 channels."""
-    pair = 31 if s == 1 else 34
-    compute = out_rows * (10 + pair * (out_w // 2)) + (out_rows * 41 + 20 if out_w & 1 else 0)
+    outputs (instruction counts of the asm, checked on mps2-an386): per output row 10 of set-up
+    and 29 (stride 1) or 32 (stride 2) per pair of outputs, or 54 (57) per 4 outputs when the
+    width is a multiple of 4; an odd row width 16 more per row (its last output alone);
+    widening ~18 per input row + 15 per 2 pixels, for 4 channels."""
+    if out_w % 4 == 0:
+        row = (54 if s == 1 else 57) * (out_w // 4)
+    else:
+        row = (29 if s == 1 else 32) * (out_w // 2) + (16 if out_w & 1 else 0)
+    compute = out_rows * (10 + row)
     return compute + rows * (18 + 15 * width / 2) / CB
 
 
 def scratch_bytes(geom: dict) -> int:
     """Bytes of the int16 scratch mf_dw3x3_s8 needs (4-byte aligned)."""
-    return CB * geom["rows"] * geom["pw"] * 2
+    return geom["cg"] * geom["rows"] * geom["pw"] * 2
 
 
 def pack_dw(weights, bias, x_zp: int, mults, shifts, y_zp: int,

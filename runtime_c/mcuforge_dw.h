@@ -16,22 +16,25 @@
  *
  * Instructions per MAC on QEMU mps2-an386 (Cortex-M4), arm-none-eabi-gcc 12.2, widening and
  * all overheads included, default 4 KB scratch budget (tests/nn_bench/dw_bench.py):
- *                                 -O2    -Os    -O2 -fno-schedule-insns   scratch
- *   KWS  25x5x64   s1 SAME       2.12   2.14   2.12                      1568 B
- *   VWW  48x48x8   s1 SAME       1.93   1.96   1.93                      4000 B
- *   VWW  48x48x16  s2 SAME       2.91   2.99   2.91                      3600 B
- *   VWW  6x6x256   s1 SAME       2.37   2.39   2.37                       512 B
- *   other VWW layers (-O2): 24x24x32 s1 1.98, s2 3.11; 12x12x64 s1 2.04, s2 3.31; 6x6x128 s1
- *   2.38, s2 5.78; 3x3x256 s1 4.73 (per-row, per-channel and odd-width costs dominate there)
+ *                                 -O2    -Os                               scratch
+ *   KWS  25x5x64   s1 SAME       2.01   2.02                             1568 B
+ *   VWW  48x48x8   s1 SAME       1.83   1.85                             4000 B
+ *   VWW  48x48x16  s2 SAME       2.75   2.81                             3600 B
+ *   VWW  6x6x256   s1 SAME       2.28   2.32                             4096 B
+ *   other VWW layers (-O2): 24x24x32 s1 1.88, s2 2.96; 12x12x64 s1 1.94, s2 3.34; 6x6x128 s1
+ *   2.34, s2 4.31; 3x3x256 s1 3.14 (per-row and per-channel costs dominate there)
  * The flags hardly matter (the hot loops are asm): -O2 is 1-3% ahead of -Os. Same counts on
  * Cortex-M7 (mps2-an500). Portable body on the M4 (-DMF_USE_DSP=0, -O2): 5.4 / 5.3 / 8.0 / 6.2.
- * Where it goes (stride 1): 31 instructions per pair of outputs (LDMDB, 3 x (LDRD + 4 MAC),
- * LDM, 2 SMMLAR, 2 ASR, 2 SSAT, 2 STRB, ADD, SUBS, STRD, BNE; stride 2: 34), 10 per output row,
- * ~20 per channel and band, an odd row width one more pair per row; widening 15 per 2 pixels of
- * 4 channels + 18 per row. Cycles on a real M4 are higher than instructions: each LDMDB/LDM of 8
- * registers takes 9 cycles, LDRD 2-3, a taken branch 2-4: about 55 cycles per pair, ~3 cycles
- * per MAC in the core.
- * Code: ~3.7 KB (8 specialisations: stride, sign term, clamp). Stack: ~200 bytes.
+ * Where it goes (stride 1): 29 instructions per pair of outputs (LDMDB, 3 x (LDRD + 4 MAC),
+ * LDM, 2 SMMLAR, 2 ASR, 2 SSAT, 2 STRB, ADD, SUBS, STRD, BNE; stride 2: 32), 10 per output row,
+ * ~20 per channel and band, an odd row width 16 more per row (its last output alone); a row
+ * width that is a multiple of 4 runs 4 outputs per iteration: 54 (stride 2: 57); widening
+ * 15 per 2 pixels of 4 channels + 18 per row. Cycles on a real M4 are higher than instructions:
+ * each LDMDB/LDM of 8 registers takes 9 cycles, LDRD 2-3, a taken branch 2-4: about 55 cycles
+ * per pair, ~3 cycles per MAC in the core.
+ * Small images (pack_dw.SMALL) take g->cg > 4 channels a pass: the per-pass set-up is shared.
+ * Code: ~9.6 KB (24 specialisations: stride, sign term, clamp; pairs, pairs + odd, quads).
+ * Stack: ~200 bytes.
  */
 #ifndef MCUFORGE_DW_H
 #define MCUFORGE_DW_H
@@ -61,6 +64,8 @@ typedef struct {
     /* the scratch, in the kernel's view (h, w, oh, ow, pad_t, pad_l swapped when transpose): */
     int16_t pw;            /* int16 per row: even, >= pad_l + w, >= s * (ow rounded to even) + 2 */
     int16_t rows;          /* rows per channel: (output rows per band - 1) * stride + 3 */
+    int16_t cg;            /* channels per pass, a multiple of MF_DW_CB: more than 4 only when
+                            * one band holds the image (small images: per-pass costs shared) */
 } mf_dw_geom;
 
 /* ---- the portable body's primitives: the DSP instructions' integers in C --------------- */
@@ -210,6 +215,13 @@ MF_DW_INLINE void mf_dw_widen_rows(const int8_t *x, int xr, int nrows, int w, in
     for (; nrows > 0; --nrows, x += xr, dst += pw) mf_dw_widen(x, w, xp, nc, dst, plane);
 }
 
+/* nc channels in groups of 4 (one 32-bit load a pixel), each group its planes further on. */
+MF_MICRO void mf_dw_widen_group(const int8_t *x, int xr, int nrows, int w, int xp, int nc,
+                                int16_t *dst, int pw, int plane) {
+    for (; nc > 0; nc -= MF_DW_CB, x += MF_DW_CB, dst += MF_DW_CB * plane)
+        mf_dw_widen_rows(x, xr, nrows, w, xp, nc < MF_DW_CB ? nc : MF_DW_CB, dst, pw, plane);
+}
+
 /* Two adjacent outputs of one kernel row: stride 1 reads columns x..x+3 (words u, v), stride 2
  * columns 2x..2x+5 (u, v, t). */
 #define MF_DW_ROW1(p, k01, k12)                                                              \
@@ -274,7 +286,7 @@ MF_DW_INLINE void mf_dw_chan(const int16_t *r0, int pw, int nrows, int ow, int c
  *   lr[8..11]   dp do npairs rows: row-to-row steps of the pointers (bytes) and of o, rows left
  *   lr[12..19]  record plane channels rowbase0 y0 pwb npairs rows0     (the channel loop)
  * Pair of outputs: r6, r8 accumulators; r9-r11 kernel-row pointers; r12, r7 data words.
- * Per pair of outputs at stride 1: 31 instructions (LDMDB, 3 x (LDRD + 4 MAC), LDM, 2 SMMLAR,
+ * Per pair of outputs at stride 1: 29 instructions (LDMDB, 3 x (LDRD + 4 MAC), LDM, 2 SMMLAR,
  * 2 ASR, 2 SSAT, 2 STRB, ADD, SUBS, STRD, BNE); per output row 10, per channel ~20. */
 #define MF_DW_R1(P, WA, WB)                                                                   \
     "ldrd r12, r7, [" P "], #4\n\t"                                                            \
@@ -299,7 +311,7 @@ MF_DW_INLINE void mf_dw_chan(const int16_t *r0, int pw, int nrows, int ow, int c
 #define MF_DW_CL1                                                                              \
     "cmp r6, r3\n\tit lt\n\tmovlt r6, r3\n\tcmp r6, r4\n\tit gt\n\tmovgt r6, r4\n\t"             \
     "cmp r8, r3\n\tit lt\n\tmovlt r8, r3\n\tcmp r8, r4\n\tit gt\n\tmovgt r8, r4\n\t"
-#define MF_DW_ASM(ROW, SF, CL)                                                                \
+#define MF_DW_ASM(ROW, SF, CL, ODD)                                                           \
     "push {r0-r12, lr}\n\t"                                                                    \
     "mov lr, %0\n"                                                                             \
     "5:\n\t" /* channel: its record to lr[-8..2]; row pointers, o, n, rows */                 \
@@ -337,6 +349,7 @@ MF_DW_INLINE void mf_dw_chan(const int16_t *r0, int pw, int nrows, int ow, int c
     "subs r12, r12, #1\n\t"                                                                    \
     "strd r7, r12, [lr, #24]\n\t"                                                              \
     "bne 2b\n\t"                                                                               \
+    ODD                                                                                        \
     /* next output row: pointers and o by constant steps, n again */                           \
     "add r0, lr, #32\n\t"                                                                      \
     "ldm r0, {r1-r4}\n\t" /* dp do npairs rows */                                              \
@@ -353,45 +366,208 @@ MF_DW_INLINE void mf_dw_chan(const int16_t *r0, int pw, int nrows, int ow, int c
     "bne 5b\n\t"                                                                               \
     "pop {r0-r12, lr}\n\t"
 
-#define MF_DW_RUN(ROW, SF, CL) __asm__ volatile(MF_DW_ASM(ROW, SF, CL) : : "r"(m) : "memory", "cc")
+/* An odd row width: the last output of every row on its own, after the row's pairs (r9-r11
+ * already point at its window, r7 at its output): 16 instructions (LDMDB, 3 x (LDRD + 2 MAC),
+ * LDM, SMMLAR, ASR, SSAT, STRB, ADD) where a second pass over the rows cost 39 per row and ~20
+ * per channel. The window is columns s*x..s*x+3 at both strides. */
+#define MF_DW_ODD(SF, CL)                                                                      \
+    "ldmdb lr, {r0-r6, r8}\n\t"                                                                \
+    "ldrd r12, r7, [r9]\n\t"                                                                   \
+    "smlad r6, r12, r0, r6\n\t"                                                                \
+    "smlabt r6, r7, r1, r6\n\t"                                                                \
+    "ldrd r12, r7, [r10]\n\t"                                                                  \
+    "smlad r6, r12, r2, r6\n\t"                                                                \
+    "smlabt r6, r7, r3, r6\n\t"                                                                \
+    "ldrd r12, r7, [r11]\n\t"                                                                  \
+    "smlad r6, r12, r4, r6\n\t"                                                                \
+    "smlabt r6, r7, r5, r6\n\t"                                                                \
+    "ldm lr, {r0-r5, r7}\n\t"                                                                  \
+    SF                                                                                         \
+    "asr r6, r6, r2\n\t"                                                                       \
+    "ssat r6, #8, r6\n\t"                                                                      \
+    CL                                                                                         \
+    "strb r6, [r7]\n\t"                                                                        \
+    "add r7, r7, r5\n\t"
+#define MF_DW_OSF0 "smmlar r6, r6, r0, r1\n\t"
+#define MF_DW_OSF1 "smmulr r6, r6, r0\n\tadd r6, r6, r6, asr #31\n\tadd r6, r6, r1\n\t"
+#define MF_DW_OCL1 "cmp r6, r3\n\tit lt\n\tmovlt r6, r3\n\tcmp r6, r4\n\tit gt\n\tmovgt r6, r4\n\t"
 
-/* One run of the asm over the channels and rows described by m; v: stride 2, sign, clamp. */
-MF_MICRO void mf_dw_run(int32_t *m, int v) {
+#define MF_DW_RUN(ROW, SF, CL, ODD)                                                            \
+    __asm__ volatile(MF_DW_ASM(ROW, SF, CL, ODD) : : "r"(m) : "memory", "cc")
+#define MF_DW_RUN4(ROW, SF, CL, OSF, OCL)                                                      \
+    do {                                                                                       \
+        if (odd) MF_DW_RUN(ROW, SF, CL, MF_DW_ODD(OSF, OCL));                                  \
+        else MF_DW_RUN(ROW, SF, CL, "");                                                       \
+    } while (0)
+
+/* One run of the asm over the channels and rows described by m; v: stride 2, sign, clamp;
+ * odd: each row ends with one output more than its pairs. */
+MF_MICRO void mf_dw_run(int32_t *m, int v, int odd) {
     switch (v) {
-    case 0: MF_DW_RUN(MF_DW_R1, MF_DW_SF0, MF_DW_CL0); break;
-    case 1: MF_DW_RUN(MF_DW_R1, MF_DW_SF0, MF_DW_CL1); break;
-    case 2: MF_DW_RUN(MF_DW_R1, MF_DW_SF1, MF_DW_CL0); break;
-    case 3: MF_DW_RUN(MF_DW_R1, MF_DW_SF1, MF_DW_CL1); break;
-    case 4: MF_DW_RUN(MF_DW_R2, MF_DW_SF0, MF_DW_CL0); break;
-    case 5: MF_DW_RUN(MF_DW_R2, MF_DW_SF0, MF_DW_CL1); break;
-    case 6: MF_DW_RUN(MF_DW_R2, MF_DW_SF1, MF_DW_CL0); break;
-    default: MF_DW_RUN(MF_DW_R2, MF_DW_SF1, MF_DW_CL1); break;
+    case 0: MF_DW_RUN4(MF_DW_R1, MF_DW_SF0, MF_DW_CL0, MF_DW_OSF0, MF_DW_CL0); break;
+    case 1: MF_DW_RUN4(MF_DW_R1, MF_DW_SF0, MF_DW_CL1, MF_DW_OSF0, MF_DW_OCL1); break;
+    case 2: MF_DW_RUN4(MF_DW_R1, MF_DW_SF1, MF_DW_CL0, MF_DW_OSF1, MF_DW_CL0); break;
+    case 3: MF_DW_RUN4(MF_DW_R1, MF_DW_SF1, MF_DW_CL1, MF_DW_OSF1, MF_DW_OCL1); break;
+    case 4: MF_DW_RUN4(MF_DW_R2, MF_DW_SF0, MF_DW_CL0, MF_DW_OSF0, MF_DW_CL0); break;
+    case 5: MF_DW_RUN4(MF_DW_R2, MF_DW_SF0, MF_DW_CL1, MF_DW_OSF0, MF_DW_OCL1); break;
+    case 6: MF_DW_RUN4(MF_DW_R2, MF_DW_SF1, MF_DW_CL0, MF_DW_OSF1, MF_DW_CL0); break;
+    default: MF_DW_RUN4(MF_DW_R2, MF_DW_SF1, MF_DW_CL1, MF_DW_OSF1, MF_DW_OCL1); break;
+    }
+}
+
+/* Rows whose width is a multiple of 4: four outputs per iteration (accumulators r4-r7) halve
+ * the per-output loop and state reloads. Weights of kernel rows 0 and 1 and four copies of the
+ * bias come with one LDMDB, row 2's with an LDRD once row 0 is done:
+ *   lr[-10..-9] k01c k12c   lr[-8..-1] k01a k12a k01b k12b bias x 4   (LDMDB: r0-r7)
+ *   lr[0..7]    mult add post c o n lo hi        lr[8..19] as in MF_DW_ASM
+ * Row pointers r8-r10, data words r11, r12. Per 4 outputs at stride 1: 54 instructions
+ * (LDMDB, 3 x (LDRD + LDR + 8 MAC), LDRD, LDM, 4 SMMLAR, 4 ASR, 4 SSAT, 4 STRB, 2 ADD, SUBS,
+ * STRD, BNE; stride 2: 57) where two pairs cost 58 (64). */
+#define MF_DW_Q1(P, KA, KB)                                                                    \
+    "ldrd r11, r12, [" P "], #8\n\t" /* columns x..x+3 */                                      \
+    "smlad r4, r11, " KA ", r4\n\t"                                                            \
+    "smlatb r5, r11, " KA ", r5\n\t"                                                           \
+    "smlabt r4, r12, " KB ", r4\n\t"                                                           \
+    "smlad r5, r12, " KB ", r5\n\t"                                                            \
+    "smlad r6, r12, " KA ", r6\n\t"                                                            \
+    "smlatb r7, r12, " KA ", r7\n\t"                                                           \
+    "ldr r11, [" P "]\n\t" /* x+4, x+5 */                                                      \
+    "smlabt r6, r11, " KB ", r6\n\t"                                                           \
+    "smlad r7, r11, " KB ", r7\n\t"
+#define MF_DW_Q2(P, KA, KB)                                                                    \
+    "ldrd r11, r12, [" P "], #8\n\t" /* columns 2x..2x+3 */                                    \
+    "smlad r4, r11, " KA ", r4\n\t"                                                            \
+    "smlabt r4, r12, " KB ", r4\n\t"                                                           \
+    "smlad r5, r12, " KA ", r5\n\t"                                                            \
+    "ldrd r11, r12, [" P "], #8\n\t" /* 2x+4..2x+7 */                                          \
+    "smlabt r5, r11, " KB ", r5\n\t"                                                           \
+    "smlad r6, r11, " KA ", r6\n\t"                                                            \
+    "smlabt r6, r12, " KB ", r6\n\t"                                                           \
+    "smlad r7, r12, " KA ", r7\n\t"                                                            \
+    "ldr r11, [" P "]\n\t" /* 2x+8 */                                                          \
+    "smlabt r7, r11, " KB ", r7\n\t"
+#define MF_DW_QSF0                                                                             \
+    "smmlar r4, r4, r0, r1\n\tsmmlar r5, r5, r0, r1\n\t"                                        \
+    "smmlar r6, r6, r0, r1\n\tsmmlar r7, r7, r0, r1\n\t"
+#define MF_DW_QSF1                                                                             \
+    "smmulr r4, r4, r0\n\tsmmulr r5, r5, r0\n\tsmmulr r6, r6, r0\n\tsmmulr r7, r7, r0\n\t"       \
+    "add r4, r4, r4, asr #31\n\tadd r5, r5, r5, asr #31\n\t"                                    \
+    "add r6, r6, r6, asr #31\n\tadd r7, r7, r7, asr #31\n\t"                                    \
+    "add r4, r4, r1\n\tadd r5, r5, r1\n\tadd r6, r6, r1\n\tadd r7, r7, r1\n\t"
+#define MF_DW_QCLR(R)                                                                          \
+    "cmp " R ", r0\n\tit lt\n\tmovlt " R ", r0\n\tcmp " R ", r1\n\tit gt\n\tmovgt " R ", r1\n\t"
+#define MF_DW_QCL1                                                                             \
+    "ldrd r0, r1, [lr, #24]\n\t" MF_DW_QCLR("r4") MF_DW_QCLR("r5") MF_DW_QCLR("r6")             \
+    MF_DW_QCLR("r7")
+#define MF_DW_QASM(ROW, SF, CL)                                                                \
+    "push {r0-r12, lr}\n\t"                                                                    \
+    "mov lr, %0\n"                                                                             \
+    "5:\n\t" /* channel: its record to lr[-10..2]; row pointers, o, n, rows */                 \
+    "ldr r12, [lr, #48]\n\t"                                                                   \
+    "ldm r12!, {r0-r6}\n\t"                                                                    \
+    "strd r4, r5, [lr, #-40]\n\t"                                                              \
+    "mov r4, r6\n\t"                                                                           \
+    "mov r5, r6\n\t"                                                                           \
+    "mov r7, r6\n\t"                                                                           \
+    "stmdb lr, {r0-r7}\n\t"                                                                    \
+    "ldm r12!, {r0-r2}\n\t"                                                                    \
+    "str r12, [lr, #48]\n\t"                                                                   \
+    "stm lr, {r0-r2}\n\t"                                                                      \
+    "add r0, lr, #52\n\t"                                                                      \
+    "ldm r0, {r1-r7}\n\t" /* plane channels rowbase0 y0 pwb nquads rows */                    \
+    "mov r8, r3\n\t"                                                                           \
+    "add r9, r3, r5\n\t"                                                                       \
+    "add r10, r9, r5\n\t"                                                                      \
+    "strd r4, r6, [lr, #16]\n\t"                                                               \
+    "str r7, [lr, #44]\n\t"                                                                    \
+    "add r3, r3, r1\n\t"                                                                       \
+    "add r4, r4, #1\n\t"                                                                       \
+    "subs r2, r2, #1\n\t"                                                                      \
+    "stm r0, {r1-r4}\n"                                                                         \
+    "2:\n\t" /* four outputs */                                                                \
+    "ldmdb lr, {r0-r7}\n\t"                                                                    \
+    ROW("r8", "r0", "r1") ROW("r9", "r2", "r3")                                                \
+    "ldrd r0, r1, [lr, #-40]\n\t"                                                              \
+    ROW("r10", "r0", "r1")                                                                     \
+    "ldm lr, {r0-r3, r11, r12}\n\t" /* mult add post c o n */                                 \
+    SF                                                                                         \
+    "asr r4, r4, r2\n\tasr r5, r5, r2\n\tasr r6, r6, r2\n\tasr r7, r7, r2\n\t"                  \
+    "ssat r4, #8, r4\n\tssat r5, #8, r5\n\tssat r6, #8, r6\n\tssat r7, #8, r7\n\t"              \
+    CL                                                                                         \
+    "strb r4, [r11]\n\t"                                                                       \
+    "strb r5, [r11, r3]\n\t"                                                                   \
+    "add r11, r11, r3, lsl #1\n\t"                                                             \
+    "strb r6, [r11]\n\t"                                                                       \
+    "strb r7, [r11, r3]\n\t"                                                                   \
+    "add r11, r11, r3, lsl #1\n\t"                                                             \
+    "subs r12, r12, #1\n\t"                                                                    \
+    "strd r11, r12, [lr, #16]\n\t"                                                             \
+    "bne 2b\n\t"                                                                               \
+    "add r0, lr, #32\n\t"                                                                      \
+    "ldm r0, {r1-r4}\n\t" /* dp do nquads rows */                                              \
+    "add r8, r8, r1\n\t"                                                                       \
+    "add r9, r9, r1\n\t"                                                                       \
+    "add r10, r10, r1\n\t"                                                                     \
+    "add r11, r11, r2\n\t"                                                                     \
+    "strd r11, r3, [lr, #16]\n\t"                                                              \
+    "subs r4, r4, #1\n\t"                                                                      \
+    "str r4, [lr, #44]\n\t"                                                                    \
+    "bne 2b\n\t"                                                                               \
+    "ldr r0, [lr, #56]\n\t"                                                                    \
+    "cmp r0, #0\n\t"                                                                           \
+    "bne 5b\n\t"                                                                               \
+    "pop {r0-r12, lr}\n\t"
+
+#define MF_DW_QRUN(ROW, SF, CL)                                                                \
+    __asm__ volatile(MF_DW_QASM(ROW, SF, CL) : : "r"(m) : "memory", "cc")
+
+/* One run of the quad asm over the channels and rows described by m; v as in mf_dw_run. */
+MF_MICRO void mf_dw_runq(int32_t *m, int v) {
+    switch (v) {
+    case 0: MF_DW_QRUN(MF_DW_Q1, MF_DW_QSF0, ""); break;
+    case 1: MF_DW_QRUN(MF_DW_Q1, MF_DW_QSF0, MF_DW_QCL1); break;
+    case 2: MF_DW_QRUN(MF_DW_Q1, MF_DW_QSF1, ""); break;
+    case 3: MF_DW_QRUN(MF_DW_Q1, MF_DW_QSF1, MF_DW_QCL1); break;
+    case 4: MF_DW_QRUN(MF_DW_Q2, MF_DW_QSF0, ""); break;
+    case 5: MF_DW_QRUN(MF_DW_Q2, MF_DW_QSF0, MF_DW_QCL1); break;
+    case 6: MF_DW_QRUN(MF_DW_Q2, MF_DW_QSF1, ""); break;
+    default: MF_DW_QRUN(MF_DW_Q2, MF_DW_QSF1, MF_DW_QCL1); break;
     }
 }
 
 /* nch channels (planes `plane` int16 apart, records pk, outputs y, y + 1, ...), nrows output
- * rows each. An odd ow: the pairs first, then the last column of every row as a pair whose
- * second (phantom) output, stored first with c = 0, is overwritten by the real one. */
+ * rows each. ow a multiple of 4: quads (MF_DW_QASM); otherwise pairs, and for an odd ow every
+ * row's last column alone (MF_DW_ODD); ow = 1: one pair whose second (phantom) output, stored
+ * first with c = 0, is overwritten by the real one. */
 MF_MICRO void mf_dw_chans(const int16_t *r0, int plane, int nch, int pw, int nrows, int ow, int c,
                           const int32_t *pk, int8_t *y, int ystride, int s, int sf, int clamp,
                           int32_t lo, int32_t hi) {
     int32_t blk[28];
     int32_t *m = blk + 8;
     const int v = (s == 2 ? 4 : 0) + (sf ? 2 : 0) + (clamp ? 1 : 0);
+    if ((ow & 3) == 0) { /* four outputs at a time (MF_DW_QASM's block) */
+        int32_t qb[30];
+        int32_t *q = qb + 10;
+        const int nq = ow >> 2;
+        q[3] = c, q[6] = lo, q[7] = hi, q[8] = 2 * s * pw - 8 * s * nq, q[9] = ystride - c * ow;
+        q[10] = nq, q[12] = (int32_t)(uintptr_t)pk, q[13] = 2 * plane, q[14] = nch;
+        q[15] = (int32_t)(uintptr_t)r0, q[16] = (int32_t)(uintptr_t)y, q[17] = 2 * pw;
+        q[18] = nq, q[19] = nrows;
+        mf_dw_runq(q, v);
+        return;
+    }
     m[3] = lo, m[4] = hi, m[13] = 2 * plane, m[17] = 2 * pw, m[19] = nrows;
-    if (ow >= 2) {
+    if (ow >= 2) { /* the pairs, an odd last column inside the same row loop */
         const int np = ow >> 1;
-        m[5] = c, m[8] = 2 * s * pw - 4 * s * np, m[9] = ystride - 2 * c * np, m[10] = np;
+        m[5] = c, m[8] = 2 * s * pw - 4 * s * np, m[9] = ystride - c * ow, m[10] = np;
         m[12] = (int32_t)(uintptr_t)pk, m[14] = nch, m[15] = (int32_t)(uintptr_t)r0;
         m[16] = (int32_t)(uintptr_t)y, m[18] = np;
-        mf_dw_run(m, v);
-    }
-    if (ow & 1) {
+        mf_dw_run(m, v, ow & 1);
+    } else { /* one column: a pair whose second (phantom) output goes first to the same byte */
         m[5] = 0, m[8] = 2 * s * pw - 4 * s, m[9] = ystride, m[10] = 1;
-        m[12] = (int32_t)(uintptr_t)pk, m[14] = nch;
-        m[15] = (int32_t)(uintptr_t)(r0 + s * (ow - 1));
-        m[16] = (int32_t)(uintptr_t)(y + (ow - 1) * c), m[18] = 1;
-        mf_dw_run(m, v);
+        m[12] = (int32_t)(uintptr_t)pk, m[14] = nch, m[15] = (int32_t)(uintptr_t)r0;
+        m[16] = (int32_t)(uintptr_t)y, m[18] = 1;
+        mf_dw_run(m, v, 0);
     }
 }
 #else
@@ -429,7 +605,7 @@ MF_MICRO void mf_dw_chans(const int16_t *r0, int plane, int nch, int pw, int nro
  *   x_zp     input zero point: fills the padding
  *   lo, hi   output clamp of the fused activation, -128 <= lo <= hi <= 127
  *   signfix  pack.needs_signfix(y_zp, lo)
- *   scratch  int16 [MF_DW_CB][g->rows][g->pw], caller-provided, 4-BYTE ALIGNED (LDRD faults
+ *   scratch  int16 [g->cg][g->rows][g->pw], caller-provided, 4-BYTE ALIGNED (LDRD faults
  *            otherwise): pack_dw.scratch_bytes(g) bytes; free again on return
  * Padding bottom/right is whatever the output size implies (zero point as well). */
 MF_MICRO void mf_dw3x3_s8(const int8_t *x, int8_t *y, const int32_t *pk, const mf_dw_geom *g,
@@ -449,9 +625,9 @@ MF_MICRO void mf_dw3x3_s8(const int8_t *x, int8_t *y, const int32_t *pk, const m
     int c0, oy0;
     /* every border column is x_zp for good; data columns are rewritten per row, and rows of
      * zero-point padding refilled unless the layer is one band (its padding rows never change) */
-    mf_dw_fill(scratch, MF_DW_CB * plane, zz);
-    for (c0 = 0; c0 < c; c0 += MF_DW_CB) {
-        const int nc = c - c0 < MF_DW_CB ? c - c0 : MF_DW_CB;
+    mf_dw_fill(scratch, g->cg * plane, zz);
+    for (c0 = 0; c0 < c; c0 += g->cg) {
+        const int nc = c - c0 < g->cg ? c - c0 : g->cg;
         for (oy0 = 0; oy0 < oh; oy0 += band) {
             const int nb = oh - oy0 < band ? oh - oy0 : band;
             const int iy0 = oy0 * s - pad_t;
@@ -465,8 +641,8 @@ MF_MICRO void mf_dw3x3_s8(const int8_t *x, int8_t *y, const int32_t *pk, const m
                 mf_dw_copy(scratch + k * plane, scratch + k * plane + band * s * pw,
                            keep * pw / 2);
             if (r1 > r0)
-                mf_dw_widen_rows(x + (iy0 + r0) * xr + c0, xr, r1 - r0, w, xp, nc,
-                                 scratch + r0 * pw + pad_l, pw, plane);
+                mf_dw_widen_group(x + (iy0 + r0) * xr + c0, xr, r1 - r0, w, xp, nc,
+                                  scratch + r0 * pw + pad_l, pw, plane);
             for (r = keep; r < nr && band < oh; ++r) /* zero-point rows where data was before */
                 if (r < r0 || r >= r1)
                     for (k = 0; k < nc; ++k)

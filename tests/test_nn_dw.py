@@ -97,7 +97,8 @@ def random_case(rng, h, w, c, s, same, act, budget, small=False):
 def make_cases(seed=0, n=28):
     rng = np.random.default_rng(seed)
     fixed = [(1, 1, 1, 1, True), (3, 3, 4, 1, False), (5, 7, 5, 2, True), (7, 9, 3, 2, False),
-             (25, 5, 13, 1, True), (6, 6, 17, 1, True), (9, 11, 6, 2, True), (2, 3, 9, 2, True)]
+             (25, 5, 13, 1, True), (6, 6, 17, 1, True), (9, 11, 6, 2, True), (2, 3, 9, 2, True),
+             (5, 6, 47, 1, True)]  # small image, more channels than one pass holds
     shapes = fixed + [(int(rng.integers(3, 14)), int(rng.integers(3, 14)),
                        int(rng.integers(1, 20)), int(rng.integers(1, 3)), bool(rng.random() < .6))
                       for _ in range(n - len(fixed))]
@@ -127,6 +128,16 @@ def test_cases_cover_the_edges(cases):
     assert any(g["c"] % 4 for g in geoms) and any(g["stride"] == 2 and g["w"] % 2 for g in geoms)
     assert any(g["rows"] == 3 and g["oh"] > 1 for g in geoms)  # bands of one output row
     assert any(g["ow"] % 2 for g in geoms) and any(c["lo"] > -128 for c in cases)
+    # every row-width class of the DSP body (the kernel's view): pairs, pairs and a last output,
+    # four at a time (both strides, with a clamp and with the sign term)
+    vow = [(g["oh"] if g["transpose"] else g["ow"], g["stride"], c) for g, c in zip(geoms, cases)]
+    assert {w % 4 for w, _, _ in vow} == {0, 1, 2, 3}
+    quads = [(s, c) for w, s, c in vow if w % 4 == 0]
+    assert {s for s, _ in quads} == {1, 2} and any(c["lo"] > -128 for _, c in quads)
+    assert any(c["signfix"] for _, c in quads)
+    # small images: passes of more than 4 channels, a last pass with a partial group of 4
+    assert any(g["cg"] > 4 and g["c"] > g["cg"] and g["c"] % g["cg"] % 4 for g in geoms)
+    assert any(g["cg"] > 4 and g["c"] < g["cg"] for g in geoms)
     assert any(c["signfix"] for c in cases) and any(g["pad_l"] == 0 for g in geoms)
     assert any(g["transpose"] for g in geoms) and not all(g["transpose"] for g in geoms)
     # a sign term on, with channels of post = 0 (no rounding) whose outputs are not all clamped

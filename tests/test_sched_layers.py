@@ -117,6 +117,15 @@ def cases():
                                                         stride=(2, 2), act="relu")))
     out.append(("dw1_mult3", "DEPTHWISE_CONV_2D", dict(hw=(7, 6), c=1, mult=3, pad=VALID)))
     out.append(("dw_dead", "DEPTHWISE_CONV_2D", dict(hw=(6, 7), c=5, stride=(2, 2), dead=True)))
+    # odd output widths (VWW's 3x3 tail, stride 2 to 3x3): the last column of each row alone
+    out.append(("dw_odd3", "DEPTHWISE_CONV_2D", dict(hw=(3, 3), c=9, act="relu6")))
+    out.append(("dw_odd_s2", "DEPTHWISE_CONV_2D", dict(hw=(6, 5), c=7, stride=(2, 2))))
+    # widths a multiple of 4: four outputs per iteration
+    out.append(("dw_quad", "DEPTHWISE_CONV_2D", dict(hw=(3, 8), c=6, act="relu6")))
+    out.append(("dw_quad_s2", "DEPTHWISE_CONV_2D", dict(hw=(5, 17), c=5, stride=(2, 2),
+                                                        pad=VALID)))
+    # a small image with more channels than one pass of the scratch holds (passes of cg > 4)
+    out.append(("dw_wide", "DEPTHWISE_CONV_2D", dict(hw=(5, 6), c=70, act="relu")))
     out.append(("conv1x1_dead", "CONV_2D", dict(hw=(3, 3), c=16, o=6, k=(1, 1), dead=True)))
     out.append(("conv_dead", "CONV_2D", dict(hw=(5, 5), c=3, o=5, k=(3, 3), act="relu",
                                              dead=True)))
@@ -181,9 +190,12 @@ def test_host_c_equals_tflm(name, op, kw):
     np.testing.assert_array_equal(got, want)
 
 
-M4_CASES = (CASES[::4] + [c for c in CASES if c[0].startswith("dw_")][::2]
-            + [c for c in CASES if c[0].endswith("_dead")] + [c for c in CASES if c[0].startswith("g_")]
-            + [c for c in CASES if c[0].startswith("dw1_")])
+M4_CASES = list({c[0]: c for c in (
+    CASES[::4] + [c for c in CASES if c[0].startswith("dw_")][::2]
+    + [c for c in CASES if c[0].startswith(("dw_odd", "dw_quad", "dw_wide"))]
+    + [c for c in CASES if c[0].endswith("_dead")] + [c for c in CASES if c[0].startswith("g_")]
+    + [c for c in CASES if c[0].startswith("dw1_")]
+)}.values())  # each case once
 
 
 @pytest.mark.parametrize("name,op,kw", M4_CASES, ids=[c[0] for c in M4_CASES])

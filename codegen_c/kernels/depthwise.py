@@ -1,8 +1,8 @@
 """int8 depthwise 3x3 convolutions (stride 1 or 2, depth multiplier 1) on mf_dw3x3_s8
-(runtime_c/mcuforge_dw.h): channels in bands of 4 widened to planar int16 rows with the
-zero point as their border, weights packed per kernel row as int16 pairs. The schedule
-declines (the reference loops stay) where codegen_c/pack_dw.py cannot prove the fast form
-exact or the layer is not a TFLM int8 one."""
+(runtime_c/mcuforge_dw.h): channels in bands of 4 (more a pass on small images) widened to
+planar int16 rows with the zero point as their border, weights packed per kernel row as int16
+pairs. The schedule declines (the reference loops stay) where codegen_c/pack_dw.py cannot
+prove the fast form exact or the layer is not a TFLM int8 one."""
 from __future__ import annotations
 
 import numpy as np
@@ -62,6 +62,6 @@ def depthwise(ctx: OpContext, ref: ir.Kernel, target) -> ir.Kernel | None:
         ir.Ptr("scratch", ir.Const(0))))])
     bufs = [b_ for b_ in ref.params if b_.kind != "scratch"] + consts + [
         ir.Buffer("scratch", "int16", (scratch + 1) // 2, "scratch")]
-    doc = (f"{ref.doc}\nscheduled: mf_dw3x3_s8, channels in bands of {pack_dw.CB} widened to "
+    doc = (f"{ref.doc}\nscheduled: mf_dw3x3_s8, {geom['cg']} channels a pass widened to "
            f"planar int16 rows ({scratch} bytes scratch), weights as int16 pairs")
     return ir.Kernel(ctx.name, tuple(bufs), tuple(body), doc, ref.macs, "mf_dw3x3_s8")

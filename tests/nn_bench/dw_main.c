@@ -33,7 +33,7 @@ int main(void) {
     for (i = 0; i < DW_NCASES; ++i) {
         const dw_case *t = &dw_cases[i];
         const int n = t->g.oh * t->g.ow * t->g.c;
-        const int sn = 4 * t->g.rows * t->g.pw; /* int16 elements */
+        const int sn = t->g.cg * t->g.rows * t->g.pw; /* int16 elements */
         int j, bad = 0;
         uint64_t t0, t1;
         char line[80], *p = line;
