@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from . import pack_dw
 from .loop_ir import UndefinedBehaviour
 from .qmath import INTRINSICS
 
@@ -165,3 +166,19 @@ def _dw3x3(x, y, pk, geom, x_zp, lo, hi, signfix, scratch):
 
 
 INTRINSICS["mf_dw3x3_s8"] = _dw3x3
+
+
+def _dw_entry(name):
+    """mf_dw3x3_s8_<s>[f][c]: as mf_dw3x3_s8, on the layers its name promises (the C entry links
+    only that variant's code: a mismatch would compute without the clamp or the sign term)."""
+    def run(x, y, pk, geom, x_zp, lo, hi, signfix, scratch):
+        g = dict(zip(DW_GEOM, (int(v) for v in geom[:len(DW_GEOM)])))
+        want = pack_dw.entry(g["stride"], int(signfix), int(lo), int(hi))
+        assert name == want, f"{name} called for a layer of {want}"
+        _dw3x3(x, y, pk, geom, x_zp, lo, hi, signfix, scratch)
+    return run
+
+
+for _s in (1, 2):
+    for _v in ("", "c", "f", "fc"):
+        INTRINSICS[f"mf_dw3x3_s8_{_s}{_v}"] = _dw_entry(f"mf_dw3x3_s8_{_s}{_v}")

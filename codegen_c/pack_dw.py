@@ -91,6 +91,13 @@ def _cost(rows: int, width: int, out_rows: int, out_w: int, s: int) -> float:
     return compute + rows * (18 + 15 * width / 2) / CB
 
 
+def entry(stride: int, signfix: int, lo: int, hi: int) -> str:
+    """The mf_dw3x3_s8 entry a layer calls: mf_dw3x3_s8_<stride>[f][c] (f: the sign term, c: a
+    clamp), so that a model links only the kernel variants its layers use."""
+    return (f"mf_dw3x3_s8_{int(stride)}{'f' if signfix else ''}"
+            f"{'c' if lo > -128 or hi < 127 else ''}")
+
+
 def scratch_bytes(geom: dict) -> int:
     """Bytes of the int16 scratch mf_dw3x3_s8 needs (4-byte aligned)."""
     return geom["cg"] * geom["rows"] * geom["pw"] * 2

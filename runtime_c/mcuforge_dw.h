@@ -392,29 +392,6 @@ MF_DW_INLINE void mf_dw_chan(const int16_t *r0, int pw, int nrows, int ow, int c
 #define MF_DW_OSF1 "smmulr r6, r6, r0\n\tadd r6, r6, r6, asr #31\n\tadd r6, r6, r1\n\t"
 #define MF_DW_OCL1 "cmp r6, r3\n\tit lt\n\tmovlt r6, r3\n\tcmp r6, r4\n\tit gt\n\tmovgt r6, r4\n\t"
 
-#define MF_DW_RUN(ROW, SF, CL, ODD)                                                            \
-    __asm__ volatile(MF_DW_ASM(ROW, SF, CL, ODD) : : "r"(m) : "memory", "cc")
-#define MF_DW_RUN4(ROW, SF, CL, OSF, OCL)                                                      \
-    do {                                                                                       \
-        if (odd) MF_DW_RUN(ROW, SF, CL, MF_DW_ODD(OSF, OCL));                                  \
-        else MF_DW_RUN(ROW, SF, CL, "");                                                       \
-    } while (0)
-
-/* One run of the asm over the channels and rows described by m; v: stride 2, sign, clamp;
- * odd: each row ends with one output more than its pairs. */
-MF_MICRO void mf_dw_run(int32_t *m, int v, int odd) {
-    switch (v) {
-    case 0: MF_DW_RUN4(MF_DW_R1, MF_DW_SF0, MF_DW_CL0, MF_DW_OSF0, MF_DW_CL0); break;
-    case 1: MF_DW_RUN4(MF_DW_R1, MF_DW_SF0, MF_DW_CL1, MF_DW_OSF0, MF_DW_OCL1); break;
-    case 2: MF_DW_RUN4(MF_DW_R1, MF_DW_SF1, MF_DW_CL0, MF_DW_OSF1, MF_DW_CL0); break;
-    case 3: MF_DW_RUN4(MF_DW_R1, MF_DW_SF1, MF_DW_CL1, MF_DW_OSF1, MF_DW_OCL1); break;
-    case 4: MF_DW_RUN4(MF_DW_R2, MF_DW_SF0, MF_DW_CL0, MF_DW_OSF0, MF_DW_CL0); break;
-    case 5: MF_DW_RUN4(MF_DW_R2, MF_DW_SF0, MF_DW_CL1, MF_DW_OSF0, MF_DW_OCL1); break;
-    case 6: MF_DW_RUN4(MF_DW_R2, MF_DW_SF1, MF_DW_CL0, MF_DW_OSF1, MF_DW_CL0); break;
-    default: MF_DW_RUN4(MF_DW_R2, MF_DW_SF1, MF_DW_CL1, MF_DW_OSF1, MF_DW_OCL1); break;
-    }
-}
-
 /* Rows whose width is a multiple of 4: four outputs per iteration (accumulators r4-r7) halve
  * the per-output loop and state reloads. Weights of kernel rows 0 and 1 and four copies of the
  * bias come with one LDMDB, row 2's with an LDRD once row 0 is done:
@@ -518,78 +495,87 @@ MF_MICRO void mf_dw_run(int32_t *m, int v, int odd) {
     "bne 5b\n\t"                                                                               \
     "pop {r0-r12, lr}\n\t"
 
-#define MF_DW_QRUN(ROW, SF, CL)                                                                \
-    __asm__ volatile(MF_DW_QASM(ROW, SF, CL) : : "r"(m) : "memory", "cc")
-
-/* One run of the quad asm over the channels and rows described by m; v as in mf_dw_run. */
-MF_MICRO void mf_dw_runq(int32_t *m, int v) {
-    switch (v) {
-    case 0: MF_DW_QRUN(MF_DW_Q1, MF_DW_QSF0, ""); break;
-    case 1: MF_DW_QRUN(MF_DW_Q1, MF_DW_QSF0, MF_DW_QCL1); break;
-    case 2: MF_DW_QRUN(MF_DW_Q1, MF_DW_QSF1, ""); break;
-    case 3: MF_DW_QRUN(MF_DW_Q1, MF_DW_QSF1, MF_DW_QCL1); break;
-    case 4: MF_DW_QRUN(MF_DW_Q2, MF_DW_QSF0, ""); break;
-    case 5: MF_DW_QRUN(MF_DW_Q2, MF_DW_QSF0, MF_DW_QCL1); break;
-    case 6: MF_DW_QRUN(MF_DW_Q2, MF_DW_QSF1, ""); break;
-    default: MF_DW_QRUN(MF_DW_Q2, MF_DW_QSF1, MF_DW_QCL1); break;
-    }
-}
-
-/* nch channels (planes `plane` int16 apart, records pk, outputs y, y + 1, ...), nrows output
- * rows each. ow a multiple of 4: quads (MF_DW_QASM); otherwise pairs, and for an odd ow every
- * row's last column alone (MF_DW_ODD); ow = 1: one pair whose second (phantom) output, stored
- * first with c = 0, is overwritten by the real one. */
-MF_MICRO void mf_dw_chans(const int16_t *r0, int plane, int nch, int pw, int nrows, int ow, int c,
-                          const int32_t *pk, int8_t *y, int ystride, int s, int sf, int clamp,
-                          int32_t lo, int32_t hi) {
-    int32_t blk[28];
-    int32_t *m = blk + 8;
-    const int v = (s == 2 ? 4 : 0) + (sf ? 2 : 0) + (clamp ? 1 : 0);
-    if ((ow & 3) == 0) { /* four outputs at a time (MF_DW_QASM's block) */
-        int32_t qb[30];
-        int32_t *q = qb + 10;
+/* The asm's state block for nch channels (see MF_DW_ASM, MF_DW_QASM); returns the block's
+ * base for the asm and sets *shape: 2 quads (ow a multiple of 4), 1 pairs and every row's last
+ * column alone (odd ow), 0 pairs (ow = 1: one pair whose second, phantom, output is stored
+ * first with c = 0 and overwritten by the real one). */
+MF_DW_INLINE int32_t *mf_dw_state(int32_t *b, const int16_t *r0, int plane, int nch, int pw,
+                                  int nrows, int ow, int c, const int32_t *pk, int8_t *y,
+                                  int ystride, int32_t lo, int32_t hi, int s, int *shape) {
+    int32_t *m = b + 8;
+    if ((ow & 3) == 0) {
         const int nq = ow >> 2;
-        q[3] = c, q[6] = lo, q[7] = hi, q[8] = 2 * s * pw - 8 * s * nq, q[9] = ystride - c * ow;
-        q[10] = nq, q[12] = (int32_t)(uintptr_t)pk, q[13] = 2 * plane, q[14] = nch;
-        q[15] = (int32_t)(uintptr_t)r0, q[16] = (int32_t)(uintptr_t)y, q[17] = 2 * pw;
-        q[18] = nq, q[19] = nrows;
-        mf_dw_runq(q, v);
-        return;
+        m = b + 10;
+        m[3] = c, m[6] = lo, m[7] = hi, m[8] = 2 * s * pw - 8 * s * nq, m[10] = nq, m[18] = nq;
+        *shape = 2;
+    } else {
+        const int np = ow >> 1 ? ow >> 1 : 1;
+        m[3] = lo, m[4] = hi, m[5] = ow > 1 ? c : 0, m[8] = 2 * s * pw - 4 * s * np;
+        m[10] = np, m[18] = np;
+        *shape = (ow > 1) & ow; /* odd, at least one pair */
     }
-    m[3] = lo, m[4] = hi, m[13] = 2 * plane, m[17] = 2 * pw, m[19] = nrows;
-    if (ow >= 2) { /* the pairs, an odd last column inside the same row loop */
-        const int np = ow >> 1;
-        m[5] = c, m[8] = 2 * s * pw - 4 * s * np, m[9] = ystride - c * ow, m[10] = np;
-        m[12] = (int32_t)(uintptr_t)pk, m[14] = nch, m[15] = (int32_t)(uintptr_t)r0;
-        m[16] = (int32_t)(uintptr_t)y, m[18] = np;
-        mf_dw_run(m, v, ow & 1);
-    } else { /* one column: a pair whose second (phantom) output goes first to the same byte */
-        m[5] = 0, m[8] = 2 * s * pw - 4 * s, m[9] = ystride, m[10] = 1;
-        m[12] = (int32_t)(uintptr_t)pk, m[14] = nch, m[15] = (int32_t)(uintptr_t)r0;
-        m[16] = (int32_t)(uintptr_t)y, m[18] = 1;
-        mf_dw_run(m, v, 0);
-    }
+    m[9] = ystride - c * (ow > 1 ? ow : 0), m[12] = (int32_t)(uintptr_t)pk, m[13] = 2 * plane;
+    m[14] = nch, m[15] = (int32_t)(uintptr_t)r0, m[16] = (int32_t)(uintptr_t)y, m[17] = 2 * pw;
+    m[19] = nrows;
+    return m;
 }
+
+/* One pass of nch channels (planes `plane` int16 apart, records pk, outputs y, y + 1, ...),
+ * nrows output rows each: one function per stride, sign term and clamp, so that a model links
+ * only the ones its layers name (the entries below). */
+#define MF_DW_CHANS_ARGS                                                                       \
+    const int16_t *r0, int plane, int nch, int pw, int nrows, int ow, int c, const int32_t *pk, \
+        int8_t *y, int ystride, int32_t lo, int32_t hi
+typedef void (*mf_dw_chans_fn)(MF_DW_CHANS_ARGS);
+#define MF_DW_CHANS(NAME, S, ROW, Q, SF, CL, OSF, OCL, QSF, QCL)                               \
+    MF_MICRO void NAME(MF_DW_CHANS_ARGS) {                                                     \
+        int32_t b[30];                                                                         \
+        int shape;                                                                             \
+        int32_t *m = mf_dw_state(b, r0, plane, nch, pw, nrows, ow, c, pk, y, ystride, lo, hi,  \
+                                 S, &shape);                                                   \
+        if (shape == 2)                                                                        \
+            __asm__ volatile(MF_DW_QASM(Q, QSF, QCL) : : "r"(m) : "memory", "cc");             \
+        else if (shape)                                                                        \
+            __asm__ volatile(MF_DW_ASM(ROW, SF, CL, MF_DW_ODD(OSF, OCL)) : : "r"(m)            \
+                             : "memory", "cc");                                                \
+        else                                                                                   \
+            __asm__ volatile(MF_DW_ASM(ROW, SF, CL, "") : : "r"(m) : "memory", "cc");          \
+    }
+MF_DW_CHANS(mf_dw_chans_1, 1, MF_DW_R1, MF_DW_Q1, MF_DW_SF0, MF_DW_CL0, MF_DW_OSF0, MF_DW_CL0,
+            MF_DW_QSF0, "")
+MF_DW_CHANS(mf_dw_chans_1c, 1, MF_DW_R1, MF_DW_Q1, MF_DW_SF0, MF_DW_CL1, MF_DW_OSF0, MF_DW_OCL1,
+            MF_DW_QSF0, MF_DW_QCL1)
+MF_DW_CHANS(mf_dw_chans_1f, 1, MF_DW_R1, MF_DW_Q1, MF_DW_SF1, MF_DW_CL0, MF_DW_OSF1, MF_DW_CL0,
+            MF_DW_QSF1, "")
+MF_DW_CHANS(mf_dw_chans_1fc, 1, MF_DW_R1, MF_DW_Q1, MF_DW_SF1, MF_DW_CL1, MF_DW_OSF1,
+            MF_DW_OCL1, MF_DW_QSF1, MF_DW_QCL1)
+MF_DW_CHANS(mf_dw_chans_2, 2, MF_DW_R2, MF_DW_Q2, MF_DW_SF0, MF_DW_CL0, MF_DW_OSF0, MF_DW_CL0,
+            MF_DW_QSF0, "")
+MF_DW_CHANS(mf_dw_chans_2c, 2, MF_DW_R2, MF_DW_Q2, MF_DW_SF0, MF_DW_CL1, MF_DW_OSF0, MF_DW_OCL1,
+            MF_DW_QSF0, MF_DW_QCL1)
+MF_DW_CHANS(mf_dw_chans_2f, 2, MF_DW_R2, MF_DW_Q2, MF_DW_SF1, MF_DW_CL0, MF_DW_OSF1, MF_DW_CL0,
+            MF_DW_QSF1, "")
+MF_DW_CHANS(mf_dw_chans_2fc, 2, MF_DW_R2, MF_DW_Q2, MF_DW_SF1, MF_DW_CL1, MF_DW_OSF1,
+            MF_DW_OCL1, MF_DW_QSF1, MF_DW_QCL1)
 #else
-MF_MICRO void mf_dw_chans(const int16_t *r0, int plane, int nch, int pw, int nrows, int ow, int c,
-                          const int32_t *pk, int8_t *y, int ystride, int s, int sf, int clamp,
-                          int32_t lo, int32_t hi) {
-    /* the 8 specialisations of mf_dw_chan (stride, sign term, clamp) */
-    const int v = (s == 2 ? 4 : 0) + (sf ? 2 : 0) + (clamp ? 1 : 0);
-    int k;
-    for (k = 0; k < nch; ++k, r0 += plane, pk += MF_DW_REC, ++y) {
-        switch (v) {
-        case 0: mf_dw_chan(r0, pw, nrows, ow, c, pk, y, ystride, 1, 0, 0, lo, hi); break;
-        case 1: mf_dw_chan(r0, pw, nrows, ow, c, pk, y, ystride, 1, 0, 1, lo, hi); break;
-        case 2: mf_dw_chan(r0, pw, nrows, ow, c, pk, y, ystride, 1, 1, 0, lo, hi); break;
-        case 3: mf_dw_chan(r0, pw, nrows, ow, c, pk, y, ystride, 1, 1, 1, lo, hi); break;
-        case 4: mf_dw_chan(r0, pw, nrows, ow, c, pk, y, ystride, 2, 0, 0, lo, hi); break;
-        case 5: mf_dw_chan(r0, pw, nrows, ow, c, pk, y, ystride, 2, 0, 1, lo, hi); break;
-        case 6: mf_dw_chan(r0, pw, nrows, ow, c, pk, y, ystride, 2, 1, 0, lo, hi); break;
-        default: mf_dw_chan(r0, pw, nrows, ow, c, pk, y, ystride, 2, 1, 1, lo, hi); break;
-        }
+#define MF_DW_CHANS_ARGS                                                                       \
+    const int16_t *r0, int plane, int nch, int pw, int nrows, int ow, int c, const int32_t *pk, \
+        int8_t *y, int ystride, int32_t lo, int32_t hi
+typedef void (*mf_dw_chans_fn)(MF_DW_CHANS_ARGS);
+#define MF_DW_CHANS_C(NAME, S, SF, CL)                                                         \
+    MF_MICRO void NAME(MF_DW_CHANS_ARGS) {                                                     \
+        int k;                                                                                 \
+        for (k = 0; k < nch; ++k, r0 += plane, pk += MF_DW_REC, ++y)                           \
+            mf_dw_chan(r0, pw, nrows, ow, c, pk, y, ystride, S, SF, CL, lo, hi);               \
     }
-}
+MF_DW_CHANS_C(mf_dw_chans_1, 1, 0, 0)
+MF_DW_CHANS_C(mf_dw_chans_1c, 1, 0, 1)
+MF_DW_CHANS_C(mf_dw_chans_1f, 1, 1, 0)
+MF_DW_CHANS_C(mf_dw_chans_1fc, 1, 1, 1)
+MF_DW_CHANS_C(mf_dw_chans_2, 2, 0, 0)
+MF_DW_CHANS_C(mf_dw_chans_2c, 2, 0, 1)
+MF_DW_CHANS_C(mf_dw_chans_2f, 2, 1, 0)
+MF_DW_CHANS_C(mf_dw_chans_2fc, 2, 1, 1)
 #endif
 
 /* mf_dw3x3_s8: y = DepthwiseConv2D 3x3 of x, TFLM reference int8 semantics, batch 1.
@@ -608,9 +594,10 @@ MF_MICRO void mf_dw_chans(const int16_t *r0, int plane, int nch, int pw, int nro
  *   scratch  int16 [g->cg][g->rows][g->pw], caller-provided, 4-BYTE ALIGNED (LDRD faults
  *            otherwise): pack_dw.scratch_bytes(g) bytes; free again on return
  * Padding bottom/right is whatever the output size implies (zero point as well). */
-MF_MICRO void mf_dw3x3_s8(const int8_t *x, int8_t *y, const int32_t *pk, const mf_dw_geom *g,
+/* mf_dw3x3_s8's body; f0 runs the channels, f1 those with the sign term (signfix, post > 0) */
+MF_MICRO void mf_dw_drive(const int8_t *x, int8_t *y, const int32_t *pk, const mf_dw_geom *g,
                           int32_t x_zp, int32_t lo, int32_t hi, int32_t signfix,
-                          int16_t *scratch) {
+                          int16_t *scratch, mf_dw_chans_fn f0, mf_dw_chans_fn f1) {
     /* the kernel's view: rows of the image, or its columns when g->transpose */
     const int t = g->transpose, c = g->c, s = g->stride;
     const int h = t ? g->w : g->h, w = t ? g->h : g->w, oh = t ? g->ow : g->oh;
@@ -620,7 +607,6 @@ MF_MICRO void mf_dw3x3_s8(const int8_t *x, int8_t *y, const int32_t *pk, const m
     const int yr = t ? c : g->ow * c, yp = t ? g->ow * c : c;    /* output row / pixel stride */
     const int pw = g->pw, rows = g->rows, plane = g->rows * g->pw;
     const int band = (rows - 3) / s + 1; /* output rows per band */
-    const int clamp = lo > -128 || hi < 127;
     const uint32_t zz = ((uint32_t)x_zp & 0xFFFFu) * 0x10001u;
     int c0, oy0;
     /* every border column is x_zp for good; data columns are rewritten per row, and rows of
@@ -653,12 +639,40 @@ MF_MICRO void mf_dw3x3_s8(const int8_t *x, int8_t *y, const int32_t *pk, const m
                 const int sf = signfix && kk[9] != 0;
                 int n = 1;
                 while (k + n < nc && (signfix && kk[n * MF_DW_REC + 9] != 0) == sf) ++n;
-                mf_dw_chans(scratch + k * plane, plane, n, pw, nb, ow, yp, kk,
-                            y + oy0 * yr + c0 + k, yr, s, sf, clamp, lo, hi);
+                (sf ? f1 : f0)(scratch + k * plane, plane, n, pw, nb, ow, yp, kk,
+                               y + oy0 * yr + c0 + k, yr, lo, hi);
                 k += n;
             }
         }
     }
+}
+
+/* The entries the generated code calls: mf_dw3x3_s8_<stride>[f][c], f: signfix (the sign term
+ * on channels with post > 0), c: a clamp (lo > -128 or hi < 127); each links only its own
+ * channel functions. Arguments as mf_dw3x3_s8's, which may be called with any of them. */
+#define MF_DW_ENTRY(NAME, F0, F1)                                                              \
+    MF_MICRO void NAME(const int8_t *x, int8_t *y, const int32_t *pk, const mf_dw_geom *g,     \
+                       int32_t x_zp, int32_t lo, int32_t hi, int32_t signfix,                  \
+                       int16_t *scratch) {                                                     \
+        mf_dw_drive(x, y, pk, g, x_zp, lo, hi, signfix, scratch, F0, F1);                      \
+    }
+MF_DW_ENTRY(mf_dw3x3_s8_1, mf_dw_chans_1, mf_dw_chans_1)
+MF_DW_ENTRY(mf_dw3x3_s8_1c, mf_dw_chans_1c, mf_dw_chans_1c)
+MF_DW_ENTRY(mf_dw3x3_s8_1f, mf_dw_chans_1, mf_dw_chans_1f)
+MF_DW_ENTRY(mf_dw3x3_s8_1fc, mf_dw_chans_1c, mf_dw_chans_1fc)
+MF_DW_ENTRY(mf_dw3x3_s8_2, mf_dw_chans_2, mf_dw_chans_2)
+MF_DW_ENTRY(mf_dw3x3_s8_2c, mf_dw_chans_2c, mf_dw_chans_2c)
+MF_DW_ENTRY(mf_dw3x3_s8_2f, mf_dw_chans_2, mf_dw_chans_2f)
+MF_DW_ENTRY(mf_dw3x3_s8_2fc, mf_dw_chans_2c, mf_dw_chans_2fc)
+
+MF_MICRO void mf_dw3x3_s8(const int8_t *x, int8_t *y, const int32_t *pk, const mf_dw_geom *g,
+                          int32_t x_zp, int32_t lo, int32_t hi, int32_t signfix,
+                          int16_t *scratch) {
+    static const mf_dw_chans_fn fn[4][2] = {
+        {mf_dw_chans_1, mf_dw_chans_1f}, {mf_dw_chans_1c, mf_dw_chans_1fc},
+        {mf_dw_chans_2, mf_dw_chans_2f}, {mf_dw_chans_2c, mf_dw_chans_2fc}};
+    const int v = (g->stride == 2) * 2 + (lo > -128 || hi < 127);
+    mf_dw_drive(x, y, pk, g, x_zp, lo, hi, signfix, scratch, fn[v][0], fn[v][1]);
 }
 
 #endif /* MCUFORGE_DW_H */

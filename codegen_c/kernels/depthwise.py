@@ -50,18 +50,19 @@ def depthwise(ctx: OpContext, ref: ir.Kernel, target) -> ir.Kernel | None:
     g = np.array([geom[f] for f in pack_dw.GEOM_FIELDS], np.int16)
     scratch = pack_dw.scratch_bytes(geom)
     signfix = pack.needs_signfix(y_zp, int(lo))
+    entry = pack_dw.entry(geom["stride"], signfix, int(lo), int(hi))
     consts = [ir.Buffer("pk", "int32", packed.size, "const", packed.reshape(-1),
                         "per channel: weight pairs [w0,w1] [w1,w2] of rows 0-2 (x 2^pre), "
                         "bias', mult, add, post"),
               ir.Buffer("geom", "int16", g.size, "const", g,
                         "mf_dw_geom: " + " ".join(pack_dw.GEOM_FIELDS))]
-    body = ir.loops([("n", n)], lambda i: [ir.CallStmt("mf_dw3x3_s8", (
+    body = ir.loops([("n", n)], lambda i: [ir.CallStmt(entry, (
         ir.Ptr("x", i * (h * wd * c)), ir.Ptr("y", i * (oh * ow * c)), ir.Ptr("pk", ir.Const(0)),
         ir.Ptr("geom", ir.Const(0), ctype="const mf_dw_geom *"), ir.Const(x_zp),
         ir.Const(int(lo)), ir.Const(int(hi)), ir.Const(signfix),
         ir.Ptr("scratch", ir.Const(0))))])
     bufs = [b_ for b_ in ref.params if b_.kind != "scratch"] + consts + [
         ir.Buffer("scratch", "int16", (scratch + 1) // 2, "scratch")]
-    doc = (f"{ref.doc}\nscheduled: mf_dw3x3_s8, {geom['cg']} channels a pass widened to "
+    doc = (f"{ref.doc}\nscheduled: {entry}, {geom['cg']} channels a pass widened to "
            f"planar int16 rows ({scratch} bytes scratch), weights as int16 pairs")
-    return ir.Kernel(ctx.name, tuple(bufs), tuple(body), doc, ref.macs, "mf_dw3x3_s8")
+    return ir.Kernel(ctx.name, tuple(bufs), tuple(body), doc, ref.macs, entry)
