@@ -105,6 +105,8 @@ def make_cases(seed=0, n=28):
     acts = ["none", "relu", "relu6"]
     out = [random_case(rng, h, w, c, s, same, acts[i % 3], [0, 300, 4096][i % 3 if i > 2 else 2])
            for i, (h, w, c, s, same) in enumerate(shapes)]
+    for c in out[1::4]:  # these through the generic entry, the others through their named one
+        c["generic"] = True
     # channels with and without a rounding shift side by side, outputs not clamped away
     return out + [random_case(rng, 7, 6, 7, s, True, "none", 4096, small=True) for s in (1, 2)]
 
@@ -251,3 +253,30 @@ def test_benchmarked_shapes_m4(tmp_path):
     cases = [random_case(rng, h, w, c, s, True, acts[i % 3], pack_dw.DEFAULT_BUDGET)
              for i, (_, h, w, c, s) in enumerate(dw_bench.SHAPES)]
     check(cases, "m4", ["-O2"], tmp_path)
+
+
+@pytest.mark.parametrize("entry,kind", [("mf_dw3x3_s8_1", "m4"), ("mf_dw3x3_s8_2fc", "m4"),
+                                        ("mf_dw3x3_s8_1c", "m4-portable")])
+def test_an_entry_links_only_its_variant(entry, kind, tmp_path):
+    """A model whose layers name one entry carries that variant's channel function only (a
+    stride-1 model no stride-2 code, no clamp or sign-term code it does not use); an entry
+    with the sign term also the plain one (channels of post = 0)."""
+    require_tools("arm-none-eabi-gcc")
+    src = tmp_path / "one.c"
+    src.write_text('#include "mcuforge_dw.h"\n'
+                   "void run(const int8_t *x, int8_t *y, const int32_t *pk, const mf_dw_geom *g,"
+                   " int16_t *s);\n"
+                   "void run(const int8_t *x, int8_t *y, const int32_t *pk, const mf_dw_geom *g,"
+                   f" int16_t *s) {{ {entry}(x, y, pk, g, 0, -128, 127, 0, s); }}\n")
+    obj = tmp_path / "one.o"
+    for opt in ("-O2", "-Os"):
+        dw_bench.subprocess.run(
+            ["arm-none-eabi-gcc", "-mthumb", *dw_bench.CPU[kind], *dw_bench.WARN, opt, "-c",
+             "-I", str(dw_bench.ROOT / "runtime_c"), str(src), "-o", str(obj)], check=True)
+        nm = dw_bench.subprocess.run(["arm-none-eabi-nm", str(obj)], capture_output=True,
+                                     text=True, check=True).stdout
+        chans = sorted(ln.split()[-1] for ln in nm.splitlines() if "mf_dw_chans" in ln)
+        v = entry[len("mf_dw3x3_s8_"):]
+        want = sorted({f"mf_dw_chans_{v}", f"mf_dw_chans_{v.replace('f', '')}"})
+        assert chans == want, (opt, nm)
+        assert "mf_dw3x3_s8" not in nm.replace(entry, ""), nm  # not the generic entry either

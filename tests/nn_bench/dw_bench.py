@@ -41,8 +41,10 @@ def cases_header(cases) -> str:
     """cases: dicts with geom (pack_dw.geometry), x [h,w,c] int8, pk [c,REC] int32, x_zp, lo, hi,
     signfix, want [oh,ow,c] int8 or None."""
     out = ["#include <stdint.h>\n",
+           "typedef void (*dw_fn)(const int8_t *, int8_t *, const int32_t *, const mf_dw_geom *,"
+           " int32_t, int32_t, int32_t, int32_t, int16_t *);\n"
            "typedef struct { mf_dw_geom g; const int8_t *x; const int32_t *pk; int32_t x_zp, lo,"
-           " hi, signfix; const int8_t *want; } dw_case;\n"]
+           " hi, signfix; const int8_t *want; dw_fn fn; } dw_case;\n"]
     ymax = smax = 0
     for i, c in enumerate(cases):
         out.append(_arr(f"x{i}", "int8_t", c["x"]))
@@ -57,8 +59,11 @@ def cases_header(cases) -> str:
     for i, c in enumerate(cases):
         g = ", ".join(str(int(c["geom"][f])) for f in pack_dw.GEOM_FIELDS)
         want = f"y{i}" if c.get("want") is not None else "0"
+        # the entry the schedule would name (pack_dw.entry), or the generic one (c["generic"])
+        fn = "mf_dw3x3_s8" if c.get("generic") else pack_dw.entry(
+            c["geom"]["stride"], c["signfix"], c["lo"], c["hi"])
         out.append(f"  {{{{{g}}}, x{i}, k{i}, {c['x_zp']}, {c['lo']}, {c['hi']}, "
-                   f"{c['signfix']}, {want}}},\n")
+                   f"{c['signfix']}, {want}, {fn}}},\n")
     out.append("};\n")
     return "".join(out)
 

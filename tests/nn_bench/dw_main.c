@@ -1,4 +1,5 @@
-/* Runs every case of the generated dw_cases.h through mf_dw3x3_s8: compares each output byte
+/* Runs every case of the generated dw_cases.h through its entry (mf_dw3x3_s8_<s>[f][c] or
+ * the generic mf_dw3x3_s8): compares each output byte
  * with the expected one (when given), checks that nothing past the output or the scratch was
  * written, and prints the SysTick ticks of each call. Output: one line per case,
  * "case <i> ticks <n> bad <mismatches>". */
@@ -41,8 +42,8 @@ int main(void) {
         memset(sbuf, 0x5A, sizeof sbuf);
         dw_counter_start();
         t0 = dw_counter_read();
-        mf_dw3x3_s8(t->x, ybuf, t->pk, &t->g, t->x_zp, t->lo, t->hi, t->signfix,
-                    (int16_t *)(void *)sbuf);
+        t->fn(t->x, ybuf, t->pk, &t->g, t->x_zp, t->lo, t->hi, t->signfix,
+              (int16_t *)(void *)sbuf);
         t1 = dw_counter_read();
         if (t->want)
             for (j = 0; j < n; ++j) bad += ybuf[j] != t->want[j];
