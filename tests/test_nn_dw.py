@@ -137,6 +137,12 @@ def test_cases_cover_the_edges(cases):
     quads = [(s, c) for w, s, c in vow if w % 4 == 0]
     assert {s for s, _ in quads} == {1, 2} and any(c["lo"] > -128 for _, c in quads)
     assert any(c["signfix"] for _, c in quads)
+    # the DSP widening of 4 channels: a first pixel alone (odd left padding) or not, then 4
+    # pixels an iteration, 2 and 1 left over
+    wid = {(pl & 1, (w - (pl & 1)) % 4) for w, pl in
+           ((g["h"], g["pad_t"]) if g["transpose"] else (g["w"], g["pad_l"]) for g in geoms
+            if g["c"] >= 4)}
+    assert wid == {(h, r) for h in (0, 1) for r in range(4)}
     # small images: passes of more than 4 channels, a last pass with a partial group of 4
     assert any(g["cg"] > 4 and g["c"] > g["cg"] and g["c"] % g["cg"] % 4 for g in geoms)
     assert any(g["cg"] > 4 and g["c"] < g["cg"] for g in geoms)
