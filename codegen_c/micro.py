@@ -169,11 +169,12 @@ INTRINSICS["mf_dw3x3_s8"] = _dw3x3
 
 
 def _dw_entry(name):
-    """mf_dw3x3_s8_<s>[f][c]: as mf_dw3x3_s8, on the layers its name promises (the C entry links
-    only that variant's code: a mismatch would compute without the clamp or the sign term)."""
+    """mf_dw3x3_s8_<s>[f][c]_<k>: as mf_dw3x3_s8, on the layers its name promises (the C entry
+    links only that variant's code: a mismatch would compute without the clamp or the sign term,
+    or with another row shape)."""
     def run(x, y, pk, geom, x_zp, lo, hi, signfix, scratch):
         g = dict(zip(DW_GEOM, (int(v) for v in geom[:len(DW_GEOM)])))
-        want = pack_dw.entry(g["stride"], int(signfix), int(lo), int(hi))
+        want = pack_dw.entry(g, int(signfix), int(lo), int(hi))
         assert name == want, f"{name} called for a layer of {want}"
         _dw3x3(x, y, pk, geom, x_zp, lo, hi, signfix, scratch)
     return run
@@ -181,4 +182,6 @@ def _dw_entry(name):
 
 for _s in (1, 2):
     for _v in ("", "c", "f", "fc"):
-        INTRINSICS[f"mf_dw3x3_s8_{_s}{_v}"] = _dw_entry(f"mf_dw3x3_s8_{_s}{_v}")
+        for _k in range(1, 8):
+            _n = f"mf_dw3x3_s8_{_s}{_v}_{_k}"
+            INTRINSICS[_n] = _dw_entry(_n)

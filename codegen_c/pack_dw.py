@@ -79,23 +79,23 @@ def geometry(h: int, w: int, c: int, oh: int, ow: int, stride, pad_t: int, pad_l
 
 def _cost(rows: int, width: int, out_rows: int, out_w: int, s: int) -> float:
     """Instructions per channel of mf_dw3x3_s8's DSP body walking `out_rows` rows of out_w
-    outputs (instruction counts of the asm, checked on mps2-an386): per output row 10 of set-up
-    and 29 (stride 1) or 32 (stride 2) per pair of outputs, or 54 (57) per 4 outputs when the
-    width is a multiple of 4; an odd row width 16 more per row (its last output alone);
-    widening ~18 per input row + 15 per 2 pixels, for 4 channels."""
-    if out_w % 4 == 0:
-        row = (54 if s == 1 else 57) * (out_w // 4)
-    else:
-        row = (29 if s == 1 else 32) * (out_w // 2) + (16 if out_w & 1 else 0)
-    compute = out_rows * (10 + row)
-    return compute + rows * (18 + 15 * width / 2) / CB
+    outputs (instruction counts of the asm, checked on mps2-an386): per output row 10 of set-up,
+    54 (stride 1) or 57 (stride 2) per 4 outputs, then 27 (28) for a pair when out_w mod 4 >= 2
+    and 17 for a single output when out_w is odd; widening ~16 per input row + 6 per pixel, for
+    4 channels."""
+    row = ((54 if s == 1 else 57) * (out_w // 4) + ((27 if s == 1 else 28) if out_w & 2 else 0)
+           + (17 if out_w & 1 else 0))
+    return out_rows * (10 + row) + rows * (16 + 6 * width) / CB
 
 
-def entry(stride: int, signfix: int, lo: int, hi: int) -> str:
-    """The mf_dw3x3_s8 entry a layer calls: mf_dw3x3_s8_<stride>[f][c] (f: the sign term, c: a
-    clamp), so that a model links only the kernel variants its layers use."""
-    return (f"mf_dw3x3_s8_{int(stride)}{'f' if signfix else ''}"
-            f"{'c' if lo > -128 or hi < 127 else ''}")
+def entry(geom: dict, signfix: int, lo: int, hi: int) -> str:
+    """The mf_dw3x3_s8 entry a layer calls, mf_dw3x3_s8_<stride>[f][c]_<k> (f: the sign term, c:
+    a clamp, k: the row shape, (ow mod 4) + (4 if ow >= 4) in the kernel's view), so that a model
+    links only the kernel variants its layers use."""
+    ow = geom["oh"] if geom["transpose"] else geom["ow"]
+    k = (ow & 3) + (4 if ow >= 4 else 0)
+    return (f"mf_dw3x3_s8_{int(geom['stride'])}{'f' if signfix else ''}"
+            f"{'c' if lo > -128 or hi < 127 else ''}_{k}")
 
 
 def scratch_bytes(geom: dict) -> int:

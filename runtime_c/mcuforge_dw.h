@@ -51,6 +51,13 @@ typedef uint32_t mf_dw_u32u __attribute__((may_alias, aligned(1))); /* STR on v7
 #define MF_DW_PUT32(p, v) do { uint32_t v_ = (v); memcpy((p), &v_, 4); } while (0)
 #endif
 
+/* the driver's C (per band and pass, not per output) is compiled for size */
+#if defined(__GNUC__) && !defined(__clang__)
+#define MF_DW_SMALL __attribute__((optimize("Os")))
+#else
+#define MF_DW_SMALL
+#endif
+
 #define MF_DW_CB 4   /* channels widened together (one 32-bit load of NHWC int8 per pixel) */
 #define MF_DW_REC 10 /* int32 per channel in the packed array, see mf_dw3x3_s8 */
 
@@ -334,131 +341,36 @@ MF_DW_INLINE void mf_dw_chan(const int16_t *r0, int pw, int nrows, int ow, int c
     }
 }
 
+/* One pass of nch channels (planes `plane` int16 apart, records pk, outputs y, y + 1, ...),
+ * nrows output rows of ow each, as mf_dw_drive hands it to a channel function (below). */
+typedef struct {
 #if MF_USE_DSP && defined(__GNUC__)
-/* The DSP body of a band of up to 4 channels as one asm block: gcc 12 cannot keep the 6 weight
- * pairs, 2 accumulators, 3 row pointers and 2 data words in registers (it spilled ~25
- * instructions per output pair) and splits the 64-bit loads. All 14 registers are saved and
- * used; the state lives in a word block addressed by lr, reloaded with one LDM where a phase
- * needs it:
- *   lr[-8..-1]  weight pairs k01a k12a k01b k12b k01c k12c, bias, bias  (LDMDB: r0-r5, r6, r8)
- *   lr[0..7]    mult add post lo hi c o n                              (LDM: r0-r5, r7, r12)
- *   lr[8..11]   dp do npairs rows: row-to-row steps of the pointers (bytes) and of o, rows left
- *   lr[12..19]  record plane channels rowbase0 y0 pwb npairs rows0     (the channel loop)
- * Pair of outputs: r6, r8 accumulators; r9-r11 kernel-row pointers; r12, r7 data words.
- * Per pair of outputs at stride 1: 29 instructions (LDMDB, 3 x (LDRD + 4 MAC), LDM, 2 SMMLAR,
- * 2 ASR, 2 SSAT, 2 STRB, ADD, SUBS, STRD, BNE); per output row 10, per channel ~20. */
-#define MF_DW_R1(P, WA, WB)                                                                   \
-    "ldrd r12, r7, [" P "], #4\n\t"                                                            \
-    "smlad r6, r12, " WA ", r6\n\t"                                                            \
-    "smlatb r8, r12, " WA ", r8\n\t"                                                           \
-    "smlabt r6, r7, " WB ", r6\n\t"                                                            \
-    "smlad r8, r7, " WB ", r8\n\t"
-#define MF_DW_R2(P, WA, WB)                                                                   \
-    "ldrd r12, r7, [" P "], #8\n\t"                                                            \
-    "smlad r6, r12, " WA ", r6\n\t"                                                            \
-    "smlabt r6, r7, " WB ", r6\n\t"                                                            \
-    "smlad r8, r7, " WA ", r8\n\t"                                                             \
-    "ldr r12, [" P "]\n\t"                                                                     \
-    "smlabt r8, r12, " WB ", r8\n\t"
-/* h + add: one SMMLAR, or with the sign term SMMULR, the sign, then the constant */
-#define MF_DW_SF0 "smmlar r6, r6, r0, r1\n\tsmmlar r8, r8, r0, r1\n\t"
-#define MF_DW_SF1                                                                              \
-    "smmulr r6, r6, r0\n\tsmmulr r8, r8, r0\n\t"                                                \
-    "add r6, r6, r6, asr #31\n\tadd r8, r8, r8, asr #31\n\t"                                    \
-    "add r6, r6, r1\n\tadd r8, r8, r1\n\t"
-#define MF_DW_CL0 ""
-#define MF_DW_CL1                                                                              \
-    "cmp r6, r3\n\tit lt\n\tmovlt r6, r3\n\tcmp r6, r4\n\tit gt\n\tmovgt r6, r4\n\t"             \
-    "cmp r8, r3\n\tit lt\n\tmovlt r8, r3\n\tcmp r8, r4\n\tit gt\n\tmovgt r8, r4\n\t"
-#define MF_DW_ASM(ROW, SF, CL, ODD)                                                           \
-    "push {r0-r12, lr}\n\t"                                                                    \
-    "mov lr, %0\n"                                                                             \
-    "5:\n\t" /* channel: its record to lr[-8..2]; row pointers, o, n, rows */                 \
-    "ldr r12, [lr, #48]\n\t"                                                                   \
-    "ldm r12!, {r0-r6}\n\t"                                                                    \
-    "mov r7, r6\n\t"                                                                           \
-    "stmdb lr, {r0-r7}\n\t"                                                                    \
-    "ldm r12!, {r0-r2}\n\t"                                                                    \
-    "str r12, [lr, #48]\n\t"                                                                   \
-    "stm lr, {r0-r2}\n\t"                                                                      \
-    "add r0, lr, #52\n\t"                                                                      \
-    "ldm r0, {r1-r7}\n\t" /* plane channels rowbase0 y0 pwb npairs rows */                    \
-    "mov r9, r3\n\t"                                                                           \
-    "add r10, r3, r5\n\t"                                                                      \
-    "add r11, r10, r5\n\t"                                                                     \
-    "strd r4, r6, [lr, #24]\n\t"                                                               \
-    "str r7, [lr, #44]\n\t"                                                                    \
-    "add r3, r3, r1\n\t"                                                                       \
-    "add r4, r4, #1\n\t"                                                                       \
-    "subs r2, r2, #1\n\t"                                                                      \
-    "stm r0, {r1-r4}\n"                                                                         \
-    "2:\n\t" /* two outputs */                                                                 \
-    "ldmdb lr, {r0-r6, r8}\n\t"                                                                \
-    ROW("r9", "r0", "r1") ROW("r10", "r2", "r3") ROW("r11", "r4", "r5")                        \
-    "ldm lr, {r0-r5, r7, r12}\n\t"                                                             \
-    SF                                                                                         \
-    "asr r6, r6, r2\n\t"                                                                       \
-    "asr r8, r8, r2\n\t"                                                                       \
-    "ssat r6, #8, r6\n\t"                                                                      \
-    "ssat r8, #8, r8\n\t"                                                                      \
-    CL                                                                                         \
-    "strb r8, [r7, r5]\n\t"                                                                    \
-    "strb r6, [r7]\n\t"                                                                        \
-    "add r7, r7, r5, lsl #1\n\t"                                                               \
-    "subs r12, r12, #1\n\t"                                                                    \
-    "strd r7, r12, [lr, #24]\n\t"                                                              \
-    "bne 2b\n\t"                                                                               \
-    ODD                                                                                        \
-    /* next output row: pointers and o by constant steps, n again */                           \
-    "add r0, lr, #32\n\t"                                                                      \
-    "ldm r0, {r1-r4}\n\t" /* dp do npairs rows */                                              \
-    "add r9, r9, r1\n\t"                                                                       \
-    "add r10, r10, r1\n\t"                                                                     \
-    "add r11, r11, r1\n\t"                                                                     \
-    "add r7, r7, r2\n\t"                                                                       \
-    "strd r7, r3, [lr, #24]\n\t"                                                               \
-    "subs r4, r4, #1\n\t"                                                                      \
-    "str r4, [lr, #44]\n\t"                                                                    \
-    "bne 2b\n\t"                                                                               \
-    "ldr r0, [lr, #56]\n\t"                                                                    \
-    "cmp r0, #0\n\t"                                                                           \
-    "bne 5b\n\t"                                                                               \
-    "pop {r0-r12, lr}\n\t"
+    int32_t b[30]; /* the asm's state block, base b + 10 (mf_dw_state) */
+#else
+    const int16_t *r0;
+    const int32_t *pk;
+    int8_t *y;
+    int plane, nch, pw, nrows, ow, c, ystride;
+    int32_t lo, hi;
+#endif
+} mf_dw_job;
+typedef void (*mf_dw_chans_fn)(mf_dw_job *j);
 
-/* An odd row width: the last output of every row on its own, after the row's pairs (r9-r11
- * already point at its window, r7 at its output): 16 instructions (LDMDB, 3 x (LDRD + 2 MAC),
- * LDM, SMMLAR, ASR, SSAT, STRB, ADD) where a second pass over the rows cost 39 per row and ~20
- * per channel. The window is columns s*x..s*x+3 at both strides. */
-#define MF_DW_ODD(SF, CL)                                                                      \
-    "ldmdb lr, {r0-r6, r8}\n\t"                                                                \
-    "ldrd r12, r7, [r9]\n\t"                                                                   \
-    "smlad r6, r12, r0, r6\n\t"                                                                \
-    "smlabt r6, r7, r1, r6\n\t"                                                                \
-    "ldrd r12, r7, [r10]\n\t"                                                                  \
-    "smlad r6, r12, r2, r6\n\t"                                                                \
-    "smlabt r6, r7, r3, r6\n\t"                                                                \
-    "ldrd r12, r7, [r11]\n\t"                                                                  \
-    "smlad r6, r12, r4, r6\n\t"                                                                \
-    "smlabt r6, r7, r5, r6\n\t"                                                                \
-    "ldm lr, {r0-r5, r7}\n\t"                                                                  \
-    SF                                                                                         \
-    "asr r6, r6, r2\n\t"                                                                       \
-    "ssat r6, #8, r6\n\t"                                                                      \
-    CL                                                                                         \
-    "strb r6, [r7]\n\t"                                                                        \
-    "add r7, r7, r5\n\t"
-#define MF_DW_OSF0 "smmlar r6, r6, r0, r1\n\t"
-#define MF_DW_OSF1 "smmulr r6, r6, r0\n\tadd r6, r6, r6, asr #31\n\tadd r6, r6, r1\n\t"
-#define MF_DW_OCL1 "cmp r6, r3\n\tit lt\n\tmovlt r6, r3\n\tcmp r6, r4\n\tit gt\n\tmovgt r6, r4\n\t"
-
-/* Rows whose width is a multiple of 4: four outputs per iteration (accumulators r4-r7) halve
- * the per-output loop and state reloads. Weights of kernel rows 0 and 1 and four copies of the
- * bias come with one LDMDB, row 2's with an LDRD once row 0 is done:
+#if MF_USE_DSP && defined(__GNUC__)
+/* The DSP body of a band of up to cg channels, one asm block per stride, sign term, clamp and
+ * row shape: gcc 12 cannot keep the weight pairs, accumulators, row pointers and data words in
+ * registers (it spilled ~25 instructions per output pair) and splits the 64-bit loads. All 14
+ * registers are saved and used; the state lives in a word block addressed by lr, reloaded with
+ * one LDM where a phase needs it:
  *   lr[-10..-9] k01c k12c   lr[-8..-1] k01a k12a k01b k12b bias x 4   (LDMDB: r0-r7)
- *   lr[0..7]    mult add post c o n lo hi        lr[8..19] as in MF_DW_ASM
- * Row pointers r8-r10, data words r11, r12. Per 4 outputs at stride 1: 54 instructions
+ *   lr[0..7]    mult add post c o n lo hi                           (LDM: r0-r3, r11, r12)
+ *   lr[8..11]   dp do nquads rows: row-to-row steps of the pointers (bytes) and of o, rows left
+ *   lr[12..19]  record plane channels rowbase0 y0 pwb nquads rows0   (the channel loop)
+ * A row is its quads (four outputs an iteration, accumulators r4-r7, data words r11, r12),
+ * then, by the row width mod 4, a pair and/or a single output (accumulators r4, r5, data r6,
+ * r7; o stays in r11). Row pointers r8-r10. Per 4 outputs at stride 1: 54 instructions
  * (LDMDB, 3 x (LDRD + LDR + 8 MAC), LDRD, LDM, 4 SMMLAR, 4 ASR, 4 SSAT, 4 STRB, 2 ADD, SUBS,
- * STRD, BNE; stride 2: 57) where two pairs cost 58 (64). */
+ * STRD, BNE; stride 2: 57); a pair 27 (28), a single 17; per output row 10, per channel 21. */
 #define MF_DW_Q1(P, KA, KB)                                                                    \
     "ldrd r11, r12, [" P "], #8\n\t" /* columns x..x+3 */                                      \
     "smlad r4, r11, " KA ", r4\n\t"                                                            \
@@ -495,7 +407,78 @@ MF_DW_INLINE void mf_dw_chan(const int16_t *r0, int pw, int nrows, int ow, int c
 #define MF_DW_QCL1                                                                             \
     "ldrd r0, r1, [lr, #24]\n\t" MF_DW_QCLR("r4") MF_DW_QCLR("r5") MF_DW_QCLR("r6")             \
     MF_DW_QCLR("r7")
-#define MF_DW_QASM(ROW, SF, CL)                                                                \
+/* the pair after a row's quads (accumulators r4, r5, data r6, r7): stride 1 columns x..x+3,
+ * stride 2 columns 2x..2x+5 */
+#define MF_DW_P1(P, KA, KB)                                                                    \
+    "ldrd r6, r7, [" P "], #4\n\t"                                                             \
+    "smlad r4, r6, " KA ", r4\n\t"                                                             \
+    "smlatb r5, r6, " KA ", r5\n\t"                                                            \
+    "smlabt r4, r7, " KB ", r4\n\t"                                                            \
+    "smlad r5, r7, " KB ", r5\n\t"
+#define MF_DW_P2(P, KA, KB)                                                                    \
+    "ldrd r6, r7, [" P "], #8\n\t"                                                             \
+    "smlad r4, r6, " KA ", r4\n\t"                                                             \
+    "smlabt r4, r7, " KB ", r4\n\t"                                                            \
+    "smlad r5, r7, " KA ", r5\n\t"                                                             \
+    "ldr r6, [" P "]\n\t"                                                                      \
+    "smlabt r5, r6, " KB ", r5\n\t"
+/* the last output alone (accumulator r4): columns s*x..s*x+3, the pointers stay */
+#define MF_DW_S1(P, KA, KB)                                                                    \
+    "ldrd r6, r7, [" P "]\n\t"                                                                 \
+    "smlad r4, r6, " KA ", r4\n\t"                                                             \
+    "smlabt r4, r7, " KB ", r4\n\t"
+#define MF_DW_PSF0 "smmlar r4, r4, r0, r1\n\tsmmlar r5, r5, r0, r1\n\t"
+#define MF_DW_PSF1                                                                             \
+    "smmulr r4, r4, r0\n\tsmmulr r5, r5, r0\n\t"                                                \
+    "add r4, r4, r4, asr #31\n\tadd r5, r5, r5, asr #31\n\tadd r4, r4, r1\n\tadd r5, r5, r1\n\t"
+#define MF_DW_PCL1 "ldrd r0, r1, [lr, #24]\n\t" MF_DW_QCLR("r4") MF_DW_QCLR("r5")
+#define MF_DW_SSF0 "smmlar r4, r4, r0, r1\n\t"
+#define MF_DW_SSF1 "smmulr r4, r4, r0\n\tadd r4, r4, r4, asr #31\n\tadd r4, r4, r1\n\t"
+#define MF_DW_SCL1 "ldrd r0, r1, [lr, #24]\n\t" MF_DW_QCLR("r4")
+
+#define MF_DW_QUADS(ROW, SF, CL) /* the row's quads: label 2 is the row's start */              \
+    "ldmdb lr, {r0-r7}\n\t"                                                                    \
+    ROW("r8", "r0", "r1") ROW("r9", "r2", "r3")                                                \
+    "ldrd r0, r1, [lr, #-40]\n\t"                                                              \
+    ROW("r10", "r0", "r1")                                                                     \
+    "ldm lr, {r0-r3, r11, r12}\n\t" /* mult add post c o n */                                 \
+    SF                                                                                         \
+    "asr r4, r4, r2\n\tasr r5, r5, r2\n\tasr r6, r6, r2\n\tasr r7, r7, r2\n\t"                  \
+    "ssat r4, #8, r4\n\tssat r5, #8, r5\n\tssat r6, #8, r6\n\tssat r7, #8, r7\n\t"              \
+    CL                                                                                         \
+    "strb r4, [r11]\n\t"                                                                       \
+    "strb r5, [r11, r3]\n\t"                                                                   \
+    "add r11, r11, r3, lsl #1\n\t"                                                             \
+    "strb r6, [r11]\n\t"                                                                       \
+    "strb r7, [r11, r3]\n\t"                                                                   \
+    "add r11, r11, r3, lsl #1\n\t"                                                             \
+    "subs r12, r12, #1\n\t"                                                                    \
+    "strd r11, r12, [lr, #16]\n\t"                                                             \
+    "bne 2b\n\t"
+#define MF_DW_PAIR(ROW, SF, CL)                                                                \
+    "ldmdb lr, {r0-r7}\n\t"                                                                    \
+    ROW("r8", "r0", "r1") ROW("r9", "r2", "r3")                                                \
+    "ldrd r0, r1, [lr, #-40]\n\t"                                                              \
+    ROW("r10", "r0", "r1")                                                                     \
+    "ldm lr, {r0-r3}\n\t" /* mult add post c */                                                \
+    SF                                                                                         \
+    "asr r4, r4, r2\n\tasr r5, r5, r2\n\tssat r4, #8, r4\n\tssat r5, #8, r5\n\t"                \
+    CL                                                                                         \
+    "strb r4, [r11]\n\t"                                                                       \
+    "strb r5, [r11, r3]\n\t"                                                                   \
+    "add r11, r11, r3, lsl #1\n\t"
+#define MF_DW_SINGLE(SF, CL)                                                                   \
+    "ldmdb lr, {r0-r7}\n\t"                                                                    \
+    MF_DW_S1("r8", "r0", "r1") MF_DW_S1("r9", "r2", "r3")                                      \
+    "ldrd r0, r1, [lr, #-40]\n\t"                                                              \
+    MF_DW_S1("r10", "r0", "r1")                                                                \
+    "ldm lr, {r0-r3}\n\t"                                                                      \
+    SF                                                                                         \
+    "asr r4, r4, r2\n\tssat r4, #8, r4\n\t"                                                    \
+    CL                                                                                         \
+    "strb r4, [r11]\n\t"                                                                       \
+    "add r11, r11, r3\n\t"
+#define MF_DW_ASM(ROWS)                                                                        \
     "push {r0-r12, lr}\n\t"                                                                    \
     "mov lr, %0\n"                                                                             \
     "5:\n\t" /* channel: its record to lr[-10..2]; row pointers, o, n, rows */                 \
@@ -516,30 +499,14 @@ MF_DW_INLINE void mf_dw_chan(const int16_t *r0, int pw, int nrows, int ow, int c
     "add r10, r9, r5\n\t"                                                                      \
     "strd r4, r6, [lr, #16]\n\t"                                                               \
     "str r7, [lr, #44]\n\t"                                                                    \
+    "mov r11, r4\n\t"                                                                          \
     "add r3, r3, r1\n\t"                                                                       \
     "add r4, r4, #1\n\t"                                                                       \
     "subs r2, r2, #1\n\t"                                                                      \
     "stm r0, {r1-r4}\n"                                                                         \
-    "2:\n\t" /* four outputs */                                                                \
-    "ldmdb lr, {r0-r7}\n\t"                                                                    \
-    ROW("r8", "r0", "r1") ROW("r9", "r2", "r3")                                                \
-    "ldrd r0, r1, [lr, #-40]\n\t"                                                              \
-    ROW("r10", "r0", "r1")                                                                     \
-    "ldm lr, {r0-r3, r11, r12}\n\t" /* mult add post c o n */                                 \
-    SF                                                                                         \
-    "asr r4, r4, r2\n\tasr r5, r5, r2\n\tasr r6, r6, r2\n\tasr r7, r7, r2\n\t"                  \
-    "ssat r4, #8, r4\n\tssat r5, #8, r5\n\tssat r6, #8, r6\n\tssat r7, #8, r7\n\t"              \
-    CL                                                                                         \
-    "strb r4, [r11]\n\t"                                                                       \
-    "strb r5, [r11, r3]\n\t"                                                                   \
-    "add r11, r11, r3, lsl #1\n\t"                                                             \
-    "strb r6, [r11]\n\t"                                                                       \
-    "strb r7, [r11, r3]\n\t"                                                                   \
-    "add r11, r11, r3, lsl #1\n\t"                                                             \
-    "subs r12, r12, #1\n\t"                                                                    \
-    "strd r11, r12, [lr, #16]\n\t"                                                             \
-    "bne 2b\n\t"                                                                               \
-    "add r0, lr, #32\n\t"                                                                      \
+    "2:\n\t" /* a row */                                                                       \
+    ROWS                                                                                       \
+    "add r0, lr, #32\n\t" /* the next row: pointers and o by constant steps, n again */        \
     "ldm r0, {r1-r4}\n\t" /* dp do nquads rows */                                              \
     "add r8, r8, r1\n\t"                                                                       \
     "add r9, r9, r1\n\t"                                                                       \
@@ -554,88 +521,86 @@ MF_DW_INLINE void mf_dw_chan(const int16_t *r0, int pw, int nrows, int ow, int c
     "bne 5b\n\t"                                                                               \
     "pop {r0-r12, lr}\n\t"
 
-/* The asm's state block for nch channels (see MF_DW_ASM, MF_DW_QASM); returns the block's
- * base for the asm and sets *shape: 2 quads (ow a multiple of 4), 1 pairs and every row's last
- * column alone (odd ow), 0 pairs (ow = 1: one pair whose second, phantom, output is stored
- * first with c = 0 and overwritten by the real one). */
-MF_DW_INLINE int32_t *mf_dw_state(int32_t *b, const int16_t *r0, int plane, int nch, int pw,
-                                  int nrows, int ow, int c, const int32_t *pk, int8_t *y,
-                                  int ystride, int32_t lo, int32_t hi, int s, int *shape) {
-    int32_t *m = b + 8;
-    if ((ow & 3) == 0) {
-        const int nq = ow >> 2;
-        m = b + 10;
-        m[3] = c, m[6] = lo, m[7] = hi, m[8] = 2 * s * pw - 8 * s * nq, m[10] = nq, m[18] = nq;
-        *shape = 2;
-    } else {
-        const int np = ow >> 1 ? ow >> 1 : 1;
-        m[3] = lo, m[4] = hi, m[5] = ow > 1 ? c : 0, m[8] = 2 * s * pw - 4 * s * np;
-        m[10] = np, m[18] = np;
-        *shape = (ow > 1) & ow; /* odd, at least one pair */
-    }
-    m[9] = ystride - c * (ow > 1 ? ow : 0), m[12] = (int32_t)(uintptr_t)pk, m[13] = 2 * plane;
+/* The asm's state block for a job (see MF_DW_ASM). */
+MF_DW_INLINE void mf_dw_state(int32_t *b, const int16_t *r0, int plane, int nch, int pw,
+                              int nrows, int ow, int c, const int32_t *pk, int8_t *y,
+                              int ystride, int32_t lo, int32_t hi, int s) {
+    int32_t *m = b + 10;
+    const int nq = ow >> 2;
+    m[3] = c, m[6] = lo, m[7] = hi, m[8] = 2 * s * pw - 8 * s * nq - 4 * s * ((ow >> 1) & 1);
+    m[9] = ystride - c * ow, m[10] = nq, m[12] = (int32_t)(uintptr_t)pk, m[13] = 2 * plane;
     m[14] = nch, m[15] = (int32_t)(uintptr_t)r0, m[16] = (int32_t)(uintptr_t)y, m[17] = 2 * pw;
-    m[19] = nrows;
-    return m;
+    m[18] = nq, m[19] = nrows;
 }
 
 /* One pass of nch channels (planes `plane` int16 apart, records pk, outputs y, y + 1, ...),
- * nrows output rows each: one function per stride, sign term and clamp, so that a model links
- * only the ones its layers name (the entries below). */
-#define MF_DW_CHANS_ARGS                                                                       \
-    const int16_t *r0, int plane, int nch, int pw, int nrows, int ow, int c, const int32_t *pk, \
-        int8_t *y, int ystride, int32_t lo, int32_t hi
-typedef void (*mf_dw_chans_fn)(MF_DW_CHANS_ARGS);
-#define MF_DW_CHANS(NAME, S, ROW, Q, SF, CL, OSF, OCL, QSF, QCL)                               \
-    MF_MICRO void NAME(MF_DW_CHANS_ARGS) {                                                     \
-        int32_t b[30];                                                                         \
-        int shape;                                                                             \
-        int32_t *m = mf_dw_state(b, r0, plane, nch, pw, nrows, ow, c, pk, y, ystride, lo, hi,  \
-                                 S, &shape);                                                   \
-        if (shape == 2)                                                                        \
-            __asm__ volatile(MF_DW_QASM(Q, QSF, QCL) : : "r"(m) : "memory", "cc");             \
-        else if (shape)                                                                        \
-            __asm__ volatile(MF_DW_ASM(ROW, SF, CL, MF_DW_ODD(OSF, OCL)) : : "r"(m)            \
-                             : "memory", "cc");                                                \
-        else                                                                                   \
-            __asm__ volatile(MF_DW_ASM(ROW, SF, CL, "") : : "r"(m) : "memory", "cc");          \
+ * nrows output rows of ow each: mf_dw_chans_<s>[f][c]_<k> for stride s, the sign term f, a
+ * clamp c and the row shape k = (ow mod 4) + (4 if ow >= 4): quads, then a pair (ow mod 4 >=
+ * 2), then a single output (ow odd). One function each, so that a model links only the ones its
+ * layers name (the entries below). */
+#define MF_DW_CHANS(NAME, S, ROWS)                                                             \
+    MF_MICRO void NAME(mf_dw_job *j) {                                                         \
+        __asm__ volatile(MF_DW_ASM(ROWS) : : "r"(j->b + 10) : "memory", "cc");                 \
     }
-MF_DW_CHANS(mf_dw_chans_1, 1, MF_DW_R1, MF_DW_Q1, MF_DW_SF0, MF_DW_CL0, MF_DW_OSF0, MF_DW_CL0,
-            MF_DW_QSF0, "")
-MF_DW_CHANS(mf_dw_chans_1c, 1, MF_DW_R1, MF_DW_Q1, MF_DW_SF0, MF_DW_CL1, MF_DW_OSF0, MF_DW_OCL1,
-            MF_DW_QSF0, MF_DW_QCL1)
-MF_DW_CHANS(mf_dw_chans_1f, 1, MF_DW_R1, MF_DW_Q1, MF_DW_SF1, MF_DW_CL0, MF_DW_OSF1, MF_DW_CL0,
-            MF_DW_QSF1, "")
-MF_DW_CHANS(mf_dw_chans_1fc, 1, MF_DW_R1, MF_DW_Q1, MF_DW_SF1, MF_DW_CL1, MF_DW_OSF1,
-            MF_DW_OCL1, MF_DW_QSF1, MF_DW_QCL1)
-MF_DW_CHANS(mf_dw_chans_2, 2, MF_DW_R2, MF_DW_Q2, MF_DW_SF0, MF_DW_CL0, MF_DW_OSF0, MF_DW_CL0,
-            MF_DW_QSF0, "")
-MF_DW_CHANS(mf_dw_chans_2c, 2, MF_DW_R2, MF_DW_Q2, MF_DW_SF0, MF_DW_CL1, MF_DW_OSF0, MF_DW_OCL1,
-            MF_DW_QSF0, MF_DW_QCL1)
-MF_DW_CHANS(mf_dw_chans_2f, 2, MF_DW_R2, MF_DW_Q2, MF_DW_SF1, MF_DW_CL0, MF_DW_OSF1, MF_DW_CL0,
-            MF_DW_QSF1, "")
-MF_DW_CHANS(mf_dw_chans_2fc, 2, MF_DW_R2, MF_DW_Q2, MF_DW_SF1, MF_DW_CL1, MF_DW_OSF1,
-            MF_DW_OCL1, MF_DW_QSF1, MF_DW_QCL1)
+#define MF_DW_VARIANT(V, S, Q, P, QSF, QCL, PSF, PCL, SSF, SCL)                                \
+    MF_DW_CHANS(mf_dw_chans_##V##_1, S, MF_DW_SINGLE(SSF, SCL))                                \
+    MF_DW_CHANS(mf_dw_chans_##V##_2, S, MF_DW_PAIR(P, PSF, PCL))                               \
+    MF_DW_CHANS(mf_dw_chans_##V##_3, S, MF_DW_PAIR(P, PSF, PCL) MF_DW_SINGLE(SSF, SCL))        \
+    MF_DW_CHANS(mf_dw_chans_##V##_4, S, MF_DW_QUADS(Q, QSF, QCL))                              \
+    MF_DW_CHANS(mf_dw_chans_##V##_5, S, MF_DW_QUADS(Q, QSF, QCL) MF_DW_SINGLE(SSF, SCL))       \
+    MF_DW_CHANS(mf_dw_chans_##V##_6, S, MF_DW_QUADS(Q, QSF, QCL) MF_DW_PAIR(P, PSF, PCL))      \
+    MF_DW_CHANS(mf_dw_chans_##V##_7, S,                                                        \
+                MF_DW_QUADS(Q, QSF, QCL) MF_DW_PAIR(P, PSF, PCL) MF_DW_SINGLE(SSF, SCL))
+MF_DW_VARIANT(1, 1, MF_DW_Q1, MF_DW_P1, MF_DW_QSF0, "", MF_DW_PSF0, "", MF_DW_SSF0, "")
+MF_DW_VARIANT(1c, 1, MF_DW_Q1, MF_DW_P1, MF_DW_QSF0, MF_DW_QCL1, MF_DW_PSF0, MF_DW_PCL1,
+              MF_DW_SSF0, MF_DW_SCL1)
+MF_DW_VARIANT(1f, 1, MF_DW_Q1, MF_DW_P1, MF_DW_QSF1, "", MF_DW_PSF1, "", MF_DW_SSF1, "")
+MF_DW_VARIANT(1fc, 1, MF_DW_Q1, MF_DW_P1, MF_DW_QSF1, MF_DW_QCL1, MF_DW_PSF1, MF_DW_PCL1,
+              MF_DW_SSF1, MF_DW_SCL1)
+MF_DW_VARIANT(2, 2, MF_DW_Q2, MF_DW_P2, MF_DW_QSF0, "", MF_DW_PSF0, "", MF_DW_SSF0, "")
+MF_DW_VARIANT(2c, 2, MF_DW_Q2, MF_DW_P2, MF_DW_QSF0, MF_DW_QCL1, MF_DW_PSF0, MF_DW_PCL1,
+              MF_DW_SSF0, MF_DW_SCL1)
+MF_DW_VARIANT(2f, 2, MF_DW_Q2, MF_DW_P2, MF_DW_QSF1, "", MF_DW_PSF1, "", MF_DW_SSF1, "")
+MF_DW_VARIANT(2fc, 2, MF_DW_Q2, MF_DW_P2, MF_DW_QSF1, MF_DW_QCL1, MF_DW_PSF1, MF_DW_PCL1,
+              MF_DW_SSF1, MF_DW_SCL1)
 #else
-#define MF_DW_CHANS_ARGS                                                                       \
-    const int16_t *r0, int plane, int nch, int pw, int nrows, int ow, int c, const int32_t *pk, \
-        int8_t *y, int ystride, int32_t lo, int32_t hi
-typedef void (*mf_dw_chans_fn)(MF_DW_CHANS_ARGS);
+/* the portable body: one function per stride, sign term and clamp; every row shape the same */
 #define MF_DW_CHANS_C(NAME, S, SF, CL)                                                         \
-    MF_MICRO void NAME(MF_DW_CHANS_ARGS) {                                                     \
+    MF_MICRO void NAME(mf_dw_job *j) {                                                         \
         int k;                                                                                 \
-        for (k = 0; k < nch; ++k, r0 += plane, pk += MF_DW_REC, ++y)                           \
-            mf_dw_chan(r0, pw, nrows, ow, c, pk, y, ystride, S, SF, CL, lo, hi);               \
+        for (k = 0; k < j->nch; ++k)                                                           \
+            mf_dw_chan(j->r0 + k * j->plane, j->pw, j->nrows, j->ow, j->c,                     \
+                       j->pk + k * MF_DW_REC, j->y + k, j->ystride, S, SF, CL, j->lo, j->hi);  \
     }
-MF_DW_CHANS_C(mf_dw_chans_1, 1, 0, 0)
-MF_DW_CHANS_C(mf_dw_chans_1c, 1, 0, 1)
-MF_DW_CHANS_C(mf_dw_chans_1f, 1, 1, 0)
-MF_DW_CHANS_C(mf_dw_chans_1fc, 1, 1, 1)
-MF_DW_CHANS_C(mf_dw_chans_2, 2, 0, 0)
-MF_DW_CHANS_C(mf_dw_chans_2c, 2, 0, 1)
-MF_DW_CHANS_C(mf_dw_chans_2f, 2, 1, 0)
-MF_DW_CHANS_C(mf_dw_chans_2fc, 2, 1, 1)
+#define MF_DW_VARIANT(V, S, SF, CL)                                                            \
+    MF_DW_CHANS_C(mf_dw_chans_##V##_1, S, SF, CL)                                              \
+    MF_DW_CHANS_C(mf_dw_chans_##V##_2, S, SF, CL)                                              \
+    MF_DW_CHANS_C(mf_dw_chans_##V##_3, S, SF, CL)                                              \
+    MF_DW_CHANS_C(mf_dw_chans_##V##_4, S, SF, CL)                                              \
+    MF_DW_CHANS_C(mf_dw_chans_##V##_5, S, SF, CL)                                              \
+    MF_DW_CHANS_C(mf_dw_chans_##V##_6, S, SF, CL)                                              \
+    MF_DW_CHANS_C(mf_dw_chans_##V##_7, S, SF, CL)
+MF_DW_VARIANT(1, 1, 0, 0)
+MF_DW_VARIANT(1c, 1, 0, 1)
+MF_DW_VARIANT(1f, 1, 1, 0)
+MF_DW_VARIANT(1fc, 1, 1, 1)
+MF_DW_VARIANT(2, 2, 0, 0)
+MF_DW_VARIANT(2c, 2, 0, 1)
+MF_DW_VARIANT(2f, 2, 1, 0)
+MF_DW_VARIANT(2fc, 2, 1, 1)
 #endif
+
+MF_DW_INLINE void mf_dw_job_set(mf_dw_job *j, const int16_t *r0, int plane, int nch, int pw,
+                                int nrows, int ow, int c, const int32_t *pk, int8_t *y,
+                                int ystride, int32_t lo, int32_t hi, int s) {
+#if MF_USE_DSP && defined(__GNUC__)
+    mf_dw_state(j->b, r0, plane, nch, pw, nrows, ow, c, pk, y, ystride, lo, hi, s);
+#else
+    (void)s;
+    j->r0 = r0, j->pk = pk, j->y = y, j->plane = plane, j->nch = nch, j->pw = pw;
+    j->nrows = nrows, j->ow = ow, j->c = c, j->ystride = ystride, j->lo = lo, j->hi = hi;
+#endif
+}
 
 /* mf_dw3x3_s8: y = DepthwiseConv2D 3x3 of x, TFLM reference int8 semantics, batch 1.
  *   x        input [g->h][g->w][g->c] int8, NHWC; any alignment (unaligned LDR: the core must
@@ -654,7 +619,7 @@ MF_DW_CHANS_C(mf_dw_chans_2fc, 2, 1, 1)
  *            otherwise): pack_dw.scratch_bytes(g) bytes; free again on return
  * Padding bottom/right is whatever the output size implies (zero point as well). */
 /* mf_dw3x3_s8's body; f0 runs the channels, f1 those with the sign term (signfix, post > 0) */
-MF_MICRO void mf_dw_drive(const int8_t *x, int8_t *y, const int32_t *pk, const mf_dw_geom *g,
+MF_MICRO MF_DW_SMALL void mf_dw_drive(const int8_t *x, int8_t *y, const int32_t *pk, const mf_dw_geom *g,
                           int32_t x_zp, int32_t lo, int32_t hi, int32_t signfix,
                           int16_t *scratch, mf_dw_chans_fn f0, mf_dw_chans_fn f1) {
     /* the kernel's view: rows of the image, or its columns when g->transpose */
@@ -667,6 +632,7 @@ MF_MICRO void mf_dw_drive(const int8_t *x, int8_t *y, const int32_t *pk, const m
     const int pw = g->pw, rows = g->rows, plane = g->rows * g->pw;
     const int band = (rows - 3) / s + 1; /* output rows per band */
     const uint32_t zz = ((uint32_t)x_zp & 0xFFFFu) * 0x10001u;
+    mf_dw_job job;
     int c0, oy0;
     /* every border column is x_zp for good; data columns are rewritten per row, and rows of
      * zero-point padding refilled unless the layer is one band (its padding rows never change) */
@@ -698,40 +664,50 @@ MF_MICRO void mf_dw_drive(const int8_t *x, int8_t *y, const int32_t *pk, const m
                 const int sf = signfix && kk[9] != 0;
                 int n = 1;
                 while (k + n < nc && (signfix && kk[n * MF_DW_REC + 9] != 0) == sf) ++n;
-                (sf ? f1 : f0)(scratch + k * plane, plane, n, pw, nb, ow, yp, kk,
-                               y + oy0 * yr + c0 + k, yr, lo, hi);
+                mf_dw_job_set(&job, scratch + k * plane, plane, n, pw, nb, ow, yp, kk,
+                              y + oy0 * yr + c0 + k, yr, lo, hi, s);
+                (sf ? f1 : f0)(&job);
                 k += n;
             }
         }
     }
 }
 
-/* The entries the generated code calls: mf_dw3x3_s8_<stride>[f][c], f: signfix (the sign term
- * on channels with post > 0), c: a clamp (lo > -128 or hi < 127); each links only its own
- * channel functions. Arguments as mf_dw3x3_s8's, which may be called with any of them. */
+/* The entries the generated code calls: mf_dw3x3_s8_<s>[f][c]_<k> (pack_dw.entry), s the stride,
+ * f the sign term (signfix: channels with post > 0 take it), c a clamp (lo > -128 or hi < 127),
+ * k the row shape (see mf_dw_chans); each links only its own channel functions. Arguments as
+ * mf_dw3x3_s8's, which takes any layer (and links them all). */
 #define MF_DW_ENTRY(NAME, F0, F1)                                                              \
     MF_MICRO void NAME(const int8_t *x, int8_t *y, const int32_t *pk, const mf_dw_geom *g,     \
                        int32_t x_zp, int32_t lo, int32_t hi, int32_t signfix,                  \
                        int16_t *scratch) {                                                     \
         mf_dw_drive(x, y, pk, g, x_zp, lo, hi, signfix, scratch, F0, F1);                      \
     }
-MF_DW_ENTRY(mf_dw3x3_s8_1, mf_dw_chans_1, mf_dw_chans_1)
-MF_DW_ENTRY(mf_dw3x3_s8_1c, mf_dw_chans_1c, mf_dw_chans_1c)
-MF_DW_ENTRY(mf_dw3x3_s8_1f, mf_dw_chans_1, mf_dw_chans_1f)
-MF_DW_ENTRY(mf_dw3x3_s8_1fc, mf_dw_chans_1c, mf_dw_chans_1fc)
-MF_DW_ENTRY(mf_dw3x3_s8_2, mf_dw_chans_2, mf_dw_chans_2)
-MF_DW_ENTRY(mf_dw3x3_s8_2c, mf_dw_chans_2c, mf_dw_chans_2c)
-MF_DW_ENTRY(mf_dw3x3_s8_2f, mf_dw_chans_2, mf_dw_chans_2f)
-MF_DW_ENTRY(mf_dw3x3_s8_2fc, mf_dw_chans_2c, mf_dw_chans_2fc)
+#define MF_DW_ENTRIES(S, K)                                                                    \
+    MF_DW_ENTRY(mf_dw3x3_s8_##S##_##K, mf_dw_chans_##S##_##K, mf_dw_chans_##S##_##K)           \
+    MF_DW_ENTRY(mf_dw3x3_s8_##S##c_##K, mf_dw_chans_##S##c_##K, mf_dw_chans_##S##c_##K)        \
+    MF_DW_ENTRY(mf_dw3x3_s8_##S##f_##K, mf_dw_chans_##S##_##K, mf_dw_chans_##S##f_##K)         \
+    MF_DW_ENTRY(mf_dw3x3_s8_##S##fc_##K, mf_dw_chans_##S##c_##K, mf_dw_chans_##S##fc_##K)
+#define MF_DW_ENTRIES_K(S)                                                                     \
+    MF_DW_ENTRIES(S, 1) MF_DW_ENTRIES(S, 2) MF_DW_ENTRIES(S, 3) MF_DW_ENTRIES(S, 4)            \
+    MF_DW_ENTRIES(S, 5) MF_DW_ENTRIES(S, 6) MF_DW_ENTRIES(S, 7)
+MF_DW_ENTRIES_K(1)
+MF_DW_ENTRIES_K(2)
 
+#define MF_DW_FN4(S, K)                                                                        \
+    {{mf_dw_chans_##S##_##K, mf_dw_chans_##S##f_##K},                                          \
+     {mf_dw_chans_##S##c_##K, mf_dw_chans_##S##fc_##K}}
+#define MF_DW_FN28(S)                                                                          \
+    {MF_DW_FN4(S, 1), MF_DW_FN4(S, 2), MF_DW_FN4(S, 3), MF_DW_FN4(S, 4), MF_DW_FN4(S, 5),      \
+     MF_DW_FN4(S, 6), MF_DW_FN4(S, 7)}
 MF_MICRO void mf_dw3x3_s8(const int8_t *x, int8_t *y, const int32_t *pk, const mf_dw_geom *g,
                           int32_t x_zp, int32_t lo, int32_t hi, int32_t signfix,
                           int16_t *scratch) {
-    static const mf_dw_chans_fn fn[4][2] = {
-        {mf_dw_chans_1, mf_dw_chans_1f}, {mf_dw_chans_1c, mf_dw_chans_1fc},
-        {mf_dw_chans_2, mf_dw_chans_2f}, {mf_dw_chans_2c, mf_dw_chans_2fc}};
-    const int v = (g->stride == 2) * 2 + (lo > -128 || hi < 127);
-    mf_dw_drive(x, y, pk, g, x_zp, lo, hi, signfix, scratch, fn[v][0], fn[v][1]);
+    static const mf_dw_chans_fn fn[2][7][2][2] = {MF_DW_FN28(1), MF_DW_FN28(2)};
+    const int ow = g->transpose ? g->oh : g->ow, k = (ow & 3) + (ow >= 4 ? 4 : 0);
+    const int cl = lo > -128 || hi < 127, s = g->stride == 2;
+    mf_dw_drive(x, y, pk, g, x_zp, lo, hi, signfix, scratch, fn[s][k - 1][cl][0],
+                fn[s][k - 1][cl][1]);
 }
 
 #endif /* MCUFORGE_DW_H */

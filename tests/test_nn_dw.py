@@ -98,14 +98,16 @@ def make_cases(seed=0, n=28):
     rng = np.random.default_rng(seed)
     fixed = [(1, 1, 1, 1, True), (3, 3, 4, 1, False), (5, 7, 5, 2, True), (7, 9, 3, 2, False),
              (25, 5, 13, 1, True), (6, 6, 17, 1, True), (9, 11, 6, 2, True), (2, 3, 9, 2, True),
-             (5, 6, 47, 1, True)]  # small image, more channels than one pass holds
+             (5, 6, 47, 1, True),  # small image, more channels than one pass holds
+             (3, 3, 5, 1, True), (2, 2, 6, 1, True),  # rows of 3 and 2 outputs at stride 1
+             (6, 6, 5, 2, True), (4, 13, 7, 2, True)]  # rows of 3 and 7 at stride 2
     shapes = fixed + [(int(rng.integers(3, 14)), int(rng.integers(3, 14)),
                        int(rng.integers(1, 20)), int(rng.integers(1, 3)), bool(rng.random() < .6))
                       for _ in range(n - len(fixed))]
     acts = ["none", "relu", "relu6"]
     out = [random_case(rng, h, w, c, s, same, acts[i % 3], [0, 300, 4096][i % 3 if i > 2 else 2])
            for i, (h, w, c, s, same) in enumerate(shapes)]
-    for c in out[1::4]:  # these through the generic entry, the others through their named one
+    for c in out[len(fixed)::3]:  # these through the generic entry, the others their named one
         c["generic"] = True
     # channels with and without a rounding shift side by side, outputs not clamped away
     return out + [random_case(rng, 7, 6, 7, s, True, "none", 4096, small=True) for s in (1, 2)]
@@ -137,6 +139,11 @@ def test_cases_cover_the_edges(cases):
     quads = [(s, c) for w, s, c in vow if w % 4 == 0]
     assert {s for s, _ in quads} == {1, 2} and any(c["lo"] > -128 for _, c in quads)
     assert any(c["signfix"] for _, c in quads)
+    # every row shape (pack_dw.entry's k: quads, then a pair, then a single) at both strides,
+    # through its named entry
+    shapes = {(g["stride"], pack_dw.entry(g, c["signfix"], c["lo"], c["hi"])[-1])
+              for g, c in zip(geoms, cases) if not c.get("generic")}
+    assert shapes == {(s, str(k)) for s in (1, 2) for k in range(1, 8)}
     # the DSP widening of 4 channels: a first pixel alone (odd left padding) or not, then 4
     # pixels an iteration, 2 and 1 left over
     wid = {(pl & 1, (w - (pl & 1)) % 4) for w, pl in
@@ -261,12 +268,12 @@ def test_benchmarked_shapes_m4(tmp_path):
     check(cases, "m4", ["-O2"], tmp_path)
 
 
-@pytest.mark.parametrize("entry,kind", [("mf_dw3x3_s8_1", "m4"), ("mf_dw3x3_s8_2fc", "m4"),
-                                        ("mf_dw3x3_s8_1c", "m4-portable")])
+@pytest.mark.parametrize("entry,kind", [("mf_dw3x3_s8_1_4", "m4"), ("mf_dw3x3_s8_2fc_6", "m4"),
+                                        ("mf_dw3x3_s8_1c_3", "m4-portable")])
 def test_an_entry_links_only_its_variant(entry, kind, tmp_path):
     """A model whose layers name one entry carries that variant's channel function only (a
-    stride-1 model no stride-2 code, no clamp or sign-term code it does not use); an entry
-    with the sign term also the plain one (channels of post = 0)."""
+    stride-1 model no stride-2 code, no clamp or sign-term code and no row shape it does not
+    use); an entry with the sign term also the plain one (channels of post = 0)."""
     require_tools("arm-none-eabi-gcc")
     src = tmp_path / "one.c"
     src.write_text('#include "mcuforge_dw.h"\n'
@@ -282,7 +289,7 @@ def test_an_entry_links_only_its_variant(entry, kind, tmp_path):
         nm = dw_bench.subprocess.run(["arm-none-eabi-nm", str(obj)], capture_output=True,
                                      text=True, check=True).stdout
         chans = sorted(ln.split()[-1] for ln in nm.splitlines() if "mf_dw_chans" in ln)
-        v = entry[len("mf_dw3x3_s8_"):]
+        v = entry[len("mf_dw3x3_s8_"):]  # <s>[f][c]_<k>
         want = sorted({f"mf_dw_chans_{v}", f"mf_dw_chans_{v.replace('f', '')}"})
         assert chans == want, (opt, nm)
         assert "mf_dw3x3_s8" not in nm.replace(entry, ""), nm  # not the generic entry either

@@ -50,7 +50,7 @@ def depthwise(ctx: OpContext, ref: ir.Kernel, target) -> ir.Kernel | None:
     g = np.array([geom[f] for f in pack_dw.GEOM_FIELDS], np.int16)
     scratch = pack_dw.scratch_bytes(geom)
     signfix = pack.needs_signfix(y_zp, int(lo))
-    entry = pack_dw.entry(geom["stride"], signfix, int(lo), int(hi))
+    entry = pack_dw.entry(geom, signfix, int(lo), int(hi))
     consts = [ir.Buffer("pk", "int32", packed.size, "const", packed.reshape(-1),
                         "per channel: weight pairs [w0,w1] [w1,w2] of rows 0-2 (x 2^pre), "
                         "bias', mult, add, post"),

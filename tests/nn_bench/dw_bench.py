@@ -61,7 +61,7 @@ def cases_header(cases) -> str:
         want = f"y{i}" if c.get("want") is not None else "0"
         # the entry the schedule would name (pack_dw.entry), or the generic one (c["generic"])
         fn = "mf_dw3x3_s8" if c.get("generic") else pack_dw.entry(
-            c["geom"]["stride"], c["signfix"], c["lo"], c["hi"])
+            c["geom"], c["signfix"], c["lo"], c["hi"])
         out.append(f"  {{{{{g}}}, x{i}, k{i}, {c['x_zp']}, {c['lo']}, {c['hi']}, "
                    f"{c['signfix']}, {want}, {fn}}},\n")
     out.append("};\n")
