@@ -181,7 +181,8 @@ MF_DW_INLINE void mf_dw_widen_rows(const int8_t *x, int xr, int nrows, int w, in
         const int head = (int)((uintptr_t)dst >> 1) & 1, rest = w - head;
         int32_t m[11];
         m[0] = (int32_t)(uintptr_t)x, m[1] = xp, m[2] = (int32_t)(uintptr_t)dst;
-        m[3] = 2 * plane, m[4] = xr - w * xp, m[5] = 2 * (pw - w), m[6] = nrows, m[7] = head;
+        m[3] = 2 * plane, m[4] = xr - w * xp, m[5] = 2 * (pw - w);
+        m[6] = (int32_t)((uintptr_t)x + (uintptr_t)(nrows * xr)), m[7] = head; /* x's end */
         m[8] = rest >> 2, m[9] = rest & 2, m[10] = rest & 1;
         __asm__ volatile(
             "push {r0-r12, lr}\n\t"
@@ -259,17 +260,15 @@ MF_DW_INLINE void mf_dw_widen_rows(const int8_t *x, int xr, int nrows, int w, in
             "lsrs r7, r7, #16\n\t"
             "strh r8, [r4], #2\n\t"
             "strh r7, [r5], #2\n"
-            "6:\n\t" /* the next row */
+            "6:\n\t" /* the next row, until x reaches its end */
             "ldrd r6, r7, [lr, #16]\n\t" /* dx dd */
             "add r0, r0, r6\n\t"
             "add r2, r2, r7\n\t"
-            "ldr r6, [lr, #12]\n\t"
-            "add r3, r2, r6\n\t"
-            "add r4, r3, r6\n\t"
-            "add r5, r4, r6\n\t"
+            "add r3, r3, r7\n\t"
+            "add r4, r4, r7\n\t"
+            "add r5, r5, r7\n\t"
             "ldr r6, [lr, #24]\n\t"
-            "subs r6, r6, #1\n\t"
-            "str r6, [lr, #24]\n\t"
+            "cmp r0, r6\n\t"
             "bne 1b\n\t"
             "pop {r0-r12, lr}\n\t"
             :
@@ -364,8 +363,9 @@ typedef void (*mf_dw_chans_fn)(mf_dw_job *j);
  * one LDM where a phase needs it:
  *   lr[-10..-9] k01c k12c   lr[-8..-1] k01a k12a k01b k12b bias x 4   (LDMDB: r0-r7)
  *   lr[0..7]    mult add post c o n lo hi                           (LDM: r0-r3, r11, r12)
- *   lr[8..11]   dp do nquads rows: row-to-row steps of the pointers (bytes) and of o, rows left
- *   lr[12..19]  record plane channels rowbase0 y0 pwb nquads rows0   (the channel loop)
+ *   lr[8..11]   dp do nquads end: row-to-row steps of the pointers (bytes) and of o, the end
+ *               of r8 (row 0's pointer after the channel's last row)
+ *   lr[12..19]  record plane channels rowbase0 y0 pwb nquads rowbytes (the channel loop)
  * A row is its quads (four outputs an iteration, accumulators r4-r7, data words r11, r12),
  * then, by the row width mod 4, a pair and/or a single output (accumulators r4, r5, data r6,
  * r7; o stays in r11). Row pointers r8-r10. Per 4 outputs at stride 1: 54 instructions
@@ -493,11 +493,12 @@ typedef void (*mf_dw_chans_fn)(mf_dw_job *j);
     "str r12, [lr, #48]\n\t"                                                                   \
     "stm lr, {r0-r2}\n\t"                                                                      \
     "add r0, lr, #52\n\t"                                                                      \
-    "ldm r0, {r1-r7}\n\t" /* plane channels rowbase0 y0 pwb nquads rows */                    \
+    "ldm r0, {r1-r7}\n\t" /* plane channels rowbase0 y0 pwb nquads rowbytes */                \
     "mov r8, r3\n\t"                                                                           \
     "add r9, r3, r5\n\t"                                                                       \
     "add r10, r9, r5\n\t"                                                                      \
     "strd r4, r6, [lr, #16]\n\t"                                                               \
+    "add r7, r7, r3\n\t" /* r8 after the last row */                                         \
     "str r7, [lr, #44]\n\t"                                                                    \
     "mov r11, r4\n\t"                                                                          \
     "add r3, r3, r1\n\t"                                                                       \
@@ -507,14 +508,13 @@ typedef void (*mf_dw_chans_fn)(mf_dw_job *j);
     "2:\n\t" /* a row */                                                                       \
     ROWS                                                                                       \
     "add r0, lr, #32\n\t" /* the next row: pointers and o by constant steps, n again */        \
-    "ldm r0, {r1-r4}\n\t" /* dp do nquads rows */                                              \
+    "ldm r0, {r1-r4}\n\t" /* dp do nquads end */                                               \
     "add r8, r8, r1\n\t"                                                                       \
     "add r9, r9, r1\n\t"                                                                       \
     "add r10, r10, r1\n\t"                                                                     \
     "add r11, r11, r2\n\t"                                                                     \
     "strd r11, r3, [lr, #16]\n\t"                                                              \
-    "subs r4, r4, #1\n\t"                                                                      \
-    "str r4, [lr, #44]\n\t"                                                                    \
+    "cmp r8, r4\n\t"                                                                           \
     "bne 2b\n\t"                                                                               \
     "ldr r0, [lr, #56]\n\t"                                                                    \
     "cmp r0, #0\n\t"                                                                           \
@@ -530,7 +530,7 @@ MF_DW_INLINE void mf_dw_state(int32_t *b, const int16_t *r0, int plane, int nch,
     m[3] = c, m[6] = lo, m[7] = hi, m[8] = 2 * s * pw - 8 * s * nq - 4 * s * ((ow >> 1) & 1);
     m[9] = ystride - c * ow, m[10] = nq, m[12] = (int32_t)(uintptr_t)pk, m[13] = 2 * plane;
     m[14] = nch, m[15] = (int32_t)(uintptr_t)r0, m[16] = (int32_t)(uintptr_t)y, m[17] = 2 * pw;
-    m[18] = nq, m[19] = nrows;
+    m[18] = nq, m[19] = 2 * s * pw * nrows; /* the row pointers' step over the band */
 }
 
 /* One pass of nch channels (planes `plane` int16 apart, records pk, outputs y, y + 1, ...),
