@@ -250,3 +250,17 @@ def test_flash_budget_keeps_sequence_weights_int8_and_m4_still_equals_tflm():
     require_tools("arm-none-eabi-gcc", "qemu-system-arm")
     got = runner.run(model, x, board="mps2-an386", flash_budget=budget.flash_bytes([narrow]) + 64)
     np.testing.assert_array_equal(got, tflm.run(model, [x])[0])
+
+
+@pytest.mark.parametrize("opt", ["-O0", "-Os", "-O3"])
+def test_m4_optimisation_levels_equal_tflm(opt, monkeypatch):
+    """The DSP bodies at other optimisation levels: -O0 builds the intrinsics bodies (no asm),
+    -Os / -O3 the asm block loop of mf_seq_mv_w16 (an SVDF with 6 rows adds a tail block)."""
+    require_tflm()
+    require_tools("arm-none-eabi-gcc", "qemu-system-arm")
+    monkeypatch.setenv("MCUFORGE_OPT", opt)
+    for name in ("svdf_int8_rank2_batch2", "lstm_batch_major"):
+        fn, kw = {c[0]: (c[1], c[2]) for c in CASES}[name]
+        model, x = _build(name, fn, kw)
+        np.testing.assert_array_equal(runner.run(model, x, board="mps2-an386"),
+                                      tflm.run(model, [x])[0])
