@@ -30,6 +30,21 @@
 
 #include "mcuforge_nn.h" /* MF_USE_DSP, MF_INLINE, <arm_acle.h>, <string.h> */
 
+/* The LSTM's requantizations (codegen_c/lower/state.py, fast form): TFLM's
+ * MultiplyByQuantizedMultiplier(acc, mult, shift) + zp as mcuforge_nn.h's mf_rq_apply computes
+ * it with the sign term, from the constants of codegen_c/pack.py requant_params:
+ *   h = SMMULR(acc << pre, mult), y = (h + add + (post ? h >> 31 : 0)) >> post.
+ * Exact while acc << pre and h + add stay in int32: the lowering proves that from the bound
+ * of acc (the weights over the int8 input ranges; the int16 gate products) and keeps mf_mbqm
+ * where it cannot. The arguments are constants, so the call folds to 4-5 instructions. */
+static inline int32_t mf_seq_rq(int32_t acc, int32_t mult, int32_t add, int32_t pre,
+                                int32_t post) {
+    int32_t h = mf_smmlar((int32_t)((uint32_t)acc << pre), mult);
+    int32_t v = h + add;
+    if (post) v += h >> 31;
+    return v >> post;
+}
+
 #if MF_USE_DSP
 static inline int32_t mf_sxtab16_ror8(int32_t a, int32_t v) {
 #if defined(__GNUC__)

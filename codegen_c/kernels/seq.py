@@ -25,6 +25,7 @@ import numpy as np
 from .. import loop_ir as ir
 from ..micro_seq import pack_rows4, pack_rows4_w16
 from ..lower import OpContext
+from ..lower.state import lstm_tflite
 from . import schedules
 
 FN = "mf_seq_dot_s8"
@@ -245,6 +246,8 @@ def _set_work(node, offset: int):
 def seq(ctx: OpContext, ref: ir.Kernel, target) -> ir.Kernel | None:
     if ctx.input(0).dtype != "int8":
         return None
+    if ctx.node.op == "lstm_tflite":  # its requantizations in the fast form where proven
+        ref = lstm_tflite(ctx, fast=True)
     body = _replace_dots(ref.body)
     n = sum(1 for s in ir.walk(body) if isinstance(s, ir.Assign)
             and isinstance(s.value, ir.Bin) and isinstance(s.value.b, ir.Call)
