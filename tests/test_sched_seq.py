@@ -68,14 +68,16 @@ def svdf_model(seed, batch=1, inputs=9, units=5, rank=1, memory=6, state="int8")
 GATES = ("input", "forget", "cell", "output")
 
 
-def lstm_model(seed, time_major=True, batch=2, steps=3, inputs=7, hidden=5, cell_clip=0.0):
+def lstm_model(seed, time_major=True, batch=2, steps=3, inputs=7, hidden=5, cell_clip=0.0,
+               x_scale=None, w_scale=0.01):
     """One integer (8x8 -> 16) UNIDIRECTIONAL_SEQUENCE_LSTM without peepholes, projection or
     layer normalisation, quantized as the converter writes it."""
     rng = np.random.default_rng(seed)
     m = Model()
     sx, zx = float(rng.uniform(0.02, 0.06)), int(rng.integers(-128, 128))
+    sx = sx if x_scale is None else x_scale
     sh, zh = 1 / 128, int(rng.integers(-10, 10))
-    sw = 0.01
+    sw = w_scale
     x_shape = (steps, batch, inputs) if time_major else (batch, steps, inputs)
     xi = m.tensor("x", x_shape, "int8", scale=sx, zero_point=zx)
     ins = [xi]
