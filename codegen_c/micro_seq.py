@@ -78,6 +78,7 @@ def _rq(acc, mult, add, pre, post):
 
 
 INTRINSICS["mf_seq_rq"] = _rq
+INTRINSICS["mf_seq_sat16"] = lambda v: min(max(v, -32768), 32767)
 INTRINSICS["mf_seq_dot_s8"] = _dot_s8
 INTRINSICS["mf_seq_mv_s8"] = _mv(False)
 INTRINSICS["mf_seq_mv_w16"] = _mv(True)

@@ -29,6 +29,9 @@
 #define MCUFORGE_SEQ_H
 
 #include "mcuforge_nn.h" /* MF_USE_DSP, MF_INLINE, <arm_acle.h>, <string.h> */
+#if defined(__ARM_FEATURE_SAT) && __ARM_FEATURE_SAT
+#include <arm_acle.h> /* __ssat */
+#endif
 
 /* The LSTM's requantizations (codegen_c/lower/state.py, fast form): TFLM's
  * MultiplyByQuantizedMultiplier(acc, mult, shift) + zp as mcuforge_nn.h's mf_rq_apply computes
@@ -43,6 +46,16 @@ static inline int32_t mf_seq_rq(int32_t acc, int32_t mult, int32_t add, int32_t 
     int32_t v = h + add;
     if (post) v += h >> 31;
     return v >> post;
+}
+
+/* v clamped to int16: one SSAT where the core has it (v7-M, v7E-M; gcc 12 turns few of the
+ * LSTM's clamps into SSAT by itself). */
+static inline int32_t mf_seq_sat16(int32_t v) {
+#if defined(__ARM_FEATURE_SAT) && __ARM_FEATURE_SAT
+    return __ssat(v, 16);
+#else
+    return v < -32768 ? -32768 : v > 32767 ? 32767 : v;
+#endif
 }
 
 #if MF_USE_DSP

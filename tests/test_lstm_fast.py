@@ -105,20 +105,34 @@ def test_mirror_breaks_where_the_proof_says_it_would():
             rq_mirror(a, *rq)
 
 
+SAT_VALUES = [-2**31, -2**31 + 1, -65536, -32769, -32768, -32767, -1, 0, 1, 32766, 32767, 32768,
+              65535, 2**31 - 1]
+
+
 def _c_program(rows) -> str:
-    data = ",\n".join("{%d, %d, %d, %d, %d, %d}" % r for r in rows)
+    """mf_seq_rq on every row (acc, mult, add, pre, post, expected) and mf_seq_sat16 on
+    SAT_VALUES (expected: numpy's clip); prints the number of mismatches."""
+    def c(v):  # (C has no int32 literal -2147483648)
+        return "INT32_MIN" if v == -2**31 else str(int(v))
+    data = ",\n".join("{" + ", ".join(map(c, r)) + "}" for r in rows)
+    sat = ", ".join(f"{{{c(v)}, {c(np.clip(v, -32768, 32767))}}}" for v in SAT_VALUES)
     return f"""#include <stdint.h>
 #include "mcuforge_seq.h"
 #include "bench.h"
 static const int32_t cases[][6] = {{
 {data}
 }};
+static const int32_t sat[][2] = {{{sat}}};
 int main(void) {{
     int32_t i, bad = 0;
     volatile int32_t n = (int32_t)(sizeof cases / sizeof cases[0]);
+    volatile int32_t ns = (int32_t)(sizeof sat / sizeof sat[0]);
     for (i = 0; i < n; i++) {{
         const int32_t *c = cases[i];
         if (mf_seq_rq(c[0], c[1], c[2], c[3], c[4]) != c[5]) bad++;
+    }}
+    for (i = 0; i < ns; i++) {{
+        if (mf_seq_sat16(sat[i][0]) != sat[i][1]) bad++;
     }}
     bench_puts("bad ");
     bench_put_i64(bad);
@@ -155,7 +169,7 @@ def test_c_rq_equals_mbqm(target, opt, c_rows, tmp_path):
     extra = ["-fsanitize=address,undefined", "-fno-sanitize-recover=all"] \
         if target == "host" else []
     out = harness.run(harness.build(main, target, opt, tmp_path, extra), target)
-    assert out.strip() == f"bad 0 of {len(c_rows)}"
+    assert out.strip() == f"bad 0 of {len(c_rows)}"  # (sat16's cases count only if bad)
 
 
 # ---- the scheduled LSTM in the evaluator, at the extremes ---------------------------------

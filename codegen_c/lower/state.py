@@ -278,8 +278,10 @@ def _float_unit(lstm: _Lstm, t, b, j) -> list:
                    ir.Store("y", lstm.row(t, b) * lstm.H + j, hidden)]
 
 
-def _sat16(e: ir.Expr) -> ir.Expr:
-    return ir.clamp(e, -32768, 32767)
+def _sat16(e: ir.Expr, fast: bool = False) -> ir.Expr:
+    """e clamped to int16; with `fast` through mf_seq_sat16 (one SSAT: gcc 12 makes 4-6
+    compares of most such clamps)."""
+    return ir.call("mf_seq_sat16", e) if fast else ir.clamp(e, -32768, 32767)
 
 
 def _requant(e: ir.Expr, mult: int, shift: int, zp: int, lo: int, hi: int, bound, fast: bool):
@@ -291,7 +293,8 @@ def _requant(e: ir.Expr, mult: int, shift: int, zp: int, lo: int, hi: int, bound
     if rq is None:
         return ir.clamp(_offset(ir.call("mf_mbqm", e, mult, shift), zp), lo, hi)
     m, add, pre, post = (int(v) for v in rq[0])
-    return ir.clamp(ir.call("mf_seq_rq", e, m, add, pre, post), lo, hi)
+    v = ir.call("mf_seq_rq", e, m, add, pre, post)
+    return _sat16(v, True) if (lo, hi) == (-32768, 32767) else ir.clamp(v, lo, hi)
 
 
 def _int_gate(lstm: _Lstm, g: int, var: str, t, b, j, fast: bool = False) -> list:
@@ -341,6 +344,7 @@ def _int_gate(lstm: _Lstm, g: int, var: str, t, b, j, fast: bool = False) -> lis
         rq_x = lambda e: _sat16(ir.call(mbqm, e, m_w, sh_w))  # noqa: E731
         rq_h = lambda e: _sat16(ir.call(mbqm, e, m_r, sh_r))  # noqa: E731
     fc_h = rq_h(acc)
+    fast = fast and acc_t == "int32"
     act, name = ("mf_tanh_s16", "tanh") if GATES[g] == "cell" else ("mf_logistic_s16", "sigmoid")
     return [ir.Comment(f"{GATES[g]} gate: FC(x) + FC(h) in Q3.12, then {name} to Q0.15"),
             *([ir.Assign("acc", _c(0, acc_t))] if g else []),  # (declared 0 before the first)
@@ -348,7 +352,8 @@ def _int_gate(lstm: _Lstm, g: int, var: str, t, b, j, fast: bool = False) -> lis
             ir.Decl(var, "int32", rq_x(with_bias)),
             ir.Assign("acc", _c(0, acc_t)),
             *ir.loops([("k", lstm.H)], rh),
-            ir.Assign(var, ir.call(act, ir.cast(_sat16(ir.Var(var) + fc_h), "int16"), 0, 0))]
+            ir.Assign(var, ir.call(act, ir.cast(_sat16(ir.Var(var) + fc_h, fast), "int16"),
+                                   0, 0))]
 
 
 def _int_unit(lstm: _Lstm, t, b, j, fast: bool = False) -> list:
@@ -377,7 +382,7 @@ def _int_unit(lstm: _Lstm, t, b, j, fast: bool = False) -> list:
              ir.Decl("cell", "int32", _requant(
                  v("forget_gate") * ir.Load("y2", b * lstm.H + j, "int16"), m_fc, s_fc, 0,
                  -32768, 32767, prod_bound, fast)),
-             ir.Assign("cell", _sat16(cell_v + _requant(
+             ir.Assign("cell", _sat16(fast=fast, e=cell_v + _requant(
                  v("input_gate") * v("cell_gate"), m_ig, s_ig, 0, -32768, 32767, prod_bound,
                  fast)))]
     clip = float(np.float32(ctx.attrs["cell_clip"]))
