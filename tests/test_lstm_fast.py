@@ -240,8 +240,11 @@ def saturating_lstm(seed, **kw):
                       w_scale=0.4, **kw)
 
 
-def test_scheduled_lstm_equals_reference_at_the_extremes():
-    model, _ = lstm_model(5, batch=2, steps=3, inputs=19, hidden=12)
+@pytest.mark.parametrize("cell_clip", [0.0, 0.5, 100.0])
+def test_scheduled_lstm_equals_reference_at_the_extremes(cell_clip):
+    """(a clip of 100 is beyond the int16 cell state's range: the clamp keeps only its lower
+    end, -32767; the cell state inputs include -32768)"""
+    model, _ = lstm_model(5, batch=2, steps=3, inputs=19, hidden=12, cell_clip=cell_clip)
     fast = _equal_in_evaluator(model)
     calls = _calls(fast)
     assert "mf_seq_rq" in calls and "mf_mbqm" not in calls, "every requantization provable"

@@ -388,7 +388,10 @@ def _int_unit(lstm: _Lstm, t, b, j, fast: bool = False) -> list:
     clip = float(np.float32(ctx.attrs["cell_clip"]))
     if clip > 0:  # CreateLstmCellStateInfo: clip / scale in double, truncated to int16
         q_clip = int(min(max(clip / s_c, -32768.0), 32767.0))
-        body.append(ir.Assign("cell", ir.clamp(cell_v, -q_clip, q_clip)))
+        if fast and q_clip == 32767:  # (the cell is int16 already: only -32768 moves)
+            body.append(ir.Assign("cell", ir.vmax(cell_v, -q_clip)))
+        else:
+            body.append(ir.Assign("cell", ir.clamp(cell_v, -q_clip, q_clip)))
     lo, hi = INT_RANGE[hidden.dtype]
     tanh_c = ir.call("mf_tanh_s16", ir.cast(cell_v, "int16"), t_mult, t_shift)
     h = _requant(tanh_c * v("output_gate"), m_h, s_h_, zp_h, lo, hi, prod_bound, fast)
