@@ -82,3 +82,18 @@ INTRINSICS["mf_seq_sat16"] = lambda v: min(max(v, -32768), 32767)
 INTRINSICS["mf_seq_dot_s8"] = _dot_s8
 INTRINSICS["mf_seq_mv_s8"] = _mv(False)
 INTRINSICS["mf_seq_mv_w16"] = _mv(True)
+
+
+def _mv_g(groups: int):
+    mv = _mv(True)
+
+    def kernel(w4, v, n, off, rows, out, work):
+        """mf_seq_mv_w16_g<G>: mf_seq_mv_w16 for n in (4 (G - 1), 4 G]."""
+        if (n + 3) // 4 != groups:
+            raise UndefinedBehaviour(f"mf_seq_mv_w16_g{groups} called with n = {n}")
+        mv(w4, v, n, off, rows, out, work)
+    return kernel
+
+
+for _g in range(1, 9):
+    INTRINSICS[f"mf_seq_mv_w16_g{_g}"] = _mv_g(_g)

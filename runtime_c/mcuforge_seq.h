@@ -142,12 +142,12 @@ MF_MICRO void mf_seq_mv_s8(const int8_t *w4, const int8_t *v, int32_t n, int32_t
 }
 
 /* The full blocks of 4 rows of mf_seq_mv_w16 in one asm routine (DSP, optimised Thumb-2
- * builds): per block the 4 accumulators from 0, per group of 4 taps one LDRD of the widened
- * vector, two LDM of 4 weight words, 8 SMLAD (11 instructions for 16 MACs), the groups
- * unrolled by 4 with the remainder peeled by the low bits of the count; the block loop's
- * state in memory operands (gcc 12 spills around an asm block of 13 registers). Registers:
- * r0-r3 accumulators, r4/r5 vector words, r6 vector pointer, r8-r11 weight words, r12 weight
- * pointer, lr the group count; r7 (the Thumb frame pointer) is left alone. */
+ * builds): per group of 4 taps one LDRD of the widened vector, two LDM of 4 weight words,
+ * 8 SMLAD (11 instructions for 16 MACs; a block's first group SMUAD, so no zeroing), the
+ * other groups unrolled by 4 with the remainder peeled by the low bits of the count; the
+ * block loop's state in memory operands (gcc 12 spills around an asm block of 13 registers).
+ * Registers: r0-r3 accumulators, r4/r5 vector words, r6 vector pointer, r8-r11 weight words,
+ * r12 weight pointer, lr the group count; r7 (the Thumb frame pointer) is left alone. */
 #if MF_USE_DSP && defined(__GNUC__) && defined(__OPTIMIZE__) && defined(__thumb2__)
 #define MF_SEQ_ASM 1
 #define MF_S_G16                                                                            \
@@ -162,18 +162,27 @@ MF_MICRO void mf_seq_mv_s8(const int8_t *w4, const int8_t *v, int32_t n, int32_t
     "smlad r2, r5, r9, r2\n\t"                                                              \
     "smlad r3, r4, r10, r3\n\t"                                                             \
     "smlad r3, r5, r11, r3\n\t"
+#define MF_S_G16_FIRST                                                                      \
+    "ldrd r4, r5, [r6], #8\n\t"                                                             \
+    "ldmia r12!, {r8, r9, r10, r11}\n\t"                                                    \
+    "smuad r0, r4, r8\n\t"                                                                  \
+    "smlad r0, r5, r9, r0\n\t"                                                              \
+    "smuad r1, r4, r10\n\t"                                                                 \
+    "smlad r1, r5, r11, r1\n\t"                                                             \
+    "ldmia r12!, {r8, r9, r10, r11}\n\t"                                                    \
+    "smuad r2, r4, r8\n\t"                                                                  \
+    "smlad r2, r5, r9, r2\n\t"                                                              \
+    "smuad r3, r4, r10\n\t"                                                                 \
+    "smlad r3, r5, r11, r3\n\t"
 static inline void mf_seq_mv_w16_blocks(const int16_t *w16, const int32_t *vw, int32_t G,
                                         int32_t nb, int32_t *out) {
+    int32_t G1 = G - 1; /* (the first group by SMUAD: no zeroing) */
     __asm__ volatile(
         "ldr r12, %[wp]\n"
         "9:\n\t"
-        "ldr r6, %[vw]\n\t"
-        "movs r0, #0\n\t"
-        "movs r1, #0\n\t"
-        "movs r2, #0\n\t"
-        "movs r3, #0\n\t"
-        "ldr lr, %[G]\n\t"
-        "lsrs lr, lr, #1\n\t" /* G = 4q + r: r's low bit, its high bit, then q x 4 */
+        "ldr r6, %[vw]\n\t" MF_S_G16_FIRST
+        "ldr lr, %[G1]\n\t"
+        "lsrs lr, lr, #1\n\t" /* G - 1 = 4q + r: r's low bit, its high bit, then q x 4 */
         "bcc 5f\n\t" MF_S_G16 "5:\n\t"
         "lsrs lr, lr, #1\n\t"
         "bcc 6f\n\t" MF_S_G16 MF_S_G16 "6:\n\t"
@@ -189,7 +198,30 @@ static inline void mf_seq_mv_w16_blocks(const int16_t *w16, const int32_t *vw, i
         "str lr, %[nb]\n\t"
         "bne 9b\n\t"
         : [out] "+m"(out), [nb] "+m"(nb)
-        : [wp] "m"(w16), [vw] "m"(vw), [G] "m"(G)
+        : [wp] "m"(w16), [vw] "m"(vw), [G1] "m"(G1)
+        : "r0", "r1", "r2", "r3", "r4", "r5", "r6", "r8", "r9", "r10", "r11", "r12", "lr",
+          "cc", "memory");
+}
+/* The same for a group count G known at compile time (mf_seq_mv_w16_g<G>): the groups
+ * unrolled, lr the output pointer, the vector pointer rewound by an immediate: 5
+ * instructions a block besides the groups' 11 each (the loop above: ~16). */
+MF_INLINE void mf_seq_mv_w16_blocks_g(const int16_t *w16, const int32_t *vw, const int32_t G,
+                                      int32_t nb, int32_t *out) {
+    const int16_t *wend = w16 + nb * G * 16;
+    __asm__ volatile(
+        "ldr r6, %[vw]\n\t"
+        "ldr r12, %[wp]\n\t"
+        "ldr lr, %[out]\n"
+        "9:\n\t" MF_S_G16_FIRST
+        ".rept %c[G] - 1\n\t" MF_S_G16 ".endr\n\t"
+        "sub r6, r6, %[G8]\n\t"
+        "stmia lr!, {r0, r1, r2, r3}\n\t"
+        "ldr r4, %[wend]\n\t"
+        "cmp r12, r4\n\t"
+        "bne 9b\n\t"
+        :
+        : [wp] "m"(w16), [vw] "m"(vw), [out] "m"(out), [wend] "m"(wend), [G] "i"(G),
+          [G8] "i"(8 * G)
         : "r0", "r1", "r2", "r3", "r4", "r5", "r6", "r8", "r9", "r10", "r11", "r12", "lr",
           "cc", "memory");
 }
@@ -197,9 +229,12 @@ static inline void mf_seq_mv_w16_blocks(const int16_t *w16, const int32_t *vw, i
 #define MF_SEQ_ASM 0
 #endif
 
-MF_MICRO void mf_seq_mv_w16(const int16_t *w16, const int8_t *v, int32_t n, int32_t off,
-                            int32_t rows, int32_t *out, int16_t *work) {
+/* mf_seq_mv_w16's body; G0 > 0: n known to have G0 groups of 4 taps (a constant: the
+ * unrolled asm), 0: any n. */
+MF_INLINE void mf_seq_mv_w16_body(const int16_t *w16, const int8_t *v, int32_t n, int32_t off,
+                                  int32_t rows, int32_t *out, int16_t *work, const int32_t G0) {
     int32_t n4 = (n + 3) & ~3, r, k;
+    (void)G0; /* (portable and -O0 builds: the general body) */
 #if MF_USE_DSP
     int32_t off2 = (int32_t)(((uint32_t)off & 0xFFFFu) * 0x10001u);
     int32_t *vw = (int32_t *)(void *)work; /* [x0 x2] [x1 x3] [x4 x6] ... */
@@ -218,7 +253,11 @@ MF_MICRO void mf_seq_mv_w16(const int16_t *w16, const int8_t *v, int32_t n, int3
     const int32_t *xend = vw + n4 / 2;
     r = 0;
 #if MF_SEQ_ASM
-    if (rows >= 4) {
+    if (rows >= 4 && G0 > 0 && n4 / 4 == G0) {
+        mf_seq_mv_w16_blocks_g(w16, vw, G0 > 0 ? G0 : 1, rows / 4, out);
+        r = rows & ~3;
+        w16 += r * n4;
+    } else if (rows >= 4) {
         mf_seq_mv_w16_blocks(w16, vw, n4 / 4, rows / 4, out);
         r = rows & ~3;
         w16 += r * n4;
@@ -258,5 +297,25 @@ MF_MICRO void mf_seq_mv_w16(const int16_t *w16, const int8_t *v, int32_t n, int3
     }
 #endif
 }
+
+MF_MICRO void mf_seq_mv_w16(const int16_t *w16, const int8_t *v, int32_t n, int32_t off,
+                            int32_t rows, int32_t *out, int16_t *work) {
+    mf_seq_mv_w16_body(w16, v, n, off, rows, out, work, 0);
+}
+
+/* mf_seq_mv_w16 for n in (4 (G - 1), 4 G] (the schedule's choice for G <= 8). */
+#define MF_SEQ_MV_W16_G(G)                                                                  \
+    MF_MICRO void mf_seq_mv_w16_g##G(const int16_t *w16, const int8_t *v, int32_t n,          \
+                                     int32_t off, int32_t rows, int32_t *out, int16_t *work) { \
+        mf_seq_mv_w16_body(w16, v, n, off, rows, out, work, G);                             \
+    }
+MF_SEQ_MV_W16_G(1)
+MF_SEQ_MV_W16_G(2)
+MF_SEQ_MV_W16_G(3)
+MF_SEQ_MV_W16_G(4)
+MF_SEQ_MV_W16_G(5)
+MF_SEQ_MV_W16_G(6)
+MF_SEQ_MV_W16_G(7)
+MF_SEQ_MV_W16_G(8)
 
 #endif /* MCUFORGE_SEQ_H */

@@ -270,3 +270,63 @@ def test_lstm_on_arm_equals_tflm(board):
     for model, x in (lstm_model(21, time_major=False, batch=2, steps=4, inputs=13, hidden=9,
                                 cell_clip=0.5), saturating_lstm(4)):
         np.testing.assert_array_equal(runner.run(model, x, board=board), tflm.run(model, [x])[0])
+
+
+# ---- the matrix-vector kernels on their own ----------------------------------------------
+
+MV_SHAPES = [(4, 1), (6, 3), (8, 4), (13, 5), (80, 28), (80, 20), (12, 32), (5, 33), (16, 37),
+             (9, 45), (20, 64), (80, 257)]
+
+
+def _mv_program(seed: int) -> tuple:
+    """A C program calling mf_seq_mv_s8, mf_seq_mv_w16 and (G <= 8) mf_seq_mv_w16_g<G> on
+    random rows and vectors (weights and vector entries at the int8 extremes included, the
+    offset any negated zero point), comparing every output with numpy's int64 products."""
+    from codegen_c.kernels.seq import MV16_UNROLLED
+    from codegen_c.micro_seq import pack_rows4, pack_rows4_w16
+    rng = np.random.default_rng(seed)
+    parts, calls, checks = [], [], 0
+    for i, (rows, n) in enumerate(MV_SHAPES):
+        w = rng.integers(-128, 128, (rows, n))
+        w[rng.random((rows, n)) < 0.2] = -128
+        v = rng.integers(-128, 128, n)
+        v[rng.random(n) < 0.3] = -128 if i % 2 else 127
+        off = int(rng.choice([-127, 0, 128, int(rng.integers(-127, 129))]))
+        want = (w * (v + off)).sum(axis=1)
+        g = (n + 3) // 4
+
+        def arr(name, ctype, values):
+            return (f"static const {ctype} {name}[] __attribute__((aligned(8))) = "
+                    f"{{{', '.join(str(int(x)) for x in values)}}};\n")
+        parts += [arr(f"w8_{i}", "int8_t", pack_rows4(w.astype(np.int8))),
+                  arr(f"w16_{i}", "int16_t", pack_rows4_w16(w.astype(np.int8))),
+                  arr(f"v_{i}", "int8_t", v), arr(f"want_{i}", "int32_t", want)]
+        fns = [("mf_seq_mv_s8", f"w8_{i}"), ("mf_seq_mv_w16", f"w16_{i}")]
+        if g <= MV16_UNROLLED:
+            fns.append((f"mf_seq_mv_w16_g{g}", f"w16_{i}"))
+        for fn, wname in fns:
+            calls.append(f"    memset(out, 0x5A, sizeof out);\n"
+                         f"    {fn}({wname}, v_{i}, {n}, {off}, {rows}, out, (int16_t *)work);\n"
+                         f"    for (i = 0; i < {rows}; i++) bad += out[i] != want_{i}[i];\n"
+                         f"    bad += out[{rows}] != 0x5A5A5A5A; /* nothing past the rows */\n")
+            checks += rows + 1
+    src = ('#include <stdint.h>\n#include <string.h>\n#include "mcuforge_seq.h"\n'
+           '#include "bench.h"\n' + "".join(parts)
+           + "static int32_t out[96], work[160];\nint main(void) {\n    int32_t i, bad = 0;\n"
+           + "".join(calls)
+           + '    bench_puts("bad ");\n    bench_put_i64(bad);\n    bench_puts("\\n");\n'
+           "    bench_exit(0);\n    return 0;\n}\n")
+    return src, checks
+
+
+@pytest.mark.parametrize("target,opt", C_TARGETS, ids=[f"{t}{o}" for t, o in C_TARGETS])
+def test_c_mv_kernels_equal_numpy(target, opt, tmp_path):
+    require_tools("gcc") if target == "host" else require_tools("arm-none-eabi-gcc",
+                                                                "qemu-system-arm")
+    src, checks = _mv_program(3)
+    main = tmp_path / "mv_main.c"
+    main.write_text(src)
+    extra = ["-fsanitize=address,undefined", "-fno-sanitize-recover=all"] \
+        if target == "host" else []
+    out = harness.run(harness.build(main, target, opt, tmp_path, extra), target)
+    assert checks > 0 and out.strip() == "bad 0"

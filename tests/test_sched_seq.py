@@ -113,6 +113,10 @@ CASES = [
     ("lstm_batch_major", lstm_model, dict(time_major=False, inputs=9, hidden=6)),
     ("lstm_clip_batch1", lstm_model, dict(batch=1, steps=4, inputs=3, hidden=8, cell_clip=0.8)),
     ("lstm_wide", lstm_model, dict(batch=1, steps=2, inputs=28, hidden=20)),
+    # vectors of more than 8 groups of 4 taps: mf_seq_mv_w16's looped asm (G - 1 = 9 and 11:
+    # every peel of its group loop), the shorter ones its unrolled entries
+    ("lstm_long", lstm_model, dict(batch=1, steps=2, inputs=37, hidden=11)),
+    ("svdf_long", svdf_model, dict(inputs=45, units=3, rank=2, memory=4)),
 ]
 
 
@@ -150,7 +154,8 @@ def test_host_c_equals_tflm(name, fn, kw):
 
 
 M4_CASES = [c for c in CASES if c[0] in ("svdf_int8_rank2_batch2", "svdf_int16",
-                                         "lstm_batch_major", "lstm_clip_batch1")]
+                                         "lstm_batch_major", "lstm_clip_batch1", "lstm_long",
+                                         "svdf_long")]
 
 
 @pytest.mark.parametrize("name,fn,kw", M4_CASES, ids=[c[0] for c in M4_CASES])
@@ -257,11 +262,12 @@ def test_flash_budget_keeps_sequence_weights_int8_and_m4_still_equals_tflm():
 @pytest.mark.parametrize("opt", ["-O0", "-Os", "-O3"])
 def test_m4_optimisation_levels_equal_tflm(opt, monkeypatch):
     """The DSP bodies at other optimisation levels: -O0 builds the intrinsics bodies (no asm),
-    -Os / -O3 the asm block loop of mf_seq_mv_w16 (an SVDF with 6 rows adds a tail block)."""
+    -Os / -O3 the asm of mf_seq_mv_w16 and its unrolled entries (an SVDF with 6 rows adds a
+    tail block)."""
     require_tflm()
     require_tools("arm-none-eabi-gcc", "qemu-system-arm")
     monkeypatch.setenv("MCUFORGE_OPT", opt)
-    for name in ("svdf_int8_rank2_batch2", "lstm_batch_major"):
+    for name in ("svdf_int8_rank2_batch2", "lstm_batch_major", "lstm_long"):
         fn, kw = {c[0]: (c[1], c[2]) for c in CASES}[name]
         model, x = _build(name, fn, kw)
         np.testing.assert_array_equal(runner.run(model, x, board="mps2-an386"),

@@ -30,6 +30,7 @@ from . import schedules
 
 FN = "mf_seq_dot_s8"
 MV = "mf_seq_mv_s8"  # (mf_seq_mv_w16: the weights pre-widened, on the DSP extension)
+MV16_UNROLLED = 8  # mf_seq_mv_w16_g<G>: vectors of at most 4 G taps, the groups unrolled
 SCRATCH = "seq_scratch"  # int32 words: the hoisted products, then one widened vector
 
 
@@ -188,7 +189,10 @@ class _Hoist:
             slot = self.words
             self.words += len(names) * loop.extent
             self.work = max(self.work, (n + 3) // 4 * 2)
-            pre.append(ir.CallStmt(self.fn, (
+            fn = self.fn  # (a short vector: the entry with its groups unrolled)
+            if self.wide and (n + 3) // 4 <= MV16_UNROLLED:
+                fn = f"{self.fn}_g{(n + 3) // 4}"
+            pre.append(ir.CallStmt(fn, (
                 ir.Ptr(self.packed[key].name, ir.Const(0)), vp, ir.Const(n), off,
                 ir.Const(len(names) * loop.extent), ir.Ptr(SCRATCH, ir.Const(slot)),
                 ir.Ptr(SCRATCH, ir.Const(-1), ctype="int16_t *"))))  # work: set below
