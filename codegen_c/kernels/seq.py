@@ -1,6 +1,7 @@
 """int8 SVDF and integer LSTM (8x8 -> 16): their inner products on mf_seq_dot_s8
 (runtime_c/mcuforge_seq.h). The reference kernel (codegen_c/lower/state.py) keeps everything
-else (requantization, gates, state updates); each innermost loop of the form
+else (gates, state updates; the LSTM's is lowered with fast=True: its requantizations on
+mf_seq_rq where their bounds prove it exact); each innermost loop of the form
 
     acc = acc + W[w0 + k] * (V[v0 + k] + c)      (W, V int8, acc int32, k < n)
 
@@ -13,9 +14,9 @@ neither depends on j nor is written in that loop (the LSTM's gates for all units
 feature products for all filters), the products of all rows are hoisted before the loop as
 one matrix-vector call into scratch, and the loop reads them from there: mf_seq_mv_w16 on
 the DSP extension (the rows widened to int16 at compile time, twice their flash, unless the
-flash budget keeps the layer narrow), mf_seq_mv_s8 elsewhere; both on rows packed in blocks
-of 4 (micro_seq.pack_rows4*). The kernels have portable bodies, so the schedule serves every
-target."""
+flash budget keeps the layer narrow; mf_seq_mv_w16_g<G> for vectors of at most 8 groups of 4
+taps), mf_seq_mv_s8 elsewhere; both on rows packed in blocks of 4 (micro_seq.pack_rows4*). The
+kernels have portable bodies, so the schedule serves every target."""
 from __future__ import annotations
 
 from dataclasses import replace

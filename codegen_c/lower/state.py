@@ -6,6 +6,10 @@ next value to an output that the generated code copies back at the end of the in
 kernel never writes the state it reads. Float sums run in TFLM's order (products added one by
 one from 0.0f, the bias where TFLM adds it); integer sums wrap where their bound says int32
 could overflow (TFLM's C++ wraps there too); parameters are computed as TFLM's Prepare does.
+The integer LSTM's `fast` form (its schedule's, codegen_c/kernels/seq.py) requantizes with
+mf_seq_rq and saturates with mf_seq_sat16 (runtime_c/mcuforge_seq.h) wherever the accumulators'
+bounds prove that form equal to TFLM's MultiplyByQuantizedMultiplier; the reference is the
+default.
 
 Registered with `@lowers` (see codegen_c/lower/__init__.py).
 """
@@ -406,7 +410,8 @@ def lstm_tflite(ctx: OpContext, fast: bool = False) -> ir.Kernel:
     previous hidden state, so the new hidden state goes to y first and replaces the state
     (y1, TFLM's hidden state tensor) once the step's units are done. The cell state (y2) is
     element-wise and is updated in place, as TFLM does. Batch rows never interact, so one loop
-    order serves time-major and batch-major layouts."""
+    order serves time-major and batch-major layouts. `fast` (8x8 -> 16 only): the
+    requantizations in mf_seq_rq's form where proven exact (see _requant)."""
     lstm = _Lstm(ctx)
     T, B, H = lstm.T, lstm.B, lstm.H
     nh, nc = lstm.names[13], lstm.names[14]
