@@ -172,11 +172,21 @@ def test_m4_dsp_equals_tflm(name, fn, kw):
 EXAMPLES = ("keyword_scrambled_8bit.tflite", "trained_lstm_int8.tflite")
 
 
-@pytest.mark.parametrize("file", EXAMPLES)
-def test_tflm_example_models_on_m4_equal_tflm(file):
+# and the LSTM models of tflite-micro's source tree (DTLN: two LSTMs of one step, 128 units;
+# micro_speech_lstm: 49 steps, 80 units), where a checkout is present
+TFLM_TREE = os.environ.get("MCUFORGE_TFLM_TREE", "/tmp/ys/pinned/tflite-micro")
+TREE_EXAMPLES = ("tensorflow/lite/micro/examples/dtln/dtln_noise_suppression.tflite",
+                 "third_party/xtensa/examples/micro_speech_lstm/micro_speech_lstm.tflite")
+
+
+@pytest.mark.parametrize("file,board", [(f, "mps2-an386") for f in EXAMPLES + TREE_EXAMPLES]
+                         + [(f, "mps2-an385") for f in TREE_EXAMPLES])
+def test_tflm_example_models_on_arm_equal_tflm(file, board):
+    """(the M3 runs the portable bodies)"""
     require_tflm()
     require_tools("arm-none-eabi-gcc", "qemu-system-arm")
-    path = os.path.join(os.environ.get("MCUFORGE_TFLM_MODELS", "/tmp"), file)
+    path = os.path.join(TFLM_TREE if "/" in file
+                        else os.environ.get("MCUFORGE_TFLM_MODELS", "/tmp"), file)
     if not os.path.exists(path):
         pytest.skip(f"{path} not present")
     model = open(path, "rb").read()
@@ -184,8 +194,7 @@ def test_tflm_example_models_on_m4_equal_tflm(file):
     t = g.tensors[g.inputs[0]]
     info = np.iinfo(t.dtype)  # (keyword_scrambled takes int16 features)
     x = np.random.default_rng(3).integers(info.min, info.max + 1, (3, *t.shape)).astype(t.dtype)
-    np.testing.assert_array_equal(runner.run(model, x, board="mps2-an386"),
-                                  tflm.run(model, [x])[0])
+    np.testing.assert_array_equal(runner.run(model, x, board=board), tflm.run(model, [x])[0])
 
 
 def _hoisted(body, consts):
