@@ -64,6 +64,36 @@ def _mv(w16: bool):
     return kernel
 
 
+def _rq(acc, mult, add, pre, post):
+    """mf_seq_rq: (h + add + (post ? h >> 31 : 0)) >> post, h = SMMULR(acc << pre, mult);
+    raises where C would overflow int32 (the lowering's bound proof failed)."""
+    shifted = acc << pre
+    if not -2**31 <= shifted < 2**31:
+        raise UndefinedBehaviour("int32 overflow in mf_seq_rq's shift")
+    h = (shifted * mult + 2**31) >> 32
+    v = h + add + ((-1 if h < 0 else 0) if post else 0)
+    if not -2**31 <= h + add < 2**31 or not -2**31 <= v < 2**31:
+        raise UndefinedBehaviour("int32 overflow in mf_seq_rq's addend")
+    return v >> post
+
+
+INTRINSICS["mf_seq_rq"] = _rq
+INTRINSICS["mf_seq_sat16"] = lambda v: min(max(v, -32768), 32767)
 INTRINSICS["mf_seq_dot_s8"] = _dot_s8
 INTRINSICS["mf_seq_mv_s8"] = _mv(False)
 INTRINSICS["mf_seq_mv_w16"] = _mv(True)
+
+
+def _mv_g(groups: int):
+    mv = _mv(True)
+
+    def kernel(w4, v, n, off, rows, out, work):
+        """mf_seq_mv_w16_g<G>: mf_seq_mv_w16 for n in (4 (G - 1), 4 G]."""
+        if (n + 3) // 4 != groups:
+            raise UndefinedBehaviour(f"mf_seq_mv_w16_g{groups} called with n = {n}")
+        mv(w4, v, n, off, rows, out, work)
+    return kernel
+
+
+for _g in range(1, 9):
+    INTRINSICS[f"mf_seq_mv_w16_g{_g}"] = _mv_g(_g)

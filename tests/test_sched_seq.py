@@ -68,14 +68,16 @@ def svdf_model(seed, batch=1, inputs=9, units=5, rank=1, memory=6, state="int8")
 GATES = ("input", "forget", "cell", "output")
 
 
-def lstm_model(seed, time_major=True, batch=2, steps=3, inputs=7, hidden=5, cell_clip=0.0):
+def lstm_model(seed, time_major=True, batch=2, steps=3, inputs=7, hidden=5, cell_clip=0.0,
+               x_scale=None, w_scale=0.01):
     """One integer (8x8 -> 16) UNIDIRECTIONAL_SEQUENCE_LSTM without peepholes, projection or
     layer normalisation, quantized as the converter writes it."""
     rng = np.random.default_rng(seed)
     m = Model()
     sx, zx = float(rng.uniform(0.02, 0.06)), int(rng.integers(-128, 128))
+    sx = sx if x_scale is None else x_scale
     sh, zh = 1 / 128, int(rng.integers(-10, 10))
-    sw = 0.01
+    sw = w_scale
     x_shape = (steps, batch, inputs) if time_major else (batch, steps, inputs)
     xi = m.tensor("x", x_shape, "int8", scale=sx, zero_point=zx)
     ins = [xi]
@@ -111,6 +113,10 @@ CASES = [
     ("lstm_batch_major", lstm_model, dict(time_major=False, inputs=9, hidden=6)),
     ("lstm_clip_batch1", lstm_model, dict(batch=1, steps=4, inputs=3, hidden=8, cell_clip=0.8)),
     ("lstm_wide", lstm_model, dict(batch=1, steps=2, inputs=28, hidden=20)),
+    # vectors of more than 8 groups of 4 taps: mf_seq_mv_w16's looped asm (G - 1 = 9 and 11:
+    # every peel of its group loop), the shorter ones its unrolled entries
+    ("lstm_long", lstm_model, dict(batch=1, steps=2, inputs=37, hidden=11)),
+    ("svdf_long", svdf_model, dict(inputs=45, units=3, rank=2, memory=4)),
 ]
 
 
@@ -148,7 +154,8 @@ def test_host_c_equals_tflm(name, fn, kw):
 
 
 M4_CASES = [c for c in CASES if c[0] in ("svdf_int8_rank2_batch2", "svdf_int16",
-                                         "lstm_batch_major", "lstm_clip_batch1")]
+                                         "lstm_batch_major", "lstm_clip_batch1", "lstm_long",
+                                         "svdf_long")]
 
 
 @pytest.mark.parametrize("name,fn,kw", M4_CASES, ids=[c[0] for c in M4_CASES])
@@ -165,11 +172,21 @@ def test_m4_dsp_equals_tflm(name, fn, kw):
 EXAMPLES = ("keyword_scrambled_8bit.tflite", "trained_lstm_int8.tflite")
 
 
-@pytest.mark.parametrize("file", EXAMPLES)
-def test_tflm_example_models_on_m4_equal_tflm(file):
+# and the LSTM models of tflite-micro's source tree (DTLN: two LSTMs of one step, 128 units;
+# micro_speech_lstm: 49 steps, 80 units), where a checkout is present
+TFLM_TREE = os.environ.get("MCUFORGE_TFLM_TREE", "/tmp/ys/pinned/tflite-micro")
+TREE_EXAMPLES = ("tensorflow/lite/micro/examples/dtln/dtln_noise_suppression.tflite",
+                 "third_party/xtensa/examples/micro_speech_lstm/micro_speech_lstm.tflite")
+
+
+@pytest.mark.parametrize("file,board", [(f, "mps2-an386") for f in EXAMPLES + TREE_EXAMPLES]
+                         + [(f, "mps2-an385") for f in TREE_EXAMPLES])
+def test_tflm_example_models_on_arm_equal_tflm(file, board):
+    """(the M3 runs the portable bodies)"""
     require_tflm()
     require_tools("arm-none-eabi-gcc", "qemu-system-arm")
-    path = os.path.join(os.environ.get("MCUFORGE_TFLM_MODELS", "/tmp"), file)
+    path = os.path.join(TFLM_TREE if "/" in file
+                        else os.environ.get("MCUFORGE_TFLM_MODELS", "/tmp"), file)
     if not os.path.exists(path):
         pytest.skip(f"{path} not present")
     model = open(path, "rb").read()
@@ -177,8 +194,7 @@ def test_tflm_example_models_on_m4_equal_tflm(file):
     t = g.tensors[g.inputs[0]]
     info = np.iinfo(t.dtype)  # (keyword_scrambled takes int16 features)
     x = np.random.default_rng(3).integers(info.min, info.max + 1, (3, *t.shape)).astype(t.dtype)
-    np.testing.assert_array_equal(runner.run(model, x, board="mps2-an386"),
-                                  tflm.run(model, [x])[0])
+    np.testing.assert_array_equal(runner.run(model, x, board=board), tflm.run(model, [x])[0])
 
 
 def _hoisted(body, consts):
@@ -250,3 +266,18 @@ def test_flash_budget_keeps_sequence_weights_int8_and_m4_still_equals_tflm():
     require_tools("arm-none-eabi-gcc", "qemu-system-arm")
     got = runner.run(model, x, board="mps2-an386", flash_budget=budget.flash_bytes([narrow]) + 64)
     np.testing.assert_array_equal(got, tflm.run(model, [x])[0])
+
+
+@pytest.mark.parametrize("opt", ["-O0", "-Os", "-O3"])
+def test_m4_optimisation_levels_equal_tflm(opt, monkeypatch):
+    """The DSP bodies at other optimisation levels: -O0 builds the intrinsics bodies (no asm),
+    -Os / -O3 the asm of mf_seq_mv_w16 and its unrolled entries (an SVDF with 6 rows adds a
+    tail block)."""
+    require_tflm()
+    require_tools("arm-none-eabi-gcc", "qemu-system-arm")
+    monkeypatch.setenv("MCUFORGE_OPT", opt)
+    for name in ("svdf_int8_rank2_batch2", "lstm_batch_major", "lstm_long"):
+        fn, kw = {c[0]: (c[1], c[2]) for c in CASES}[name]
+        model, x = _build(name, fn, kw)
+        np.testing.assert_array_equal(runner.run(model, x, board="mps2-an386"),
+                                      tflm.run(model, [x])[0])

@@ -1,6 +1,7 @@
 """int8 SVDF and integer LSTM (8x8 -> 16): their inner products on mf_seq_dot_s8
 (runtime_c/mcuforge_seq.h). The reference kernel (codegen_c/lower/state.py) keeps everything
-else (requantization, gates, state updates); each innermost loop of the form
+else (gates, state updates; the LSTM's is lowered with fast=True: its requantizations on
+mf_seq_rq where their bounds prove it exact); each innermost loop of the form
 
     acc = acc + W[w0 + k] * (V[v0 + k] + c)      (W, V int8, acc int32, k < n)
 
@@ -13,9 +14,9 @@ neither depends on j nor is written in that loop (the LSTM's gates for all units
 feature products for all filters), the products of all rows are hoisted before the loop as
 one matrix-vector call into scratch, and the loop reads them from there: mf_seq_mv_w16 on
 the DSP extension (the rows widened to int16 at compile time, twice their flash, unless the
-flash budget keeps the layer narrow), mf_seq_mv_s8 elsewhere; both on rows packed in blocks
-of 4 (micro_seq.pack_rows4*). The kernels have portable bodies, so the schedule serves every
-target."""
+flash budget keeps the layer narrow; mf_seq_mv_w16_g<G> for vectors of at most 8 groups of 4
+taps), mf_seq_mv_s8 elsewhere; both on rows packed in blocks of 4 (micro_seq.pack_rows4*). The
+kernels have portable bodies, so the schedule serves every target."""
 from __future__ import annotations
 
 from dataclasses import replace
@@ -25,10 +26,12 @@ import numpy as np
 from .. import loop_ir as ir
 from ..micro_seq import pack_rows4, pack_rows4_w16
 from ..lower import OpContext
+from ..lower.state import lstm_tflite
 from . import schedules
 
 FN = "mf_seq_dot_s8"
 MV = "mf_seq_mv_s8"  # (mf_seq_mv_w16: the weights pre-widened, on the DSP extension)
+MV16_UNROLLED = 8  # mf_seq_mv_w16_g<G>: vectors of at most 4 G taps, the groups unrolled
 SCRATCH = "seq_scratch"  # int32 words: the hoisted products, then one widened vector
 
 
@@ -187,7 +190,10 @@ class _Hoist:
             slot = self.words
             self.words += len(names) * loop.extent
             self.work = max(self.work, (n + 3) // 4 * 2)
-            pre.append(ir.CallStmt(self.fn, (
+            fn = self.fn  # (a short vector: the entry with its groups unrolled)
+            if self.wide and (n + 3) // 4 <= MV16_UNROLLED:
+                fn = f"{self.fn}_g{(n + 3) // 4}"
+            pre.append(ir.CallStmt(fn, (
                 ir.Ptr(self.packed[key].name, ir.Const(0)), vp, ir.Const(n), off,
                 ir.Const(len(names) * loop.extent), ir.Ptr(SCRATCH, ir.Const(slot)),
                 ir.Ptr(SCRATCH, ir.Const(-1), ctype="int16_t *"))))  # work: set below
@@ -245,6 +251,8 @@ def _set_work(node, offset: int):
 def seq(ctx: OpContext, ref: ir.Kernel, target) -> ir.Kernel | None:
     if ctx.input(0).dtype != "int8":
         return None
+    if ctx.node.op == "lstm_tflite":  # its requantizations in the fast form where proven
+        ref = lstm_tflite(ctx, fast=True)
     body = _replace_dots(ref.body)
     n = sum(1 for s in ir.walk(body) if isinstance(s, ir.Assign)
             and isinstance(s.value, ir.Bin) and isinstance(s.value.b, ir.Call)

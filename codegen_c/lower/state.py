@@ -6,6 +6,10 @@ next value to an output that the generated code copies back at the end of the in
 kernel never writes the state it reads. Float sums run in TFLM's order (products added one by
 one from 0.0f, the bias where TFLM adds it); integer sums wrap where their bound says int32
 could overflow (TFLM's C++ wraps there too); parameters are computed as TFLM's Prepare does.
+The integer LSTM's `fast` form (its schedule's, codegen_c/kernels/seq.py) requantizes with
+mf_seq_rq and saturates with mf_seq_sat16 (runtime_c/mcuforge_seq.h) wherever the accumulators'
+bounds prove that form equal to TFLM's MultiplyByQuantizedMultiplier; the reference is the
+default.
 
 Registered with `@lowers` (see codegen_c/lower/__init__.py).
 """
@@ -14,7 +18,9 @@ from __future__ import annotations
 import numpy as np
 
 from .. import loop_ir as ir
+from .. import pack
 from .. import mathmirror  # noqa: F401  (registers the mfm_ mirrors for the evaluator)
+from .. import micro_seq  # noqa: F401  (mf_seq_rq's mirror)
 from .. import qparams as qp
 from ..qmath import round_half_away
 from . import OpContext, const, describe, lowers
@@ -276,11 +282,26 @@ def _float_unit(lstm: _Lstm, t, b, j) -> list:
                    ir.Store("y", lstm.row(t, b) * lstm.H + j, hidden)]
 
 
-def _sat16(e: ir.Expr) -> ir.Expr:
-    return ir.clamp(e, -32768, 32767)
+def _sat16(e: ir.Expr, fast: bool = False) -> ir.Expr:
+    """e clamped to int16; with `fast` through mf_seq_sat16 (one SSAT: gcc 12 makes 4-6
+    compares of most such clamps)."""
+    return ir.call("mf_seq_sat16", e) if fast else ir.clamp(e, -32768, 32767)
 
 
-def _int_gate(lstm: _Lstm, g: int, var: str, t, b, j) -> list:
+def _requant(e: ir.Expr, mult: int, shift: int, zp: int, lo: int, hi: int, bound, fast: bool):
+    """clamp(zp + MultiplyByQuantizedMultiplier(e, mult, shift), lo, hi) for an int32 e with
+    |e| <= bound: with `fast`, mf_seq_rq (one rounding high multiply and a shift, see
+    runtime_c/mcuforge_seq.h) where pack.requant_params proves it exact for that bound, else
+    mf_mbqm as TFLM computes it."""
+    rq = pack.requant_params([mult], [shift], zp, [bound]) if fast else None
+    if rq is None:
+        return ir.clamp(_offset(ir.call("mf_mbqm", e, mult, shift), zp), lo, hi)
+    m, add, pre, post = (int(v) for v in rq[0])
+    v = ir.call("mf_seq_rq", e, m, add, pre, post)
+    return _sat16(v, True) if (lo, hi) == (-32768, 32767) else ir.clamp(v, lo, hi)
+
+
+def _int_gate(lstm: _Lstm, g: int, var: str, t, b, j, fast: bool = False) -> list:
     """TFLM's integer CalculateLstmGate for unit j: FC(x) with the gate's bias and FC(h), each
     requantized to Q3.12 int16 (Prepare's multipliers), their saturating sum, then sigmoid
     (tanh for the cell gate) to Q0.15. The sums are int32 (8x8) or int64 (16x8), TFLM's bias
@@ -315,18 +336,31 @@ def _int_gate(lstm: _Lstm, g: int, var: str, t, b, j) -> list:
         return [_accumulate("acc", acc_t, prod, wrap_r)]
     acc, b_j = ir.Var("acc", acc_t), ir.Load(lstm.names[9 + g], j, acc_t)
     with_bias = ir.call("mf_wrap_add_i32", acc, b_j) if wrap_x else acc + b_j
-    fc_h = _sat16(ir.call(mbqm, acc, m_r, sh_r))
+    if acc_t == "int32" and fast:  # the sums' bounds: the weights over the inputs' ranges
+        (x_lo, x_hi), (h_lo, h_hi) = INT_RANGE[x.dtype], INT_RANGE[hidden.dtype]
+        b_x = int(pack.acc_bounds(bias, w.data.astype(np.int64) - zp_w, x_lo - zp_x,
+                                  x_hi - zp_x).max())
+        b_h = int(pack.acc_bounds(None, r.data.astype(np.int64) - zp_r, h_lo - zp_h,
+                                  h_hi - zp_h).max())
+        rq_x = lambda e: _requant(e, m_w, sh_w, 0, -32768, 32767, b_x, True)  # noqa: E731
+        rq_h = lambda e: _requant(e, m_r, sh_r, 0, -32768, 32767, b_h, True)  # noqa: E731
+    else:
+        rq_x = lambda e: _sat16(ir.call(mbqm, e, m_w, sh_w))  # noqa: E731
+        rq_h = lambda e: _sat16(ir.call(mbqm, e, m_r, sh_r))  # noqa: E731
+    fc_h = rq_h(acc)
+    fast = fast and acc_t == "int32"
     act, name = ("mf_tanh_s16", "tanh") if GATES[g] == "cell" else ("mf_logistic_s16", "sigmoid")
     return [ir.Comment(f"{GATES[g]} gate: FC(x) + FC(h) in Q3.12, then {name} to Q0.15"),
             *([ir.Assign("acc", _c(0, acc_t))] if g else []),  # (declared 0 before the first)
             *ir.loops([("k", lstm.I)], wx),
-            ir.Decl(var, "int32", _sat16(ir.call(mbqm, with_bias, m_w, sh_w))),
+            ir.Decl(var, "int32", rq_x(with_bias)),
             ir.Assign("acc", _c(0, acc_t)),
             *ir.loops([("k", lstm.H)], rh),
-            ir.Assign(var, ir.call(act, ir.cast(_sat16(ir.Var(var) + fc_h), "int16"), 0, 0))]
+            ir.Assign(var, ir.call(act, ir.cast(_sat16(ir.Var(var) + fc_h, fast), "int16"),
+                                   0, 0))]
 
 
-def _int_unit(lstm: _Lstm, t, b, j) -> list:
+def _int_unit(lstm: _Lstm, t, b, j, fast: bool = False) -> list:
     """TFLM's integer LstmStep for one unit: the four gates, then the cell state in its int16
     scale and the hidden state in its own, through MulElementwise."""
     ctx = lstm.ctx
@@ -336,7 +370,7 @@ def _int_unit(lstm: _Lstm, t, b, j) -> list:
     acc_t = "int32" if x.dtype == "int8" else "int64"
     body = [ir.Decl("acc", acc_t, _c(0, acc_t))]
     for g, var in enumerate(("input_gate", "forget_gate", "cell_gate", "output_gate")):
-        body += _int_gate(lstm, g, var, t, b, j)
+        body += _int_gate(lstm, g, var, t, b, j, fast)
     # the element-wise products: MulElementwise with the parameters of CreateInterGateMulParams
     m_fc, s_fc = qp.quantize_multiplier(_Lstm.ACT_SCALE * s_c / s_c)
     m_ig, s_ig = qp.quantize_multiplier(_Lstm.ACT_SCALE * _Lstm.ACT_SCALE / s_c)
@@ -345,35 +379,44 @@ def _int_unit(lstm: _Lstm, t, b, j) -> list:
     shift = 12 + checked_log2(s_c)
     t_mult, t_shift = (0, shift) if shift >= 0 else (3, -shift)
     cell_v, v = ir.Var("cell"), ir.Var
+    # the products' bounds: sigmoid in [0, 32767], tanh and the cell state int16
+    fast = fast and acc_t == "int32"
+    prod_bound = 32767 * 32768
     body += [ir.Comment("cell = forget * cell + input * cell gate, in the cell state's scale"),
-             ir.Decl("cell", "int32", _sat16(ir.call(
-                 "mf_mbqm", v("forget_gate") * ir.Load("y2", b * lstm.H + j, "int16"),
-                 m_fc, s_fc))),
-             ir.Assign("cell", _sat16(cell_v + _sat16(ir.call(
-                 "mf_mbqm", v("input_gate") * v("cell_gate"), m_ig, s_ig))))]
+             ir.Decl("cell", "int32", _requant(
+                 v("forget_gate") * ir.Load("y2", b * lstm.H + j, "int16"), m_fc, s_fc, 0,
+                 -32768, 32767, prod_bound, fast)),
+             ir.Assign("cell", _sat16(fast=fast, e=cell_v + _requant(
+                 v("input_gate") * v("cell_gate"), m_ig, s_ig, 0, -32768, 32767, prod_bound,
+                 fast)))]
     clip = float(np.float32(ctx.attrs["cell_clip"]))
     if clip > 0:  # CreateLstmCellStateInfo: clip / scale in double, truncated to int16
         q_clip = int(min(max(clip / s_c, -32768.0), 32767.0))
-        body.append(ir.Assign("cell", ir.clamp(cell_v, -q_clip, q_clip)))
+        if fast and q_clip == 32767:  # (the cell is int16 already: only -32768 moves)
+            body.append(ir.Assign("cell", ir.vmax(cell_v, -q_clip)))
+        else:
+            body.append(ir.Assign("cell", ir.clamp(cell_v, -q_clip, q_clip)))
     lo, hi = INT_RANGE[hidden.dtype]
     tanh_c = ir.call("mf_tanh_s16", ir.cast(cell_v, "int16"), t_mult, t_shift)
-    h = ir.clamp(ir.call("mf_mbqm", tanh_c * v("output_gate"), m_h, s_h_) + zp_h, lo, hi)
+    h = _requant(tanh_c * v("output_gate"), m_h, s_h_, zp_h, lo, hi, prod_bound, fast)
     return body + [ir.Store("y2", b * lstm.H + j, cell_v),
                    ir.Comment("hidden = tanh(cell) * output gate, in the hidden state's scale"),
                    ir.Store("y", lstm.row(t, b) * lstm.H + j, h)]
 
 
 @lowers("lstm_tflite")
-def lstm_tflite(ctx: OpContext) -> ir.Kernel:
+def lstm_tflite(ctx: OpContext, fast: bool = False) -> ir.Kernel:
     """TFLM's EvalLstm, one unit at a time: at each step every gate of unit j reads the whole
     previous hidden state, so the new hidden state goes to y first and replaces the state
     (y1, TFLM's hidden state tensor) once the step's units are done. The cell state (y2) is
     element-wise and is updated in place, as TFLM does. Batch rows never interact, so one loop
-    order serves time-major and batch-major layouts."""
+    order serves time-major and batch-major layouts. `fast` (8x8 -> 16 only): the
+    requantizations in mf_seq_rq's form where proven exact (see _requant)."""
     lstm = _Lstm(ctx)
     T, B, H = lstm.T, lstm.B, lstm.H
     nh, nc = lstm.names[13], lstm.names[14]
-    unit = _float_unit if lstm.dtype == F else _int_unit
+    unit = _float_unit if lstm.dtype == F else (
+        lambda lstm_, t, b, j: _int_unit(lstm_, t, b, j, fast))
     hidden_t, cell_t = ctx.input(13).dtype, ctx.input(14).dtype
     body = [ir.Decl("flt_max", F, _f(FLT_MAX))] if lstm.dtype == F else []
     body += [ir.Comment("the state this invocation starts from"),
