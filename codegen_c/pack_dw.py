@@ -13,15 +13,18 @@ Use (per layer; TFLite weights [1, 3, 3, C], TFLM's per-channel mult/shift, acti
     # C: static const mf_dw_geom G = {<g[f] for f in GEOM_FIELDS>};
     #    static const int32_t PK[C * REC] = {<pk>};
     #    static int32_t SCRATCH[scratch_bytes(g) / 4];       (4-byte aligned, or arena space)
-    #    mf_dw3x3_s8(x, y, PK, &G, x_zp, lo, hi, pack.needs_signfix(y_zp, lo),
-    #                (int16_t *)(void *)SCRATCH);
+    #    <entry(g, signfix, lo, hi)>(x, y, PK, &G, x_zp, lo, hi, signfix,
+    #                                (int16_t *)(void *)SCRATCH);
+    # with signfix = pack.needs_signfix(y_zp, lo); entry() names the variant of mf_dw3x3_s8
+    # (stride, sign term, clamp, row shape) so that the model links only the code it runs.
 
 Scratch: the kernel widens a band of input rows of 4 channels (MF_DW_CB) to planar int16 rows
 with zero-point borders. 4 channels is the unit of one 32-bit NHWC load; small images (at most
 SMALL outputs a channel, one band) take cg channels a pass, as many as the budget holds, which
 shares the per-pass set-up; elsewhere more channels would cost RAM for ~1% of instructions. The
 band holds as many output rows as `budget` bytes allow (all of them when the layer is small: KWS
-1.6 KB, VWW 6x6x256 0.5 KB), at least one (3 rows of 4 channels). The rows two bands share are
+1.6 KB, VWW 6x6x256 0.5 KB for 4 channels; small images fill the budget with channels), at
+least one (3 rows of 4 channels). The rows two bands share are
 copied, not widened again; the price of a small budget is per-band overhead. Measured on VWW's
 48x48x8 s1 / 48x48x16 s2 layers (instructions per MAC, -O2): budget 1 KB 2.22 / 3.33, 2 KB
 1.99 / 3.04, 4 KB (default) 1.93 / 2.91, 8 KB 1.92 / 2.88. Pass the bytes the memory plan has

@@ -2,39 +2,47 @@
  * per-channel quantization, depth multiplier 1, dilation 1, stride 1 or 2 in both directions,
  * explicit top/left padding: SAME or VALID as TFLM computes them, or any other).
  *
- * Technique: a band of input rows of 4 channels is widened from NHWC int8 to planar int16 rows
- * whose borders hold the input zero point (the zero point is folded into the bias at compile
- * time, so padding contributes 0 exactly like TFLM's skipped taps); each kernel row's weights
- * are stored as two int16 pairs [w0,w1] and [w1,w2], so two adjacent outputs of one kernel row
- * cost one 64-bit load and four multiply-accumulates (SMLAD, SMLATB, SMLABT, SMLAD: 12 MAC
- * instructions for 18 MACs). The requantization's left shift is folded into the weights and the
- * bias at compile time; the rest is mf_rq_apply's form (mcuforge_nn.h): SMMLAR (rounding and
- * zero point in its accumulate operand), ASR, SSAT, and the activation clamp only when the
- * layer has one. Some images are walked by columns (geom.transpose: KWS's 25x5). The DSP body
- * is two asm blocks (widening; channels x rows x output pairs), the portable body plain C on the
- * same packed data and scratch layout; both compute the same integers (tests/test_nn_dw.py).
+ * Technique: a band of input rows of 4 channels (more a pass on small images, g->cg) is widened
+ * from NHWC int8 to planar int16 rows whose borders hold the input zero point (the zero point is
+ * folded into the bias at compile time, so padding contributes 0 exactly like TFLM's skipped
+ * taps); each kernel row's weights are stored as two int16 pairs [w0,w1] and [w1,w2], so two
+ * adjacent outputs of one kernel row cost one 64-bit load and four multiply-accumulates (SMLAD,
+ * SMLATB, SMLABT, SMLAD: 12 MAC instructions for 18 MACs). The requantization's left shift is
+ * folded into the weights and the bias at compile time; the rest is mf_rq_apply's form
+ * (mcuforge_nn.h): SMMLAR (rounding and zero point in its accumulate operand), ASR, SSAT, and
+ * the activation clamp only when the layer has one. Some images are walked by columns
+ * (geom.transpose: KWS's 25x5). The DSP body is asm (widening; channels x rows x outputs: a
+ * row is its quads, then a pair and/or a single output by the width mod 4), the portable body
+ * plain C on the same packed data and scratch layout; both compute the same integers
+ * (tests/test_nn_dw.py).
+ *
+ * Entries: the generated code calls mf_dw3x3_s8_<s>[f][c]_<k> (codegen_c/pack_dw.entry: stride,
+ * sign term, clamp, row shape), which links only that variant's asm: a model carries the
+ * variants its layers use (VWW: 6 of the 56, KWS: 1). mf_dw3x3_s8 takes any layer.
  *
  * Instructions per MAC on QEMU mps2-an386 (Cortex-M4), arm-none-eabi-gcc 12.2, widening and
  * all overheads included, default 4 KB scratch budget (tests/nn_bench/dw_bench.py):
  *                                 -O2    -Os                               scratch
- *   KWS  25x5x64   s1 SAME       2.01   2.02                             1568 B
- *   VWW  48x48x8   s1 SAME       1.83   1.85                             4000 B
- *   VWW  48x48x16  s2 SAME       2.75   2.81                             3600 B
- *   VWW  6x6x256   s1 SAME       2.28   2.32                             4096 B
- *   other VWW layers (-O2): 24x24x32 s1 1.88, s2 2.96; 12x12x64 s1 1.94, s2 3.34; 6x6x128 s1
- *   2.34, s2 4.31; 3x3x256 s1 3.14 (per-row and per-channel costs dominate there)
- * The flags hardly matter (the hot loops are asm): -O2 is 1-3% ahead of -Os. Same counts on
- * Cortex-M7 (mps2-an500). Portable body on the M4 (-DMF_USE_DSP=0, -O2): 5.4 / 5.3 / 8.0 / 6.2.
- * Where it goes (stride 1): 29 instructions per pair of outputs (LDMDB, 3 x (LDRD + 4 MAC),
- * LDM, 2 SMMLAR, 2 ASR, 2 SSAT, 2 STRB, ADD, SUBS, STRD, BNE; stride 2: 32), 10 per output row,
- * ~20 per channel and band, an odd row width 16 more per row (its last output alone); a row
- * width that is a multiple of 4 runs 4 outputs per iteration: 54 (stride 2: 57); widening
- * 15 per 2 pixels of 4 channels + 18 per row. Cycles on a real M4 are higher than instructions:
- * each LDMDB/LDM of 8 registers takes 9 cycles, LDRD 2-3, a taken branch 2-4: about 55 cycles
- * per pair, ~3 cycles per MAC in the core.
- * Small images (pack_dw.SMALL) take g->cg > 4 channels a pass: the per-pass set-up is shared.
- * Code: ~9.6 KB (24 specialisations: stride, sign term, clamp; pairs, pairs + odd, quads).
- * Stack: ~200 bytes.
+ *   KWS  25x5x64   s1 SAME       1.84   1.84                             1568 B
+ *   VWW  48x48x8   s1 SAME       1.78   1.78                             4000 B
+ *   VWW  48x48x16  s2 SAME       2.54   2.54                             3600 B
+ *   VWW  6x6x256   s1 SAME       2.11   2.12                             4096 B
+ *   other VWW layers (-O2): 24x24x32 s1 1.84, s2 2.70; 12x12x64 s1 1.89, s2 2.84; 6x6x128 s1
+ *   2.12, s2 3.76; 3x3x256 s1 2.93 (per-row and per-channel costs dominate there)
+ * The flags hardly matter (the hot loops are asm; the driver's C is compiled for size). Same
+ * counts on Cortex-M7 (mps2-an500). Portable body on the M4 (-DMF_USE_DSP=0, -O2): 5.4 / 5.5 /
+ * 8.3 / 6.2.
+ * Where it goes: 54 instructions per 4 outputs at stride 1 (LDMDB, 3 x (LDRD + LDR + 8 MAC),
+ * LDRD, LDM, 4 SMMLAR, 4 ASR, 4 SSAT, 4 STRB, 2 ADD, SUBS, STRD, BNE; stride 2: 57), a row's
+ * pair 27 (28), its single output 17, 9 per output row, ~23 per channel and band; widening 24
+ * per 4 pixels of 4 channels (STRD; a first pixel alone when the left padding is odd) + ~15 per
+ * row. That is ~14 per output at stride 1 and ~23 at stride 2, whose outputs each need 4 input
+ * pixels widened; 6 MAC and 4 requantization instructions per output are the floor of this
+ * form. Cycles on a real M4 are higher than instructions: each LDMDB/LDM of 8 registers takes 9
+ * cycles, LDRD 2-3, a taken branch 2-4: about 100 cycles per quad, ~2.8 cycles per MAC.
+ * Code: VWW links 3.9 KB of it (widening 0.5, driver 0.9, 6 channel functions 2.2, entries),
+ * KWS 1.9 KB (main: 3.5 KB for any model).
+ * Stack: ~300 bytes.
  */
 #ifndef MCUFORGE_DW_H
 #define MCUFORGE_DW_H
@@ -617,11 +625,14 @@ MF_DW_INLINE void mf_dw_job_set(mf_dw_job *j, const int16_t *r0, int plane, int 
  *   signfix  pack.needs_signfix(y_zp, lo)
  *   scratch  int16 [g->cg][g->rows][g->pw], caller-provided, 4-BYTE ALIGNED (LDRD faults
  *            otherwise): pack_dw.scratch_bytes(g) bytes; free again on return
- * Padding bottom/right is whatever the output size implies (zero point as well). */
-/* mf_dw3x3_s8's body; f0 runs the channels, f1 those with the sign term (signfix, post > 0) */
-MF_MICRO MF_DW_SMALL void mf_dw_drive(const int8_t *x, int8_t *y, const int32_t *pk, const mf_dw_geom *g,
-                          int32_t x_zp, int32_t lo, int32_t hi, int32_t signfix,
-                          int16_t *scratch, mf_dw_chans_fn f0, mf_dw_chans_fn f1) {
+ * Padding bottom/right is whatever the output size implies (zero point as well). The entries
+ * mf_dw3x3_s8_<s>[f][c]_<k> below take the same arguments. */
+
+/* their body; f0 runs the channels, f1 those with the sign term (signfix, post > 0) */
+MF_MICRO MF_DW_SMALL void mf_dw_drive(const int8_t *x, int8_t *y, const int32_t *pk,
+                                      const mf_dw_geom *g, int32_t x_zp, int32_t lo, int32_t hi,
+                                      int32_t signfix, int16_t *scratch, mf_dw_chans_fn f0,
+                                      mf_dw_chans_fn f1) {
     /* the kernel's view: rows of the image, or its columns when g->transpose */
     const int t = g->transpose, c = g->c, s = g->stride;
     const int h = t ? g->w : g->h, w = t ? g->h : g->w, oh = t ? g->ow : g->oh;

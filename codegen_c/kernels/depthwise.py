@@ -1,8 +1,10 @@
 """int8 depthwise 3x3 convolutions (stride 1 or 2, depth multiplier 1) on mf_dw3x3_s8
 (runtime_c/mcuforge_dw.h): channels in bands of 4 (more a pass on small images) widened to
 planar int16 rows with the zero point as their border, weights packed per kernel row as int16
-pairs. The schedule declines (the reference loops stay) where codegen_c/pack_dw.py cannot
-prove the fast form exact or the layer is not a TFLM int8 one."""
+pairs; the call names the entry of the layer's variant (pack_dw.entry: stride, sign term,
+clamp, row shape), so a model links only the kernel code its layers use. The schedule
+declines (the reference loops stay) where codegen_c/pack_dw.py cannot prove the fast form exact
+or the layer is not a TFLM int8 one."""
 from __future__ import annotations
 
 import numpy as np
