@@ -167,4 +167,178 @@ MF_MICRO void mf_seq_mv_w16(const int16_t *w16, const int8_t *v, int32_t n, int3
 #endif
 }
 
+/* ---- the whole int8 SVDF step (codegen_c/kernels/svdf.py) ----------------------------------
+ *
+ *   mf_seq_svdf_s8(x, old, state, y, wf, fbias, wt, bias, g, work): one batch row of TFLM's
+ *   EvalIntegerSvdfReference<int8_t> with an int8 memory of n_memory entries per filter:
+ *
+ *   dot[f]   = fbias[f] + sum_k Wf[f][k] * x[k]          (fbias = -x_zp * sum_k Wf[f][k])
+ *   newest_f = (int8)(clamp(rq(dot[f], rq_state), -128, 127) + zp_state)
+ *   state[f] = old[f] moved one entry older (old[f][1..M-1]), then newest_f
+ *   y[u]     = clamp(rq(bias[u] + sum_{r<rank} sum_m wt[f][m] * state[f][m], rq_out), lo, hi)
+ *              with f = u * rank + r and bias = TFLM's bias - zp_state * sum wt over the unit
+ *              (a unit whose output is the same for every memory: any bias giving it)
+ *
+ * rq is mf_rq_apply (its exactness, as the zero-point folds', proven at compile time). Wf is
+ * packed as the GEMM kernels read it (pack.pack_gemm_weights, g->fmt MF_W16 or MF_W8) and
+ * multiplied by mf_dot4 on x widened once (mf_widen_row); wt stays int8 [F][M] as TFLite
+ * stores it. state may be old itself (the memory updated in place: each word of the memory is
+ * read before the word before it is written) or a disjoint buffer. The DSP body takes the
+ * memory by words when n_memory % 4 == 0 and old and state are 4-byte aligned: per word one
+ * shift-and-insert, two SXTB16 of the memory, two of the weights and two SMLAD; otherwise
+ * the portable loop. work: int32[MF_KPAD(n_filter)] (the feature products, then the time
+ * sums), int8[MF_KPAD(n_filter)] (the newest entries), int16[MF_KPAD(n_in)]; 4-byte aligned. */
+typedef struct {
+    int32_t n_in, n_filter, n_memory, rank, fmt, zp_state, lo, hi;
+    mf_rq rq_state; /* the feature product to the memory's scale (zero point 0: TFLM clamps
+                     * to int8 before adding it) */
+    mf_rq rq_out;   /* the unit's sum to the output, its zero point in add */
+    int32_t sf_state, sf_out; /* mf_rq_apply's signfix of each */
+} mf_svdf_geom;
+
+MF_INLINE int32_t mf_svdf_sat8(int32_t v) {
+#if MF_USE_DSP
+    return __ssat(v, 8);
+#else
+    return v < -128 ? -128 : v > 127 ? 127 : v;
+#endif
+}
+
+/* out[i] = (int8)(sat8(mf_rq_apply(in[i], q, sfx)) + zp), i < n; sfx: the sign term applies
+ * (signfix and post != 0), a constant after inlining */
+MF_INLINE void mf_svdf_newest(const int32_t *in, int8_t *out, int32_t n, const mf_rq *q,
+                              int32_t sfx, int32_t zp) {
+    const int32_t mult = q->mult, add = q->add, pre = q->pre, post = q->post;
+    const int32_t *end = in + n;
+    while (in < end) {
+        const int32_t h = mf_smmlar((int32_t)((uint32_t)*in++ << pre), mult);
+        int32_t v = h + add;
+        if (sfx) v += h >> 31;
+        *out++ = (int8_t)(uint8_t)(uint32_t)(mf_svdf_sat8(v >> post) + zp); /* (wraps as TFLM) */
+    }
+}
+
+/* y[u] = clamp(mf_rq_apply(bias[u] + sum_{r<R} d[u * R + r], q, signfix), lo, hi), u < U;
+ * fast (a constant after inlining): R = 1, the int8 range and sfx the sign term's use */
+MF_INLINE void mf_svdf_units(const int32_t *d, const int32_t *bias, int8_t *y, int32_t U,
+                             int32_t R, const mf_rq *q, int32_t sfx, int32_t fast, int32_t lo,
+                             int32_t hi) {
+    const int32_t mult = q->mult, add = q->add, pre = q->pre, post = q->post;
+    const int8_t *end = y + U;
+    while (y < end) {
+        int32_t acc = *bias++, r, h, v;
+        if (fast) {
+            acc += *d++;
+        } else {
+            for (r = 0; r < R; ++r) acc += *d++;
+        }
+        h = mf_smmlar((int32_t)((uint32_t)acc << pre), mult);
+        v = h + add;
+        if (fast ? sfx : sfx && post) v += h >> 31;
+        v >>= post;
+        if (fast) {
+            v = mf_svdf_sat8(v);
+        } else {
+            v = v < lo ? lo : v > hi ? hi : v;
+        }
+        *y++ = (int8_t)v;
+    }
+}
+
+MF_MICRO void mf_seq_svdf_s8(const int8_t *x, const int8_t *old, int8_t *state, int8_t *y,
+                             const void *wf, const int32_t *fbias, const int8_t *wt,
+                             const int32_t *bias, const mf_svdf_geom *g, int32_t *work) {
+    const int32_t F = g->n_filter, M = g->n_memory, R = g->rank, G = MF_KPAD(g->n_in) >> 2;
+    const int32_t fmt = g->fmt, F4 = MF_KPAD(F);
+    int32_t *dots = work; /* the feature products, then each filter's time sum */
+    int8_t *newest = (int8_t *)(void *)(work + F4);
+    int16_t *xw = (int16_t *)(void *)(work + F4 + (F4 >> 2));
+    int32_t f;
+    mf_widen_row(x, g->n_in, xw);
+    for (f = 0; f < F; f += 4) { /* the feature products, 4 filters at a time */
+        int32_t acc[4];
+        const void *blk = fmt == MF_W16 ? (const void *)((const int16_t *)wf + f * G * 4)
+                                        : (const void *)((const int8_t *)wf + f * G * 4);
+        memcpy(acc, fbias + f, sizeof acc);
+        mf_dot4(xw, blk, G, fmt, acc);
+        memcpy(dots + f, acc, sizeof acc);
+    }
+    if (g->sf_state && g->rq_state.post) { /* requantized to the newest entries */
+        mf_svdf_newest(dots, newest, F, &g->rq_state, 1, g->zp_state);
+    } else {
+        mf_svdf_newest(dots, newest, F, &g->rq_state, 0, g->zp_state);
+    }
+    /* the memory one entry older with the newest last, dotted with weights_time */
+#if MF_USE_DSP
+    if ((M & 3) == 0 && (((uintptr_t)old | (uintptr_t)state) & 3) == 0) {
+        const mf_word *o = (const mf_word *)(const void *)old;
+        mf_word *s = (mf_word *)(void *)state;
+        const int8_t *w = wt, *nb = newest;
+        const int32_t words = M >> 2;
+        int32_t *d = dots;
+        if (words == 2) { /* (the usual memory of 8: straight-line) */
+            for (f = 0; f < F; ++f) {
+                const uint32_t w0 = (uint32_t)o[0], w1 = (uint32_t)o[1];
+                const int32_t n0 = (int32_t)((w0 >> 8) | (w1 << 24));
+                const int32_t n1 = (int32_t)((w1 >> 8) | ((uint32_t)(uint8_t)*nb++ << 24));
+                int32_t q0, q1, acc;
+                memcpy(&q0, w, 4);
+                memcpy(&q1, w + 4, 4);
+                o += 2;
+                w += 8;
+                s[0] = n0;
+                s[1] = n1;
+                s += 2;
+                acc = __smuad((int32_t)__sxtb16(n0), (int32_t)__sxtb16(q0));
+                acc = __smlad(mf_sxtb16_ror8(n0), mf_sxtb16_ror8(q0), acc);
+                acc = __smlad((int32_t)__sxtb16(n1), (int32_t)__sxtb16(q1), acc);
+                *d++ = __smlad(mf_sxtb16_ror8(n1), mf_sxtb16_ror8(q1), acc);
+            }
+        }
+        for (f = words == 2 ? F : 0; f < F; ++f) {
+            uint32_t cur = (uint32_t)*o++;
+            int32_t acc = 0, k, nw, wq;
+            for (k = 1; k < words; ++k) {
+                const uint32_t nxt = (uint32_t)*o++;
+                nw = (int32_t)((cur >> 8) | (nxt << 24));
+                memcpy(&wq, w, 4);
+                w += 4;
+                *s++ = nw;
+                acc = __smlad((int32_t)__sxtb16(nw), (int32_t)__sxtb16(wq), acc);
+                acc = __smlad(mf_sxtb16_ror8(nw), mf_sxtb16_ror8(wq), acc);
+                cur = nxt;
+            }
+            nw = (int32_t)((cur >> 8) | ((uint32_t)(uint8_t)*nb++ << 24));
+            memcpy(&wq, w, 4);
+            w += 4;
+            *s++ = nw;
+            acc = __smlad((int32_t)__sxtb16(nw), (int32_t)__sxtb16(wq), acc);
+            *d++ = __smlad(mf_sxtb16_ror8(nw), mf_sxtb16_ror8(wq), acc);
+        }
+    } else
+#endif
+    {
+        for (f = 0; f < F; ++f) {
+            const int8_t *o = old + f * M, *w = wt + f * M;
+            int8_t *s = state + f * M;
+            int32_t acc = 0, m;
+            for (m = 0; m + 1 < M; ++m) {
+                const int8_t e = o[m + 1];
+                s[m] = e;
+                acc += (int32_t)w[m] * e;
+            }
+            s[M - 1] = newest[f];
+            dots[f] = acc + (int32_t)w[M - 1] * newest[f];
+        }
+    }
+    /* each unit: its bias and its filters' sums */
+    if (R != 1 || g->lo != -128 || g->hi != 127) {
+        mf_svdf_units(dots, bias, y, F / R, R, &g->rq_out, g->sf_out, 0, g->lo, g->hi);
+    } else if (g->sf_out && g->rq_out.post) {
+        mf_svdf_units(dots, bias, y, F, 1, &g->rq_out, 1, 1, -128, 127);
+    } else {
+        mf_svdf_units(dots, bias, y, F, 1, &g->rq_out, 0, 1, -128, 127);
+    }
+}
+
 #endif /* MCUFORGE_SEQ_H */
