@@ -159,3 +159,25 @@ def test_keyword_scrambled_on_m4_equals_tflm():
     for board in ("mps2-an386", "mps2-an385"):
         np.testing.assert_array_equal(runner.run(model, x, board=board),
                                       tflm.run(model, [x])[0], err_msg=board)
+
+
+def test_memory_planned_in_place_without_copies():
+    """The SVDF's next memory is planned at the memory's own address (no arena bytes, no copy
+    at the end of the invocation); where the graph also reads the next memory (an output
+    here), it keeps its own buffer and the copy."""
+    from codegen_c.model import generate
+    from optimizer.memory_plan import in_place_states, plan_graph
+    model, _ = _build("m8", dict(inputs=16, units=12))
+    g = load_tflite(model)
+    (state, nxt), = g.state.items()
+    assert in_place_states(g) == {nxt: state}
+    p = plan_graph(g)
+    assert p.state_offsets[nxt] == p.state_offsets[state] and nxt not in p.offsets
+    c = next(v for k, v in generate(g, "m", M4).files.items() if k.endswith(".c"))
+    assert "memcpy(&state" not in c
+    g.outputs.append(nxt)
+    assert in_place_states(g) == {}
+    p = plan_graph(g)
+    assert nxt in p.offsets and nxt not in p.state_offsets
+    c = next(v for k, v in generate(g, "m", M4).files.items() if k.endswith(".c"))
+    assert "memcpy(&state" in c

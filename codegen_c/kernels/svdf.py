@@ -30,7 +30,7 @@ from ..lower import OpContext
 from ..lower.state import svdf_int_params
 from ..micro_svdf import GEOM_FIELDS, work_words
 from ..qmath import mf_mbqm
-from . import schedules
+from . import SCHEDULES
 
 FN = "mf_seq_svdf_s8"
 WORK = "svdf_work"
@@ -134,7 +134,6 @@ class _OutputMap:
         return min(max(0, a1 + reach), a2 - reach)
 
 
-@schedules("svdf")
 def svdf(ctx: OpContext, ref: ir.Kernel, target) -> ir.Kernel | None:
     if ctx.input(0).dtype != "int8":
         return None
@@ -172,3 +171,7 @@ def svdf(ctx: OpContext, ref: ir.Kernel, target) -> ir.Kernel | None:
           f"requantization by mf_rq_apply, both proven exact at compile time)"
     return ir.Kernel(ctx.name, tuple(ref.params) + consts + (work,), tuple(body), doc,
                      ref.macs, f"mf_seq_svdf_{fmt}")
+
+
+# tried before seq's SVDF schedule (its fallback) whichever module was imported first
+SCHEDULES.setdefault("svdf", []).insert(0, svdf)
