@@ -56,3 +56,14 @@ def _svdf(x, old, state, y, wf, fbias, wt, bias, geom, work):
 
 
 INTRINSICS["mf_seq_svdf_s8"] = _svdf
+
+
+def _quantize_s16_s8(x, y, n, x_zp, q, sfx):
+    """mf_seq_quantize_s16_s8: the fast requantization of int16 inputs to int8."""
+    if len(x) < n or len(y) < n:
+        raise UndefinedBehaviour("mf_seq_quantize_s16_s8 reaches past its buffers")
+    acc = np.asarray(x[:n], np.int64) - int(x_zp)
+    y[:n] = requantize(acc, np.tile(np.asarray(q[:4], np.int64), (n, 1)), int(sfx), -128, 127)
+
+
+INTRINSICS["mf_seq_quantize_s16_s8"] = _quantize_s16_s8
