@@ -181,3 +181,26 @@ def test_memory_planned_in_place_without_copies():
     assert nxt in p.offsets and nxt not in p.state_offsets
     c = next(v for k, v in generate(g, "m", M4).files.items() if k.endswith(".c"))
     assert "memcpy(&state" in c
+
+
+def test_flash_budget_keeps_feature_weights_int8_and_m4_still_equals_tflm():
+    """A budget the int16 feature weights exceed keeps them int8 (mf_dot4's int8 path on the
+    DSP extension), and the result is still tflite-micro's."""
+    from dataclasses import replace
+
+    from codegen_c.kernels import budget
+    model, x = _build("m32", dict(inputs=32, units=6, memory=32))
+    g = load_tflite(model)
+    node = g.nodes[0]
+    wide = lower_node(node, g, "k", M4)
+    assert wide.schedule == "mf_seq_svdf_w16"
+    tight = replace(M4, flash_budget=budget.flash_bytes([wide]) - 1)
+    narrowed = budget.fit(tight, {node.outputs[0]: wide})
+    assert node.outputs[0] in narrowed.narrow_weights
+    narrow = lower_node(node, g, "k", narrowed)
+    assert narrow.schedule == "mf_seq_svdf_w8"
+    assert budget.flash_bytes([narrow]) < budget.flash_bytes([wide])
+    require_tflm()
+    require_tools("arm-none-eabi-gcc", "qemu-system-arm")
+    got = runner.run(model, x, board="mps2-an386", flash_budget=budget.flash_bytes([narrow]) + 64)
+    np.testing.assert_array_equal(got, tflm.run(model, [x])[0])
