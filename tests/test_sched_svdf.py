@@ -204,3 +204,16 @@ def test_flash_budget_keeps_feature_weights_int8_and_m4_still_equals_tflm():
     require_tools("arm-none-eabi-gcc", "qemu-system-arm")
     got = runner.run(model, x, board="mps2-an386", flash_budget=budget.flash_bytes([narrow]) + 64)
     np.testing.assert_array_equal(got, tflm.run(model, [x])[0])
+
+
+@pytest.mark.parametrize("opt", ["-O0", "-Os", "-O3"])
+def test_m4_other_optimisation_levels_equal_tflm(opt, monkeypatch):
+    """-O0 builds the DSP body without its asm (MF_GEMM_ASM 0); -Os and -O3 the asm."""
+    require_tflm()
+    require_tools("arm-none-eabi-gcc", "qemu-system-arm")
+    monkeypatch.setenv("MCUFORGE_OPT", opt)
+    for name, kw in CASES:
+        if name in ("m8", "m32", "m12_extreme_zp", "m8_odd_inputs_rank2_batch2"):
+            model, x = _build(name, kw)
+            np.testing.assert_array_equal(runner.run(model, x, board="mps2-an386"),
+                                          tflm.run(model, [x])[0], err_msg=name)
