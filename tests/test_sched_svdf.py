@@ -217,3 +217,19 @@ def test_m4_other_optimisation_levels_equal_tflm(opt, monkeypatch):
             model, x = _build(name, kw)
             np.testing.assert_array_equal(runner.run(model, x, board="mps2-an386"),
                                           tflm.run(model, [x])[0], err_msg=name)
+
+
+OTHER = [("mps2-an500", "qemu-system-arm"), ("mps3-an547", "qemu-system-arm"),
+         ("riscv32-virt", "qemu-system-riscv32")]
+
+
+@pytest.mark.parametrize("board,qemu", OTHER, ids=[b for b, _ in OTHER])
+def test_other_cores_equal_tflm(board, qemu):
+    """The DSP bodies on the M7 and M55, the portable one on RISC-V."""
+    require_tflm()
+    require_tools(qemu, "riscv64-unknown-elf-gcc" if "riscv" in board else "arm-none-eabi-gcc")
+    for name, kw in CASES:
+        if name in ("m8", "m32", "m6_portable"):
+            model, x = _build(name, kw)
+            np.testing.assert_array_equal(runner.run(model, x, board=board),
+                                          tflm.run(model, [x])[0], err_msg=name)
