@@ -116,7 +116,7 @@ def svdf(ctx: OpContext) -> ir.Kernel:
     moves one step older, weights_feature . x becomes every filter's newest entry, and each
     output unit sums weights_time . memory over its rank filters, plus the bias."""
     x, wf, wt, bias = (ctx.input(i) for i in range(4))
-    y, state = ctx.output(0), ctx.output(1)
+    state = ctx.output(1)
     names, consts = _operands(ctx, {1: "weights_feature", 2: "weights_time", 3: "bias"})
     nx, ns = names[0], names.get(4)  # (no state input for a memory of one)
     B, I = x.shape
