@@ -6,7 +6,8 @@ A reference kernel of the form
 
 whose value depends only on the input byte (the loop body reads x at i and constant tables
 at indices free of i, nothing else; logistic, tanh, hard_swish, leaky_relu, relu, relu6, a
-requantizing quantize, abs, ... whatever the lowerings write that way) becomes y[i] =
+requantizing quantize, abs, an ADD / MUL / SUB of a constant scalar, ... whatever the lowerings
+write that way) becomes y[i] =
 lut[x[i] + 128] (uint8: lut[x[i]]). The table is the reference body itself run by the loop-IR
 evaluator at compile time on all 256 input values, so it holds exactly what the reference C
 computes; an input byte on which the reference would hit undefined behaviour declines the
@@ -28,7 +29,10 @@ from . import schedules
 EIGHT_BIT = {"int8": -128, "uint8": 0}  # dtype -> its smallest value (the table's first entry)
 CALL_COST, TABLE_COST, MIN_SAVING = 30, 6, 512
 OPS = ("relu", "relu6", "leaky_relu", "hard_swish", "logistic", "tanh", "quantize", "unary",
-       "dequantize", "cast")
+       "dequantize", "cast",
+       # binary ops whose other operand is one constant (x + 3, x * 0.5): the constant is read
+       # at an index free of i (a broadcast constant tensor is not: declined)
+       "add", "mul", "sub", "div", "binary")
 
 
 def _exprs(node):
