@@ -8,7 +8,7 @@ from .loop_ir import UndefinedBehaviour
 from .micro import requantize, unpack_gemm
 from .qmath import INTRINSICS
 
-GEOM_FIELDS = ("n_in", "n_filter", "n_memory", "rank", "fmt", "zp_state", "lo", "hi",
+GEOM_FIELDS = ("n_in", "n_filter", "n_memory", "rank", "fmt", "zp_in", "zp_state", "lo", "hi",
                "rq_state.mult", "rq_state.add", "rq_state.pre", "rq_state.post",
                "rq_out.mult", "rq_out.add", "rq_out.pre", "rq_out.post", "sf_state", "sf_out")
 FMT = {16: "w16", 8: "w8"}  # MF_W16, MF_W8
@@ -24,7 +24,7 @@ def work_words(n_in: int, n_filter: int) -> int:
     return _kpad(n_filter) + _kpad(n_filter) // 4 + _kpad(n_in) // 2
 
 
-def _svdf(x, old, state, y, wf, fbias, wt, bias, geom, work):
+def _svdf(x, old, state, y, wf, wt, bias, geom, work):
     g = dict(zip(GEOM_FIELDS, (int(v) for v in geom[:len(GEOM_FIELDS)])))
     n, f, m, r = g["n_in"], g["n_filter"], g["n_memory"], g["rank"]
     u = f // r
@@ -33,11 +33,10 @@ def _svdf(x, old, state, y, wf, fbias, wt, bias, geom, work):
     if len(old) < f * m or len(state) < f * m or len(y) < u or len(x) < n:
         raise UndefinedBehaviour("mf_seq_svdf_s8 reaches past its buffers")
     w = unpack_gemm(wf, FMT[g["fmt"]], f, n)
-    xs = np.asarray(x[:n], np.int64)
-    fb = np.asarray(fbias[:f], np.int64)
-    if (np.abs(fb) + (np.abs(w) * np.abs(xs)).sum(axis=1)).max(initial=0) >= 2**31:
+    xs = np.asarray(x[:n], np.int64) - g["zp_in"]
+    if (np.abs(w) * np.abs(xs)).sum(axis=1).max(initial=0) >= 2**31:
         raise UndefinedBehaviour("int32 overflow in mf_seq_svdf_s8's feature products")
-    dot = fb + w @ xs
+    dot = w @ xs
     rq1 = np.tile(np.array([g["rq_state.mult"], g["rq_state.add"], g["rq_state.pre"],
                             g["rq_state.post"]], np.int64), (f, 1))
     newest = requantize(dot, rq1, g["sf_state"], -128, 127) + g["zp_state"]

@@ -169,10 +169,10 @@ MF_MICRO void mf_seq_mv_w16(const int16_t *w16, const int8_t *v, int32_t n, int3
 
 /* ---- the whole int8 SVDF step (codegen_c/kernels/svdf.py) ----------------------------------
  *
- *   mf_seq_svdf_s8(x, old, state, y, wf, fbias, wt, bias, g, work): one batch row of TFLM's
+ *   mf_seq_svdf_s8(x, old, state, y, wf, wt, bias, g, work): one batch row of TFLM's
  *   EvalIntegerSvdfReference<int8_t> with an int8 memory of n_memory entries per filter:
  *
- *   dot[f]   = fbias[f] + sum_k Wf[f][k] * x[k]          (fbias = -x_zp * sum_k Wf[f][k])
+ *   dot[f]   = sum_k Wf[f][k] * (x[k] - zp_in)
  *   newest_f = (int8)(clamp(rq(dot[f], rq_state), -128, 127) + zp_state)
  *   state[f] = old[f] moved one entry older (old[f][1..M-1]), then newest_f
  *   y[u]     = clamp(rq(bias[u] + sum_{r<rank} sum_m wt[f][m] * state[f][m], rq_out), lo, hi)
@@ -181,15 +181,15 @@ MF_MICRO void mf_seq_mv_w16(const int16_t *w16, const int8_t *v, int32_t n, int3
  *
  * rq is mf_rq_apply (its exactness, as the zero-point folds', proven at compile time). Wf is
  * packed as the GEMM kernels read it (pack.pack_gemm_weights, g->fmt MF_W16 or MF_W8) and
- * multiplied by mf_dot4 on x widened once (mf_widen_row); wt stays int8 [F][M] as TFLite
- * stores it. state may be old itself (the memory updated in place: each word of the memory is
+ * multiplied by mf_dot4 on x - zp_in widened once (mf_svdf_widen); wt stays int8 [F][M] as
+ * TFLite stores it. state may be old itself (the memory updated in place: each word of the memory is
  * read before the word before it is written) or a disjoint buffer. The DSP body takes the
  * memory by words when n_memory % 4 == 0 and old and state are 4-byte aligned: per word one
  * shift-and-insert, two SXTB16 of the memory, two of the weights and two SMLAD; otherwise
  * the portable loop. work: int32[MF_KPAD(n_filter)] (the feature products, then the time
  * sums), int8[MF_KPAD(n_filter)] (the newest entries), int16[MF_KPAD(n_in)]; 4-byte aligned. */
 typedef struct {
-    int32_t n_in, n_filter, n_memory, rank, fmt, zp_state, lo, hi;
+    int32_t n_in, n_filter, n_memory, rank, fmt, zp_in, zp_state, lo, hi;
     mf_rq rq_state; /* the feature product to the memory's scale (zero point 0: TFLM clamps
                      * to int8 before adding it) */
     mf_rq rq_out;   /* the unit's sum to the output, its zero point in add */
@@ -261,6 +261,27 @@ MF_INLINE void mf_svdf_units(const int32_t *d, const int32_t *bias, int8_t *y, i
     "sxtb16 %[n1], %[n1], ror #8\n\t"                                                      \
     "sxtb16 %[p], %[p], ror #8\n\t"                                                        \
     "smlad %[acc], %[n1], %[p], %[acc]\n\t"
+
+/* xw = x[0..n) + off widened to int16 in the GEMM kernels' lane order ([x0 x2] [x1 x3] per
+ * group of 4), zeros past n up to MF_KPAD(n); xw 4-byte aligned, |x + off| <= 255. */
+static inline void mf_svdf_widen(const int8_t *x, int32_t n, int32_t off, int16_t *xw) {
+    int32_t k = 0, i;
+#if MF_USE_DSP
+    const int32_t off2 = (int32_t)(((uint32_t)off & 0xFFFFu) * 0x10001u);
+    mf_word *d = (mf_word *)(void *)xw;
+    for (; k + 4 <= n; k += 4) {
+        int32_t vq;
+        memcpy(&vq, x + k, 4);
+        d[k >> 1] = (int32_t)__sxtab16(off2, vq);
+        d[(k >> 1) + 1] = mf_sxtab16_ror8(off2, vq);
+    }
+#endif
+    for (; k < MF_KPAD(n); k += 4) {
+        for (i = 0; i < 4; ++i) { /* tap k + i sits at lane (0, 2, 1, 3)[i] */
+            xw[k + ((i & 1) << 1) + (i >> 1)] = (int16_t)(k + i < n ? x[k + i] + off : 0);
+        }
+    }
+}
 
 /* mf_seq_svdf_s8's memory step by words on the DSP extension: returns 0 (nothing done) unless
  * n_memory % 4 == 0 and old, state and wt are 4-byte aligned. Per filter f: the M / 4 words of
@@ -374,20 +395,19 @@ static inline int32_t mf_svdf_words(const int8_t *old, int8_t *state, const int8
 }
 
 MF_MICRO void mf_seq_svdf_s8(const int8_t *x, const int8_t *old, int8_t *state, int8_t *y,
-                             const void *wf, const int32_t *fbias, const int8_t *wt,
-                             const int32_t *bias, const mf_svdf_geom *g, int32_t *work) {
+                             const void *wf, const int8_t *wt, const int32_t *bias,
+                             const mf_svdf_geom *g, int32_t *work) {
     const int32_t F = g->n_filter, M = g->n_memory, R = g->rank, G = MF_KPAD(g->n_in) >> 2;
     const int32_t fmt = g->fmt, F4 = MF_KPAD(F);
     int32_t *dots = work; /* the feature products, then each filter's time sum */
     int8_t *newest = (int8_t *)(void *)(work + F4);
     int16_t *xw = (int16_t *)(void *)(work + F4 + (F4 >> 2));
     int32_t f;
-    mf_widen_row(x, g->n_in, xw);
+    mf_svdf_widen(x, g->n_in, -g->zp_in, xw);
     for (f = 0; f < F; f += 4) { /* the feature products, 4 filters at a time */
-        int32_t acc[4];
+        int32_t acc[4] = {0, 0, 0, 0};
         const void *blk = fmt == MF_W16 ? (const void *)((const int16_t *)wf + f * G * 4)
                                         : (const void *)((const int8_t *)wf + f * G * 4);
-        memcpy(acc, fbias + f, sizeof acc);
         mf_dot4(xw, blk, G, fmt, acc);
         memcpy(dots + f, acc, sizeof acc);
     }

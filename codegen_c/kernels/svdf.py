@@ -3,8 +3,8 @@
 loops (codegen_c/lower/state.py: shift, feature products, their requantization, time sums,
 the units' requantization).
 
-Compile time moves the zero points out of the loops and proves the fast forms exact:
-- the feature products sum raw x * Wf from fbias[f] = -x_zp * sum_k Wf[f][k] (pack.fold_bias);
+Compile time moves the memory's zero point out of the loops and proves the fast forms exact:
+- the feature products take x - x_zp widened to int16 once (TFLM's own sums);
 - the time sums take the raw memory, the unit's bias less zp_state * sum of its weights_time;
 - both requantizations are mf_rq_apply (pack.requant_params on the true sums' bounds).
 Each is exact only while no partial sum leaves int32: checked here from the weights (any int8
@@ -53,11 +53,8 @@ def plan(ctx: OpContext, fmt: str) -> dict | None:
     W = np.asarray(wf.data, np.int64).reshape(F, n_in)
     T = np.asarray(wt.data, np.int64).reshape(F, M)
     b = np.zeros(U, np.int64) if bias is None else np.asarray(bias.data, np.int64).reshape(U)
-    # feature products: raw x from fbias; the true sum's bound for the requantization
-    fbias = pack.fold_bias(None, W, p["zp_x"])
+    # feature products: TFLM's sums of Wf * (x - x_zp), their bound for the requantization
     in_span = max(127 - p["zp_x"], p["zp_x"] + 128)
-    if fbias is None or (np.abs(fbias) + np.abs(W).sum(axis=1) * 128).max() >= I32:
-        return None
     rq_state = pack.requant_params([p["m1"]], [p["sh1"]], 0,
                                    [int(np.abs(W).sum(axis=1).max() * in_span)])
     if rq_state is None or (np.abs(W).sum(axis=1) * in_span).max() >= I32:
@@ -88,14 +85,12 @@ def plan(ctx: OpContext, fmt: str) -> dict | None:
         return None
     packed, _ = pack.pack_gemm_weights(W, fmt)
     geom = dict(n_in=n_in, n_filter=F, n_memory=M, rank=R, fmt=16 if fmt == "w16" else 8,
-                zp_state=p["zp_s"], lo=p["act_lo"], hi=p["act_hi"],
+                zp_in=p["zp_x"], zp_state=p["zp_s"], lo=p["act_lo"], hi=p["act_hi"],
                 sf_state=pack.needs_signfix(0, -128),
                 sf_out=pack.needs_signfix(p["zp_y"], p["act_lo"]))
     for name, rq in (("rq_state", rq_state), ("rq_out", rq_out)):
         geom.update({f"{name}.{k}": int(v) for k, v in zip(pack.RQ_FIELDS, rq[0])})
-    fb = np.zeros(pack.kpad(F), np.int32)
-    fb[:F] = fbias
-    return dict(B=B, n_in=n_in, F=F, M=M, U=U, packed=packed, fbias=fb,
+    return dict(B=B, n_in=n_in, F=F, M=M, U=U, packed=packed,
                 bias=np.array(bias2, np.int32), wt=T.astype(np.int8).reshape(-1),
                 geom=np.array([geom[k] for k in GEOM_FIELDS], np.int32))
 
@@ -151,8 +146,6 @@ def svdf(ctx: OpContext, ref: ir.Kernel, target) -> ir.Kernel | None:
     consts = (
         ir.Buffer("wf", str(c["packed"].dtype), c["packed"].size, "const", c["packed"],
                   f"weights_feature {F} x {n_in}, packed as pack_gemm_weights {fmt}"),
-        ir.Buffer("fbias", "int32", c["fbias"].size, "const", c["fbias"],
-                  "-x_zp * sum of each filter's feature weights"),
         ir.Buffer("wt", "int8", c["wt"].size, "const", c["wt"], f"weights_time {F} x {M}"),
         ir.Buffer("bias", "int32", U, "const", c["bias"],
                   "bias - zp_state * sum of each unit's weights_time (a unit whose output "
@@ -163,7 +156,7 @@ def svdf(ctx: OpContext, ref: ir.Kernel, target) -> ir.Kernel | None:
     work = ir.Buffer(WORK, "int32", work_words(n_in, F), "scratch")
     body = ir.loops([("b", c["B"])], lambda b: [ir.CallStmt(FN, (
         ir.Ptr("x", b * n_in), ir.Ptr(old, b * (F * M)), ir.Ptr("y1", b * (F * M)),
-        ir.Ptr("y", b * U), ir.Ptr("wf", ir.Const(0)), ir.Ptr("fbias", ir.Const(0)),
+        ir.Ptr("y", b * U), ir.Ptr("wf", ir.Const(0)),
         ir.Ptr("wt", ir.Const(0)), ir.Ptr("bias", ir.Const(0)),
         ir.Ptr("geom", ir.Const(0), ctype="const mf_svdf_geom *"),
         ir.Ptr(WORK, ir.Const(0))))])
