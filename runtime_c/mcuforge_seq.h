@@ -269,6 +269,29 @@ static inline void mf_svdf_widen(const int8_t *x, int32_t n, int32_t off, int16_
 #if MF_USE_DSP
     const int32_t off2 = (int32_t)(((uint32_t)off & 0xFFFFu) * 0x10001u);
     mf_word *d = (mf_word *)(void *)xw;
+#if MF_GEMM_ASM && defined(__ARM_FEATURE_UNALIGNED)
+    if (n >= 8) { /* 10 instructions per 8 bytes: two LDR, four SXTAB16, two STRD */
+        int32_t n8 = n >> 3, v, u, a, b;
+        const int8_t *xs = x;
+        mf_word *ds = d;
+        __asm__ volatile("1:\n\t"
+                         "ldr %[v], [%[x]], #4\n\t"
+                         "ldr %[u], [%[x]], #4\n\t"
+                         "sxtab16 %[a], %[o2], %[v]\n\t"
+                         "sxtab16 %[b], %[o2], %[v], ror #8\n\t"
+                         "strd %[a], %[b], [%[d]], #8\n\t"
+                         "sxtab16 %[a], %[o2], %[u]\n\t"
+                         "sxtab16 %[b], %[o2], %[u], ror #8\n\t"
+                         "strd %[a], %[b], [%[d]], #8\n\t"
+                         "subs %[n], %[n], #1\n\t"
+                         "bne 1b\n\t"
+                         : [x] "+r"(xs), [d] "+r"(ds), [n] "+r"(n8), [v] "=&r"(v), [u] "=&r"(u),
+                           [a] "=&r"(a), [b] "=&r"(b)
+                         : [o2] "r"(off2)
+                         : "cc", "memory");
+        k = n & ~7;
+    }
+#endif
     for (; k + 4 <= n; k += 4) {
         int32_t vq;
         memcpy(&vq, x + k, 4);
