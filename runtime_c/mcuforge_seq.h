@@ -187,7 +187,11 @@ MF_MICRO void mf_seq_mv_w16(const int16_t *w16, const int8_t *v, int32_t n, int3
  * memory by words when n_memory % 4 == 0 and old and state are 4-byte aligned: per word one
  * shift-and-insert, two SXTB16 of the memory, two of the weights and two SMLAD; otherwise
  * the portable loop. work: int32[MF_KPAD(n_filter)] (the feature products, then the time
- * sums), int8[MF_KPAD(n_filter)] (the newest entries), int16[MF_KPAD(n_in)]; 4-byte aligned. */
+ * sums), int8[MF_KPAD(n_filter)] (the newest entries), int16[MF_KPAD(n_in)]; 4-byte aligned.
+ * mps2-an386, keyword_scrambled's layers (instructions per call, -O2 / -Os): 16 inputs, 64
+ * filters, memory 8: 4,534 / 5,773 (was 9,974 with the reference's loops around
+ * mf_seq_mv_w16); 96 inputs, 64 filters, memory 8: 8,414 / 9,573; 32 inputs, 32 filters,
+ * memory 32: 5,254 / 6,013. */
 typedef struct {
     int32_t n_in, n_filter, n_memory, rank, fmt, zp_in, zp_state, lo, hi;
     mf_rq rq_state; /* the feature product to the memory's scale (zero point 0: TFLM clamps
@@ -469,7 +473,8 @@ MF_MICRO void mf_seq_svdf_s8(const int8_t *x, const int8_t *old, int8_t *state, 
  *   mf_seq_quantize_s16_s8(x, y, n, x_zp, q, sfx): y[i] = sat8(mf_rq_apply(x[i] - x_zp, q,
  *   signfix)) for i < n: TFLM's Requantize (MultiplyByQuantizedMultiplier(x - x_zp) + the
  *   output zero point, clamped to int8) in the fast form the schedule proved exact on every
- *   int16 input; the output zero point is in q->add. sfx: signfix and post != 0. */
+ *   int16 input; the output zero point is in q->add. sfx: signfix and post != 0.
+ *   mps2-an386, 96 elements: 774 instructions at -O2, 853 at -Os (the reference 3,454). */
 MF_MICRO void mf_seq_quantize_s16_s8(const int16_t *x, int8_t *y, int32_t n, int32_t x_zp,
                                      const mf_rq *q, int32_t sfx) {
     const int32_t mult = q->mult, add = q->add, pre = q->pre, post = q->post;
