@@ -30,7 +30,8 @@
 
 #include "mcuforge_nn.h" /* MF_USE_DSP, MF_INLINE, <arm_acle.h>, <string.h> */
 
-#if MF_USE_DSP
+#if MF_USE_DSP && !defined(MF_HAVE_SXTAB16_ROR8) /* (as in mcuforge_ew.h: a model may use both) */
+#define MF_HAVE_SXTAB16_ROR8
 static inline int32_t mf_sxtab16_ror8(int32_t a, int32_t v) {
 #if defined(__GNUC__)
     int32_t r;
@@ -182,8 +183,8 @@ MF_MICRO void mf_seq_mv_w16(const int16_t *w16, const int8_t *v, int32_t n, int3
  * rq is mf_rq_apply (its exactness, as the zero-point folds', proven at compile time). Wf is
  * packed as the GEMM kernels read it (pack.pack_gemm_weights, g->fmt MF_W16 or MF_W8) and
  * multiplied by mf_dot4 on x - zp_in widened once (mf_svdf_widen); wt stays int8 [F][M] as
- * TFLite stores it. state may be old itself (the memory updated in place: each word of the memory is
- * read before the word before it is written) or a disjoint buffer. The DSP body takes the
+ * TFLite stores it. state may be old itself (the memory updated in place: each word of the
+ * memory is read before the word before it is written) or a disjoint buffer. The DSP body takes the
  * memory by words when n_memory % 4 == 0 and old and state are 4-byte aligned: per word one
  * shift-and-insert, two SXTB16 of the memory, two of the weights and two SMLAD; otherwise
  * the portable loop. work: int32[MF_KPAD(n_filter)] (the feature products, then the time

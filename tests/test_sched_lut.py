@@ -89,7 +89,7 @@ def test_binary_with_a_constant_scalar(op, seed):
     for target in (None, HOST, M4):
         k = ref if target is None else lower_node(node, g, "k", target)
         if target is not None:
-            assert k.schedule == "lut"
+            assert k.schedule == "mf_ew_lut8"
         y = np.zeros(N, np.int8)
         run_kernel(k, {"x": xs[0].reshape(-1).copy(), "y": y})
         outs.append(y.tolist())
@@ -115,7 +115,7 @@ def test_table_equals_reference_kernel_on_every_byte(op, seed):
     for target in (None, HOST, M4):
         k = ref if target is None else lower_node(node, g, "k", target)
         if target is not None:
-            assert k.schedule == "lut", "the table should serve this layer"
+            assert k.schedule == "mf_ew_lut8", "the table should serve this layer"
         y = np.zeros(N, np.int8)
         run_kernel(k, {"x": xs[0].reshape(-1).copy(), "y": y})
         outs.append(y.tolist())
@@ -158,7 +158,7 @@ def test_dtln_on_m4_equals_tflm():
         pytest.skip(f"{path} not present")
     model = open(path, "rb").read()
     g = load_tflite(model)
-    assert any(lower_node(n, g, "k", M4).schedule == "lut" for n in g.nodes
+    assert any(lower_node(n, g, "k", M4).schedule == "mf_ew_lut8" for n in g.nodes
                if n.op == "logistic")
     t = g.tensors[g.inputs[0]]
     x = np.random.default_rng(4).integers(-128, 128, (2, *t.shape)).astype(t.dtype)

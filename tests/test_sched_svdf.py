@@ -233,3 +233,32 @@ def test_other_cores_equal_tflm(board, qemu):
             model, x = _build(name, kw)
             np.testing.assert_array_equal(runner.run(model, x, board=board),
                                           tflm.run(model, [x])[0], err_msg=name)
+
+
+def test_svdf_beside_an_element_wise_kernel_builds_on_m4():
+    """An SVDF (mcuforge_seq.h) and a tabulated LOGISTIC (mcuforge_ew.h) in one model: both
+    headers in one translation unit (they once both defined mf_sxtab16_ror8: a build error)."""
+    require_tflm()
+    require_tools("arm-none-eabi-gcc", "qemu-system-arm")
+    rng = np.random.default_rng(11)
+    m = Model()
+    xi = m.tensor("x", (1, 12), "int8", scale=0.03, zero_point=-5)
+    wf = m.tensor("weights_feature", (40, 12), "int8", rng.integers(-127, 128, (40, 12)),
+                  scale=0.005, zero_point=0)
+    wt = m.tensor("weights_time", (40, 8), "int8", rng.integers(-127, 128, (40, 8)),
+                  scale=0.5 / 127, zero_point=0)
+    bi = m.tensor("bias", (40,), "int32", rng.integers(-2000, 2000, 40),
+                  scale=0.1 * 0.5 / 127, zero_point=0)
+    st = m.tensor("state", (1, 320), "int8", scale=0.1, zero_point=3, variable=True)
+    h = m.tensor("h", (1, 40), "int8", scale=0.08, zero_point=-2)
+    yi = m.tensor("y", (1, 40), "int8", scale=1 / 256, zero_point=-128)
+    m.op("SVDF", [xi, wf, wt, bi, st], [h], "SVDFOptions", Rank=1, FusedActivationFunction=0)
+    m.op("LOGISTIC", [h], [yi])
+    m.io([xi], [yi])
+    model = m.build()
+    g = load_tflite(model)
+    assert [lower_node(n, g, "k", M4).schedule for n in g.nodes] == ["mf_seq_svdf_w16",
+                                                                      "mf_ew_lut8"]
+    x = rng.integers(-128, 128, (INVOCATIONS, 1, 12)).astype(np.int8)
+    np.testing.assert_array_equal(runner.run(model, x, board="mps2-an386"),
+                                  tflm.run(model, [x])[0])

@@ -7,15 +7,15 @@ A reference kernel of the form
 whose value depends only on the input byte (the loop body reads x at i and constant tables
 at indices free of i, nothing else; logistic, tanh, hard_swish, leaky_relu, relu, relu6, a
 requantizing quantize, abs, an ADD / MUL / SUB of a constant scalar, ... whatever the lowerings
-write that way) becomes y[i] =
-lut[x[i] + 128] (uint8: lut[x[i]]). The table is the reference body itself run by the loop-IR
-evaluator at compile time on all 256 input values, so it holds exactly what the reference C
-computes; an input byte on which the reference would hit undefined behaviour declines the
-schedule.
+write that way) becomes y[i] = lut[x[i] + 128] (uint8: lut[x[i]]): one mf_ew_lut8 call
+(runtime_c/mcuforge_ew.h, four bytes a word). The table is the reference body itself run by
+the loop-IR evaluator at compile time on all 256 input values, so it holds exactly what the
+reference C computes; an input byte on which the reference would hit undefined behaviour
+declines the schedule.
 
 It pays where the loop's work outweighs 256 bytes of flash: the reference calls a runtime
 function per element (a requantization at least, ~30 instructions on a Cortex-M4; logistic
-~345) and the table loop costs ~5. Estimated saving n * (30 * calls + other nodes - 6)
+~345) and the table costs ~4 a byte. Estimated saving n * (30 * calls + other nodes - 6)
 instructions; the table is used when that is at least 512 (2 instructions per byte of table),
 so from ~20 elements for one call. Serves every target (plain C)."""
 from __future__ import annotations
@@ -23,11 +23,13 @@ from __future__ import annotations
 import numpy as np
 
 from .. import loop_ir as ir
+from .. import micro_ew  # noqa: F401  (registers the mirror)
 from ..lower import OpContext
 from . import schedules
 
 EIGHT_BIT = {"int8": -128, "uint8": 0}  # dtype -> its smallest value (the table's first entry)
 CALL_COST, TABLE_COST, MIN_SAVING = 30, 6, 512
+FN = "mf_ew_lut8"  # runtime_c/mcuforge_ew.h (mirror micro_ew.py)
 OPS = ("relu", "relu6", "leaky_relu", "hard_swish", "logistic", "tanh", "quantize", "unary",
        "dequantize", "cast",
        # binary ops whose other operand is one constant (x + 3, x * 0.5): the constant is read
@@ -128,11 +130,15 @@ def lut(ctx: OpContext, ref: ir.Kernel, target) -> ir.Kernel | None:
     if table is None:
         return None
     lo = EIGHT_BIT[x.dtype]
+    # indexed by the byte's bits: an int8 v's byte ^ 0x80 is v + 128, its place in the table
+    flip = 0x80 if x.dtype == "int8" else 0
     tab = ir.Buffer("lut", y.dtype, 256, "const", table,
                     f"the reference's output for each input value {lo}..{lo + 255}")
-    index = ir.cast(ir.Load(x.name, ir.Var("i"), x.dtype), "int32") - lo
-    body = (ir.Loop("i", loop.extent, (ir.Store(y.name, ir.Var("i"),
-                                                ir.Load("lut", index, y.dtype)),)),)
-    doc = f"{ref.doc}\nscheduled: a 256-entry table of the reference's values (computed at " \
-          f"compile time)"
-    return ir.Kernel(ctx.name, tuple(ref.params) + (tab,), body, doc, ref.macs, "lut")
+    body = (ir.CallStmt(FN, (ir.Ptr(x.name, ir.Const(0), ctype="const uint8_t *"),
+                             ir.Ptr(y.name, ir.Const(0), ctype="uint8_t *"),
+                             ir.Const(loop.extent),
+                             ir.Ptr("lut", ir.Const(0), ctype="const uint8_t *"),
+                             ir.Const(flip))),)
+    doc = f"{ref.doc}\nscheduled: {FN}, a 256-entry table of the reference's values " \
+          f"(computed at compile time)"
+    return ir.Kernel(ctx.name, tuple(ref.params) + (tab,), body, doc, ref.macs, FN)
