@@ -76,3 +76,14 @@ def _avgpool(x, y, geom, lo, hi):
 
 INTRINSICS.update({"mf_ew_add_s8": _add, "mf_ew_mul_s8": _mul, "mf_ew_avgpool_s8": _avgpool,
                    "mf_ew_maxpool_s8": _maxpool})
+
+
+def _lut8(x, y, n, lut, flip):
+    """mf_ew_lut8: y[i] = lut[x[i] ^ flip] on bytes."""
+    if len(x) < n or len(y) < n or len(lut) < 256:
+        raise UndefinedBehaviour("mf_ew_lut8 reaches past its buffers")
+    idx = np.asarray(x[:n]).view(np.uint8) ^ np.uint8(flip)
+    y[:n] = np.asarray(lut[:256]).view(np.uint8)[idx].view(y.dtype)
+
+
+INTRINSICS["mf_ew_lut8"] = _lut8

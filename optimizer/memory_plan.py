@@ -4,7 +4,9 @@
 the requests from a graph (aliases such as reshape share their source's buffer) and reports
 the layer-wise lower bound beside the arena size. State tensors (values kept across
 invocations) are not in the arena: they get offsets in a state block of their own, and their
-next values are planned like outputs (alive until the end of the invocation, then copied).
+next values are planned like outputs (alive until the end of the invocation, then copied),
+except where the kernel updates its state in place (in_place_states: the next value shares
+the state's address, nothing is copied).
 
 Control flow (if / while nodes): each subgraph is planned by the same planner on its own, and
 the node's scratch, one request as large as the largest of its subgraphs' arenas and live
@@ -118,8 +120,36 @@ def lower_bound(requests) -> int:
     return max((sum(r.size for r in requests if r.first <= s <= r.last) for s in steps), default=0)
 
 
+# op -> (input, output): the node's next value of the state it reads at `input` may be written
+# over that state itself, because its kernel reads each element before writing over it (SVDF:
+# the memory moves one step older front to back, then only its newest entries are written)
+IN_PLACE_STATE = {"svdf": (4, 1)}
+
+
+def in_place_states(g: Graph) -> dict:
+    """{next value: state} for the IN_PLACE_STATE nodes whose state and next value no other
+    node reads (nor the graph outputs): the next value is then planned at the state's own
+    address, and the invocation copies nothing back."""
+    readers = {}
+    for n in g.nodes:
+        for t in n.inputs:
+            if t:
+                readers[t] = readers.get(t, 0) + 1
+    out = {}
+    for n in g.nodes:
+        io = IN_PLACE_STATE.get(n.op)
+        if io is None or io[0] >= len(n.inputs) or io[1] >= len(n.outputs):
+            continue
+        state, nxt = n.inputs[io[0]], n.outputs[io[1]]
+        if state and state in g.state and g.state[state] == nxt and readers.get(state) == 1 \
+                and not readers.get(nxt) and nxt not in g.outputs and nxt not in g.state:
+            out[nxt] = state
+    return out
+
+
 def requests_of(g: Graph) -> tuple:
-    """(requests, alias map): one request per buffer; alias outputs map to their root."""
+    """(requests, alias map): one request per buffer; alias outputs map to their root (the
+    next values of in_place_states to their state)."""
     root = {}
     for n in g.nodes:
         if n.op in ALIAS_OPS:
@@ -140,9 +170,10 @@ def requests_of(g: Graph) -> tuple:
             last[r] = max(last.get(r, i), i)
     for name in list(g.outputs) + list(g.state.values()):
         last[root.get(name, name)] = end
+    root.update(in_place_states(g))
     reqs = tuple(Request(name, g.tensors[name].nbytes, first[name], last[name],
                          alignment(g.tensors[name].dtype))
-                 for name in sorted(first) if name not in g.state)
+                 for name in sorted(first) if name not in g.state and name not in root)
     return reqs, root
 
 

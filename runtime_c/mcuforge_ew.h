@@ -240,6 +240,8 @@ MF_INLINE int8_t mf_ew_pool_out(int32_t sum, int32_t count, int32_t half, int32_
 }
 
 #if MF_USE_DSP
+#ifndef MF_HAVE_SXTAB16_ROR8 /* (mcuforge_seq.h defines the same: a model may use both) */
+#define MF_HAVE_SXTAB16_ROR8
 static inline int32_t mf_sxtab16_ror8(int32_t acc, int32_t v) {
 #if defined(__GNUC__)
     int32_t r;
@@ -249,6 +251,7 @@ static inline int32_t mf_sxtab16_ror8(int32_t acc, int32_t v) {
     return (int32_t)__sxtab16(acc, __ror((uint32_t)v, 8));
 #endif
 }
+#endif
 
 /* acc[0..3] = the sums of 8 channels over a window of rows x cols pixels starting at p (rows
  * `stride` bytes apart, pixels C bytes apart), as int16 lane pairs (c0,c2) (c1,c3) (c4,c6)
@@ -419,6 +422,27 @@ MF_MICRO void mf_ew_maxpool_s8(const int8_t *x, int8_t *y, const mf_pool_geom *g
             y += C;
         }
     }
+}
+
+/* ---- a 256-entry table per byte (codegen_c/kernels/lut.py) ---------------------------------
+ *
+ *   mf_ew_lut8(x, y, n, lut, flip): y[i] = lut[x[i] ^ flip], i < n, on bytes (flip 0x80: int8
+ *   values as the table's index 0..255, 0 for uint8). Four bytes a word: one load, one EOR,
+ *   four table loads, one store (~4 instructions a byte on the Cortex-M4, the plain loop ~6).
+ *   y may be x itself. */
+MF_MICRO void mf_ew_lut8(const uint8_t *x, uint8_t *y, int32_t n, const uint8_t *lut,
+                         int32_t flip) {
+    const uint32_t f4 = (uint32_t)flip * 0x01010101u;
+    int32_t i = 0;
+    for (; i + 4 <= n; i += 4) {
+        uint32_t v, w;
+        memcpy(&v, x + i, 4);
+        v ^= f4;
+        w = (uint32_t)lut[v & 0xFFu] | ((uint32_t)lut[(v >> 8) & 0xFFu] << 8)
+            | ((uint32_t)lut[(v >> 16) & 0xFFu] << 16) | ((uint32_t)lut[v >> 24] << 24);
+        memcpy(y + i, &w, 4);
+    }
+    for (; i < n; ++i) y[i] = lut[x[i] ^ (uint32_t)flip];
 }
 
 #endif /* MCUFORGE_EW_H */

@@ -65,7 +65,9 @@ def schedule_kernel(ctx, kernel, target: Target):
 
 
 def _load_all():
-    from . import depthwise, eltwise, gemm, host, seq  # noqa: F401  (they register schedules)
+    from . import depthwise, eltwise, gemm, host, requant, svdf, seq  # noqa: F401  (they register
+    # schedules; svdf before seq: the whole int8 SVDF where it applies, else seq)
+    from . import lut  # noqa: F401  (last: the table serves what no other schedule takes)
 
 
 def lower_node(node, graph, name: str, target: Target | None = None):

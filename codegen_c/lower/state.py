@@ -96,13 +96,33 @@ def _svdf_activation(v: ir.Expr, act: str) -> ir.Expr:
 
 # ---- SVDF ------------------------------------------------------------------------------------
 
+def svdf_int_params(ctx: OpContext) -> dict:
+    """An integer SVDF's zero points (x, state, y), TFLM's two (multiplier, shift) pairs (the
+    feature products to the state's scale, the units' sums to the output's) and its output
+    clamp, as TFLM's Prepare computes them."""
+    x, wf, wt, y, state = ctx.input(0), ctx.input(1), ctx.input(2), ctx.output(0), ctx.output(1)
+    s_x, zp_x = _q(x)
+    s_s, zp_s = _q(state)
+    s_y, zp_y = _q(y)
+    s_wf, s_wt = _q(wf)[0], _q(wt)[0]
+    # TFLM's Prepare forms both scales in float32, then widens to double
+    m1, sh1 = qp.quantize_multiplier(float(np.float32(np.float32(s_x) * np.float32(s_wf))
+                                           / np.float32(s_s)))
+    m2, sh2 = qp.quantize_multiplier(float(np.float32(np.float32(s_s) * np.float32(s_wt))
+                                           / np.float32(s_y)))
+    # the TFLite frontend gives int8 nodes "none": TFLM's integer kernel applies none
+    act_lo, act_hi = qp.activation_range_int8(ctx.attrs["activation"], s_y, zp_y)
+    return dict(zp_x=zp_x, zp_s=zp_s, zp_y=zp_y, m1=m1, sh1=sh1, m2=m2, sh2=sh2,
+                act_lo=act_lo, act_hi=act_hi)
+
+
 @lowers("svdf")
 def svdf(ctx: OpContext) -> ir.Kernel:
     """TFLM's EvalFloatSvdfReference / EvalIntegerSvdfReference<int16_t or int8_t>: the memory
     moves one step older, weights_feature . x becomes every filter's newest entry, and each
     output unit sums weights_time . memory over its rank filters, plus the bias."""
     x, wf, wt, bias = (ctx.input(i) for i in range(4))
-    y, state = ctx.output(0), ctx.output(1)
+    state = ctx.output(1)
     names, consts = _operands(ctx, {1: "weights_feature", 2: "weights_time", 3: "bias"})
     nx, ns = names[0], names.get(4)  # (no state input for a memory of one)
     B, I = x.shape
@@ -118,18 +138,11 @@ def svdf(ctx: OpContext) -> ir.Kernel:
             ir.Store("y1", mem(b, f, m), ir.Load(ns, mem(b, f, m + 1), state.dtype))])
 
     if integer:
-        s_x, zp_x = _q(x)
-        s_s, zp_s = _q(state)
-        s_y, zp_y = _q(y)
-        s_wf, s_wt = _q(wf)[0], _q(wt)[0]
-        # TFLM's Prepare forms both scales in float32, then widens to double
-        m1, sh1 = qp.quantize_multiplier(float(np.float32(np.float32(s_x) * np.float32(s_wf))
-                                               / np.float32(s_s)))
-        m2, sh2 = qp.quantize_multiplier(float(np.float32(np.float32(s_s) * np.float32(s_wt))
-                                               / np.float32(s_y)))
+        p = svdf_int_params(ctx)
+        zp_x, zp_s, zp_y = p["zp_x"], p["zp_s"], p["zp_y"]
+        m1, sh1, m2, sh2 = p["m1"], p["sh1"], p["m2"], p["sh2"]
+        act_lo, act_hi = p["act_lo"], p["act_hi"]
         lo_s, hi_s = INT_RANGE[state.dtype]
-        # the TFLite frontend gives int8 nodes "none": TFLM's integer kernel applies none
-        act_lo, act_hi = qp.activation_range_int8(ctx.attrs["activation"], s_y, zp_y)
         in_span = max(127 - zp_x, zp_x + 128)
         wrap1 = _may_overflow(np.abs(wf.data.astype(np.int64)).sum(axis=1).max() * in_span)
         st_span = max(hi_s - zp_s, zp_s - lo_s)
