@@ -1121,4 +1121,231 @@ MF_GEMM_G(15)
 MF_GEMM_G(16)
 #undef MF_GEMM_G
 
+/* ---- 2 channels x 2 rows: mf_gemm2_w16 ---------------------------------------------------------
+ * The GEMM of mf_gemm_w16 (1x1 convolutions, strided ones by rows, fully connected layers over
+ * 2+ rows) for O even, the clamp the int8 range and every mf_rq.pre 0 (pack.fold_pre), with a
+ * 2-channel x 2-row register block: per group of 4 taps one LDM of the two rows' 4 activation
+ * words, one LDM of the two channels' 4 weight words and 8 SMLAD: 10 instructions per 16 MACs
+ * (mf_gemm_w16: 11), and one LDM of the requantization constants serves both rows.
+ * Stream (pack.pack_gemm2, int32 words; bias and mf_rq live in it, so one pointer walks them):
+ * per channel pair p (channels 2p, 2p + 1), 10 + 4G words:
+ *   [b0, b1, b0, b1]  the folded bias (times 2^pre), twice: one LDM fills the 4 accumulators
+ *   per group g < G: [ (w0, w2), (w1, w3) of channel 2p, the same of 2p + 1 ], each word two
+ *                    int16 lanes (lane 0 = low half), taps K..Kp-1 zero
+ *   [mult0, add0, post0, mult1, add1, post1]  mf_rq of the two channels less pre
+ * Scratch (pack.gemm2_scratch_bytes): int16 [2 * Kp], the two rows widened and interleaved
+ * per group: words 4g, 4g + 1 row r's group g (lane order of mf_widen_row), 4g + 2, 4g + 3
+ * row r + 1's. An odd last row is computed twice into the same outputs (row stride 0).
+ * The asm (optimised DSP builds) takes all 14 registers r0-r12, lr in the K loop, r7 included
+ * (gcc keeps r7 as the Thumb frame pointer only at -O0 or with -fno-omit-frame-pointer:
+ * such builds take the intrinsics body, MF_GEMM_ASM 0). Per pair of channels and rows: the
+ * K loop (8 groups unrolled, entered by TBB at copy 8 - G % 8, 3 instructions per pass to
+ * test the end) plus 27 instructions: bias LDM, rq LDM, SMMLAR + ASR + SSAT per output (+1
+ * ADD per output for the sign term from the accumulator, signfix 2), 4 STRB, pointers. */
+#define MF_GEMM2_WORDS(G) (10 + 4 * (G)) /* int32 words of one channel pair's record */
+
+/* the two rows' groups interleaved: xw words 4g, 4g + 1 from x0, 4g + 2, 4g + 3 from x1 */
+static inline void mf_widen2(const int8_t *x0, const int8_t *x1, int32_t K, int16_t *xw) {
+    int32_t n = K >> 2, g = 0;
+#if MF_USE_DSP
+    mf_word *d = (mf_word *)(void *)xw;
+#if MF_GEMM_ASM && defined(__ARM_FEATURE_UNALIGNED)
+    if (n > 0) { /* 9 instructions per group of both rows */
+        const int8_t *a = x0, *b = x1;
+        int32_t m = n;
+        __asm__ volatile("1:\n\t"
+                         "ldr r8, [%[a]], #4\n\t"
+                         "ldr r9, [%[b]], #4\n\t"
+                         "sxtb16 r0, r8\n\t"
+                         "sxtb16 r1, r8, ror #8\n\t"
+                         "sxtb16 r2, r9\n\t"
+                         "sxtb16 r3, r9, ror #8\n\t"
+                         "stmia %[d]!, {r0, r1, r2, r3}\n\t"
+                         "subs %[m], %[m], #1\n\t"
+                         "bne 1b\n\t"
+                         : [a] "+r"(a), [b] "+r"(b), [d] "+r"(d), [m] "+r"(m)
+                         :
+                         : "r0", "r1", "r2", "r3", "r8", "r9", "cc", "memory");
+        g = n;
+    }
+#endif
+    for (; g < n; ++g, d += 4) {
+        int32_t v, u;
+        memcpy(&v, x0 + 4 * g, 4);
+        memcpy(&u, x1 + 4 * g, 4);
+        d[0] = (int32_t)__sxtb16(v);
+        d[1] = mf_sxtb16_ror8(v);
+        d[2] = (int32_t)__sxtb16(u);
+        d[3] = mf_sxtb16_ror8(u);
+    }
+#else
+    for (; g < n; ++g) {
+        mf_widen_row(x0 + 4 * g, 4, xw + 8 * g);
+        mf_widen_row(x1 + 4 * g, 4, xw + 8 * g + 4);
+    }
+#endif
+    if (K & 3) { /* the last group, zero-padded */
+        mf_widen_row(x0 + 4 * n, K & 3, xw + 8 * n);
+        mf_widen_row(x1 + 4 * n, K & 3, xw + 8 * n + 4);
+    }
+}
+
+/* y = ssat8((SMMLAR(acc, mult) + add [+ sign term]) >> post); sf as mf_gemm_w16's signfix & 3 */
+MF_INLINE int8_t mf_rq2(int32_t acc, const int32_t *q, int32_t sf) {
+    const int32_t h = mf_smmlar(acc, q[0]);
+    int32_t v = h + q[1];
+    if (sf == 2) {
+        v += acc >> 31;
+    } else if (sf == 1 && q[2]) {
+        v += h >> 31;
+    }
+    v >>= q[2];
+#if MF_USE_DSP
+    return (int8_t)__ssat(v, 8);
+#else
+    return (int8_t)(v < -128 ? -128 : v > 127 ? 127 : v);
+#endif
+}
+
+/* One row pair in C (portable, intrinsics, and the sign term of h, sf 1, under the asm) */
+static inline void mf_gemm2_rows_c(const int16_t *xw, int32_t G, const int32_t *w, int32_t O,
+                                   int32_t sf, int8_t *y0, int8_t *y1) {
+    int32_t p, g;
+    for (p = 0; p < O; p += 2, w += MF_GEMM2_WORDS(G)) {
+        int32_t a0 = w[0], a1 = w[1], a2 = w[0], a3 = w[1];
+        const int32_t *wg = w + 4;
+#if MF_USE_DSP
+        const mf_word *xp = (const mf_word *)(const void *)xw;
+        for (g = 0; g < G; ++g, xp += 4, wg += 4) {
+            a0 = __smlad(xp[0], wg[0], a0);
+            a0 = __smlad(xp[1], wg[1], a0);
+            a1 = __smlad(xp[0], wg[2], a1);
+            a1 = __smlad(xp[1], wg[3], a1);
+            a2 = __smlad(xp[2], wg[0], a2);
+            a2 = __smlad(xp[3], wg[1], a2);
+            a3 = __smlad(xp[2], wg[2], a3);
+            a3 = __smlad(xp[3], wg[3], a3);
+        }
+#else
+        const int16_t *xp = xw;
+        for (g = 0; g < G; ++g, xp += 8, wg += 4) {
+            int32_t j;
+            for (j = 0; j < 4; ++j) { /* lane j: word j / 2, half j % 2 */
+                const int32_t wa = wg[j >> 1], wb = wg[2 + (j >> 1)];
+                const int32_t c0 = (j & 1) ? wa >> 16 : (int32_t)(int16_t)(uint16_t)wa;
+                const int32_t c1 = (j & 1) ? wb >> 16 : (int32_t)(int16_t)(uint16_t)wb;
+                a0 += xp[j] * c0;
+                a1 += xp[j] * c1;
+                a2 += xp[4 + j] * c0;
+                a3 += xp[4 + j] * c1;
+            }
+        }
+#endif
+        /* row 1 first: an odd last row has y1 = y0 (the same values) */
+        y1[p] = mf_rq2(a2, wg, sf);
+        y1[p + 1] = mf_rq2(a3, wg + 3, sf);
+        y0[p] = mf_rq2(a0, wg, sf);
+        y0[p + 1] = mf_rq2(a1, wg + 3, sf);
+    }
+}
+
+#if MF_GEMM_ASM
+#define MF_P_G                                                                              \
+    "ldmia r12!, {r4, r5, r6, r7}\n\t"                                                      \
+    "ldmia lr!, {r8, r9, r10, r11}\n\t"                                                     \
+    "smlad r0, r4, r8, r0\n\t"                                                              \
+    "smlad r0, r5, r9, r0\n\t"                                                              \
+    "smlad r1, r4, r10, r1\n\t"                                                             \
+    "smlad r1, r5, r11, r1\n\t"                                                             \
+    "smlad r2, r6, r8, r2\n\t"                                                              \
+    "smlad r2, r7, r9, r2\n\t"                                                              \
+    "smlad r3, r6, r10, r3\n\t"                                                             \
+    "smlad r3, r7, r11, r3\n\t"
+/* the accumulator A of a channel with mult, add, post in M, D, P */
+#define MF_P_RQ(A, M, D, P)                                                                 \
+    "smmlar " A ", " A ", " M ", " D "\n\tasr " A ", " A ", " P "\n\tssat " A ", #8, " A "\n\t"
+#define MF_P_RQS(A, M, D, P)                                                                \
+    "add r10, " D ", " A ", asr #31\n\t"                                                    \
+    "smmlar " A ", " A ", " M ", r10\n\tasr " A ", " A ", " P "\n\tssat " A ", #8, " A "\n\t"
+#define MF_P_PAIRS(RQ)                                                                      \
+    "ldr lr, %[w]\n"                                                                        \
+    "9:\n\t"                                                                                \
+    "ldr r12, %[xw]\n\t"                                                                    \
+    "ldmia lr!, {r0, r1, r2, r3}\n\t"                                                       \
+    "ldr r4, %[rem]\n\t"                                                                    \
+    "tbb [pc, r4]\n"                                                                        \
+    "70:\n\t"                                                                               \
+    ".byte (80f - 70b) / 2, (81f - 70b) / 2, (82f - 70b) / 2, (83f - 70b) / 2\n\t"          \
+    ".byte (84f - 70b) / 2, (85f - 70b) / 2, (86f - 70b) / 2, (87f - 70b) / 2\n"            \
+    "80:\n\t" MF_P_G "81:\n\t" MF_P_G "82:\n\t" MF_P_G "83:\n\t" MF_P_G                     \
+    "84:\n\t" MF_P_G "85:\n\t" MF_P_G "86:\n\t" MF_P_G "87:\n\t" MF_P_G                     \
+    "ldr r4, %[xend]\n\t"                                                                   \
+    "cmp r12, r4\n\t"                                                                       \
+    "bne 80b\n\t"                                                                           \
+    "ldmia lr!, {r4, r5, r6, r7, r8, r9}\n\t"                                               \
+    RQ("r0", "r4", "r5", "r6") RQ("r2", "r4", "r5", "r6")                                   \
+    RQ("r1", "r7", "r8", "r9") RQ("r3", "r7", "r8", "r9")                                   \
+    "ldr r10, %[y]\n\t"                                                                     \
+    "ldr r11, %[ys]\n\t"                                                                    \
+    "strb r2, [r10, r11]\n\t"                                                               \
+    "strb r0, [r10], #1\n\t"                                                                \
+    "strb r3, [r10, r11]\n\t"                                                               \
+    "strb r1, [r10], #1\n\t"                                                                \
+    "str r10, %[y]\n\t"                                                                     \
+    "ldr r11, %[yend]\n\t"                                                                  \
+    "cmp r10, r11\n\t"                                                                      \
+    "bne 9b\n\t"
+#define MF_P_OPS                                                                            \
+    : [y] "+m"(y0)                                                                          \
+    : [w] "m"(w), [xw] "m"(xw), [xend] "m"(xend), [rem] "m"(rem), [ys] "m"(ys),             \
+      [yend] "m"(yend)                                                                      \
+    : "r0", "r1", "r2", "r3", "r4", "r5", "r6", "r7", "r8", "r9", "r10", "r11", "r12", "lr", \
+      "cc", "memory"
+#endif
+
+static inline void mf_gemm2_body(const int8_t *x, int32_t rows, int32_t x_stride, int32_t K,
+                                 const int32_t *w, int32_t O, int32_t sf, int8_t *y,
+                                 int32_t y_stride, int16_t *scratch) {
+    const int32_t G = MF_KPAD(K) >> 2;
+    int32_t r;
+    for (r = 0; r < rows; r += 2) {
+        const int32_t two = r + 1 < rows, ys = two ? y_stride : 0;
+        int8_t *y0 = y + r * y_stride;
+        mf_widen2(x + r * x_stride, x + (r + two) * x_stride, K, scratch);
+#if MF_GEMM_ASM
+        if (sf != 1) {
+            const int16_t *xw = scratch, *xend = scratch + 8 * G;
+            const int8_t *yend = y0 + O;
+            const int32_t rem = (8 - (G & 7)) & 7;
+            if (sf) {
+                __asm__ volatile(MF_P_PAIRS(MF_P_RQS) MF_P_OPS);
+            } else {
+                __asm__ volatile(MF_P_PAIRS(MF_P_RQ) MF_P_OPS);
+            }
+            continue;
+        }
+#endif
+        mf_gemm2_rows_c(scratch, G, w, O, sf, y0, y0 + ys);
+    }
+}
+
+/* mf_gemm2_w16: y = requant(x . w^T) as mf_gemm_w16 computes it, for O even, the clamp the
+ * int8 range (lo = -128, hi = 127) and 2^pre folded into weights and bias (every pre 0):
+ *   x, rows, x_stride, K, y, y_stride: as mf_gemm_w16 (rows >= 1)
+ *   w        pack.pack_gemm2(rows, bias, rq): the weights, bias and mf_rq (less pre) per pair
+ *            of channels (stream above), 4-byte aligned
+ *   signfix  0, 1 or 2 as mf_gemm_w16 (MF_PRE0 may be set; 1 runs the C body)
+ *   scratch  pack.gemm2_scratch_bytes(K) bytes (int16_t[2 * Kp]), 4-byte aligned */
+MF_MICRO void mf_gemm2_w16(const int8_t *x, int32_t rows, int32_t x_stride, int32_t K,
+                           const int32_t *w, int32_t O, int32_t signfix, int8_t *y,
+                           int32_t y_stride, int16_t *scratch) {
+    if ((signfix & 3) == 2) { /* the mode a constant in each copy */
+        mf_gemm2_body(x, rows, x_stride, K, w, O, 2, y, y_stride, scratch);
+    } else if (signfix & 3) {
+        mf_gemm2_body(x, rows, x_stride, K, w, O, 1, y, y_stride, scratch);
+    } else {
+        mf_gemm2_body(x, rows, x_stride, K, w, O, 0, y, y_stride, scratch);
+    }
+}
+
 #endif /* MCUFORGE_NN_H */

@@ -63,3 +63,18 @@ def test_mixed_weight_forms_bit_exact_on_m4():
     assert info["weight_bytes"] < full
     got = runner.run(model, x, board="mps2-an386", flash_budget=budget)
     np.testing.assert_array_equal(got, tflm.run(model.read_bytes(), [x])[0])
+
+
+def test_budget_counts_the_pair_kernel_stream():
+    """KWS's 1x1 layers run mf_gemm2_w16, whose int32 stream holds the int16 weights beside
+    bias and mf_rq: under a budget each narrowed layer saves exactly what the budget logic
+    counted (the model fits, and no tighter than one layer's saving below the budget)."""
+    model = mlperf_model("kws_ref_model")
+    full = model_info(model, board="mps2-an386")["weight_bytes"]
+    narrow = model_info(model, board="mps2-an385")["weight_bytes"]
+    for cut in (1_000, 9_000, 17_000):
+        budget = full + CODE_ALLOWANCE - cut
+        info = model_info(model, board="mps2-an386", flash_budget=budget)
+        assert narrow <= info["weight_bytes"] + CODE_ALLOWANCE <= budget
+        # a 1x1 64->64 layer saves 64 * 64 bytes: never more than one layer's worth too narrow
+        assert info["weight_bytes"] + CODE_ALLOWANCE > budget - 64 * 64 - 1

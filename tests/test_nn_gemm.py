@@ -135,7 +135,7 @@ def kernel_args(L, w_rows, fmt="w16"):
     """What the compiler passes (pack.py): weight rows, folded bias, mf_rq rows, signfix; for
     "w16g" (and half the "w16" layers) 2^pre folded into weights and bias, flag MF_PRE0."""
     folded, rq, sf = _kernel_args(L, w_rows)
-    if fmt in ("w16g", "w16pg") or (fmt == "w16" and L.get("fold_pre")):
+    if fmt in ("w16g", "w16pg", "w16x2") or (fmt == "w16" and L.get("fold_pre")):
         f = pack.fold_pre(w_rows, folded, rq)
         assert f is not None
         return (*f, sf | pack.PRE0)
@@ -198,6 +198,8 @@ def packed_k(c) -> int:
 
 def entry(c) -> str:
     """The kernel a case calls: mf_<kind>_<fmt>, mf_convp_<fmt>, or a K-specialised entry."""
+    if c["fmt"] == "w16x2":
+        return "mf_gemm2_w16"
     g = packed_k(c) // 4
     base = "w8" if c["fmt"].startswith("w8") else "w16"
     fmt = f"{base}_g{g}" if "g" in c["fmt"] and g <= 16 else base
@@ -206,6 +208,9 @@ def entry(c) -> str:
 
 def packed_weights(c):
     w = c["w"]
+    if c["fmt"] == "w16x2":  # weights, bias and mf_rq in one int32 stream
+        s = pack.pack_gemm2(w, c["bias"], c["rq"])
+        return s, s.nbytes
     if "p" in c["fmt"]:
         h, wd, ch, kh, kw = c["geom"][:5]
         w = pack.pair_rows(w, kh, kw, ch)
@@ -270,6 +275,16 @@ def all_cases(seed=0):
         cases.append(gemm_case(rng, 3, 8, 16, "w16gu", "relu" if fused else "none", fused=fused))
         cases.append(conv_case(rng, 9, 8, 3, 3, 3, 1, "SAME", 16, "w16gu",
                                "relu" if fused else "none", fused=fused))
+    # mf_gemm2_w16 (2 channels x 2 rows, O even, clamp = the int8 range): odd and even row
+    # counts, K = 1..4G + 3 around the unrolled 8 groups (TBB entries 0..7), gaps, the three
+    # sign terms (classic_sf: 1, the C body), VWW's and KWS's shapes
+    for i, (rows, k, o) in enumerate(((1, 8, 16), (2, 8, 16), (3, 16, 32), (5, 32, 2),
+                                      (4, 29, 6), (7, 64, 64), (2, 128, 4), (3, 131, 8),
+                                      (6, 1, 2), (2, 3, 10), (9, 36, 4), (4, 60, 12),
+                                      (3, 100, 2), (5, 256, 4), (2, 20, 14), (3, 124, 6))):
+        for fused, post0 in ((False, True), (False, False), (True, True)):
+            cases.append(gemm_case(rng, rows, k, o, "w16x2", "relu" if fused else "none",
+                                   i % 3 * (i % 4), i % 2 * 3, fused=fused, post0=post0))
     # mf_convp_*: every convolution case again through the pair layout, in each of its formats
     for c in [c for c in cases if c["kind"] == "conv"]:
         fmt = {"w16": "w16p", "w8": "w8p", "w16g": "w16pg", "w16gu": "w16pgu"}[c["fmt"]]
@@ -285,6 +300,8 @@ def c_array(ctype, name, values, align=False):
 
 
 def scratch_bytes(c) -> int:
+    if c["fmt"] == "w16x2":
+        return pack.gemm2_scratch_bytes(c["k"])
     if c["kind"] == "gemm":
         return pack.gemm_scratch_bytes(c["k"])
     h, wd, ch, kh, kw, sh, sw, pt, pl, oh, ow = c["geom"]
@@ -302,16 +319,21 @@ def c_program(cases) -> str:
     for i, c in enumerate(cases):
         packed, nbytes = packed_weights(c)
         assert nbytes == packed.nbytes
-        wt = "int8_t" if c["fmt"].startswith("w8") else "int16_t"
+        wt = ("int8_t" if c["fmt"].startswith("w8") else
+              "int32_t" if c["fmt"] == "w16x2" else "int16_t")
         out.append(c_array("int8_t", f"x{i}", c["x"], align=True))  # rows with K % 4 == 0 aligned
         out.append(c_array(wt, f"w{i}", packed, align=True))
-        out.append(c_array("int32_t", f"b{i}", c["bias"]))
-        rq = ",".join("{%d,%d,%d,%d}" % tuple(int(v) for v in r) for r in c["rq"])
-        out.append(f"static const mf_rq rq{i}[] = {{{rq}}};\n")
+        if c["fmt"] != "w16x2":  # (its stream holds them)
+            out.append(c_array("int32_t", f"b{i}", c["bias"]))
+            rq = ",".join("{%d,%d,%d,%d}" % tuple(int(v) for v in r) for r in c["rq"])
+            out.append(f"static const mf_rq rq{i}[] = {{{rq}}};\n")
         out.append(c_array("int8_t", f"e{i}", c["want"]))
         out.append(f"static int8_t y{i}[{len(c['want'])}];\n")
         common = f"b{i}, rq{i}, {c['o']}, {c['lo']}, {c['hi']}, {c['sf']}, y{i}"
-        if c["kind"] == "gemm":
+        if c["fmt"] == "w16x2":
+            call = (f"{entry(c)}(x{i}, {c['rows']}, {c['xs']}, {c['k']}, w{i}, {c['o']}, "
+                    f"{c['sf']}, y{i}, {c['ys']}, scratch)")
+        elif c["kind"] == "gemm":
             call = (f"{entry(c)}(x{i}, {c['rows']}, {c['xs']}, {c['k']}, w{i}, {common}, "
                     f"{c['ys']}, scratch)")
         else:
