@@ -81,7 +81,7 @@ def unpack_gemm2(w: np.ndarray, o: int, k: int):
 def _gemm2(x, rows, x_stride, k, w, o, signfix, y, y_stride, scratch):
     if o % 2:
         raise UndefinedBehaviour("mf_gemm2_w16: O must be even")
-    _scratch(scratch, 4 * ((k + 3) // 4 * 4), "mf_gemm2")  # two widened rows
+    _scratch(scratch, 4 * ((k + 3) // 4 * 4) + 20, "mf_gemm2")  # two widened rows, control
     wm, bias, rq = unpack_gemm2(w, o, k)
     xs = np.stack([np.asarray(x[r * x_stride:r * x_stride + k], np.int64) for r in range(rows)])
     out = requantize(xs @ wm.T + bias, rq, signfix, -128, 127)
@@ -90,6 +90,9 @@ def _gemm2(x, rows, x_stride, k, w, o, signfix, y, y_stride, scratch):
 
 
 INTRINSICS["mf_gemm2_w16"] = _gemm2
+# the entries of one sign-term mode ignore the signfix argument
+INTRINSICS["mf_gemm2_w16_s0"] = lambda *a: _gemm2(*a[:6], 0, *a[7:])
+INTRINSICS["mf_gemm2_w16_s2"] = lambda *a: _gemm2(*a[:6], 2, *a[7:])
 
 
 GEOM_FIELDS = ("in_h", "in_w", "in_c", "k_h", "k_w", "stride_h", "stride_w", "pad_t", "pad_l",

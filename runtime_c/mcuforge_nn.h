@@ -1139,9 +1139,10 @@ MF_GEMM_G(16)
  * The asm (optimised DSP builds) takes all 14 registers r0-r12, lr in the K loop, r7 included
  * (gcc keeps r7 as the Thumb frame pointer only at -O0 or with -fno-omit-frame-pointer:
  * such builds take the intrinsics body, MF_GEMM_ASM 0). Per pair of channels and rows: the
- * K loop (8 groups unrolled, entered by TBB at copy 8 - G % 8, 3 instructions per pass to
- * test the end) plus 27 instructions: bias LDM, rq LDM, SMMLAR + ASR + SSAT per output (+1
- * ADD per output for the sign term from the accumulator, signfix 2), 4 STRB, pointers. */
+ * K loop (G <= 8: 8 copies of a group, entered by TBB; G > 8: 16 copies, entered by TBH,
+ * 3 instructions per pass to test the end) plus 24 instructions: control LDRD, bias LDM, TBB, rq LDM,
+ * SMMLAR + ASR + SSAT per output (+1 ADD per output for the sign term from the accumulator,
+ * signfix 2), control LDM, 4 STRB, STR, CMP, BNE. */
 #define MF_GEMM2_WORDS(G) (10 + 4 * (G)) /* int32 words of one channel pair's record */
 
 /* the two rows' groups interleaved: xw words 4g, 4g + 1 from x0, 4g + 2, 4g + 3 from x1 */
@@ -1267,38 +1268,51 @@ static inline void mf_gemm2_rows_c(const int16_t *xw, int32_t G, const int32_t *
 #define MF_P_RQS(A, M, D, P)                                                                \
     "add r10, " D ", " A ", asr #31\n\t"                                                    \
     "smmlar " A ", " A ", " M ", r10\n\tasr " A ", " A ", " P "\n\tssat " A ", #8, " A "\n\t"
-#define MF_P_PAIRS(RQ)                                                                      \
-    "ldr lr, %[w]\n"                                                                        \
-    "9:\n\t"                                                                                \
-    "ldr r12, %[xw]\n\t"                                                                    \
-    "ldmia lr!, {r0, r1, r2, r3}\n\t"                                                       \
-    "ldr r4, %[rem]\n\t"                                                                    \
+/* The K loop: G <= 8 one pass through 8 copies of a group, entered by TBB at copy 8 - G;
+ * G > 8 passes through 16 copies, entered by TBH at copy (16 - G % 16) % 16, the end tested
+ * after each pass (3 instructions) */
+#define MF_P_K8                                                                             \
     "tbb [pc, r4]\n"                                                                        \
     "70:\n\t"                                                                               \
     ".byte (80f - 70b) / 2, (81f - 70b) / 2, (82f - 70b) / 2, (83f - 70b) / 2\n\t"          \
     ".byte (84f - 70b) / 2, (85f - 70b) / 2, (86f - 70b) / 2, (87f - 70b) / 2\n"            \
     "80:\n\t" MF_P_G "81:\n\t" MF_P_G "82:\n\t" MF_P_G "83:\n\t" MF_P_G                     \
+    "84:\n\t" MF_P_G "85:\n\t" MF_P_G "86:\n\t" MF_P_G "87:\n\t" MF_P_G
+#define MF_P_K16                                                                            \
+    "tbh [pc, r4, lsl #1]\n"                                                                \
+    "70:\n\t"                                                                               \
+    ".hword (60f - 70b) / 2, (61f - 70b) / 2, (62f - 70b) / 2, (63f - 70b) / 2\n\t"         \
+    ".hword (64f - 70b) / 2, (65f - 70b) / 2, (66f - 70b) / 2, (67f - 70b) / 2\n\t"         \
+    ".hword (80f - 70b) / 2, (81f - 70b) / 2, (82f - 70b) / 2, (83f - 70b) / 2\n\t"         \
+    ".hword (84f - 70b) / 2, (85f - 70b) / 2, (86f - 70b) / 2, (87f - 70b) / 2\n"           \
+    "60:\n\t" MF_P_G "61:\n\t" MF_P_G "62:\n\t" MF_P_G "63:\n\t" MF_P_G                     \
+    "64:\n\t" MF_P_G "65:\n\t" MF_P_G "66:\n\t" MF_P_G "67:\n\t" MF_P_G                     \
+    "80:\n\t" MF_P_G "81:\n\t" MF_P_G "82:\n\t" MF_P_G "83:\n\t" MF_P_G                     \
     "84:\n\t" MF_P_G "85:\n\t" MF_P_G "86:\n\t" MF_P_G "87:\n\t" MF_P_G                     \
-    "ldr r4, %[xend]\n\t"                                                                   \
+    "ldr r4, %[ctl]\n\t"                                                                    \
     "cmp r12, r4\n\t"                                                                       \
-    "bne 80b\n\t"                                                                           \
+    "bne 60b\n\t"
+/* All channel pairs of one row pair; the control words after the widened rows (where r12
+ * stops) give the outputs' pointers and the next block's entry: ctl = [y, ys, yend, rem, xw] */
+#define MF_P_PAIRS(RQ, KLOOP)                                                               \
+    "ldr r12, %[ctl]\n\t"                                                                   \
+    "ldr lr, %[w]\n"                                                                        \
+    "9:\n\t"                                                                                \
+    "ldrd r4, r12, [r12, #12]\n\t"                                                          \
+    "ldmia lr!, {r0, r1, r2, r3}\n\t" KLOOP                                                 \
     "ldmia lr!, {r4, r5, r6, r7, r8, r9}\n\t"                                               \
     RQ("r0", "r4", "r5", "r6") RQ("r2", "r4", "r5", "r6")                                   \
     RQ("r1", "r7", "r8", "r9") RQ("r3", "r7", "r8", "r9")                                   \
-    "ldr r10, %[y]\n\t"                                                                     \
-    "ldr r11, %[ys]\n\t"                                                                    \
-    "strb r2, [r10, r11]\n\t"                                                               \
-    "strb r0, [r10], #1\n\t"                                                                \
-    "strb r3, [r10, r11]\n\t"                                                               \
-    "strb r1, [r10], #1\n\t"                                                                \
-    "str r10, %[y]\n\t"                                                                     \
-    "ldr r11, %[yend]\n\t"                                                                  \
-    "cmp r10, r11\n\t"                                                                      \
+    "ldmia r12, {r4, r5, r6}\n\t"                                                           \
+    "strb r2, [r4, r5]\n\t"                                                                 \
+    "strb r0, [r4], #1\n\t"                                                                 \
+    "strb r3, [r4, r5]\n\t"                                                                 \
+    "strb r1, [r4], #1\n\t"                                                                 \
+    "str r4, [r12]\n\t"                                                                     \
+    "cmp r4, r6\n\t"                                                                        \
     "bne 9b\n\t"
 #define MF_P_OPS                                                                            \
-    : [y] "+m"(y0)                                                                          \
-    : [w] "m"(w), [xw] "m"(xw), [xend] "m"(xend), [rem] "m"(rem), [ys] "m"(ys),             \
-      [yend] "m"(yend)                                                                      \
+    : : [w] "m"(w), [ctl] "m"(ctl)                                                          \
     : "r0", "r1", "r2", "r3", "r4", "r5", "r6", "r7", "r8", "r9", "r10", "r11", "r12", "lr", \
       "cc", "memory"
 #endif
@@ -1308,19 +1322,28 @@ static inline void mf_gemm2_body(const int8_t *x, int32_t rows, int32_t x_stride
                                  int32_t y_stride, int16_t *scratch) {
     const int32_t G = MF_KPAD(K) >> 2;
     int32_t r;
+#if MF_GEMM_ASM
+    uint32_t *ctl = (uint32_t *)(void *)(scratch + 8 * G);
+    ctl[3] = (uint32_t)(G > 8 ? (16 - (G & 15)) & 15 : 8 - G); /* the K loop's entry copy */
+    ctl[4] = (uint32_t)(uintptr_t)scratch;
+#endif
     for (r = 0; r < rows; r += 2) {
         const int32_t two = r + 1 < rows, ys = two ? y_stride : 0;
         int8_t *y0 = y + r * y_stride;
         mf_widen2(x + r * x_stride, x + (r + two) * x_stride, K, scratch);
 #if MF_GEMM_ASM
         if (sf != 1) {
-            const int16_t *xw = scratch, *xend = scratch + 8 * G;
-            const int8_t *yend = y0 + O;
-            const int32_t rem = (8 - (G & 7)) & 7;
-            if (sf) {
-                __asm__ volatile(MF_P_PAIRS(MF_P_RQS) MF_P_OPS);
+            ctl[0] = (uint32_t)(uintptr_t)y0;
+            ctl[1] = (uint32_t)ys;
+            ctl[2] = (uint32_t)(uintptr_t)(y0 + O);
+            if (sf && G > 8) {
+                __asm__ volatile(MF_P_PAIRS(MF_P_RQS, MF_P_K16) MF_P_OPS);
+            } else if (sf) {
+                __asm__ volatile(MF_P_PAIRS(MF_P_RQS, MF_P_K8) MF_P_OPS);
+            } else if (G > 8) {
+                __asm__ volatile(MF_P_PAIRS(MF_P_RQ, MF_P_K16) MF_P_OPS);
             } else {
-                __asm__ volatile(MF_P_PAIRS(MF_P_RQ) MF_P_OPS);
+                __asm__ volatile(MF_P_PAIRS(MF_P_RQ, MF_P_K8) MF_P_OPS);
             }
             continue;
         }
@@ -1335,16 +1358,32 @@ static inline void mf_gemm2_body(const int8_t *x, int32_t rows, int32_t x_stride
  *   w        pack.pack_gemm2(rows, bias, rq): the weights, bias and mf_rq (less pre) per pair
  *            of channels (stream above), 4-byte aligned
  *   signfix  0, 1 or 2 as mf_gemm_w16 (MF_PRE0 may be set; 1 runs the C body)
- *   scratch  pack.gemm2_scratch_bytes(K) bytes (int16_t[2 * Kp]), 4-byte aligned */
+ *   scratch  pack.gemm2_scratch_bytes(K) bytes (int16_t[2 * Kp] and 5 control words),
+ *            4-byte aligned
+ * mf_gemm2_w16_s0 / mf_gemm2_w16_s2: the same for signfix 0 / 2 only (one mode's code) */
+MF_MICRO void mf_gemm2_w16_s0(const int8_t *x, int32_t rows, int32_t x_stride, int32_t K,
+                              const int32_t *w, int32_t O, int32_t signfix, int8_t *y,
+                              int32_t y_stride, int16_t *scratch) {
+    (void)signfix;
+    mf_gemm2_body(x, rows, x_stride, K, w, O, 0, y, y_stride, scratch);
+}
+
+MF_MICRO void mf_gemm2_w16_s2(const int8_t *x, int32_t rows, int32_t x_stride, int32_t K,
+                              const int32_t *w, int32_t O, int32_t signfix, int8_t *y,
+                              int32_t y_stride, int16_t *scratch) {
+    (void)signfix;
+    mf_gemm2_body(x, rows, x_stride, K, w, O, 2, y, y_stride, scratch);
+}
+
 MF_MICRO void mf_gemm2_w16(const int8_t *x, int32_t rows, int32_t x_stride, int32_t K,
                            const int32_t *w, int32_t O, int32_t signfix, int8_t *y,
                            int32_t y_stride, int16_t *scratch) {
-    if ((signfix & 3) == 2) { /* the mode a constant in each copy */
-        mf_gemm2_body(x, rows, x_stride, K, w, O, 2, y, y_stride, scratch);
+    if ((signfix & 3) == 2) {
+        mf_gemm2_w16_s2(x, rows, x_stride, K, w, O, 2, y, y_stride, scratch);
     } else if (signfix & 3) {
         mf_gemm2_body(x, rows, x_stride, K, w, O, 1, y, y_stride, scratch);
     } else {
-        mf_gemm2_body(x, rows, x_stride, K, w, O, 0, y, y_stride, scratch);
+        mf_gemm2_w16_s0(x, rows, x_stride, K, w, O, 0, y, y_stride, scratch);
     }
 }
 

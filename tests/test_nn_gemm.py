@@ -198,8 +198,9 @@ def packed_k(c) -> int:
 
 def entry(c) -> str:
     """The kernel a case calls: mf_<kind>_<fmt>, mf_convp_<fmt>, or a K-specialised entry."""
-    if c["fmt"] == "w16x2":
-        return "mf_gemm2_w16"
+    if c["fmt"] == "w16x2":  # the general entry or the one of the case's sign-term mode
+        mode = c["sf"] & 3
+        return f"mf_gemm2_w16_s{mode}" if c.get("moded") and mode != 1 else "mf_gemm2_w16"
     g = packed_k(c) // 4
     base = "w8" if c["fmt"].startswith("w8") else "w16"
     fmt = f"{base}_g{g}" if "g" in c["fmt"] and g <= 16 else base
@@ -283,8 +284,9 @@ def all_cases(seed=0):
                                       (6, 1, 2), (2, 3, 10), (9, 36, 4), (4, 60, 12),
                                       (3, 100, 2), (5, 256, 4), (2, 20, 14), (3, 124, 6))):
         for fused, post0 in ((False, True), (False, False), (True, True)):
-            cases.append(gemm_case(rng, rows, k, o, "w16x2", "relu" if fused else "none",
-                                   i % 3 * (i % 4), i % 2 * 3, fused=fused, post0=post0))
+            cases.append(dict(gemm_case(rng, rows, k, o, "w16x2", "relu" if fused else "none",
+                                        i % 3 * (i % 4), i % 2 * 3, fused=fused, post0=post0),
+                              moded=bool(rng.random() < 0.6)))
     # mf_convp_*: every convolution case again through the pair layout, in each of its formats
     for c in [c for c in cases if c["kind"] == "conv"]:
         fmt = {"w16": "w16p", "w8": "w8p", "w16g": "w16pg", "w16gu": "w16pgu"}[c["fmt"]]

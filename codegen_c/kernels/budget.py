@@ -54,7 +54,7 @@ def _narrow_saving(k) -> int:
     """Bytes int8 weights save: half the int16 packed weights (the only int16 constants of the
     mf_*_w16* kernels); mf_gemm2_w16's int32 stream holds its O x Kp int16 weights beside
     bias and mf_rq, and goes back to mf_gemm_w8 (O x Kp bytes, O rounded up to 4)."""
-    if k.schedule == "mf_gemm2_w16":
+    if k.schedule.startswith("mf_gemm2_w16"):
         call = next(s for s in ir.walk(k.body) if isinstance(s, ir.CallStmt))
         o, kp = call.args[5].value, pack.kpad(call.args[3].value)
         return 2 * o * kp - (o + 3) // 4 * 4 * kp

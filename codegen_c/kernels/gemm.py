@@ -172,9 +172,10 @@ def gemm2_kernel(ctx: OpContext, ref: ir.Kernel, x, y, rows, bias, rq, signfix) 
                         "per pair of channels: bias twice, weights, mf_rq less pre (int32 words)")]
     tail = (ir.Ptr("w", ir.Const(0)), ir.Const(o), ir.Const(signfix))
     scratch = pack.gemm2_scratch_bytes(k)
+    entry = f"mf_gemm2_w16_s{signfix & 3}"  # the code of one sign-term mode (0 or 2)
     if ctx.node.op == "fully_connected" or tuple(ctx.attrs["stride"]) == (1, 1):
         n_rows = x.size // k
-        body = (ir.CallStmt("mf_gemm2_w16", (
+        body = (ir.CallStmt(entry, (
             ir.Ptr("x", ir.Const(0)), ir.Const(n_rows), ir.Const(k), ir.Const(k), *tail,
             ir.Ptr("y", ir.Const(0)), ir.Const(o), ir.Ptr("scratch", ir.Const(0)))),)
         how = f"{n_rows} rows x {k} taps"
@@ -182,13 +183,13 @@ def gemm2_kernel(ctx: OpContext, ref: ir.Kernel, x, y, rows, bias, rq, signfix) 
         n, h, w_, c = x.shape
         _, oh, ow, _ = y.shape
         sh, sw = ctx.attrs["stride"]
-        body = ir.loops([("n", n), ("oy", oh)], lambda b, oy: [ir.CallStmt("mf_gemm2_w16", (
+        body = ir.loops([("n", n), ("oy", oh)], lambda b, oy: [ir.CallStmt(entry, (
             ir.Ptr("x", b * (h * w_ * c) + oy * (sh * w_ * c)), ir.Const(ow), ir.Const(sw * c),
             ir.Const(k), *tail, ir.Ptr("y", b * (oh * ow * o) + oy * (ow * o)), ir.Const(o),
             ir.Ptr("scratch", ir.Const(0))))])
         how = f"{oh} output rows x {ow} pixels x {k} taps, input stride {sw} pixels"
     bufs = [b for b in ref.params if b.kind != "scratch"] + consts + [
         ir.Buffer("scratch", "int16", (scratch + 1) // 2, "scratch")]
-    doc = (f"{ref.doc}\nscheduled: mf_gemm2_w16 ({how}), 2 channels x 2 rows, weights w16 in "
+    doc = (f"{ref.doc}\nscheduled: {entry} ({how}), 2 channels x 2 rows, weights w16 in "
            f"one stream with bias and mf_rq ({stream.nbytes} bytes), {scratch} bytes scratch")
-    return ir.Kernel(ctx.name, tuple(bufs), tuple(body), doc, ref.macs, "mf_gemm2_w16")
+    return ir.Kernel(ctx.name, tuple(bufs), tuple(body), doc, ref.macs, entry)
