@@ -195,6 +195,21 @@ def pack_gemm2(w_rows, bias, rq):
     return rec.reshape(-1).astype(np.int32)
 
 
+def pack_gemm1k8(w_rows, bias, rq):
+    """The records of mf_gemm1k8_w16 (K = 8, 2^pre folded): per channel 8 int32 words [bias,
+    (w0, w2), (w1, w3), (w4, w6), (w5, w7), mult, add, post], weights as int16 lane pairs (lane
+    0 in the low half). Returns the int32 array."""
+    w = np.asarray(w_rows, np.int64).reshape(len(w_rows), -1)
+    o, k = w.shape
+    rq = np.asarray(rq, np.int64).reshape(o, 4)
+    if k != 8 or (rq[:, 2] != 0).any():
+        raise ValueError("pack_gemm1k8: K must be 8 and every mf_rq.pre 0 (fold_pre)")
+    lanes = w.reshape(o, 2, 4)[..., list(_LANES["w16"])].reshape(o, 8)
+    words = (lanes[:, 0::2] & 0xFFFF) | (lanes[:, 1::2] << 16)
+    rec = np.concatenate([np.asarray(bias, np.int64).reshape(o, 1), words, rq[:, [0, 1, 3]]], 1)
+    return rec.reshape(-1).astype(np.int32)
+
+
 def gemm2_words(o: int, k: int) -> int:
     """int32 words of pack_gemm2's stream (MF_GEMM2_WORDS per pair of channels)."""
     return int(o) // 2 * (10 + kpad(k))

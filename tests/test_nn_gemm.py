@@ -135,7 +135,7 @@ def kernel_args(L, w_rows, fmt="w16"):
     """What the compiler passes (pack.py): weight rows, folded bias, mf_rq rows, signfix; for
     "w16g" (and half the "w16" layers) 2^pre folded into weights and bias, flag MF_PRE0."""
     folded, rq, sf = _kernel_args(L, w_rows)
-    if fmt in ("w16g", "w16pg", "w16x2") or (fmt == "w16" and L.get("fold_pre")):
+    if fmt in ("w16g", "w16pg", "w16x2", "w16k8") or (fmt == "w16" and L.get("fold_pre")):
         f = pack.fold_pre(w_rows, folded, rq)
         assert f is not None
         return (*f, sf | pack.PRE0)
@@ -198,9 +198,9 @@ def packed_k(c) -> int:
 
 def entry(c) -> str:
     """The kernel a case calls: mf_<kind>_<fmt>, mf_convp_<fmt>, or a K-specialised entry."""
-    if c["fmt"] == "w16x2":  # the general entry or the one of the case's sign-term mode
-        mode = c["sf"] & 3
-        return f"mf_gemm2_w16_s{mode}" if c.get("moded") and mode != 1 else "mf_gemm2_w16"
+    if c["fmt"] in ("w16x2", "w16k8"):  # the general entry or the one of the sign-term mode
+        mode, name = c["sf"] & 3, "mf_gemm2_w16" if c["fmt"] == "w16x2" else "mf_gemm1k8_w16"
+        return f"{name}_s{mode}" if c.get("moded") and mode != 1 else name
     g = packed_k(c) // 4
     base = "w8" if c["fmt"].startswith("w8") else "w16"
     fmt = f"{base}_g{g}" if "g" in c["fmt"] and g <= 16 else base
@@ -211,6 +211,9 @@ def packed_weights(c):
     w = c["w"]
     if c["fmt"] == "w16x2":  # weights, bias and mf_rq in one int32 stream
         s = pack.pack_gemm2(w, c["bias"], c["rq"])
+        return s, s.nbytes
+    if c["fmt"] == "w16k8":
+        s = pack.pack_gemm1k8(w, c["bias"], c["rq"])
         return s, s.nbytes
     if "p" in c["fmt"]:
         h, wd, ch, kh, kw = c["geom"][:5]
@@ -287,6 +290,14 @@ def all_cases(seed=0):
             cases.append(dict(gemm_case(rng, rows, k, o, "w16x2", "relu" if fused else "none",
                                         i % 3 * (i % 4), i % 2 * 3, fused=fused, post0=post0),
                               moded=bool(rng.random() < 0.6)))
+    # mf_gemm1k8_w16 (K = 8, a row in registers): any O (entries of the 8-channel loop 0..7),
+    # any row count, gaps, unaligned rows (x_stride odd), the three sign terms
+    for i, (rows, o) in enumerate(((1, 1), (2, 16), (3, 3), (5, 2), (1, 7), (4, 12), (3, 5),
+                                   (2, 9), (7, 16), (2, 6), (3, 4), (1, 8), (2, 23))):
+        for fused, post0 in ((False, True), (False, False), (True, True)):
+            cases.append(dict(gemm_case(rng, rows, 8, o, "w16k8", "relu" if fused else "none",
+                                        i % 3, i % 2 * 2, fused=fused, post0=post0),
+                              moded=bool(rng.random() < 0.6)))
     # mf_convp_*: every convolution case again through the pair layout, in each of its formats
     for c in [c for c in cases if c["kind"] == "conv"]:
         fmt = {"w16": "w16p", "w8": "w8p", "w16g": "w16pg", "w16gu": "w16pgu"}[c["fmt"]]
@@ -304,6 +315,8 @@ def c_array(ctype, name, values, align=False):
 def scratch_bytes(c) -> int:
     if c["fmt"] == "w16x2":
         return pack.gemm2_scratch_bytes(c["k"])
+    if c["fmt"] == "w16k8":
+        return 0
     if c["kind"] == "gemm":
         return pack.gemm_scratch_bytes(c["k"])
     h, wd, ch, kh, kw, sh, sw, pt, pl, oh, ow = c["geom"]
@@ -322,17 +335,17 @@ def c_program(cases) -> str:
         packed, nbytes = packed_weights(c)
         assert nbytes == packed.nbytes
         wt = ("int8_t" if c["fmt"].startswith("w8") else
-              "int32_t" if c["fmt"] == "w16x2" else "int16_t")
+              "int32_t" if c["fmt"] in ("w16x2", "w16k8") else "int16_t")
         out.append(c_array("int8_t", f"x{i}", c["x"], align=True))  # rows with K % 4 == 0 aligned
         out.append(c_array(wt, f"w{i}", packed, align=True))
-        if c["fmt"] != "w16x2":  # (its stream holds them)
+        if c["fmt"] not in ("w16x2", "w16k8"):  # (their streams hold them)
             out.append(c_array("int32_t", f"b{i}", c["bias"]))
             rq = ",".join("{%d,%d,%d,%d}" % tuple(int(v) for v in r) for r in c["rq"])
             out.append(f"static const mf_rq rq{i}[] = {{{rq}}};\n")
         out.append(c_array("int8_t", f"e{i}", c["want"]))
         out.append(f"static int8_t y{i}[{len(c['want'])}];\n")
         common = f"b{i}, rq{i}, {c['o']}, {c['lo']}, {c['hi']}, {c['sf']}, y{i}"
-        if c["fmt"] == "w16x2":
+        if c["fmt"] in ("w16x2", "w16k8"):
             call = (f"{entry(c)}(x{i}, {c['rows']}, {c['xs']}, {c['k']}, w{i}, {c['o']}, "
                     f"{c['sf']}, y{i}, {c['ys']}, scratch)")
         elif c["kind"] == "gemm":

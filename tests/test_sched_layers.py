@@ -144,10 +144,12 @@ def cases():
                          ("g_c16_s1", "CONV_2D", dict(hw=(5, 6), c=6, o=8, k=(2, 2))),
                          ("g_fc", "FULLY_CONNECTED", dict(c=64, o=12, batch=2)),
                          # O odd, one row: mf_gemm2_w16 does not apply, the _g<G> entries do
-                         ("g_1x1_k8_o15", "CONV_2D", dict(hw=(5, 7), c=8, o=15, k=(1, 1))),
+                         ("g_1x1_k12_o15", "CONV_2D", dict(hw=(5, 7), c=12, o=15, k=(1, 1))),
                          ("g_fc_batch1", "FULLY_CONNECTED", dict(c=64, o=12, batch=1)),
                          # mf_gemm2_w16: K beyond 8 groups (TBB entry 0 and 3), odd rows,
                          # strided rows of odd count
+                         ("g2_1x1_k8_s2", "CONV_2D", dict(hw=(5, 7), c=8, o=5, k=(1, 1),
+                                                          stride=(2, 2))),
                          ("g2_1x1_k128", "CONV_2D", dict(hw=(3, 3), c=128, o=6, k=(1, 1))),
                          ("g2_1x1_k100_s2", "CONV_2D", dict(hw=(5, 5), c=100, o=4, k=(1, 1),
                                                             stride=(2, 2)))):
@@ -172,7 +174,9 @@ def test_scheduled_kernel_equals_reference(name, op, kw):
             assert k is not ref and k.scratch, "the schedule should apply"
         # 2 channels x 2 rows where O is even and a call has 2+ rows (clamp = int8 range)
         pair2 = "1x1" in name and "o15" not in name or "fc" in name and "batch1" not in name
-        if target is M4 and (name.startswith("g2_") or name.startswith("g_") and pair2):
+        if target is M4 and "k8" in name and "o15" not in name:  # K = 8: a row in registers
+            assert k.schedule.startswith("mf_gemm1k8_w16_s"), k.schedule
+        elif target is M4 and (name.startswith("g2_") or name.startswith("g_") and pair2):
             assert k.schedule.startswith("mf_gemm2_w16_s"), k.schedule
         elif target is M4 and name.startswith("g_"):
             assert "_w16_g" in k.schedule, k.schedule  # the K-specialised entry

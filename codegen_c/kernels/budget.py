@@ -52,12 +52,14 @@ def fit(target, lowered: dict):
 
 def _narrow_saving(k) -> int:
     """Bytes int8 weights save: half the int16 packed weights (the only int16 constants of the
-    mf_*_w16* kernels); mf_gemm2_w16's int32 stream holds its O x Kp int16 weights beside
-    bias and mf_rq, and goes back to mf_gemm_w8 (O x Kp bytes, O rounded up to 4)."""
-    if k.schedule.startswith("mf_gemm2_w16"):
+    mf_*_w16* kernels); mf_gemm2_w16's and mf_gemm1k8_w16's int32 streams hold the int16
+    weights beside bias and mf_rq, and go back to mf_gemm_w8 (Op x Kp bytes, Op = O rounded
+    up to 4, bias and mf_rq 20 bytes a channel)."""
+    if k.schedule.startswith(("mf_gemm2_w16", "mf_gemm1k8_w16")):  # their int32 streams
         call = next(s for s in ir.walk(k.body) if isinstance(s, ir.CallStmt))
         o, kp = call.args[5].value, pack.kpad(call.args[3].value)
-        return 2 * o * kp - (o + 3) // 4 * 4 * kp
+        stream = sum(b.data.nbytes for b in k.consts)
+        return stream - (o + 3) // 4 * 4 * kp - 20 * o  # less mf_gemm_w8's weights, bias, rq
     return sum(b.data.nbytes for b in k.consts if b.dtype == "int16") // 2
 
 

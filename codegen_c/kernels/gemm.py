@@ -108,6 +108,8 @@ def gemm(ctx: OpContext, ref: ir.Kernel, target) -> ir.Kernel | None:
         and not any(ctx.attrs["padding"]))
     sat = (layer["lo"], layer["hi"]) == (-128, 127)
     strided = not one_by_one and k == x.shape[-1] and not any(ctx.attrs["padding"])
+    if (one_by_one or strided) and k8(fmt, folded is not None, sat, signfix, k):
+        return gemm2_kernel(ctx, ref, x, y, rows, bias, rq, signfix, "mf_gemm1k8_w16")
     if (one_by_one or strided) and pair2(fmt, folded is not None, sat, signfix, o, k,
                                          y.shape[2] if strided else x.size // k):
         return gemm2_kernel(ctx, ref, x, y, rows, bias, rq, signfix)
@@ -163,16 +165,26 @@ def pair2(fmt: str, pre0: bool, sat: bool, signfix: int, o: int, k: int, rows: i
             and k >= GEMM2_MIN_K)
 
 
-def gemm2_kernel(ctx: OpContext, ref: ir.Kernel, x, y, rows, bias, rq, signfix) -> ir.Kernel:
-    """mf_gemm2_w16 calls: one over every pixel (stride 1) or fully connected row, else one
-    per output row of a strided 1x1 convolution."""
+# mf_gemm1k8_w16 (K = 8: the row in registers, one LDM per channel, 9 instructions an output
+# against 11 in mf_gemm2_w16), same conditions less O even and 2+ rows
+def k8(fmt: str, pre0: bool, sat: bool, signfix: int, k: int) -> bool:
+    return fmt == "w16" and pre0 and sat and signfix & 3 != 1 and k == 8
+
+
+def gemm2_kernel(ctx: OpContext, ref: ir.Kernel, x, y, rows, bias, rq, signfix,
+                 kernel="mf_gemm2_w16") -> ir.Kernel:
+    """mf_gemm2_w16 / mf_gemm1k8_w16 calls: one over every pixel (stride 1) or fully connected
+    row, else one per output row of a strided 1x1 convolution."""
     o, k = rows.shape
-    stream = pack.pack_gemm2(rows, bias, rq)
-    consts = [ir.Buffer("w", "int32", stream.size, "const", stream,
-                        "per pair of channels: bias twice, weights, mf_rq less pre (int32 words)")]
+    if kernel == "mf_gemm1k8_w16":
+        stream, scratch = pack.pack_gemm1k8(rows, bias, rq), 4  # (no scratch used)
+        what = "per channel: bias, weights, mf_rq less pre (int32 words)"
+    else:
+        stream, scratch = pack.pack_gemm2(rows, bias, rq), pack.gemm2_scratch_bytes(k)
+        what = "per pair of channels: bias twice, weights, mf_rq less pre (int32 words)"
+    consts = [ir.Buffer("w", "int32", stream.size, "const", stream, what)]
     tail = (ir.Ptr("w", ir.Const(0)), ir.Const(o), ir.Const(signfix))
-    scratch = pack.gemm2_scratch_bytes(k)
-    entry = f"mf_gemm2_w16_s{signfix & 3}"  # the code of one sign-term mode (0 or 2)
+    entry = f"{kernel}_s{signfix & 3}"  # the code of one sign-term mode (0 or 2)
     if ctx.node.op == "fully_connected" or tuple(ctx.attrs["stride"]) == (1, 1):
         n_rows = x.size // k
         body = (ir.CallStmt(entry, (
@@ -190,6 +202,7 @@ def gemm2_kernel(ctx: OpContext, ref: ir.Kernel, x, y, rows, bias, rq, signfix) 
         how = f"{oh} output rows x {ow} pixels x {k} taps, input stride {sw} pixels"
     bufs = [b for b in ref.params if b.kind != "scratch"] + consts + [
         ir.Buffer("scratch", "int16", (scratch + 1) // 2, "scratch")]
-    doc = (f"{ref.doc}\nscheduled: {entry} ({how}), 2 channels x 2 rows, weights w16 in "
-           f"one stream with bias and mf_rq ({stream.nbytes} bytes), {scratch} bytes scratch")
+    block = "1 channel x 1 row" if kernel == "mf_gemm1k8_w16" else "2 channels x 2 rows"
+    doc = (f"{ref.doc}\nscheduled: {entry} ({how}), {block}, weights w16 in one stream with "
+           f"bias and mf_rq ({stream.nbytes} bytes), {scratch} bytes scratch")
     return ir.Kernel(ctx.name, tuple(bufs), tuple(body), doc, ref.macs, entry)
