@@ -1135,7 +1135,8 @@ MF_GEMM_G(16)
  *   [mult0, add0, post0, mult1, add1, post1]  mf_rq of the two channels less pre
  * Scratch (pack.gemm2_scratch_bytes): int16 [2 * Kp], the two rows widened and interleaved
  * per group: words 4g, 4g + 1 row r's group g (lane order of mf_widen_row), 4g + 2, 4g + 3
- * row r + 1's. An odd last row is computed twice into the same outputs (row stride 0).
+ * row r + 1's. An odd last row runs alone (MF_P_ROW1 in the asm; the C bodies compute it
+ * twice into the same outputs, row stride 0).
  * The asm (optimised DSP builds) takes all 14 registers r0-r12, lr in the K loop, r7 included
  * (gcc keeps r7 as the Thumb frame pointer only at -O0 or with -fno-omit-frame-pointer:
  * such builds take the intrinsics body, MF_GEMM_ASM 0). Per pair of channels and rows: the
@@ -1311,6 +1312,39 @@ static inline void mf_gemm2_rows_c(const int16_t *xw, int32_t G, const int32_t *
     "str r4, [r12]\n\t"                                                                     \
     "cmp r4, r6\n\t"                                                                        \
     "bne 9b\n\t"
+/* An odd last row alone: per group one LDRD of its 2 words (row 1's are skipped), the
+ * channel pair's LDM and 4 SMLAD; 8 copies entered by TBB at (8 - G % 8) % 8, the end tested
+ * after each pass; the block's 2 outputs stored */
+#define MF_P_G1                                                                             \
+    "ldrd r4, r5, [r12], #16\n\t"                                                            \
+    "ldmia lr!, {r8, r9, r10, r11}\n\t"                                                     \
+    "smlad r0, r4, r8, r0\n\t"                                                              \
+    "smlad r0, r5, r9, r0\n\t"                                                              \
+    "smlad r1, r4, r10, r1\n\t"                                                             \
+    "smlad r1, r5, r11, r1\n\t"
+#define MF_P_ROW1(RQ)                                                                       \
+    "ldr r12, %[ctl]\n\t"                                                                   \
+    "ldr lr, %[w]\n"                                                                        \
+    "9:\n\t"                                                                                \
+    "ldrd r4, r12, [r12, #12]\n\t"                                                          \
+    "ldmia lr!, {r0, r1, r2, r3}\n\t"                                                       \
+    "tbb [pc, r4]\n"                                                                        \
+    "70:\n\t"                                                                               \
+    ".byte (80f - 70b) / 2, (81f - 70b) / 2, (82f - 70b) / 2, (83f - 70b) / 2\n\t"          \
+    ".byte (84f - 70b) / 2, (85f - 70b) / 2, (86f - 70b) / 2, (87f - 70b) / 2\n"            \
+    "80:\n\t" MF_P_G1 "81:\n\t" MF_P_G1 "82:\n\t" MF_P_G1 "83:\n\t" MF_P_G1                 \
+    "84:\n\t" MF_P_G1 "85:\n\t" MF_P_G1 "86:\n\t" MF_P_G1 "87:\n\t" MF_P_G1                 \
+    "ldr r4, %[ctl]\n\t"                                                                    \
+    "cmp r12, r4\n\t"                                                                       \
+    "bne 80b\n\t"                                                                           \
+    "ldmia lr!, {r4, r5, r6, r7, r8, r9}\n\t"                                               \
+    RQ("r0", "r4", "r5", "r6") RQ("r1", "r7", "r8", "r9")                                   \
+    "ldmia r12, {r4, r5, r6}\n\t"                                                           \
+    "strb r0, [r4], #1\n\t"                                                                 \
+    "strb r1, [r4], #1\n\t"                                                                 \
+    "str r4, [r12]\n\t"                                                                     \
+    "cmp r4, r6\n\t"                                                                        \
+    "bne 9b\n\t"
 #define MF_P_OPS                                                                            \
     : : [w] "m"(w), [ctl] "m"(ctl)                                                          \
     : "r0", "r1", "r2", "r3", "r4", "r5", "r6", "r7", "r8", "r9", "r10", "r11", "r12", "lr", \
@@ -1336,7 +1370,14 @@ static inline void mf_gemm2_body(const int8_t *x, int32_t rows, int32_t x_stride
             ctl[0] = (uint32_t)(uintptr_t)y0;
             ctl[1] = (uint32_t)ys;
             ctl[2] = (uint32_t)(uintptr_t)(y0 + O);
-            if (sf && G > 8) {
+            if (!two) { /* the last row, alone */
+                ctl[3] = (uint32_t)((8 - (G & 7)) & 7);
+                if (sf) {
+                    __asm__ volatile(MF_P_ROW1(MF_P_RQS) MF_P_OPS);
+                } else {
+                    __asm__ volatile(MF_P_ROW1(MF_P_RQ) MF_P_OPS);
+                }
+            } else if (sf && G > 8) {
                 __asm__ volatile(MF_P_PAIRS(MF_P_RQS, MF_P_K16) MF_P_OPS);
             } else if (sf) {
                 __asm__ volatile(MF_P_PAIRS(MF_P_RQS, MF_P_K8) MF_P_OPS);
