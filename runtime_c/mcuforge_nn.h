@@ -1137,9 +1137,10 @@ MF_GEMM_G(16)
  * per group: words 4g, 4g + 1 row r's group g (lane order of mf_widen_row), 4g + 2, 4g + 3
  * row r + 1's. An odd last row runs alone (MF_P_ROW1 in the asm; the C bodies compute it
  * twice into the same outputs, row stride 0).
- * The asm (optimised DSP builds) takes all 14 registers r0-r12, lr in the K loop, r7 included
- * (gcc keeps r7 as the Thumb frame pointer only at -O0 or with -fno-omit-frame-pointer:
- * such builds take the intrinsics body, MF_GEMM_ASM 0). Per pair of channels and rows: the
+ * The asm (optimised DSP builds) takes all 14 registers r0-r12, lr in the K loop, r7 included:
+ * it pushes r7 (gcc's Thumb frame pointer at -O0 or with -fno-omit-frame-pointer) and the
+ * xend it compares with, reads no memory operand after the push, and pops them at the end.
+ * Per pair of channels and rows: the
  * K loop (G <= 8: 8 copies of a group, entered by TBB; G > 8: 16 copies, entered by TBH,
  * 3 instructions per pass to test the end) plus 24 instructions: control LDRD, bias LDM,
  * TBB, rq LDM, SMMLAR + ASR + SSAT per output (+1 ADD per output for the sign term from the
@@ -1316,14 +1317,15 @@ static inline void mf_gemm2_rows_c(const int16_t *xw, int32_t G, const int32_t *
     "64:\n\t" MF_P_G "65:\n\t" MF_P_G "66:\n\t" MF_P_G "67:\n\t" MF_P_G                     \
     "80:\n\t" MF_P_G "81:\n\t" MF_P_G "82:\n\t" MF_P_G "83:\n\t" MF_P_G                     \
     "84:\n\t" MF_P_G "85:\n\t" MF_P_G "86:\n\t" MF_P_G "87:\n\t" MF_P_G                     \
-    "ldr r4, %[ctl]\n\t"                                                                    \
+    "ldr r4, [sp, #4]\n\t"                                                                  \
     "cmp r12, r4\n\t"                                                                       \
     "bne 60b\n\t"
 /* All channel pairs of one row pair; the control words after the widened rows (where r12
  * stops) give the outputs' pointers and the next block's entry: ctl = [y, ys, yend, rem, xw] */
 #define MF_P_PAIRS(RQ, KLOOP)                                                               \
     "ldr r12, %[ctl]\n\t"                                                                   \
-    "ldr lr, %[w]\n"                                                                        \
+    "ldr lr, %[w]\n\t"                                                                      \
+    "push {r7, r12}\n"                                                                      \
     "9:\n\t"                                                                                \
     "ldrd r4, r12, [r12, #12]\n\t"                                                          \
     "ldmia lr!, {r0, r1, r2, r3}\n\t" KLOOP                                                 \
@@ -1337,7 +1339,8 @@ static inline void mf_gemm2_rows_c(const int16_t *xw, int32_t G, const int32_t *
     "strb r1, [r4], #1\n\t"                                                                 \
     "str r4, [r12]\n\t"                                                                     \
     "cmp r4, r6\n\t"                                                                        \
-    "bne 9b\n\t"
+    "bne 9b\n\t"                                                                            \
+    "pop {r7, r12}\n\t"
 /* An odd last row alone: per group one LDRD of its 2 words (row 1's are skipped), the
  * channel pair's LDM and 4 SMLAD; 8 copies entered by TBB at (8 - G % 8) % 8, the end tested
  * after each pass; the block's 2 outputs stored */
@@ -1350,7 +1353,8 @@ static inline void mf_gemm2_rows_c(const int16_t *xw, int32_t G, const int32_t *
     "smlad r1, r5, r11, r1\n\t"
 #define MF_P_ROW1(RQ)                                                                       \
     "ldr r12, %[ctl]\n\t"                                                                   \
-    "ldr lr, %[w]\n"                                                                        \
+    "ldr lr, %[w]\n\t"                                                                      \
+    "push {r7, r12}\n"                                                                      \
     "9:\n\t"                                                                                \
     "ldrd r4, r12, [r12, #12]\n\t"                                                          \
     "ldmia lr!, {r0, r1, r2, r3}\n\t"                                                       \
@@ -1360,7 +1364,7 @@ static inline void mf_gemm2_rows_c(const int16_t *xw, int32_t G, const int32_t *
     ".byte (84f - 70b) / 2, (85f - 70b) / 2, (86f - 70b) / 2, (87f - 70b) / 2\n"            \
     "80:\n\t" MF_P_G1 "81:\n\t" MF_P_G1 "82:\n\t" MF_P_G1 "83:\n\t" MF_P_G1                 \
     "84:\n\t" MF_P_G1 "85:\n\t" MF_P_G1 "86:\n\t" MF_P_G1 "87:\n\t" MF_P_G1                 \
-    "ldr r4, %[ctl]\n\t"                                                                    \
+    "ldr r4, [sp, #4]\n\t"                                                                  \
     "cmp r12, r4\n\t"                                                                       \
     "bne 80b\n\t"                                                                           \
     "ldmia lr!, {r4, r5, r6, r7, r8, r9}\n\t"                                               \
@@ -1370,11 +1374,12 @@ static inline void mf_gemm2_rows_c(const int16_t *xw, int32_t G, const int32_t *
     "strb r1, [r4], #1\n\t"                                                                 \
     "str r4, [r12]\n\t"                                                                     \
     "cmp r4, r6\n\t"                                                                        \
-    "bne 9b\n\t"
+    "bne 9b\n\t"                                                                            \
+    "pop {r7, r12}\n\t"
 #define MF_P_OPS                                                                            \
     : : [w] "m"(w), [ctl] "m"(ctl)                                                          \
-    : "r0", "r1", "r2", "r3", "r4", "r5", "r6", "r7", "r8", "r9", "r10", "r11", "r12", "lr", \
-      "cc", "memory"
+    : "r0", "r1", "r2", "r3", "r4", "r5", "r6", "r8", "r9", "r10", "r11", "r12", "lr", "cc",  \
+      "memory"
 #endif
 
 static inline void mf_gemm2_body(const int8_t *x, int32_t rows, int32_t x_stride, int32_t K,
@@ -1474,10 +1479,19 @@ MF_MICRO void mf_gemm2_w16(const int8_t *x, int32_t rows, int32_t x_stride, int3
 #define MF_K8_RQ "smmlar r0, r0, r9, r10\n\t"
 #define MF_K8_RQS "add r10, r10, r0, asr #31\n\tsmmlar r0, r0, r9, r10\n\t"
 /* every row: widen, then the channels (entered at copy (8 - O % 8) % 8 of the 8-channel
- * loop, which ends at the records' end); the row loop's state in memory operands */
+ * loop, which ends at the records' end); the row loop's state pushed with r7 (the asm reads
+ * no memory operand after the push: r7 may be gcc's frame pointer, sp moved) */
 #define MF_K8_ROWS(RQ)                                                                      \
+    "ldr r0, %[x]\n\t"                                                                      \
+    "ldr r1, %[xs]\n\t"                                                                     \
+    "ldr r2, %[xend]\n\t"                                                                   \
+    "ldr r3, %[ygap]\n\t"                                                                   \
+    "ldr r4, %[w]\n\t"                                                                      \
+    "ldr r5, %[rem]\n\t"                                                                    \
+    "ldr r6, %[wend]\n\t"                                                                   \
     "ldr r12, %[y]\n\t"                                                                     \
-    "ldr r1, %[x]\n"                                                                        \
+    "push {r0, r1, r2, r3, r4, r5, r6, r7}\n\t"                                             \
+    "mov r1, r0\n"                                                                          \
     "1:\n\t"                                                                                \
     "ldr r0, [r1]\n\t"                                                                      \
     "ldr r1, [r1, #4]\n\t"                                                                  \
@@ -1485,8 +1499,8 @@ MF_MICRO void mf_gemm2_w16(const int8_t *x, int32_t rows, int32_t x_stride, int3
     "sxtb16 r5, r0, ror #8\n\t"                                                             \
     "sxtb16 r6, r1\n\t"                                                                     \
     "sxtb16 r7, r1, ror #8\n\t"                                                             \
-    "ldr lr, %[w]\n\t"                                                                      \
-    "ldr r0, %[rem]\n\t"                                                                    \
+    "ldr lr, [sp, #16]\n\t"                                                                 \
+    "ldr r0, [sp, #20]\n\t"                                                                 \
     "tbb [pc, r0]\n"                                                                        \
     "70:\n\t"                                                                               \
     ".byte (80f - 70b) / 2, (81f - 70b) / 2, (82f - 70b) / 2, (83f - 70b) / 2\n\t"          \
@@ -1494,24 +1508,24 @@ MF_MICRO void mf_gemm2_w16(const int8_t *x, int32_t rows, int32_t x_stride, int3
     "80:\n\t" MF_K8_CH(RQ) "81:\n\t" MF_K8_CH(RQ) "82:\n\t" MF_K8_CH(RQ)                    \
     "83:\n\t" MF_K8_CH(RQ) "84:\n\t" MF_K8_CH(RQ) "85:\n\t" MF_K8_CH(RQ)                    \
     "86:\n\t" MF_K8_CH(RQ) "87:\n\t" MF_K8_CH(RQ)                                          \
-    "ldr r1, %[wend]\n\t"                                                                   \
+    "ldr r1, [sp, #24]\n\t"                                                                 \
     "cmp lr, r1\n\t"                                                                        \
     "bne 80b\n\t"                                                                           \
-    "ldr r0, %[ygap]\n\t"                                                                   \
+    "ldr r0, [sp, #12]\n\t"                                                                 \
     "add r12, r12, r0\n\t"                                                                  \
-    "ldr r1, %[x]\n\t"                                                                      \
-    "ldr r0, %[xs]\n\t"                                                                     \
+    "ldr r1, [sp]\n\t"                                                                      \
+    "ldr r0, [sp, #4]\n\t"                                                                  \
     "add r1, r1, r0\n\t"                                                                    \
-    "str r1, %[x]\n\t"                                                                      \
-    "ldr r0, %[xend]\n\t"                                                                   \
+    "str r1, [sp]\n\t"                                                                      \
+    "ldr r0, [sp, #8]\n\t"                                                                  \
     "cmp r1, r0\n\t"                                                                        \
-    "bne 1b\n\t"
+    "bne 1b\n\t"                                                                            \
+    "pop {r0, r1, r2, r3, r4, r5, r6, r7}\n\t"
 #define MF_K8_OPS                                                                           \
-    : [x] "+m"(x)                                                                           \
-    : [w] "m"(w), [y] "m"(y), [wend] "m"(wend), [rem] "m"(rem), [ygap] "m"(ygap),           \
-      [xs] "m"(x_stride), [xend] "m"(xend)                                                  \
-    : "r0", "r1", "r2", "r3", "r4", "r5", "r6", "r7", "r8", "r9", "r10", "r11", "r12", "lr", \
-      "cc", "memory"
+    : : [x] "m"(x), [w] "m"(w), [y] "m"(y), [wend] "m"(wend), [rem] "m"(rem),               \
+      [ygap] "m"(ygap), [xs] "m"(x_stride), [xend] "m"(xend)                                \
+    : "r0", "r1", "r2", "r3", "r4", "r5", "r6", "r8", "r9", "r10", "r11", "r12", "lr", "cc",  \
+      "memory"
 
 static inline void mf_gemm1k8_body(const int8_t *x, int32_t rows, int32_t x_stride,
                                    const int32_t *w, int32_t O, int32_t sf, int8_t *y,

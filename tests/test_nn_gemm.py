@@ -418,7 +418,8 @@ def arm_tools():
 
 
 @needs_arm
-@pytest.mark.parametrize("opt", ["-O0", "-O2", "-Os", "-O2 -fno-schedule-insns", "-O3"])
+@pytest.mark.parametrize("opt", ["-O0", "-O2", "-Os", "-O2 -fno-schedule-insns", "-O3",
+                                 "-O2 -fno-omit-frame-pointer"])  # r7: gcc's frame pointer
 def test_m4_dsp(program, opt):
     check_build(program, "m4", opt)
 
