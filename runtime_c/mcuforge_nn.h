@@ -1388,27 +1388,17 @@ static inline void mf_gemm2_body(const int8_t *x, int32_t rows, int32_t x_stride
     const int32_t G = MF_KPAD(K) >> 2;
     int32_t r;
 #if MF_GEMM_ASM
-    uint32_t *ctl = (uint32_t *)(void *)(scratch + 8 * G);
-    ctl[3] = (uint32_t)(G > 8 ? (16 - (G & 15)) & 15 : 8 - G); /* the K loop's entry copy */
-    ctl[4] = (uint32_t)(uintptr_t)scratch;
-#endif
-    for (r = 0; r < rows; r += 2) {
-        const int32_t two = r + 1 < rows, ys = two ? y_stride : 0;
-        int8_t *y0 = y + r * y_stride;
-        mf_widen2(x + r * x_stride, x + (r + two) * x_stride, K, scratch);
-#if MF_GEMM_ASM
-        if (sf != 1) {
-            ctl[0] = (uint32_t)(uintptr_t)y0;
-            ctl[1] = (uint32_t)ys;
-            ctl[2] = (uint32_t)(uintptr_t)(y0 + O);
-            if (!two) { /* the last row, alone */
-                ctl[3] = (uint32_t)((8 - (G & 7)) & 7);
-                if (sf) {
-                    __asm__ volatile(MF_P_ROW1(MF_P_RQS) MF_P_OPS);
-                } else {
-                    __asm__ volatile(MF_P_ROW1(MF_P_RQ) MF_P_OPS);
-                }
-            } else if (sf && G > 8) {
+    if (sf != 1) {
+        uint32_t *ctl = (uint32_t *)(void *)(scratch + 8 * G);
+        const int32_t x2 = 2 * x_stride, y2 = 2 * y_stride;
+        ctl[1] = (uint32_t)y_stride;
+        ctl[3] = (uint32_t)(G > 8 ? (16 - (G & 15)) & 15 : 8 - G); /* the K loop's entry copy */
+        ctl[4] = (uint32_t)(uintptr_t)scratch;
+        for (r = rows >> 1; r > 0; --r, x += x2, y += y2) {
+            mf_widen2(x, x + x_stride, K, scratch);
+            ctl[0] = (uint32_t)(uintptr_t)y;
+            ctl[2] = (uint32_t)(uintptr_t)(y + O);
+            if (sf && G > 8) {
                 __asm__ volatile(MF_P_PAIRS(MF_P_RQS, MF_P_K16) MF_P_OPS);
             } else if (sf) {
                 __asm__ volatile(MF_P_PAIRS(MF_P_RQS, MF_P_K8) MF_P_OPS);
@@ -1417,9 +1407,25 @@ static inline void mf_gemm2_body(const int8_t *x, int32_t rows, int32_t x_stride
             } else {
                 __asm__ volatile(MF_P_PAIRS(MF_P_RQ, MF_P_K8) MF_P_OPS);
             }
-            continue;
         }
+        if (rows & 1) { /* the last row, alone */
+            mf_widen2(x, x, K, scratch);
+            ctl[0] = (uint32_t)(uintptr_t)y;
+            ctl[2] = (uint32_t)(uintptr_t)(y + O);
+            ctl[3] = (uint32_t)((8 - (G & 7)) & 7);
+            if (sf) {
+                __asm__ volatile(MF_P_ROW1(MF_P_RQS) MF_P_OPS);
+            } else {
+                __asm__ volatile(MF_P_ROW1(MF_P_RQ) MF_P_OPS);
+            }
+        }
+        return;
+    }
 #endif
+    for (r = 0; r < rows; r += 2) {
+        const int32_t two = r + 1 < rows, ys = two ? y_stride : 0;
+        int8_t *y0 = y + r * y_stride;
+        mf_widen2(x + r * x_stride, x + (r + two) * x_stride, K, scratch);
         mf_gemm2_rows_c(scratch, G, w, O, sf, y0, y0 + ys);
     }
 }
