@@ -6,6 +6,10 @@ in the order the kernel reads them and the requantization constants are precompu
 schedule declines (the reference loops stay) where TFLM's arithmetic could not be reproduced
 exactly (pack.py's proofs) or the layer is not a TFLM int8 one.
 
+1x1 convolutions and fully connected layers over 2+ rows with O even, the clamp the int8 range
+and 2^pre folded into the weights take mf_gemm2_w16 (2 channels x 2 rows; K = 8:
+mf_gemm1k8_w16, the row in registers), whose one int32 stream holds weights, bias and mf_rq.
+
 Weight format: "w16" (pre-widened, 2x flash, fastest on the DSP extension) on targets with
 `dsp` except the layers the flash budget keeps narrow (Target.narrow_weights), "w8" (widened
 in the loop) elsewhere."""
