@@ -458,6 +458,46 @@ def test_packing_layout():
                 :, :1].repeat(k, 1), fmt)[1]
 
 
+def test_pair_stream_layouts():
+    """pack_gemm2 / pack_gemm1k8 put bias, weights and mf_rq where mcuforge_nn.h's comments
+    say: word of taps (a, b) = a's int16 in the low half, b's in the high half."""
+    rng = np.random.default_rng(4)
+
+    def word(a, b):
+        return int(np.int32(np.uint32((int(a) & 0xFFFF) | ((int(b) & 0xFFFF) << 16))))
+    o, k = 6, 13
+    g = pack.kpad(k) // 4
+    w = rng.integers(-3000, 3000, (o, k))
+    wp = np.zeros((o, 4 * g), np.int64)
+    wp[:, :k] = w
+    bias = rng.integers(-10**6, 10**6, o)
+    rq = np.stack([rng.integers(2**30, 2**31, o), rng.integers(-999, 999, o), np.zeros(o, int),
+                   rng.integers(0, 31, o)], 1)
+    s = pack.pack_gemm2(w, bias, rq)
+    assert s.dtype == np.int32 and s.size == o // 2 * (10 + 4 * g) == pack.gemm2_words(o, k)
+    for p in range(o // 2):
+        rec = s[p * (10 + 4 * g):(p + 1) * (10 + 4 * g)].tolist()
+        assert rec[:4] == [bias[2 * p], bias[2 * p + 1], bias[2 * p], bias[2 * p + 1]]
+        for gg in range(g):
+            for c in range(2):
+                t = wp[2 * p + c, 4 * gg:4 * gg + 4]
+                assert rec[4 + 4 * gg + 2 * c:6 + 4 * gg + 2 * c] == [word(t[0], t[2]),
+                                                                      word(t[1], t[3])]
+        for c in range(2):
+            r = rq[2 * p + c]
+            assert rec[4 + 4 * g + 3 * c:7 + 4 * g + 3 * c] == [r[0], r[1], r[3]]
+    w8 = rng.integers(-3000, 3000, (3, 8))
+    s = pack.pack_gemm1k8(w8, bias[:3], rq[:3])
+    for c in range(3):
+        assert s[8 * c:8 * c + 8].tolist() == [
+            bias[c], word(w8[c, 0], w8[c, 2]), word(w8[c, 1], w8[c, 3]),
+            word(w8[c, 4], w8[c, 6]), word(w8[c, 5], w8[c, 7]), rq[c, 0], rq[c, 1], rq[c, 3]]
+    assert pack.gemm2_scratch_bytes(13) == 4 * 16 + 20
+    for bad in ((w[:5], bias[:5], rq[:5]), (w, bias, np.where(np.arange(4) == 2, 1, rq))):
+        with pytest.raises(ValueError):
+            pack.pack_gemm2(*bad)
+
+
 def test_conv_geom_matches_tflm_padding():
     """pack.conv_geom against this file's TFLM geometry (and KWS's first layer by hand: 49x10,
     10x4 stride 2 SAME -> 25x5, total padding 9 rows / 2 columns, top 4, left 1)."""
