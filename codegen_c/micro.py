@@ -81,7 +81,7 @@ def unpack_gemm2(w: np.ndarray, o: int, k: int):
 def _gemm2(x, rows, x_stride, k, w, o, signfix, y, y_stride, scratch):
     if o % 2:
         raise UndefinedBehaviour("mf_gemm2_w16: O must be even")
-    _scratch(scratch, 4 * ((k + 3) // 4 * 4) + 20, "mf_gemm2")  # two widened rows, control
+    _scratch(scratch, 4 * ((k + 3) // 4 * 4), "mf_gemm2")  # two widened rows
     wm, bias, rq = unpack_gemm2(w, o, k)
     xs = np.stack([np.asarray(x[r * x_stride:r * x_stride + k], np.int64) for r in range(rows)])
     out = requantize(xs @ wm.T + bias, rq, signfix, -128, 127)

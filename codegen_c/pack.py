@@ -216,9 +216,8 @@ def gemm2_words(o: int, k: int) -> int:
 
 
 def gemm2_scratch_bytes(k: int) -> int:
-    """Scratch bytes of one mf_gemm2_w16 call: two rows widened (int16[2 * Kp]), then 5
-    control words of the asm (outputs' pointers, the K loop's entry)."""
-    return 4 * kpad(k) + 20
+    """Scratch bytes of one mf_gemm2_w16 call: two rows widened (int16[2 * Kp])."""
+    return 4 * kpad(k)
 
 
 CONV_GEOM_FIELDS = ("in_h", "in_w", "in_c", "k_h", "k_w", "stride_h", "stride_w", "pad_t",

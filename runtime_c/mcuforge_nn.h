@@ -1138,11 +1138,11 @@ MF_GEMM_G(16)
  * row r + 1's. An odd last row runs alone (MF_P_ROW1 in the asm; the C bodies compute it
  * twice into the same outputs, row stride 0).
  * The asm (optimised DSP builds) takes all 14 registers r0-r12, lr in the K loop, r7 included:
- * it pushes r7 (gcc's Thumb frame pointer at -O0 or with -fno-omit-frame-pointer) and the
- * xend it compares with, reads no memory operand after the push, and pops them at the end.
+ * it pushes r7 (gcc's Thumb frame pointer at -O0 or with -fno-omit-frame-pointer) with its
+ * control words (32 bytes of stack), reads no memory operand after the push, pops them.
  * Per pair of channels and rows: the
  * K loop (G <= 8: 8 copies of a group, entered by TBB; G > 8: 16 copies, entered by TBH,
- * 3 instructions per pass to test the end) plus 24 instructions: control LDRD, bias LDM,
+ * 3 instructions per pass to test the end) plus 24 instructions: control LDRD (sp), bias LDM,
  * TBB, rq LDM, SMMLAR + ASR + SSAT per output (+1 ADD per output for the sign term from the
  * accumulator, signfix 2), control LDM, 4 STRB, STR, CMP, BNE. Measured on mps2-an386
  * (tests/nn_bench/gemm2_bench.py, -O2, clamp = int8 range; -Os within 1 %), MACs per
@@ -1321,30 +1321,38 @@ static inline void mf_gemm2_rows_c(const int16_t *xw, int32_t G, const int32_t *
     "64:\n\t" MF_P_G "65:\n\t" MF_P_G "66:\n\t" MF_P_G "67:\n\t" MF_P_G                     \
     "80:\n\t" MF_P_G "81:\n\t" MF_P_G "82:\n\t" MF_P_G "83:\n\t" MF_P_G                     \
     "84:\n\t" MF_P_G "85:\n\t" MF_P_G "86:\n\t" MF_P_G "87:\n\t" MF_P_G                     \
-    "ldr r4, [sp, #4]\n\t"                                                                  \
+    "ldr r4, [sp, #20]\n\t"                                                                 \
     "cmp r12, r4\n\t"                                                                       \
     "bne 60b\n\t"
-/* All channel pairs of one row pair; the control words after the widened rows (where r12
- * stops) give the outputs' pointers and the next block's entry: ctl = [y, ys, yend, rem, xw] */
-#define MF_P_PAIRS(RQ, KLOOP)                                                               \
-    "ldr r12, %[ctl]\n\t"                                                                   \
+/* All channel pairs of one row pair. The control words go to the stack with r7 (gcc's frame
+ * pointer under -fno-omit-frame-pointer: no memory operand is read after the push): [sp] =
+ * y, ys, yend, rem (the K loop's entry copy), xw, xend, r6 (padding: sp stays 8-aligned), r7 */
+#define MF_P_PUSH                                                                           \
+    "ldr r0, %[y]\n\t"                                                                      \
+    "ldr r1, %[ys]\n\t"                                                                     \
+    "ldr r2, %[yend]\n\t"                                                                   \
+    "ldr r3, %[rem]\n\t"                                                                    \
+    "ldr r4, %[xw]\n\t"                                                                     \
+    "ldr r5, %[xend]\n\t"                                                                   \
     "ldr lr, %[w]\n\t"                                                                      \
-    "push {r7, r12}\n"                                                                      \
+    "push {r0, r1, r2, r3, r4, r5, r6, r7}\n"
+#define MF_P_PAIRS(RQ, KLOOP)                                                               \
+    MF_P_PUSH                                                                               \
     "9:\n\t"                                                                                \
-    "ldrd r4, r12, [r12, #12]\n\t"                                                          \
+    "ldrd r4, r12, [sp, #12]\n\t"                                                           \
     "ldmia lr!, {r0, r1, r2, r3}\n\t" KLOOP                                                 \
     "ldmia lr!, {r4, r5, r6, r7, r8, r9}\n\t"                                               \
     RQ("r0", "r4", "r5", "r6") RQ("r2", "r4", "r5", "r6")                                   \
     RQ("r1", "r7", "r8", "r9") RQ("r3", "r7", "r8", "r9")                                   \
-    "ldmia r12, {r4, r5, r6}\n\t"                                                           \
+    "ldmia sp, {r4, r5, r6}\n\t"                                                            \
     "strb r2, [r4, r5]\n\t"                                                                 \
     "strb r0, [r4], #1\n\t"                                                                 \
     "strb r3, [r4, r5]\n\t"                                                                 \
     "strb r1, [r4], #1\n\t"                                                                 \
-    "str r4, [r12]\n\t"                                                                     \
+    "str r4, [sp]\n\t"                                                                      \
     "cmp r4, r6\n\t"                                                                        \
     "bne 9b\n\t"                                                                            \
-    "pop {r7, r12}\n\t"
+    "pop {r0, r1, r2, r3, r4, r5, r6, r7}\n\t"
 /* An odd last row alone: per group one LDRD of its 2 words (row 1's are skipped), the
  * channel pair's LDM and 4 SMLAD; 8 copies entered by TBB at (8 - G % 8) % 8, the end tested
  * after each pass; the block's 2 outputs stored */
@@ -1356,11 +1364,9 @@ static inline void mf_gemm2_rows_c(const int16_t *xw, int32_t G, const int32_t *
     "smlad r1, r4, r10, r1\n\t"                                                             \
     "smlad r1, r5, r11, r1\n\t"
 #define MF_P_ROW1(RQ)                                                                       \
-    "ldr r12, %[ctl]\n\t"                                                                   \
-    "ldr lr, %[w]\n\t"                                                                      \
-    "push {r7, r12}\n"                                                                      \
+    MF_P_PUSH                                                                               \
     "9:\n\t"                                                                                \
-    "ldrd r4, r12, [r12, #12]\n\t"                                                          \
+    "ldrd r4, r12, [sp, #12]\n\t"                                                           \
     "ldmia lr!, {r0, r1, r2, r3}\n\t"                                                       \
     "tbb [pc, r4]\n"                                                                        \
     "70:\n\t"                                                                               \
@@ -1368,20 +1374,21 @@ static inline void mf_gemm2_rows_c(const int16_t *xw, int32_t G, const int32_t *
     ".byte (84f - 70b) / 2, (85f - 70b) / 2, (86f - 70b) / 2, (87f - 70b) / 2\n"            \
     "80:\n\t" MF_P_G1 "81:\n\t" MF_P_G1 "82:\n\t" MF_P_G1 "83:\n\t" MF_P_G1                 \
     "84:\n\t" MF_P_G1 "85:\n\t" MF_P_G1 "86:\n\t" MF_P_G1 "87:\n\t" MF_P_G1                 \
-    "ldr r4, [sp, #4]\n\t"                                                                  \
+    "ldr r4, [sp, #20]\n\t"                                                                 \
     "cmp r12, r4\n\t"                                                                       \
     "bne 80b\n\t"                                                                           \
     "ldmia lr!, {r4, r5, r6, r7, r8, r9}\n\t"                                               \
     RQ("r0", "r4", "r5", "r6") RQ("r1", "r7", "r8", "r9")                                   \
-    "ldmia r12, {r4, r5, r6}\n\t"                                                           \
+    "ldmia sp, {r4, r5, r6}\n\t"                                                            \
     "strb r0, [r4], #1\n\t"                                                                 \
     "strb r1, [r4], #1\n\t"                                                                 \
-    "str r4, [r12]\n\t"                                                                     \
+    "str r4, [sp]\n\t"                                                                      \
     "cmp r4, r6\n\t"                                                                        \
     "bne 9b\n\t"                                                                            \
-    "pop {r7, r12}\n\t"
+    "pop {r0, r1, r2, r3, r4, r5, r6, r7}\n\t"
 #define MF_P_OPS                                                                            \
-    : : [w] "m"(w), [ctl] "m"(ctl)                                                          \
+    : : [w] "m"(w), [y] "m"(y), [ys] "m"(ys), [yend] "m"(yend), [rem] "m"(rem),             \
+      [xw] "m"(scratch), [xend] "m"(xend)                                                   \
     : "r0", "r1", "r2", "r3", "r4", "r5", "r6", "r8", "r9", "r10", "r11", "r12", "lr", "cc",  \
       "memory"
 #endif
@@ -1393,15 +1400,13 @@ static inline void mf_gemm2_body(const int8_t *x, int32_t rows, int32_t x_stride
     int32_t r;
 #if MF_GEMM_ASM
     if (sf != 1) {
-        uint32_t *ctl = (uint32_t *)(void *)(scratch + 8 * G);
+        const int16_t *xend = scratch + 8 * G;
         const int32_t x2 = 2 * x_stride, y2 = 2 * y_stride;
-        ctl[1] = (uint32_t)y_stride;
-        ctl[3] = (uint32_t)(G > 8 ? (16 - (G & 15)) & 15 : 8 - G); /* the K loop's entry copy */
-        ctl[4] = (uint32_t)(uintptr_t)scratch;
+        int32_t ys = y_stride, rem = G > 8 ? (16 - (G & 15)) & 15 : 8 - G; /* entry copy */
+        const int8_t *yend;
         for (r = rows >> 1; r > 0; --r, x += x2, y += y2) {
             mf_widen2(x, x + x_stride, K, scratch);
-            ctl[0] = (uint32_t)(uintptr_t)y;
-            ctl[2] = (uint32_t)(uintptr_t)(y + O);
+            yend = y + O;
             if (sf && G > 8) {
                 __asm__ volatile(MF_P_PAIRS(MF_P_RQS, MF_P_K16) MF_P_OPS);
             } else if (sf) {
@@ -1414,9 +1419,9 @@ static inline void mf_gemm2_body(const int8_t *x, int32_t rows, int32_t x_stride
         }
         if (rows & 1) { /* the last row, alone */
             mf_widen2(x, x, K, scratch);
-            ctl[0] = (uint32_t)(uintptr_t)y;
-            ctl[2] = (uint32_t)(uintptr_t)(y + O);
-            ctl[3] = (uint32_t)((8 - (G & 7)) & 7);
+            yend = y + O;
+            ys = 0;
+            rem = (8 - (G & 7)) & 7;
             if (sf) {
                 __asm__ volatile(MF_P_ROW1(MF_P_RQS) MF_P_OPS);
             } else {
@@ -1440,8 +1445,7 @@ static inline void mf_gemm2_body(const int8_t *x, int32_t rows, int32_t x_stride
  *   w        pack.pack_gemm2(rows, bias, rq): the weights, bias and mf_rq (less pre) per pair
  *            of channels (stream above), 4-byte aligned
  *   signfix  0, 1 or 2 as mf_gemm_w16 (MF_PRE0 may be set; 1 runs the C body)
- *   scratch  pack.gemm2_scratch_bytes(K) bytes (int16_t[2 * Kp] and 5 control words),
- *            4-byte aligned
+ *   scratch  pack.gemm2_scratch_bytes(K) bytes (int16_t[2 * Kp]), 4-byte aligned
  * mf_gemm2_w16_s0 / mf_gemm2_w16_s2: the same for signfix 0 / 2 only (one mode's code) */
 MF_MICRO void mf_gemm2_w16_s0(const int8_t *x, int32_t rows, int32_t x_stride, int32_t K,
                               const int32_t *w, int32_t O, int32_t signfix, int8_t *y,
