@@ -1336,8 +1336,49 @@ static inline void mf_gemm2_rows_c(const int16_t *xw, int32_t G, const int32_t *
     "ldr r5, %[xend]\n\t"                                                                   \
     "ldr lr, %[w]\n\t"                                                                      \
     "push {r0, r1, r2, r3, r4, r5, r6, r7}\n"
+/* The row pairs' loop: the control words above plus [24] x (the pair's first row), [28] r7,
+ * [32] x_stride, [36] nk (G / 2: the asm widens the rows, 2 groups per LDRD pair; 0: the
+ * caller did), [40] O, [44] xlast (x past the last pair), [48] w, [52] padding */
+#define MF_P_PUSH2                                                                          \
+    "ldr r0, %[y]\n\t"                                                                      \
+    "ldr r1, %[ys]\n\t"                                                                     \
+    "ldr r2, %[yend]\n\t"                                                                   \
+    "ldr r3, %[rem]\n\t"                                                                    \
+    "ldr r4, %[xw]\n\t"                                                                     \
+    "ldr r5, %[xend]\n\t"                                                                   \
+    "ldr r6, %[x]\n\t"                                                                      \
+    "ldr r8, %[xs]\n\t"                                                                     \
+    "ldr r9, %[nk]\n\t"                                                                     \
+    "ldr r10, %[o]\n\t"                                                                     \
+    "ldr r11, %[xlast]\n\t"                                                                 \
+    "ldr r12, %[w]\n\t"                                                                     \
+    "push {r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, lr}\n"
 #define MF_P_PAIRS(RQ, KLOOP)                                                               \
-    MF_P_PUSH                                                                               \
+    MF_P_PUSH2                                                                              \
+    "1:\n\t"                                                                                \
+    "ldr r2, [sp, #36]\n\t"                                                                 \
+    "cbz r2, 3f\n\t"                                                                        \
+    "ldr r0, [sp, #24]\n\t"                                                                 \
+    "ldr r1, [sp, #32]\n\t"                                                                 \
+    "add r1, r0, r1\n\t"                                                                    \
+    "ldr r3, [sp, #16]\n"                                                                   \
+    "2:\n\t"                                                                                \
+    "ldrd r8, r9, [r0], #8\n\t"                                                             \
+    "ldrd r10, r11, [r1], #8\n\t"                                                           \
+    "sxtb16 r4, r8\n\t"                                                                     \
+    "sxtb16 r5, r8, ror #8\n\t"                                                             \
+    "sxtb16 r6, r10\n\t"                                                                    \
+    "sxtb16 r7, r10, ror #8\n\t"                                                            \
+    "stmia r3!, {r4, r5, r6, r7}\n\t"                                                       \
+    "sxtb16 r4, r9\n\t"                                                                     \
+    "sxtb16 r5, r9, ror #8\n\t"                                                             \
+    "sxtb16 r6, r11\n\t"                                                                    \
+    "sxtb16 r7, r11, ror #8\n\t"                                                            \
+    "stmia r3!, {r4, r5, r6, r7}\n\t"                                                       \
+    "subs r2, r2, #1\n\t"                                                                   \
+    "bne 2b\n"                                                                              \
+    "3:\n\t"                                                                                \
+    "ldr lr, [sp, #48]\n"                                                                   \
     "9:\n\t"                                                                                \
     "ldrd r4, r12, [sp, #12]\n\t"                                                           \
     "ldmia lr!, {r0, r1, r2, r3}\n\t" KLOOP                                                 \
@@ -1352,7 +1393,18 @@ static inline void mf_gemm2_rows_c(const int16_t *xw, int32_t G, const int32_t *
     "str r4, [sp]\n\t"                                                                      \
     "cmp r4, r6\n\t"                                                                        \
     "bne 9b\n\t"                                                                            \
-    "pop {r0, r1, r2, r3, r4, r5, r6, r7}\n\t"
+    "add r6, r6, r5, lsl #1\n\t"                                                            \
+    "ldr r0, [sp, #40]\n\t"                                                                 \
+    "sub r4, r6, r0\n\t"                                                                    \
+    "stmia sp, {r4, r5, r6}\n\t"                                                            \
+    "ldr r0, [sp, #24]\n\t"                                                                 \
+    "ldr r1, [sp, #32]\n\t"                                                                 \
+    "add r0, r0, r1, lsl #1\n\t"                                                            \
+    "str r0, [sp, #24]\n\t"                                                                 \
+    "ldr r1, [sp, #44]\n\t"                                                                 \
+    "cmp r0, r1\n\t"                                                                        \
+    "bne 1b\n\t"                                                                            \
+    "pop {r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, lr}\n\t"
 /* An odd last row alone: per group one LDRD of its 2 words (row 1's are skipped), the
  * channel pair's LDM and 4 SMLAD; 8 copies entered by TBB at (8 - G % 8) % 8, the end tested
  * after each pass; the block's 2 outputs stored */
@@ -1388,7 +1440,8 @@ static inline void mf_gemm2_rows_c(const int16_t *xw, int32_t G, const int32_t *
     "pop {r0, r1, r2, r3, r4, r5, r6, r7}\n\t"
 #define MF_P_OPS                                                                            \
     : : [w] "m"(w), [y] "m"(y), [ys] "m"(ys), [yend] "m"(yend), [rem] "m"(rem),             \
-      [xw] "m"(scratch), [xend] "m"(xend)                                                   \
+      [xw] "m"(scratch), [xend] "m"(xend), [x] "m"(x), [xs] "m"(x_stride), [nk] "m"(nk),      \
+      [o] "m"(O), [xlast] "m"(xlast)                                                        \
     : "r0", "r1", "r2", "r3", "r4", "r5", "r6", "r8", "r9", "r10", "r11", "r12", "lr", "cc",  \
       "memory"
 #endif
@@ -1402,11 +1455,18 @@ static inline void mf_gemm2_body(const int8_t *x, int32_t rows, int32_t x_stride
     if (sf != 1) {
         const int16_t *xend = scratch + 8 * G;
         const int32_t x2 = 2 * x_stride, y2 = 2 * y_stride;
+        /* K % 8 == 0 on word-aligned rows: one call, the asm widens every pair itself */
+        const int32_t fast = (K & 7) == 0 && (((uintptr_t)x | (uintptr_t)x_stride) & 3) == 0;
         int32_t ys = y_stride, rem = G > 8 ? (16 - (G & 15)) & 15 : 8 - G; /* entry copy */
-        const int8_t *yend;
-        for (r = rows >> 1; r > 0; --r, x += x2, y += y2) {
-            mf_widen2(x, x + x_stride, K, scratch);
+        int32_t n, nk = fast ? G >> 1 : 0;
+        const int8_t *yend, *xlast;
+        for (r = rows >> 1; r > 0; r -= n, x = xlast, y += n * y2) {
+            n = fast ? r : 1;
+            if (!fast) {
+                mf_widen2(x, x + x_stride, K, scratch);
+            }
             yend = y + O;
+            xlast = x + n * x2;
             if (sf && G > 8) {
                 __asm__ volatile(MF_P_PAIRS(MF_P_RQS, MF_P_K16) MF_P_OPS);
             } else if (sf) {
@@ -1420,6 +1480,7 @@ static inline void mf_gemm2_body(const int8_t *x, int32_t rows, int32_t x_stride
         if (rows & 1) { /* the last row, alone */
             mf_widen2(x, x, K, scratch);
             yend = y + O;
+            xlast = x;
             ys = 0;
             rem = (8 - (G & 7)) & 7;
             if (sf) {

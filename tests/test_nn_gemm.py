@@ -290,6 +290,13 @@ def all_cases(seed=0):
             cases.append(dict(gemm_case(rng, rows, k, o, "w16x2", "relu" if fused else "none",
                                         i % 3 * (i % 4), i % 2 * 3, fused=fused, post0=post0),
                               moded=bool(rng.random() < 0.6)))
+    # the asm's own widening: K % 8 == 0 on word-aligned rows (x_stride % 4 == 0), G even and
+    # 1..20, odd and even row counts, y gaps
+    for i, (rows, k, o) in enumerate(((4, 8, 4), (6, 16, 8), (7, 48, 6), (10, 32, 4),
+                                      (5, 80, 2), (4, 160, 10), (2, 24, 2), (3, 40, 4))):
+        cases.append(dict(gemm_case(rng, rows, k, o, "w16x2", ("relu", "none")[i % 2],
+                                    4 * (i % 3), i % 3, fused=i % 2 == 0),
+                          moded=bool(i % 4 < 2)))
     # mf_gemm1k8_w16 (K = 8, a row in registers): any O (entries of the 8-channel loop 0..7),
     # any row count, gaps, unaligned rows (x_stride odd), the three sign terms
     for i, (rows, o) in enumerate(((1, 1), (2, 16), (3, 3), (5, 2), (1, 7), (4, 12), (3, 5),
