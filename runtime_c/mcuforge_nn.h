@@ -1146,9 +1146,9 @@ MF_GEMM_G(16)
  * TBB, rq LDM, SMMLAR + ASR + SSAT per output (+1 ADD per output for the sign term from the
  * accumulator, signfix 2), control LDM, 4 STRB, STR, CMP, BNE. Measured on mps2-an386
  * (tests/nn_bench/gemm2_bench.py, -O2, clamp = int8 range; -Os within 1 %), MACs per
- * instruction against mf_gemm_w16[_g<G>]: VWW's 1x1 16->32 x 576 rows 0.94 (0.79), 32->32
- * 1.16 (1.01), 64->64 x 144 1.34 (1.21), 128->128 x 36 1.45 (1.24), 256->256 x 9 1.46
- * (1.32); KWS's 64->64 x 125 1.33 (1.21). */
+ * instruction against mf_gemm_w16[_g<G>]: VWW's 1x1 16->32 x 576 rows 0.96 (0.79), 32->32
+ * 1.18 (1.01), 64->64 x 144 1.34 (1.21), 128->128 x 36 1.45 (1.24), 256->256 x 9 1.46
+ * (1.32); KWS's 64->64 x 125 1.34 (1.21). */
 #define MF_GEMM2_WORDS(G) (10 + 4 * (G)) /* int32 words of one channel pair's record */
 
 /* the two rows' groups interleaved: xw words 4g, 4g + 1 from x0, 4g + 2, 4g + 3 from x1 */
