@@ -1139,9 +1139,9 @@ MF_GEMM_G(16)
  * twice into the same outputs, row stride 0).
  * The asm (optimised DSP builds) takes all 14 registers r0-r12, lr in the K loop, r7 included:
  * it pushes r7 (gcc's Thumb frame pointer at -O0 or with -fno-omit-frame-pointer) with its
- * control words (32 bytes of stack), reads no memory operand after the push, pops them.
- * Per pair of channels and rows: the
- * K loop (G <= 8: 8 copies of a group, entered by TBB; G > 8: 16 copies, entered by TBH,
+ * control words (56 bytes of stack), reads no memory operand after the push, pops them. It
+ * runs the row pairs' loop too, widening each pair itself when K % 8 == 0 on word-aligned
+ * rows (else mf_widen2 in C, one call per pair). Per pair of channels and rows: the K loop (G <= 8: 8 copies of a group, entered by TBB; G > 8: 16 copies, entered by TBH,
  * 3 instructions per pass to test the end) plus 24 instructions: control LDRD (sp), bias LDM,
  * TBB, rq LDM, SMMLAR + ASR + SSAT per output (+1 ADD per output for the sign term from the
  * accumulator, signfix 2), control LDM, 4 STRB, STR, CMP, BNE. Measured on mps2-an386
