@@ -1141,14 +1141,15 @@ MF_GEMM_G(16)
  * it pushes r7 (gcc's Thumb frame pointer at -O0 or with -fno-omit-frame-pointer) with its
  * control words (56 bytes of stack), reads no memory operand after the push, pops them. It
  * runs the row pairs' loop too, widening each pair itself when K % 8 == 0 on word-aligned
- * rows (else mf_widen2 in C, one call per pair). Per pair of channels and rows: the K loop (G <= 8: 8 copies of a group, entered by TBB; G > 8: 16 copies, entered by TBH,
- * 3 instructions per pass to test the end) plus 24 instructions: control LDRD (sp), bias LDM,
- * TBB, rq LDM, SMMLAR + ASR + SSAT per output (+1 ADD per output for the sign term from the
- * accumulator, signfix 2), control LDM, 4 STRB, STR, CMP, BNE. Measured on mps2-an386
+ * rows (else mf_widen2 in C, one call per pair). Per pair of channels and rows: the K loop
+ * (16 copies of a group entered by TBH; G > 16: 3 instructions per pass to test the end)
+ * plus 24 instructions: control LDRD (sp), bias LDM, TBH, rq LDM, SMMLAR + ASR + SSAT per
+ * output (+1 ADD per output for the sign term from the accumulator, signfix 2), control LDM,
+ * 4 STRB, STR, CMP, BNE. Measured on mps2-an386
  * (tests/nn_bench/gemm2_bench.py, -O2, clamp = int8 range; -Os within 1 %), MACs per
  * instruction against mf_gemm_w16[_g<G>]: VWW's 1x1 16->32 x 576 rows 0.96 (0.79), 32->32
- * 1.18 (1.01), 64->64 x 144 1.34 (1.21), 128->128 x 36 1.45 (1.24), 256->256 x 9 1.46
- * (1.32); KWS's 64->64 x 125 1.34 (1.21). */
+ * 1.18 (1.01), 64->64 x 144 1.36 (1.21), 128->128 x 36 1.45 (1.24), 256->256 x 9 1.46
+ * (1.32); KWS's 64->64 x 125 1.36 (1.21). */
 #define MF_GEMM2_WORDS(G) (10 + 4 * (G)) /* int32 words of one channel pair's record */
 
 /* the two rows' groups interleaved: xw words 4g, 4g + 1 from x0, 4g + 2, 4g + 3 from x1 */
@@ -1300,17 +1301,11 @@ static inline void mf_gemm2_rows_c(const int16_t *xw, int32_t G, const int32_t *
 #define MF_P_RQS(A, M, D, P)                                                                \
     "add r10, " D ", " A ", asr #31\n\t"                                                    \
     "smmlar " A ", " A ", " M ", r10\n\tasr " A ", " A ", " P "\n\tssat " A ", #8, " A "\n\t"
-/* The K loop: G <= 8 one pass through 8 copies of a group, entered by TBB at copy 8 - G;
- * G > 8 passes through 16 copies, entered by TBH at copy (16 - G % 16) % 16, the end tested
- * after each pass (3 instructions) */
-#define MF_P_K8                                                                             \
-    "tbb [pc, r4]\n"                                                                        \
-    "70:\n\t"                                                                               \
-    ".byte (80f - 70b) / 2, (81f - 70b) / 2, (82f - 70b) / 2, (83f - 70b) / 2\n\t"          \
-    ".byte (84f - 70b) / 2, (85f - 70b) / 2, (86f - 70b) / 2, (87f - 70b) / 2\n"            \
-    "80:\n\t" MF_P_G "81:\n\t" MF_P_G "82:\n\t" MF_P_G "83:\n\t" MF_P_G                     \
-    "84:\n\t" MF_P_G "85:\n\t" MF_P_G "86:\n\t" MF_P_G "87:\n\t" MF_P_G
-#define MF_P_K16                                                                            \
+/* The K loop: 16 copies of a group, entered by TBH at copy (16 - G % 16) % 16; G <= 16 makes
+ * one pass (KEND ""), G > 16 passes until r12 reaches xend (KEND MF_P_KEND: 3 instructions
+ * a pass) */
+#define MF_P_KEND "ldr r4, [sp, #20]\n\tcmp r12, r4\n\tbne 60b\n\t"
+#define MF_P_K16(KEND)                                                                      \
     "tbh [pc, r4, lsl #1]\n"                                                                \
     "70:\n\t"                                                                               \
     ".hword (60f - 70b) / 2, (61f - 70b) / 2, (62f - 70b) / 2, (63f - 70b) / 2\n\t"         \
@@ -1320,10 +1315,7 @@ static inline void mf_gemm2_rows_c(const int16_t *xw, int32_t G, const int32_t *
     "60:\n\t" MF_P_G "61:\n\t" MF_P_G "62:\n\t" MF_P_G "63:\n\t" MF_P_G                     \
     "64:\n\t" MF_P_G "65:\n\t" MF_P_G "66:\n\t" MF_P_G "67:\n\t" MF_P_G                     \
     "80:\n\t" MF_P_G "81:\n\t" MF_P_G "82:\n\t" MF_P_G "83:\n\t" MF_P_G                     \
-    "84:\n\t" MF_P_G "85:\n\t" MF_P_G "86:\n\t" MF_P_G "87:\n\t" MF_P_G                     \
-    "ldr r4, [sp, #20]\n\t"                                                                 \
-    "cmp r12, r4\n\t"                                                                       \
-    "bne 60b\n\t"
+    "84:\n\t" MF_P_G "85:\n\t" MF_P_G "86:\n\t" MF_P_G "87:\n\t" MF_P_G KEND
 /* All channel pairs of one row pair. The control words go to the stack with r7 (gcc's frame
  * pointer under -fno-omit-frame-pointer: no memory operand is read after the push): [sp] =
  * y, ys, yend, rem (the K loop's entry copy), xw, xend, r6 (padding: sp stays 8-aligned), r7 */
@@ -1457,7 +1449,7 @@ static inline void mf_gemm2_body(const int8_t *x, int32_t rows, int32_t x_stride
         const int32_t x2 = 2 * x_stride, y2 = 2 * y_stride;
         /* K % 8 == 0 on word-aligned rows: one call, the asm widens every pair itself */
         const int32_t fast = (K & 7) == 0 && (((uintptr_t)x | (uintptr_t)x_stride) & 3) == 0;
-        int32_t ys = y_stride, rem = G > 8 ? (16 - (G & 15)) & 15 : 8 - G; /* entry copy */
+        int32_t ys = y_stride, rem = (16 - (G & 15)) & 15; /* the K loop's entry copy */
         int32_t n, nk = fast ? G >> 1 : 0;
         const int8_t *yend, *xlast;
         for (r = rows >> 1; r > 0; r -= n, x = xlast, y += n * y2) {
@@ -1467,14 +1459,14 @@ static inline void mf_gemm2_body(const int8_t *x, int32_t rows, int32_t x_stride
             }
             yend = y + O;
             xlast = x + n * x2;
-            if (sf && G > 8) {
-                __asm__ volatile(MF_P_PAIRS(MF_P_RQS, MF_P_K16) MF_P_OPS);
+            if (sf && G > 16) {
+                __asm__ volatile(MF_P_PAIRS(MF_P_RQS, MF_P_K16(MF_P_KEND)) MF_P_OPS);
             } else if (sf) {
-                __asm__ volatile(MF_P_PAIRS(MF_P_RQS, MF_P_K8) MF_P_OPS);
-            } else if (G > 8) {
-                __asm__ volatile(MF_P_PAIRS(MF_P_RQ, MF_P_K16) MF_P_OPS);
+                __asm__ volatile(MF_P_PAIRS(MF_P_RQS, MF_P_K16("")) MF_P_OPS);
+            } else if (G > 16) {
+                __asm__ volatile(MF_P_PAIRS(MF_P_RQ, MF_P_K16(MF_P_KEND)) MF_P_OPS);
             } else {
-                __asm__ volatile(MF_P_PAIRS(MF_P_RQ, MF_P_K8) MF_P_OPS);
+                __asm__ volatile(MF_P_PAIRS(MF_P_RQ, MF_P_K16("")) MF_P_OPS);
             }
         }
         if (rows & 1) { /* the last row, alone */
