@@ -39,7 +39,8 @@ def fit(target, lowered: dict):
     for key, k in lowered.items():
         if k is not None and "_w16" in k.schedule:  # mf_*_w16 and mf_*_w16_g<G>
             saved = _narrow_saving(k)
-            wide.append((k.macs * W8_EXTRA_PER_MAC / max(saved, 1), key, saved))
+            if saved > 0:  # (mf_gemm1k8_w16 with O < 4 would grow)
+                wide.append((k.macs * W8_EXTRA_PER_MAC / saved, key, saved))
     need = flash_bytes(lowered.values()) - budget
     narrow = set(target.narrow_weights)
     for _, key, saved in sorted(wide, key=lambda t: (t[0], str(t[1]))):
