@@ -91,8 +91,9 @@ def test_budget_never_narrows_a_layer_that_would_grow():
     from ir.target import Target
     from test_sched_layers import layer_model
     m4 = Target("mps2-an386", "cortex-m4", frozenset({"dsp"}))
-    small, _ = layer_model(1, "CONV_2D", hw=(4, 4), c=8, o=2, k=(1, 1), act="relu", y_zp=-128)
-    big, _ = layer_model(2, "CONV_2D", hw=(4, 4), c=64, o=64, k=(1, 1), act="relu", y_zp=-128)
+    # few MACs: the small layer would come first by extra instructions per byte saved
+    small, _ = layer_model(1, "CONV_2D", hw=(1, 1), c=8, o=2, k=(1, 1), act="relu", y_zp=-128)
+    big, _ = layer_model(2, "CONV_2D", hw=(8, 8), c=64, o=64, k=(1, 1), act="relu", y_zp=-128)
     lowered = {}
     for name, model in (("small", small), ("big", big)):
         g = load_tflite(model)
