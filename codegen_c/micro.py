@@ -64,6 +64,64 @@ def _gemm(fmt):
     return kernel
 
 
+def unpack_gemm2(w: np.ndarray, o: int, k: int):
+    """(weights [O, K], bias [O], rq [O, 4] with pre 0) from mf_gemm2_w16's record stream."""
+    g = (k + 3) // 4
+    rec = np.asarray(w[:o // 2 * (10 + 4 * g)], np.int64).reshape(o // 2, 10 + 4 * g)
+    if (rec[:, 0:2] != rec[:, 2:4]).any():
+        raise UndefinedBehaviour("mf_gemm2_w16: the two copies of a pair's bias differ")
+    words = rec[:, 4:4 + 4 * g].reshape(o // 2, g, 2, 2).transpose(0, 2, 1, 3)  # [p, ch, g, 2]
+    lo = ((words & 0xFFFF) ^ 0x8000) - 0x8000
+    lanes = np.stack([lo[..., 0], words[..., 0] >> 16, lo[..., 1], words[..., 1] >> 16], -1)
+    taps = lanes[..., list(_LANES["w16"])].reshape(o, 4 * g)[:, :k]
+    tail = rec[:, 4 + 4 * g:].reshape(o, 3)
+    rq = np.stack([tail[:, 0], tail[:, 1], np.zeros(o, np.int64), tail[:, 2]], 1)
+    return taps, rec[:, 0:2].reshape(o), rq
+
+
+def _gemm2(x, rows, x_stride, k, w, o, signfix, y, y_stride, scratch):
+    if o % 2:
+        raise UndefinedBehaviour("mf_gemm2_w16: O must be even")
+    _scratch(scratch, 4 * ((k + 3) // 4 * 4), "mf_gemm2")  # two widened rows
+    wm, bias, rq = unpack_gemm2(w, o, k)
+    xs = np.stack([np.asarray(x[r * x_stride:r * x_stride + k], np.int64) for r in range(rows)])
+    out = requantize(xs @ wm.T + bias, rq, signfix, -128, 127)
+    for r in range(rows):
+        y[r * y_stride:r * y_stride + o] = out[r]
+
+
+INTRINSICS["mf_gemm2_w16"] = _gemm2
+# the entries of one sign-term mode ignore the signfix argument
+INTRINSICS["mf_gemm2_w16_s0"] = lambda *a: _gemm2(*a[:6], 0, *a[7:])
+INTRINSICS["mf_gemm2_w16_s2"] = lambda *a: _gemm2(*a[:6], 2, *a[7:])
+
+
+def unpack_gemm1k8(w: np.ndarray, o: int):
+    """(weights [O, 8], bias [O], rq [O, 4] with pre 0) from mf_gemm1k8_w16's records."""
+    rec = np.asarray(w[:8 * o], np.int64).reshape(o, 8)
+    words = rec[:, 1:5]
+    lo = ((words & 0xFFFF) ^ 0x8000) - 0x8000
+    lanes = np.stack([lo, words >> 16], -1).reshape(o, 2, 4)  # per group: lanes 0..3
+    taps = lanes[..., list(_LANES["w16"])].reshape(o, 8)
+    rq = np.stack([rec[:, 5], rec[:, 6], np.zeros(o, np.int64), rec[:, 7]], 1)
+    return taps, rec[:, 0], rq
+
+
+def _gemm1k8(x, rows, x_stride, k, w, o, signfix, y, y_stride, scratch):
+    if k != 8:
+        raise UndefinedBehaviour("mf_gemm1k8_w16: K must be 8")
+    wm, bias, rq = unpack_gemm1k8(w, o)
+    xs = np.stack([np.asarray(x[r * x_stride:r * x_stride + k], np.int64) for r in range(rows)])
+    out = requantize(xs @ wm.T + bias, rq, signfix, -128, 127)
+    for r in range(rows):
+        y[r * y_stride:r * y_stride + o] = out[r]
+
+
+INTRINSICS["mf_gemm1k8_w16"] = _gemm1k8
+INTRINSICS["mf_gemm1k8_w16_s0"] = lambda *a: _gemm1k8(*a[:6], 0, *a[7:])
+INTRINSICS["mf_gemm1k8_w16_s2"] = lambda *a: _gemm1k8(*a[:6], 2, *a[7:])
+
+
 GEOM_FIELDS = ("in_h", "in_w", "in_c", "k_h", "k_w", "stride_h", "stride_w", "pad_t", "pad_l",
                "out_h", "out_w")  # mf_conv_geom, in struct order
 

@@ -172,6 +172,54 @@ def gemm_flash_bytes(o: int, k: int, fmt: str) -> int:
     return (int(o) + 3) // 4 * 4 * kpad(k) * (2 if fmt == "w16" else 1)
 
 
+def pack_gemm2(w_rows, bias, rq):
+    """The record stream of mf_gemm2_w16 (O even, 2^pre folded: fold_pre's output): per pair
+    of channels 2p, 2p + 1, int32 words [b0, b1, b0, b1], then per group of 4 taps the two
+    channels' (w0, w2), (w1, w3) as int16 lane pairs (lane 0 in the low half), then [mult0,
+    add0, post0, mult1, add1, post1]. Returns the int32 array."""
+    w = np.asarray(w_rows, np.int64).reshape(len(w_rows), -1)
+    o, k = w.shape
+    rq = np.asarray(rq, np.int64).reshape(o, 4)
+    if o % 2 or (rq[:, 2] != 0).any():
+        raise ValueError("pack_gemm2: O must be even and every mf_rq.pre 0 (fold_pre)")
+    kp = kpad(k)
+    padded = np.zeros((o, kp), np.int64)
+    padded[:, :k] = w
+    lanes = padded.reshape(o, kp // 4, 4)[..., list(_LANES["w16"])]  # [O, G, lane]
+    words = (lanes[..., 0::2] & 0xFFFF) | (lanes[..., 1::2] << 16)  # [O, G, 2]
+    words = words.reshape(o // 2, 2, kp // 4, 2).transpose(0, 2, 1, 3).reshape(o // 2, -1)
+    b = np.asarray(bias, np.int64).reshape(o // 2, 2)
+    tail = rq[:, [0, 1, 3]].reshape(o // 2, 6)
+    rec = np.concatenate([b, b, words, tail], axis=1)
+    rec = np.where(rec >= 2**31, rec - 2**32, rec)  # low-half lanes read back as int32
+    return rec.reshape(-1).astype(np.int32)
+
+
+def pack_gemm1k8(w_rows, bias, rq):
+    """The records of mf_gemm1k8_w16 (K = 8, 2^pre folded): per channel 8 int32 words [bias,
+    (w0, w2), (w1, w3), (w4, w6), (w5, w7), mult, add, post], weights as int16 lane pairs (lane
+    0 in the low half). Returns the int32 array."""
+    w = np.asarray(w_rows, np.int64).reshape(len(w_rows), -1)
+    o, k = w.shape
+    rq = np.asarray(rq, np.int64).reshape(o, 4)
+    if k != 8 or (rq[:, 2] != 0).any():
+        raise ValueError("pack_gemm1k8: K must be 8 and every mf_rq.pre 0 (fold_pre)")
+    lanes = w.reshape(o, 2, 4)[..., list(_LANES["w16"])].reshape(o, 8)
+    words = (lanes[:, 0::2] & 0xFFFF) | (lanes[:, 1::2] << 16)
+    rec = np.concatenate([np.asarray(bias, np.int64).reshape(o, 1), words, rq[:, [0, 1, 3]]], 1)
+    return rec.reshape(-1).astype(np.int32)
+
+
+def gemm2_words(o: int, k: int) -> int:
+    """int32 words of pack_gemm2's stream (MF_GEMM2_WORDS per pair of channels)."""
+    return int(o) // 2 * (10 + kpad(k))
+
+
+def gemm2_scratch_bytes(k: int) -> int:
+    """Scratch bytes of one mf_gemm2_w16 call: two rows widened (int16[2 * Kp])."""
+    return 4 * kpad(k)
+
+
 CONV_GEOM_FIELDS = ("in_h", "in_w", "in_c", "k_h", "k_w", "stride_h", "stride_w", "pad_t",
                     "pad_l", "out_h", "out_w")  # mf_conv_geom, in struct order
 

@@ -1121,4 +1121,556 @@ MF_GEMM_G(15)
 MF_GEMM_G(16)
 #undef MF_GEMM_G
 
+/* ---- 2 channels x 2 rows: mf_gemm2_w16 ---------------------------------------------------------
+ * The GEMM of mf_gemm_w16 (1x1 convolutions, strided ones by rows, fully connected layers over
+ * 2+ rows) for O even, the clamp the int8 range and every mf_rq.pre 0 (pack.fold_pre), with a
+ * 2-channel x 2-row register block: per group of 4 taps one LDM of the two rows' 4 activation
+ * words, one LDM of the two channels' 4 weight words and 8 SMLAD: 10 instructions per 16 MACs
+ * (mf_gemm_w16: 11), and one LDM of the requantization constants serves both rows.
+ * Stream (pack.pack_gemm2, int32 words; bias and mf_rq live in it, so one pointer walks them):
+ * per channel pair p (channels 2p, 2p + 1), 10 + 4G words:
+ *   [b0, b1, b0, b1]  the folded bias (times 2^pre), twice: one LDM fills the 4 accumulators
+ *   per group g < G: [ (w0, w2), (w1, w3) of channel 2p, the same of 2p + 1 ], each word two
+ *                    int16 lanes (lane 0 = low half), taps K..Kp-1 zero
+ *   [mult0, add0, post0, mult1, add1, post1]  mf_rq of the two channels less pre
+ * Scratch (pack.gemm2_scratch_bytes): int16 [2 * Kp], the two rows widened and interleaved
+ * per group: words 4g, 4g + 1 row r's group g (lane order of mf_widen_row), 4g + 2, 4g + 3
+ * row r + 1's. An odd last row runs alone (MF_P_ROW1 in the asm; the C bodies compute it
+ * twice into the same outputs, row stride 0).
+ * The asm (optimised DSP builds) takes all 14 registers r0-r12, lr in the K loop, r7 included:
+ * it pushes r7 (gcc's Thumb frame pointer at -O0 or with -fno-omit-frame-pointer) with its
+ * control words (56 bytes of stack), reads no memory operand after the push, pops them. It
+ * runs the row pairs' loop too, widening each pair itself when K % 8 == 0 on word-aligned
+ * rows (else mf_widen2 in C, one call per pair). Per pair of channels and rows: the K loop
+ * (16 copies of a group entered by TBH; G > 16: 3 instructions per pass to test the end)
+ * plus 24 instructions: control LDRD (sp), bias LDM, TBH, rq LDM, SMMLAR + ASR + SSAT per
+ * output (+1 ADD per output for the sign term from the accumulator, signfix 2), control LDM,
+ * 4 STRB, STR, CMP, BNE. Measured on mps2-an386
+ * (tests/nn_bench/gemm2_bench.py, -O2, clamp = int8 range; -Os within 1 %), MACs per
+ * instruction against mf_gemm_w16[_g<G>]: VWW's 1x1 16->32 x 576 rows 0.96 (0.79), 32->32
+ * 1.18 (1.01), 64->64 x 144 1.36 (1.21), 128->128 x 36 1.45 (1.24), 256->256 x 9 1.46
+ * (1.32); KWS's 64->64 x 125 1.36 (1.21). */
+#define MF_GEMM2_WORDS(G) (10 + 4 * (G)) /* int32 words of one channel pair's record */
+
+/* the two rows' groups interleaved: xw words 4g, 4g + 1 from x0, 4g + 2, 4g + 3 from x1 */
+static inline void mf_widen2(const int8_t *x0, const int8_t *x1, int32_t K, int16_t *xw) {
+    int32_t n = K >> 2, g = 0;
+#if MF_USE_DSP
+    mf_word *d = (mf_word *)(void *)xw;
+#if MF_GEMM_ASM
+    if (n >= 2 && (((uintptr_t)x0 | (uintptr_t)x1) & 3) == 0) { /* word-aligned rows: two
+        * LDRD, 8 SXTB16, 2 STM per 2 groups of both rows (7 instructions a group) */
+        const int8_t *a = x0, *b = x1;
+        int32_t m = n >> 1;
+        __asm__ volatile("1:\n\t"
+                         "ldrd r8, r9, [%[a]], #8\n\t"
+                         "ldrd r10, r11, [%[b]], #8\n\t"
+                         "sxtb16 r0, r8\n\t"
+                         "sxtb16 r1, r8, ror #8\n\t"
+                         "sxtb16 r2, r10\n\t"
+                         "sxtb16 r3, r10, ror #8\n\t"
+                         "stmia %[d]!, {r0, r1, r2, r3}\n\t"
+                         "sxtb16 r0, r9\n\t"
+                         "sxtb16 r1, r9, ror #8\n\t"
+                         "sxtb16 r2, r11\n\t"
+                         "sxtb16 r3, r11, ror #8\n\t"
+                         "stmia %[d]!, {r0, r1, r2, r3}\n\t"
+                         "subs %[m], %[m], #1\n\t"
+                         "bne 1b\n\t"
+                         : [a] "+r"(a), [b] "+r"(b), [d] "+r"(d), [m] "+r"(m)
+                         :
+                         : "r0", "r1", "r2", "r3", "r8", "r9", "r10", "r11", "cc", "memory");
+        g = n & ~1;
+    }
+#endif
+#if MF_GEMM_ASM && defined(__ARM_FEATURE_UNALIGNED)
+    if (g < n) { /* 9 instructions per group of both rows */
+        const int8_t *a = x0 + 4 * g, *b = x1 + 4 * g;
+        int32_t m = n - g;
+        __asm__ volatile("1:\n\t"
+                         "ldr r8, [%[a]], #4\n\t"
+                         "ldr r9, [%[b]], #4\n\t"
+                         "sxtb16 r0, r8\n\t"
+                         "sxtb16 r1, r8, ror #8\n\t"
+                         "sxtb16 r2, r9\n\t"
+                         "sxtb16 r3, r9, ror #8\n\t"
+                         "stmia %[d]!, {r0, r1, r2, r3}\n\t"
+                         "subs %[m], %[m], #1\n\t"
+                         "bne 1b\n\t"
+                         : [a] "+r"(a), [b] "+r"(b), [d] "+r"(d), [m] "+r"(m)
+                         :
+                         : "r0", "r1", "r2", "r3", "r8", "r9", "cc", "memory");
+        g = n;
+    }
+#endif
+    for (; g < n; ++g, d += 4) {
+        int32_t v, u;
+        memcpy(&v, x0 + 4 * g, 4);
+        memcpy(&u, x1 + 4 * g, 4);
+        d[0] = (int32_t)__sxtb16(v);
+        d[1] = mf_sxtb16_ror8(v);
+        d[2] = (int32_t)__sxtb16(u);
+        d[3] = mf_sxtb16_ror8(u);
+    }
+#else
+    for (; g < n; ++g) {
+        mf_widen_row(x0 + 4 * g, 4, xw + 8 * g);
+        mf_widen_row(x1 + 4 * g, 4, xw + 8 * g + 4);
+    }
+#endif
+    if (K & 3) { /* the last group, zero-padded */
+        mf_widen_row(x0 + 4 * n, K & 3, xw + 8 * n);
+        mf_widen_row(x1 + 4 * n, K & 3, xw + 8 * n + 4);
+    }
+}
+
+/* y = ssat8((SMMLAR(acc, mult) + add [+ sign term]) >> post); sf as mf_gemm_w16's signfix & 3 */
+MF_INLINE int8_t mf_rq2(int32_t acc, const int32_t *q, int32_t sf) {
+    const int32_t h = mf_smmlar(acc, q[0]);
+    int32_t v = h + q[1];
+    if (sf == 2) {
+        v += acc >> 31;
+    } else if (sf == 1 && q[2]) {
+        v += h >> 31;
+    }
+    v >>= q[2];
+#if MF_USE_DSP
+    return (int8_t)__ssat(v, 8);
+#else
+    return (int8_t)(v < -128 ? -128 : v > 127 ? 127 : v);
+#endif
+}
+
+/* One row pair in C (portable, intrinsics, and the sign term of h, sf 1, under the asm) */
+static inline void mf_gemm2_rows_c(const int16_t *xw, int32_t G, const int32_t *w, int32_t O,
+                                   int32_t sf, int8_t *y0, int8_t *y1) {
+    int32_t p, g;
+    for (p = 0; p < O; p += 2, w += MF_GEMM2_WORDS(G)) {
+        int32_t a0 = w[0], a1 = w[1], a2 = w[0], a3 = w[1];
+        const int32_t *wg = w + 4;
+#if MF_USE_DSP
+        const mf_word *xp = (const mf_word *)(const void *)xw;
+        for (g = 0; g < G; ++g, xp += 4, wg += 4) {
+            a0 = __smlad(xp[0], wg[0], a0);
+            a0 = __smlad(xp[1], wg[1], a0);
+            a1 = __smlad(xp[0], wg[2], a1);
+            a1 = __smlad(xp[1], wg[3], a1);
+            a2 = __smlad(xp[2], wg[0], a2);
+            a2 = __smlad(xp[3], wg[1], a2);
+            a3 = __smlad(xp[2], wg[2], a3);
+            a3 = __smlad(xp[3], wg[3], a3);
+        }
+#else
+        const int16_t *xp = xw;
+        for (g = 0; g < G; ++g, xp += 8, wg += 4) {
+            int32_t j;
+            for (j = 0; j < 4; ++j) { /* lane j: word j / 2, half j % 2 */
+                const int32_t wa = wg[j >> 1], wb = wg[2 + (j >> 1)];
+                const int32_t c0 = (j & 1) ? wa >> 16 : (int32_t)(int16_t)(uint16_t)wa;
+                const int32_t c1 = (j & 1) ? wb >> 16 : (int32_t)(int16_t)(uint16_t)wb;
+                a0 += xp[j] * c0;
+                a1 += xp[j] * c1;
+                a2 += xp[4 + j] * c0;
+                a3 += xp[4 + j] * c1;
+            }
+        }
+#endif
+        /* row 1 first: an odd last row has y1 = y0 (the same values) */
+        y1[p] = mf_rq2(a2, wg, sf);
+        y1[p + 1] = mf_rq2(a3, wg + 3, sf);
+        y0[p] = mf_rq2(a0, wg, sf);
+        y0[p + 1] = mf_rq2(a1, wg + 3, sf);
+    }
+}
+
+#if MF_GEMM_ASM
+#define MF_P_G                                                                              \
+    "ldmia r12!, {r4, r5, r6, r7}\n\t"                                                      \
+    "ldmia lr!, {r8, r9, r10, r11}\n\t"                                                     \
+    "smlad r0, r4, r8, r0\n\t"                                                              \
+    "smlad r0, r5, r9, r0\n\t"                                                              \
+    "smlad r1, r4, r10, r1\n\t"                                                             \
+    "smlad r1, r5, r11, r1\n\t"                                                             \
+    "smlad r2, r6, r8, r2\n\t"                                                              \
+    "smlad r2, r7, r9, r2\n\t"                                                              \
+    "smlad r3, r6, r10, r3\n\t"                                                             \
+    "smlad r3, r7, r11, r3\n\t"
+/* the accumulator A of a channel with mult, add, post in M, D, P */
+#define MF_P_RQ(A, M, D, P)                                                                 \
+    "smmlar " A ", " A ", " M ", " D "\n\tasr " A ", " A ", " P "\n\tssat " A ", #8, " A "\n\t"
+#define MF_P_RQS(A, M, D, P)                                                                \
+    "add r10, " D ", " A ", asr #31\n\t"                                                    \
+    "smmlar " A ", " A ", " M ", r10\n\tasr " A ", " A ", " P "\n\tssat " A ", #8, " A "\n\t"
+/* The K loop: 16 copies of a group, entered by TBH at copy (16 - G % 16) % 16; G <= 16 makes
+ * one pass (KEND ""), G > 16 passes until r12 reaches xend (KEND MF_P_KEND: 3 instructions
+ * a pass) */
+#define MF_P_KEND "ldr r4, [sp, #20]\n\tcmp r12, r4\n\tbne 60b\n\t"
+#define MF_P_K16(KEND)                                                                      \
+    "tbh [pc, r4, lsl #1]\n"                                                                \
+    "70:\n\t"                                                                               \
+    ".hword (60f - 70b) / 2, (61f - 70b) / 2, (62f - 70b) / 2, (63f - 70b) / 2\n\t"         \
+    ".hword (64f - 70b) / 2, (65f - 70b) / 2, (66f - 70b) / 2, (67f - 70b) / 2\n\t"         \
+    ".hword (80f - 70b) / 2, (81f - 70b) / 2, (82f - 70b) / 2, (83f - 70b) / 2\n\t"         \
+    ".hword (84f - 70b) / 2, (85f - 70b) / 2, (86f - 70b) / 2, (87f - 70b) / 2\n"           \
+    "60:\n\t" MF_P_G "61:\n\t" MF_P_G "62:\n\t" MF_P_G "63:\n\t" MF_P_G                     \
+    "64:\n\t" MF_P_G "65:\n\t" MF_P_G "66:\n\t" MF_P_G "67:\n\t" MF_P_G                     \
+    "80:\n\t" MF_P_G "81:\n\t" MF_P_G "82:\n\t" MF_P_G "83:\n\t" MF_P_G                     \
+    "84:\n\t" MF_P_G "85:\n\t" MF_P_G "86:\n\t" MF_P_G "87:\n\t" MF_P_G KEND
+/* All channel pairs of one row pair. The control words go to the stack with r7 (gcc's frame
+ * pointer under -fno-omit-frame-pointer: no memory operand is read after the push): [sp] =
+ * y, ys, yend, rem (the K loop's entry copy), xw, xend, r6 (padding: sp stays 8-aligned), r7 */
+#define MF_P_PUSH                                                                           \
+    "ldr r0, %[y]\n\t"                                                                      \
+    "ldr r1, %[ys]\n\t"                                                                     \
+    "ldr r2, %[yend]\n\t"                                                                   \
+    "ldr r3, %[rem]\n\t"                                                                    \
+    "ldr r4, %[xw]\n\t"                                                                     \
+    "ldr r5, %[xend]\n\t"                                                                   \
+    "ldr lr, %[w]\n\t"                                                                      \
+    "push {r0, r1, r2, r3, r4, r5, r6, r7}\n"
+/* The row pairs' loop: the control words above plus [24] x (the pair's first row), [28] r7,
+ * [32] x_stride, [36] nk (G / 2: the asm widens the rows, 2 groups per LDRD pair; 0: the
+ * caller did), [40] O, [44] xlast (x past the last pair), [48] w, [52] padding */
+#define MF_P_PUSH2                                                                          \
+    "ldr r0, %[y]\n\t"                                                                      \
+    "ldr r1, %[ys]\n\t"                                                                     \
+    "ldr r2, %[yend]\n\t"                                                                   \
+    "ldr r3, %[rem]\n\t"                                                                    \
+    "ldr r4, %[xw]\n\t"                                                                     \
+    "ldr r5, %[xend]\n\t"                                                                   \
+    "ldr r6, %[x]\n\t"                                                                      \
+    "ldr r8, %[xs]\n\t"                                                                     \
+    "ldr r9, %[nk]\n\t"                                                                     \
+    "ldr r10, %[o]\n\t"                                                                     \
+    "ldr r11, %[xlast]\n\t"                                                                 \
+    "ldr r12, %[w]\n\t"                                                                     \
+    "push {r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, lr}\n"
+#define MF_P_PAIRS(RQ, KLOOP)                                                               \
+    MF_P_PUSH2                                                                              \
+    "1:\n\t"                                                                                \
+    "ldr r2, [sp, #36]\n\t"                                                                 \
+    "cbz r2, 3f\n\t"                                                                        \
+    "ldr r0, [sp, #24]\n\t"                                                                 \
+    "ldr r1, [sp, #32]\n\t"                                                                 \
+    "add r1, r0, r1\n\t"                                                                    \
+    "ldr r3, [sp, #16]\n"                                                                   \
+    "2:\n\t"                                                                                \
+    "ldrd r8, r9, [r0], #8\n\t"                                                             \
+    "ldrd r10, r11, [r1], #8\n\t"                                                           \
+    "sxtb16 r4, r8\n\t"                                                                     \
+    "sxtb16 r5, r8, ror #8\n\t"                                                             \
+    "sxtb16 r6, r10\n\t"                                                                    \
+    "sxtb16 r7, r10, ror #8\n\t"                                                            \
+    "stmia r3!, {r4, r5, r6, r7}\n\t"                                                       \
+    "sxtb16 r4, r9\n\t"                                                                     \
+    "sxtb16 r5, r9, ror #8\n\t"                                                             \
+    "sxtb16 r6, r11\n\t"                                                                    \
+    "sxtb16 r7, r11, ror #8\n\t"                                                            \
+    "stmia r3!, {r4, r5, r6, r7}\n\t"                                                       \
+    "subs r2, r2, #1\n\t"                                                                   \
+    "bne 2b\n"                                                                              \
+    "3:\n\t"                                                                                \
+    "ldr lr, [sp, #48]\n"                                                                   \
+    "9:\n\t"                                                                                \
+    "ldrd r4, r12, [sp, #12]\n\t"                                                           \
+    "ldmia lr!, {r0, r1, r2, r3}\n\t" KLOOP                                                 \
+    "ldmia lr!, {r4, r5, r6, r7, r8, r9}\n\t"                                               \
+    RQ("r0", "r4", "r5", "r6") RQ("r2", "r4", "r5", "r6")                                   \
+    RQ("r1", "r7", "r8", "r9") RQ("r3", "r7", "r8", "r9")                                   \
+    "ldmia sp, {r4, r5, r6}\n\t"                                                            \
+    "strb r2, [r4, r5]\n\t"                                                                 \
+    "strb r0, [r4], #1\n\t"                                                                 \
+    "strb r3, [r4, r5]\n\t"                                                                 \
+    "strb r1, [r4], #1\n\t"                                                                 \
+    "str r4, [sp]\n\t"                                                                      \
+    "cmp r4, r6\n\t"                                                                        \
+    "bne 9b\n\t"                                                                            \
+    "add r6, r6, r5, lsl #1\n\t"                                                            \
+    "ldr r0, [sp, #40]\n\t"                                                                 \
+    "sub r4, r6, r0\n\t"                                                                    \
+    "stmia sp, {r4, r5, r6}\n\t"                                                            \
+    "ldr r0, [sp, #24]\n\t"                                                                 \
+    "ldr r1, [sp, #32]\n\t"                                                                 \
+    "add r0, r0, r1, lsl #1\n\t"                                                            \
+    "str r0, [sp, #24]\n\t"                                                                 \
+    "ldr r1, [sp, #44]\n\t"                                                                 \
+    "cmp r0, r1\n\t"                                                                        \
+    "bne 1b\n\t"                                                                            \
+    "pop {r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, lr}\n\t"
+/* An odd last row alone: per group one LDRD of its 2 words (row 1's are skipped), the
+ * channel pair's LDM and 4 SMLAD; 8 copies entered by TBB at (8 - G % 8) % 8, the end tested
+ * after each pass; the block's 2 outputs stored */
+#define MF_P_G1                                                                             \
+    "ldrd r4, r5, [r12], #16\n\t"                                                            \
+    "ldmia lr!, {r8, r9, r10, r11}\n\t"                                                     \
+    "smlad r0, r4, r8, r0\n\t"                                                              \
+    "smlad r0, r5, r9, r0\n\t"                                                              \
+    "smlad r1, r4, r10, r1\n\t"                                                             \
+    "smlad r1, r5, r11, r1\n\t"
+#define MF_P_ROW1(RQ)                                                                       \
+    MF_P_PUSH                                                                               \
+    "9:\n\t"                                                                                \
+    "ldrd r4, r12, [sp, #12]\n\t"                                                           \
+    "ldmia lr!, {r0, r1, r2, r3}\n\t"                                                       \
+    "tbb [pc, r4]\n"                                                                        \
+    "70:\n\t"                                                                               \
+    ".byte (80f - 70b) / 2, (81f - 70b) / 2, (82f - 70b) / 2, (83f - 70b) / 2\n\t"          \
+    ".byte (84f - 70b) / 2, (85f - 70b) / 2, (86f - 70b) / 2, (87f - 70b) / 2\n"            \
+    "80:\n\t" MF_P_G1 "81:\n\t" MF_P_G1 "82:\n\t" MF_P_G1 "83:\n\t" MF_P_G1                 \
+    "84:\n\t" MF_P_G1 "85:\n\t" MF_P_G1 "86:\n\t" MF_P_G1 "87:\n\t" MF_P_G1                 \
+    "ldr r4, [sp, #20]\n\t"                                                                 \
+    "cmp r12, r4\n\t"                                                                       \
+    "bne 80b\n\t"                                                                           \
+    "ldmia lr!, {r4, r5, r6, r7, r8, r9}\n\t"                                               \
+    RQ("r0", "r4", "r5", "r6") RQ("r1", "r7", "r8", "r9")                                   \
+    "ldmia sp, {r4, r5, r6}\n\t"                                                            \
+    "strb r0, [r4], #1\n\t"                                                                 \
+    "strb r1, [r4], #1\n\t"                                                                 \
+    "str r4, [sp]\n\t"                                                                      \
+    "cmp r4, r6\n\t"                                                                        \
+    "bne 9b\n\t"                                                                            \
+    "pop {r0, r1, r2, r3, r4, r5, r6, r7}\n\t"
+#define MF_P_OPS                                                                            \
+    : : [w] "m"(w), [y] "m"(y), [ys] "m"(ys), [yend] "m"(yend), [rem] "m"(rem),             \
+      [xw] "m"(scratch), [xend] "m"(xend), [x] "m"(x), [xs] "m"(x_stride), [nk] "m"(nk),      \
+      [o] "m"(O), [xlast] "m"(xlast)                                                        \
+    : "r0", "r1", "r2", "r3", "r4", "r5", "r6", "r8", "r9", "r10", "r11", "r12", "lr", "cc",  \
+      "memory"
+#endif
+
+static inline void mf_gemm2_body(const int8_t *x, int32_t rows, int32_t x_stride, int32_t K,
+                                 const int32_t *w, int32_t O, int32_t sf, int8_t *y,
+                                 int32_t y_stride, int16_t *scratch) {
+    const int32_t G = MF_KPAD(K) >> 2;
+    int32_t r;
+#if MF_GEMM_ASM
+    if (sf != 1) {
+        const int16_t *xend = scratch + 8 * G;
+        const int32_t x2 = 2 * x_stride, y2 = 2 * y_stride;
+        /* K % 8 == 0 on word-aligned rows: one call, the asm widens every pair itself */
+        const int32_t fast = (K & 7) == 0 && (((uintptr_t)x | (uintptr_t)x_stride) & 3) == 0;
+        int32_t ys = y_stride, rem = (16 - (G & 15)) & 15; /* the K loop's entry copy */
+        int32_t n, nk = fast ? G >> 1 : 0;
+        const int8_t *yend, *xlast;
+        for (r = rows >> 1; r > 0; r -= n, x = xlast, y += n * y2) {
+            n = fast ? r : 1;
+            if (!fast) {
+                mf_widen2(x, x + x_stride, K, scratch);
+            }
+            yend = y + O;
+            xlast = x + n * x2;
+            if (sf && G > 16) {
+                __asm__ volatile(MF_P_PAIRS(MF_P_RQS, MF_P_K16(MF_P_KEND)) MF_P_OPS);
+            } else if (sf) {
+                __asm__ volatile(MF_P_PAIRS(MF_P_RQS, MF_P_K16("")) MF_P_OPS);
+            } else if (G > 16) {
+                __asm__ volatile(MF_P_PAIRS(MF_P_RQ, MF_P_K16(MF_P_KEND)) MF_P_OPS);
+            } else {
+                __asm__ volatile(MF_P_PAIRS(MF_P_RQ, MF_P_K16("")) MF_P_OPS);
+            }
+        }
+        if (rows & 1) { /* the last row, alone */
+            mf_widen2(x, x, K, scratch);
+            yend = y + O;
+            xlast = x;
+            ys = 0;
+            rem = (8 - (G & 7)) & 7;
+            if (sf) {
+                __asm__ volatile(MF_P_ROW1(MF_P_RQS) MF_P_OPS);
+            } else {
+                __asm__ volatile(MF_P_ROW1(MF_P_RQ) MF_P_OPS);
+            }
+        }
+        return;
+    }
+#endif
+    for (r = 0; r < rows; r += 2) {
+        const int32_t two = r + 1 < rows, ys = two ? y_stride : 0;
+        int8_t *y0 = y + r * y_stride;
+        mf_widen2(x + r * x_stride, x + (r + two) * x_stride, K, scratch);
+        mf_gemm2_rows_c(scratch, G, w, O, sf, y0, y0 + ys);
+    }
+}
+
+/* mf_gemm2_w16: y = requant(x . w^T) as mf_gemm_w16 computes it, for O even, the clamp the
+ * int8 range (lo = -128, hi = 127) and 2^pre folded into weights and bias (every pre 0):
+ *   x, rows, x_stride, K, y, y_stride: as mf_gemm_w16 (rows >= 1)
+ *   w        pack.pack_gemm2(rows, bias, rq): the weights, bias and mf_rq (less pre) per pair
+ *            of channels (stream above), 4-byte aligned
+ *   signfix  0, 1 or 2 as mf_gemm_w16 (MF_PRE0 may be set; 1 runs the C body)
+ *   scratch  pack.gemm2_scratch_bytes(K) bytes (int16_t[2 * Kp]), 4-byte aligned
+ * mf_gemm2_w16_s0 / mf_gemm2_w16_s2: the same for signfix 0 / 2 only (one mode's code) */
+MF_MICRO void mf_gemm2_w16_s0(const int8_t *x, int32_t rows, int32_t x_stride, int32_t K,
+                              const int32_t *w, int32_t O, int32_t signfix, int8_t *y,
+                              int32_t y_stride, int16_t *scratch) {
+    (void)signfix;
+    mf_gemm2_body(x, rows, x_stride, K, w, O, 0, y, y_stride, scratch);
+}
+
+MF_MICRO void mf_gemm2_w16_s2(const int8_t *x, int32_t rows, int32_t x_stride, int32_t K,
+                              const int32_t *w, int32_t O, int32_t signfix, int8_t *y,
+                              int32_t y_stride, int16_t *scratch) {
+    (void)signfix;
+    mf_gemm2_body(x, rows, x_stride, K, w, O, 2, y, y_stride, scratch);
+}
+
+MF_MICRO void mf_gemm2_w16(const int8_t *x, int32_t rows, int32_t x_stride, int32_t K,
+                           const int32_t *w, int32_t O, int32_t signfix, int8_t *y,
+                           int32_t y_stride, int16_t *scratch) {
+    if ((signfix & 3) == 2) {
+        mf_gemm2_w16_s2(x, rows, x_stride, K, w, O, 2, y, y_stride, scratch);
+    } else if (signfix & 3) {
+        mf_gemm2_body(x, rows, x_stride, K, w, O, 1, y, y_stride, scratch);
+    } else {
+        mf_gemm2_w16_s0(x, rows, x_stride, K, w, O, 0, y, y_stride, scratch);
+    }
+}
+
+/* ---- K = 8, one row in registers: mf_gemm1k8_w16 ---------------------------------------------
+ * The GEMM of mf_gemm2_w16 for K = 8 taps (VWW's first 1x1 layer), any O and row count: the
+ * row's 8 activations are widened straight into 4 registers and every channel is one LDM of
+ * its 8-word record [bias, (w0, w2), (w1, w3), (w4, w6), (w5, w7), mult, add, post]
+ * (pack.pack_gemm1k8; int16 lanes, lane 0 in the low half) + 4 SMLAD + SMMLAR, ASR, SSAT,
+ * STRB: 9 instructions per output of 8 MACs (mf_gemm2_w16: 11), channels unrolled by 8,
+ * the row loop in the asm too: VWW's 8 -> 16 over 48 x 48 pixels 0.77 MAC per instruction.
+ * Arguments as mf_gemm2_w16 with K = 8 (no scratch); x rows any alignment. */
+#define MF_K8_CH(RQ)                                                                        \
+    "ldmia lr!, {r0, r1, r2, r3, r8, r9, r10, r11}\n\t"                                     \
+    "smlad r0, r4, r1, r0\n\t"                                                              \
+    "smlad r0, r5, r2, r0\n\t"                                                              \
+    "smlad r0, r6, r3, r0\n\t"                                                              \
+    "smlad r0, r7, r8, r0\n\t" RQ                                                           \
+    "asr r0, r0, r11\n\t"                                                                   \
+    "ssat r0, #8, r0\n\t"                                                                   \
+    "strb r0, [r12], #1\n\t"
+#define MF_K8_RQ "smmlar r0, r0, r9, r10\n\t"
+#define MF_K8_RQS "add r10, r10, r0, asr #31\n\tsmmlar r0, r0, r9, r10\n\t"
+/* every row: widen, then the channels (entered at copy (8 - O % 8) % 8 of the 8-channel
+ * loop, which ends at the records' end); the row loop's state pushed with r7 (the asm reads
+ * no memory operand after the push: r7 may be gcc's frame pointer, sp moved) */
+#define MF_K8_ROWS(RQ)                                                                      \
+    "ldr r0, %[x]\n\t"                                                                      \
+    "ldr r1, %[xs]\n\t"                                                                     \
+    "ldr r2, %[xend]\n\t"                                                                   \
+    "ldr r3, %[ygap]\n\t"                                                                   \
+    "ldr r4, %[w]\n\t"                                                                      \
+    "ldr r5, %[rem]\n\t"                                                                    \
+    "ldr r6, %[wend]\n\t"                                                                   \
+    "ldr r12, %[y]\n\t"                                                                     \
+    "push {r0, r1, r2, r3, r4, r5, r6, r7}\n\t"                                             \
+    "mov r1, r0\n"                                                                          \
+    "1:\n\t"                                                                                \
+    "ldr r0, [r1]\n\t"                                                                      \
+    "ldr r1, [r1, #4]\n\t"                                                                  \
+    "sxtb16 r4, r0\n\t"                                                                     \
+    "sxtb16 r5, r0, ror #8\n\t"                                                             \
+    "sxtb16 r6, r1\n\t"                                                                     \
+    "sxtb16 r7, r1, ror #8\n\t"                                                             \
+    "ldr lr, [sp, #16]\n\t"                                                                 \
+    "ldr r0, [sp, #20]\n\t"                                                                 \
+    "tbb [pc, r0]\n"                                                                        \
+    "70:\n\t"                                                                               \
+    ".byte (80f - 70b) / 2, (81f - 70b) / 2, (82f - 70b) / 2, (83f - 70b) / 2\n\t"          \
+    ".byte (84f - 70b) / 2, (85f - 70b) / 2, (86f - 70b) / 2, (87f - 70b) / 2\n"            \
+    "80:\n\t" MF_K8_CH(RQ) "81:\n\t" MF_K8_CH(RQ) "82:\n\t" MF_K8_CH(RQ)                    \
+    "83:\n\t" MF_K8_CH(RQ) "84:\n\t" MF_K8_CH(RQ) "85:\n\t" MF_K8_CH(RQ)                    \
+    "86:\n\t" MF_K8_CH(RQ) "87:\n\t" MF_K8_CH(RQ)                                          \
+    "ldr r1, [sp, #24]\n\t"                                                                 \
+    "cmp lr, r1\n\t"                                                                        \
+    "bne 80b\n\t"                                                                           \
+    "ldr r0, [sp, #12]\n\t"                                                                 \
+    "add r12, r12, r0\n\t"                                                                  \
+    "ldr r1, [sp]\n\t"                                                                      \
+    "ldr r0, [sp, #4]\n\t"                                                                  \
+    "add r1, r1, r0\n\t"                                                                    \
+    "str r1, [sp]\n\t"                                                                      \
+    "ldr r0, [sp, #8]\n\t"                                                                  \
+    "cmp r1, r0\n\t"                                                                        \
+    "bne 1b\n\t"                                                                            \
+    "pop {r0, r1, r2, r3, r4, r5, r6, r7}\n\t"
+#define MF_K8_OPS                                                                           \
+    : : [x] "m"(x), [w] "m"(w), [y] "m"(y), [wend] "m"(wend), [rem] "m"(rem),               \
+      [ygap] "m"(ygap), [xs] "m"(x_stride), [xend] "m"(xend)                                \
+    : "r0", "r1", "r2", "r3", "r4", "r5", "r6", "r8", "r9", "r10", "r11", "r12", "lr", "cc",  \
+      "memory"
+
+static inline void mf_gemm1k8_body(const int8_t *x, int32_t rows, int32_t x_stride,
+                                   const int32_t *w, int32_t O, int32_t sf, int8_t *y,
+                                   int32_t y_stride) {
+    int32_t r, o;
+#if MF_GEMM_ASM && defined(__ARM_FEATURE_UNALIGNED)
+    if (sf != 1 && rows > 0) {
+        const int32_t *wend = w + 8 * O, rem = (8 - (O & 7)) & 7, ygap = y_stride - O;
+        const int8_t *xend = x + rows * x_stride;
+        if (sf) {
+            __asm__ volatile(MF_K8_ROWS(MF_K8_RQS) MF_K8_OPS);
+        } else {
+            __asm__ volatile(MF_K8_ROWS(MF_K8_RQ) MF_K8_OPS);
+        }
+        return;
+    }
+#endif
+    for (r = 0; r < rows; ++r) {
+        const int8_t *xr = x + r * x_stride;
+        int8_t *yr = y + r * y_stride;
+        const int32_t *q = w;
+        {
+#if MF_USE_DSP
+            int32_t v, u, a0, a1, a2, a3;
+            memcpy(&v, xr, 4);
+            memcpy(&u, xr + 4, 4);
+            a0 = (int32_t)__sxtb16(v);
+            a1 = mf_sxtb16_ror8(v);
+            a2 = (int32_t)__sxtb16(u);
+            a3 = mf_sxtb16_ror8(u);
+            for (o = 0; o < O; ++o, q += 8) {
+                int32_t acc = __smlad(a0, q[1], q[0]);
+                acc = __smlad(a1, q[2], acc);
+                acc = __smlad(a2, q[3], acc);
+                acc = __smlad(a3, q[4], acc);
+                yr[o] = mf_rq2(acc, q + 5, sf);
+            }
+#else
+            int16_t xw[8];
+            mf_widen_row(xr, 8, xw);
+            for (o = 0; o < O; ++o, q += 8) {
+                int32_t acc = q[0], j;
+                for (j = 0; j < 8; ++j) { /* lane j: word 1 + j / 2, half j % 2 */
+                    const int32_t v = q[1 + (j >> 1)];
+                    acc += xw[j] * ((j & 1) ? v >> 16 : (int32_t)(int16_t)(uint16_t)v);
+                }
+                yr[o] = mf_rq2(acc, q + 5, sf);
+            }
+#endif
+        }
+    }
+}
+
+MF_MICRO void mf_gemm1k8_w16_s0(const int8_t *x, int32_t rows, int32_t x_stride, int32_t K,
+                                const int32_t *w, int32_t O, int32_t signfix, int8_t *y,
+                                int32_t y_stride, int16_t *scratch) {
+    (void)K, (void)signfix, (void)scratch;
+    mf_gemm1k8_body(x, rows, x_stride, w, O, 0, y, y_stride);
+}
+
+MF_MICRO void mf_gemm1k8_w16_s2(const int8_t *x, int32_t rows, int32_t x_stride, int32_t K,
+                                const int32_t *w, int32_t O, int32_t signfix, int8_t *y,
+                                int32_t y_stride, int16_t *scratch) {
+    (void)K, (void)signfix, (void)scratch;
+    mf_gemm1k8_body(x, rows, x_stride, w, O, 2, y, y_stride);
+}
+
+MF_MICRO void mf_gemm1k8_w16(const int8_t *x, int32_t rows, int32_t x_stride, int32_t K,
+                             const int32_t *w, int32_t O, int32_t signfix, int8_t *y,
+                             int32_t y_stride, int16_t *scratch) {
+    (void)K, (void)scratch;
+    if ((signfix & 3) == 2) {
+        mf_gemm1k8_w16_s2(x, rows, x_stride, 8, w, O, 2, y, y_stride, scratch);
+    } else if (signfix & 3) {
+        mf_gemm1k8_body(x, rows, x_stride, w, O, 1, y, y_stride);
+    } else {
+        mf_gemm1k8_w16_s0(x, rows, x_stride, 8, w, O, 0, y, y_stride, scratch);
+    }
+}
+
 #endif /* MCUFORGE_NN_H */

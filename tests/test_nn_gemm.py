@@ -135,7 +135,7 @@ def kernel_args(L, w_rows, fmt="w16"):
     """What the compiler passes (pack.py): weight rows, folded bias, mf_rq rows, signfix; for
     "w16g" (and half the "w16" layers) 2^pre folded into weights and bias, flag MF_PRE0."""
     folded, rq, sf = _kernel_args(L, w_rows)
-    if fmt in ("w16g", "w16pg") or (fmt == "w16" and L.get("fold_pre")):
+    if fmt in ("w16g", "w16pg", "w16x2", "w16k8") or (fmt == "w16" and L.get("fold_pre")):
         f = pack.fold_pre(w_rows, folded, rq)
         assert f is not None
         return (*f, sf | pack.PRE0)
@@ -198,6 +198,9 @@ def packed_k(c) -> int:
 
 def entry(c) -> str:
     """The kernel a case calls: mf_<kind>_<fmt>, mf_convp_<fmt>, or a K-specialised entry."""
+    if c["fmt"] in ("w16x2", "w16k8"):  # the general entry or the one of the sign-term mode
+        mode, name = c["sf"] & 3, "mf_gemm2_w16" if c["fmt"] == "w16x2" else "mf_gemm1k8_w16"
+        return f"{name}_s{mode}" if c.get("moded") and mode != 1 else name
     g = packed_k(c) // 4
     base = "w8" if c["fmt"].startswith("w8") else "w16"
     fmt = f"{base}_g{g}" if "g" in c["fmt"] and g <= 16 else base
@@ -206,6 +209,12 @@ def entry(c) -> str:
 
 def packed_weights(c):
     w = c["w"]
+    if c["fmt"] == "w16x2":  # weights, bias and mf_rq in one int32 stream
+        s = pack.pack_gemm2(w, c["bias"], c["rq"])
+        return s, s.nbytes
+    if c["fmt"] == "w16k8":
+        s = pack.pack_gemm1k8(w, c["bias"], c["rq"])
+        return s, s.nbytes
     if "p" in c["fmt"]:
         h, wd, ch, kh, kw = c["geom"][:5]
         w = pack.pair_rows(w, kh, kw, ch)
@@ -270,6 +279,32 @@ def all_cases(seed=0):
         cases.append(gemm_case(rng, 3, 8, 16, "w16gu", "relu" if fused else "none", fused=fused))
         cases.append(conv_case(rng, 9, 8, 3, 3, 3, 1, "SAME", 16, "w16gu",
                                "relu" if fused else "none", fused=fused))
+    # mf_gemm2_w16 (2 channels x 2 rows, O even, clamp = the int8 range): odd and even row
+    # counts, K = 1..4G + 3 around the unrolled 8 groups (TBB entries 0..7), gaps, the three
+    # sign terms (classic_sf: 1, the C body), VWW's and KWS's shapes
+    for i, (rows, k, o) in enumerate(((1, 8, 16), (2, 8, 16), (3, 16, 32), (5, 32, 2),
+                                      (4, 29, 6), (7, 64, 64), (2, 128, 4), (3, 131, 8),
+                                      (6, 1, 2), (2, 3, 10), (9, 36, 4), (4, 60, 12),
+                                      (3, 100, 2), (5, 256, 4), (2, 20, 14), (3, 124, 6))):
+        for fused, post0 in ((False, True), (False, False), (True, True)):
+            cases.append(dict(gemm_case(rng, rows, k, o, "w16x2", "relu" if fused else "none",
+                                        i % 3 * (i % 4), i % 2 * 3, fused=fused, post0=post0),
+                              moded=bool(rng.random() < 0.6)))
+    # the asm's own widening: K % 8 == 0 on word-aligned rows (x_stride % 4 == 0), G even and
+    # 1..20, odd and even row counts, y gaps
+    for i, (rows, k, o) in enumerate(((4, 8, 4), (6, 16, 8), (7, 48, 6), (10, 32, 4),
+                                      (5, 80, 2), (4, 160, 10), (2, 24, 2), (3, 40, 4))):
+        cases.append(dict(gemm_case(rng, rows, k, o, "w16x2", ("relu", "none")[i % 2],
+                                    4 * (i % 3), i % 3, fused=i % 2 == 0),
+                          moded=bool(i % 4 < 2)))
+    # mf_gemm1k8_w16 (K = 8, a row in registers): any O (entries of the 8-channel loop 0..7),
+    # any row count, gaps, unaligned rows (x_stride odd), the three sign terms
+    for i, (rows, o) in enumerate(((1, 1), (2, 16), (3, 3), (5, 2), (1, 7), (4, 12), (3, 5),
+                                   (2, 9), (7, 16), (2, 6), (3, 4), (1, 8), (2, 23))):
+        for fused, post0 in ((False, True), (False, False), (True, True)):
+            cases.append(dict(gemm_case(rng, rows, 8, o, "w16k8", "relu" if fused else "none",
+                                        i % 3, i % 2 * 2, fused=fused, post0=post0),
+                              moded=bool(rng.random() < 0.6)))
     # mf_convp_*: every convolution case again through the pair layout, in each of its formats
     for c in [c for c in cases if c["kind"] == "conv"]:
         fmt = {"w16": "w16p", "w8": "w8p", "w16g": "w16pg", "w16gu": "w16pgu"}[c["fmt"]]
@@ -285,6 +320,10 @@ def c_array(ctype, name, values, align=False):
 
 
 def scratch_bytes(c) -> int:
+    if c["fmt"] == "w16x2":
+        return pack.gemm2_scratch_bytes(c["k"])
+    if c["fmt"] == "w16k8":
+        return 0
     if c["kind"] == "gemm":
         return pack.gemm_scratch_bytes(c["k"])
     h, wd, ch, kh, kw, sh, sw, pt, pl, oh, ow = c["geom"]
@@ -302,16 +341,21 @@ def c_program(cases) -> str:
     for i, c in enumerate(cases):
         packed, nbytes = packed_weights(c)
         assert nbytes == packed.nbytes
-        wt = "int8_t" if c["fmt"].startswith("w8") else "int16_t"
+        wt = ("int8_t" if c["fmt"].startswith("w8") else
+              "int32_t" if c["fmt"] in ("w16x2", "w16k8") else "int16_t")
         out.append(c_array("int8_t", f"x{i}", c["x"], align=True))  # rows with K % 4 == 0 aligned
         out.append(c_array(wt, f"w{i}", packed, align=True))
-        out.append(c_array("int32_t", f"b{i}", c["bias"]))
-        rq = ",".join("{%d,%d,%d,%d}" % tuple(int(v) for v in r) for r in c["rq"])
-        out.append(f"static const mf_rq rq{i}[] = {{{rq}}};\n")
+        if c["fmt"] not in ("w16x2", "w16k8"):  # (their streams hold them)
+            out.append(c_array("int32_t", f"b{i}", c["bias"]))
+            rq = ",".join("{%d,%d,%d,%d}" % tuple(int(v) for v in r) for r in c["rq"])
+            out.append(f"static const mf_rq rq{i}[] = {{{rq}}};\n")
         out.append(c_array("int8_t", f"e{i}", c["want"]))
         out.append(f"static int8_t y{i}[{len(c['want'])}];\n")
         common = f"b{i}, rq{i}, {c['o']}, {c['lo']}, {c['hi']}, {c['sf']}, y{i}"
-        if c["kind"] == "gemm":
+        if c["fmt"] in ("w16x2", "w16k8"):
+            call = (f"{entry(c)}(x{i}, {c['rows']}, {c['xs']}, {c['k']}, w{i}, {c['o']}, "
+                    f"{c['sf']}, y{i}, {c['ys']}, scratch)")
+        elif c["kind"] == "gemm":
             call = (f"{entry(c)}(x{i}, {c['rows']}, {c['xs']}, {c['k']}, w{i}, {common}, "
                     f"{c['ys']}, scratch)")
         else:
@@ -381,7 +425,8 @@ def arm_tools():
 
 
 @needs_arm
-@pytest.mark.parametrize("opt", ["-O0", "-O2", "-Os", "-O2 -fno-schedule-insns", "-O3"])
+@pytest.mark.parametrize("opt", ["-O0", "-O2", "-Os", "-O2 -fno-schedule-insns", "-O3",
+                                 "-O2 -fno-omit-frame-pointer"])  # r7: gcc's frame pointer
 def test_m4_dsp(program, opt):
     check_build(program, "m4", opt)
 
@@ -418,6 +463,46 @@ def test_packing_layout():
         for fmt in pack.GEMM_FORMATS:
             assert pack.gemm_flash_bytes(o, k, fmt) == pack.pack_gemm_weights(w[:1].repeat(o, 0)[
                 :, :1].repeat(k, 1), fmt)[1]
+
+
+def test_pair_stream_layouts():
+    """pack_gemm2 / pack_gemm1k8 put bias, weights and mf_rq where mcuforge_nn.h's comments
+    say: word of taps (a, b) = a's int16 in the low half, b's in the high half."""
+    rng = np.random.default_rng(4)
+
+    def word(a, b):
+        return int(np.int32(np.uint32((int(a) & 0xFFFF) | ((int(b) & 0xFFFF) << 16))))
+    o, k = 6, 13
+    g = pack.kpad(k) // 4
+    w = rng.integers(-3000, 3000, (o, k))
+    wp = np.zeros((o, 4 * g), np.int64)
+    wp[:, :k] = w
+    bias = rng.integers(-10**6, 10**6, o)
+    rq = np.stack([rng.integers(2**30, 2**31, o), rng.integers(-999, 999, o), np.zeros(o, int),
+                   rng.integers(0, 31, o)], 1)
+    s = pack.pack_gemm2(w, bias, rq)
+    assert s.dtype == np.int32 and s.size == o // 2 * (10 + 4 * g) == pack.gemm2_words(o, k)
+    for p in range(o // 2):
+        rec = s[p * (10 + 4 * g):(p + 1) * (10 + 4 * g)].tolist()
+        assert rec[:4] == [bias[2 * p], bias[2 * p + 1], bias[2 * p], bias[2 * p + 1]]
+        for gg in range(g):
+            for c in range(2):
+                t = wp[2 * p + c, 4 * gg:4 * gg + 4]
+                assert rec[4 + 4 * gg + 2 * c:6 + 4 * gg + 2 * c] == [word(t[0], t[2]),
+                                                                      word(t[1], t[3])]
+        for c in range(2):
+            r = rq[2 * p + c]
+            assert rec[4 + 4 * g + 3 * c:7 + 4 * g + 3 * c] == [r[0], r[1], r[3]]
+    w8 = rng.integers(-3000, 3000, (3, 8))
+    s = pack.pack_gemm1k8(w8, bias[:3], rq[:3])
+    for c in range(3):
+        assert s[8 * c:8 * c + 8].tolist() == [
+            bias[c], word(w8[c, 0], w8[c, 2]), word(w8[c, 1], w8[c, 3]),
+            word(w8[c, 4], w8[c, 6]), word(w8[c, 5], w8[c, 7]), rq[c, 0], rq[c, 1], rq[c, 3]]
+    assert pack.gemm2_scratch_bytes(13) == 4 * 16  # two widened rows
+    for bad in ((w[:5], bias[:5], rq[:5]), (w, bias, np.where(np.arange(4) == 2, 1, rq))):
+        with pytest.raises(ValueError):
+            pack.pack_gemm2(*bad)
 
 
 def test_conv_geom_matches_tflm_padding():

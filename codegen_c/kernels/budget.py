@@ -7,6 +7,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from .. import loop_ir as ir
+from .. import pack
+
 CODE_ALLOWANCE = 16 * 1024  # bytes of flash kept for the code itself (runtime and kernels)
 # extra instructions per MAC of int8 weights widened in the loop over pre-widened int16 ones
 # (mf_gemm_w8 vs mf_gemm_w16 on the Cortex-M4, tests/nn_bench)
@@ -35,9 +38,9 @@ def fit(target, lowered: dict):
     wide = []
     for key, k in lowered.items():
         if k is not None and "_w16" in k.schedule:  # mf_*_w16 and mf_*_w16_g<G>
-            # int16 -> int8 (the packed weights: the only int16 constants of these kernels)
-            saved = sum(b.data.nbytes for b in k.consts if b.dtype == "int16") // 2
-            wide.append((k.macs * W8_EXTRA_PER_MAC / max(saved, 1), key, saved))
+            saved = _narrow_saving(k)
+            if saved > 0:  # (mf_gemm1k8_w16 with O < 4 would grow)
+                wide.append((k.macs * W8_EXTRA_PER_MAC / saved, key, saved))
     need = flash_bytes(lowered.values()) - budget
     narrow = set(target.narrow_weights)
     for _, key, saved in sorted(wide, key=lambda t: (t[0], str(t[1]))):
@@ -46,6 +49,19 @@ def fit(target, lowered: dict):
         narrow.add(key)
         need -= saved
     return replace(target, narrow_weights=frozenset(narrow))
+
+
+def _narrow_saving(k) -> int:
+    """Bytes int8 weights save: half the int16 packed weights (the only int16 constants of the
+    mf_*_w16* kernels); mf_gemm2_w16's and mf_gemm1k8_w16's int32 streams hold the int16
+    weights beside bias and mf_rq, and go back to mf_gemm_w8 (Op x Kp bytes, Op = O rounded
+    up to 4, bias and mf_rq 20 bytes a channel)."""
+    if k.schedule.startswith(("mf_gemm2_w16", "mf_gemm1k8_w16")):  # their int32 streams
+        call = next(s for s in ir.walk(k.body) if isinstance(s, ir.CallStmt))
+        o, kp = call.args[5].value, pack.kpad(call.args[3].value)
+        stream = sum(b.data.nbytes for b in k.consts)
+        return stream - (o + 3) // 4 * 4 * kp - 20 * o  # less mf_gemm_w8's weights, bias, rq
+    return sum(b.data.nbytes for b in k.consts if b.dtype == "int16") // 2
 
 
 def choices(lowered: dict) -> list:
