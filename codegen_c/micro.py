@@ -117,6 +117,52 @@ def _convp(fmt):
 
 
 INTRINSICS.update({"mf_convp_w16": _convp("w16"), "mf_convp_w8": _convp("w8")})
+
+
+def unpack_convrp(pk: np.ndarray, o: int, nw: int):
+    """(bias [O], weights [O, NW, 2] (low, high lane), rq [O, 4] with pre 0) from the table of
+    mf_convrp_*: per block of 4 channels bias[4], the NW words in chunks of 4 (per chunk per
+    channel its words), (mult, add, post) per channel."""
+    t = np.asarray(pk, np.int64)
+    bias, rq = np.zeros(o, np.int64), np.zeros((o, 4), np.int64)
+    w = np.zeros((o, nw), np.int64)
+    i = 0
+    for b in range(o // 4):
+        bias[4 * b:4 * b + 4] = t[i:i + 4]
+        i += 4
+        for c0 in range(0, nw, 4):
+            cs = min(4, nw - c0)
+            w[4 * b:4 * b + 4, c0:c0 + cs] = t[i:i + 4 * cs].reshape(4, cs)
+            i += 4 * cs
+        trip = t[i:i + 12].reshape(4, 3)
+        rq[4 * b:4 * b + 4] = np.stack([trip[:, 0], trip[:, 1], 0 * trip[:, 0], trip[:, 2]], 1)
+        i += 12
+    lo = ((w & 0xFFFF) ^ 0x8000) - 0x8000
+    hi = (((w >> 16) & 0xFFFF) ^ 0x8000) - 0x8000
+    return bias, np.stack([lo, hi], -1), rq
+
+
+def _convrp(x, geom, x_zp, pk, o, signfix, y, scratch):
+    """mf_convrp_w16_n<NW>: TFLM's convolution on the row-paired table (int8-range clamp)."""
+    from .pack import convrp_order, convrp_scratch_bytes
+    g = dict(zip(GEOM_FIELDS, (int(v) for v in geom[:len(GEOM_FIELDS)])))
+    kh, kw, c = g["k_h"], g["k_w"], g["in_c"]
+    _scratch(scratch, convrp_scratch_bytes(kh, kw, c, g["stride_w"], g["out_w"], g["in_w"]),
+             "mf_convrp")
+    if o % 4 or (g["stride_w"] * c) % 2 or int(signfix) & 3 == 1:
+        raise UndefinedBehaviour("mf_convrp: O % 4, odd stride_w * in_c or signfix 1")
+    idx = convrp_order(kh, kw, c).reshape(-1)
+    bias, wl, rq = unpack_convrp(pk, o, len(idx) // 2)
+    wk = np.zeros((o, kh * kw * c), np.int64)
+    lanes = wl.reshape(o, -1)
+    assert not lanes[:, idx < 0].any(), "a weight on a tap outside the kernel"
+    wk[:, idx[idx >= 0]] = lanes[:, idx >= 0]
+    acc = im2col(x, g, x_zp) @ wk.T + bias
+    y[:acc.size] = requantize(acc, rq, signfix, -128, 127).reshape(-1)
+
+
+for _n in range(1, 33):
+    INTRINSICS[f"mf_convrp_w16_n{_n}"] = _convrp
 INTRINSICS.update({"mf_gemm_w16": _gemm("w16"), "mf_gemm_w8": _gemm("w8"),
                    "mf_conv_w16": _conv("w16"), "mf_conv_w8": _conv("w8")})
 # the entries specialised on K compute the same (w16 weights; any K, falling back in C)

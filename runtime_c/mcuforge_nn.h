@@ -1121,4 +1121,375 @@ MF_GEMM_G(15)
 MF_GEMM_G(16)
 #undef MF_GEMM_G
 
+/* ==== row-paired convolution: first layers with few input channels (mf_convrp_*) ==========
+ * The convolution of mf_conv_* (TFLM int8, input zero point folded into the bias, padding =
+ * x_zp) for layers whose kernel row spans few values (k_w * in_c small: RGB or 1-channel
+ * inputs), with no im2col and no padding copy: per output row, the k_h input rows it reads are
+ * widened once into int16 words laid out so that every output pixel's patch is NW consecutive
+ * words, and one asm loop runs the row's pixels x blocks of 4 channels.
+ *
+ * Layout of the widened row (pack.convrp_order gives the taps of a window's words): kernel rows
+ * go in pairs (2j, 2j + 1), j < J = k_h / 2, plus a single row k_h - 1 when k_h is odd (o = 1).
+ * Element e of the padded row (e = (ix + pad_l) * in_c + ci, values outside the image x_zp),
+ * pairs of elements p = (2p, 2p + 1); pair p is a group of gs = 2J + o words:
+ *   P_j(2p), .., S(p), .., P_j(2p + 1)    P_j(e) = (row 2j [e], row 2j+1 [e]),
+ *                                         S(p)   = (row k_h-1 [2p], row k_h-1 [2p + 1])
+ * (low lane first; the P words of 2p, then S, then the P words of 2p + 1). The window of pixel
+ * ox starts at element s = ox * stride_w * in_c, even (the schedule requires stride_w * in_c
+ * even), i.e. at word gs * s / 2, and covers n = ceil(k_w * in_c / 2) groups less the trailing
+ * P words of the element past the window when k_w * in_c is odd: NW = gs * n - J (odd) or
+ * gs * n words, weight 0 on any tap outside the kernel. VWW's 3x3x3: 14 words (27 taps + 1),
+ * against 16 through mf_convp and 28 taps through im2col; KWS's 10x4x1: 20 (40 taps).
+ *
+ * Packed table (int32 words, pack.pack_convrp), O a multiple of 4, per block of 4 channels:
+ *   bias[4] (the input zero point folded in, times 2^pre),
+ *   the NW words in chunks of 4 (the last 1-3), per chunk per channel its words, each an int16
+ *     pair (low lane, high lane) of weights times 2^pre (pack.fold_pre: mf_rq.pre = 0),
+ *   (mult, add, post) per channel (mf_rq less pre).
+ * Requantization: y = ssat8((SMMLAR(acc, mult, add [+ (acc >> 31) if signfix 2])) >> post),
+ * the int8-range clamp (the schedule takes these kernels only then; signfix 0 or 2).
+ * Register block: 4 channels x 1 pixel; a chunk is one LDM of 4 activation words, 4 LDM of 4
+ * weight words and 16 SMLAD (0.31 loads per SMLAD); bias and requantization constants are read
+ * from the same pointer as the weights, so the loop keeps 4 accumulators, 8 operands and 2
+ * pointers in 14 registers (r7 saved and restored by the asm itself). */
+
+/* Words of a window (NW) and of a pair group (gs) */
+static inline int32_t mf_crp_words(const mf_conv_geom *g) {
+    const int32_t J = g->k_h >> 1, o = g->k_h & 1, seg = g->k_w * g->in_c;
+    return (2 * J + o) * ((seg + 1) >> 1) - ((seg & 1) ? J : 0);
+}
+
+/* Element e of a padded row (input row r: len values from element left; r 0: all x_zp) */
+static inline int32_t mf_crp_at(const int8_t *r, int32_t e, int32_t left, int32_t len,
+                                int32_t zp) {
+    e -= left;
+    return r && e >= 0 && e < len ? r[e] : zp;
+}
+
+/* The pair groups [p0, p1) of the widened row d (int16) from the k_h row pointers, one value
+ * at a time (padding and the portable build) */
+static inline void mf_crp_groups(int16_t *d, const int8_t *const *rows, int32_t kh, int32_t p0,
+                                 int32_t p1, int32_t left, int32_t len, int32_t zp) {
+    const int32_t J = kh >> 1, o = kh & 1, gs = 2 * J + o;
+    int32_t p, j;
+    for (p = p0; p < p1; ++p) {
+        int16_t *w = d + 2 * gs * p;
+        for (j = 0; j < J; ++j) {
+            w[2 * j] = (int16_t)mf_crp_at(rows[2 * j], 2 * p, left, len, zp);
+            w[2 * j + 1] = (int16_t)mf_crp_at(rows[2 * j + 1], 2 * p, left, len, zp);
+            w[2 * (J + o + j)] = (int16_t)mf_crp_at(rows[2 * j], 2 * p + 1, left, len, zp);
+            w[2 * (J + o + j) + 1] = (int16_t)mf_crp_at(rows[2 * j + 1], 2 * p + 1, left, len, zp);
+        }
+        if (o) {
+            w[2 * J] = (int16_t)mf_crp_at(rows[kh - 1], 2 * p, left, len, zp);
+            w[2 * J + 1] = (int16_t)mf_crp_at(rows[kh - 1], 2 * p + 1, left, len, zp);
+        }
+    }
+}
+
+/* Widen output row oy's input rows into d: npairs groups. zrow: len bytes of x_zp (rows
+ * outside the image). Interior groups (4 elements of every row inside the image) by SXTB16 /
+ * PKH on words: P_j(e..e+3) from rows a, b: PKHBT(a, b << 16) = (a0 a1 b0 b1), PKHTB(b, a >> 16)
+ * = (a2 a3 b2 b3), whose SXTB16 and SXTB16 ror 8 are (a0, b0), (a1, b1) and (a2, b2), (a3, b3);
+ * S from row c: SXTB16 (c0, c2), (c1, c3), PKH to (c0, c1), (c2, c3). */
+static inline void mf_crp_widen(const int8_t *x, const mf_conv_geom *g, int32_t oy,
+                                int32_t zp, const int8_t *zrow, int32_t npairs, int16_t *d) {
+    const int32_t kh = g->k_h, len = g->in_w * g->in_c, left = g->pad_l * g->in_c;
+    const int8_t *rows[16];
+    int32_t ky, p = 0;
+    for (ky = 0; ky < kh; ++ky) {
+        const int32_t iy = oy * g->stride_h - g->pad_t + ky;
+        rows[ky] = iy >= 0 && iy < g->in_h ? x + iy * len : zrow;
+    }
+#if MF_USE_DSP
+    {
+        const int32_t J = kh >> 1, o = kh & 1, gs = 2 * J + o;
+        int32_t p0 = (left + 1) >> 1, j;
+        mf_crp_groups(d, rows, kh, 0, p0, left, len, zp);
+        p = p0;
+#if MF_GEMM_ASM && defined(__ARM_FEATURE_UNALIGNED)
+        if (kh == 3) { /* 16 instructions per 4 elements of 3 rows (P, S, P, P, S, P) */
+            int32_t n = (npairs - p0) >> 1, lim = (len + left - 2 * p0) >> 2;
+            n = n < lim ? n : lim;
+            if (n > 0) {
+                const int8_t *ra = rows[0] + 2 * p0 - left, *rb = rows[1] + 2 * p0 - left;
+                const int8_t *rc = rows[2] + 2 * p0 - left;
+                mf_word *w = (mf_word *)(void *)(d + 6 * p0);
+                p = p0 + 2 * n;
+                __asm__ volatile("1:\n\t"
+                                 "ldr r4, [%[ra]], #4\n\t"
+                                 "ldr r5, [%[rb]], #4\n\t"
+                                 "ldr r6, [%[rc]], #4\n\t"
+                                 "pkhbt r8, r4, r5, lsl #16\n\t"
+                                 "pkhtb r10, r5, r4, asr #16\n\t"
+                                 "sxtb16 r4, r8\n\t"
+                                 "sxtb16 r5, r6\n\t"
+                                 "sxtb16 r11, r6, ror #8\n\t"
+                                 "sxtb16 r6, r8, ror #8\n\t"
+                                 "sxtb16 r8, r10\n\t"
+                                 "sxtb16 r10, r10, ror #8\n\t"
+                                 "pkhtb r9, r11, r5, asr #16\n\t"
+                                 "pkhbt r5, r5, r11, lsl #16\n\t"
+                                 "stmia %[w]!, {r4, r5, r6, r8, r9, r10}\n\t"
+                                 "subs %[n], %[n], #1\n\t"
+                                 "bne 1b\n\t"
+                                 : [ra] "+r"(ra), [rb] "+r"(rb), [rc] "+r"(rc), [w] "+r"(w),
+                                   [n] "+r"(n)
+                                 :
+                                 : "r4", "r5", "r6", "r8", "r9", "r10", "r11", "cc", "memory");
+            }
+        } else
+#endif
+        for (; p + 1 < npairs && 2 * p + 3 - left < len; p += 2) {
+            mf_word *w = (mf_word *)(void *)(d + 2 * gs * p);
+            const int32_t e = 2 * p - left;
+            for (j = 0; j < J; ++j) {
+                int32_t a, b, lo, hi;
+                memcpy(&a, rows[2 * j] + e, 4);
+                memcpy(&b, rows[2 * j + 1] + e, 4);
+#if defined(__GNUC__)
+                __asm__("pkhbt %0, %1, %2, lsl #16" : "=r"(lo) : "r"(a), "r"(b));
+                __asm__("pkhtb %0, %1, %2, asr #16" : "=r"(hi) : "r"(b), "r"(a));
+#else
+                lo = (int32_t)(((uint32_t)a & 0xFFFFu) | ((uint32_t)b << 16));
+                hi = (int32_t)(((uint32_t)b & 0xFFFF0000u) | (((uint32_t)a >> 16) & 0xFFFFu));
+#endif
+                w[j] = (int32_t)__sxtb16(lo);
+                w[J + o + j] = mf_sxtb16_ror8(lo);
+                w[gs + j] = (int32_t)__sxtb16(hi);
+                w[gs + J + o + j] = mf_sxtb16_ror8(hi);
+            }
+            if (o) {
+                int32_t c, c02, c13, lo, hi;
+                memcpy(&c, rows[kh - 1] + e, 4);
+                c02 = (int32_t)__sxtb16(c);
+                c13 = mf_sxtb16_ror8(c);
+#if defined(__GNUC__)
+                __asm__("pkhbt %0, %1, %2, lsl #16" : "=r"(lo) : "r"(c02), "r"(c13));
+                __asm__("pkhtb %0, %1, %2, asr #16" : "=r"(hi) : "r"(c13), "r"(c02));
+#else
+                lo = (int32_t)(((uint32_t)c02 & 0xFFFFu) | ((uint32_t)c13 << 16));
+                hi = (int32_t)(((uint32_t)c13 & 0xFFFF0000u) | (((uint32_t)c02 >> 16) & 0xFFFFu));
+#endif
+                w[J] = lo;
+                w[gs + J] = hi;
+            }
+        }
+    }
+#endif
+    mf_crp_groups(d, rows, kh, p, npairs, left, len, zp);
+}
+
+/* One output row: npx pixels (windows stepw words apart from xw) x nb blocks, portable C on
+ * the packed table (any NW). */
+static inline void mf_crp_row_c(const int16_t *xw, const int32_t *pk, int32_t nb, int32_t NW,
+                                int32_t npx, int32_t stepw, int32_t sfa, int8_t *y) {
+    int32_t px, b, c0, ch, i;
+    for (px = 0; px < npx; ++px, xw += 2 * stepw) {
+        const int32_t *t = pk;
+        for (b = 0; b < nb; ++b) {
+            int32_t acc[4];
+            for (ch = 0; ch < 4; ++ch) {
+                acc[ch] = t[ch];
+            }
+            t += 4;
+            for (c0 = 0; c0 < NW; c0 += 4) {
+                const int32_t cs = NW - c0 < 4 ? NW - c0 : 4;
+                for (ch = 0; ch < 4; ++ch, t += cs) {
+                    for (i = 0; i < cs; ++i) {
+                        const int16_t *a = xw + 2 * (c0 + i);
+                        const int32_t wl = (int16_t)(t[i] & 0xFFFF), wh = (int32_t)(t[i] >> 16);
+                        acc[ch] += a[0] * wl + a[1] * wh;
+                    }
+                }
+            }
+            for (ch = 0; ch < 4; ++ch, t += 3) {
+                int32_t v = mf_smmlar(acc[ch], t[0]) + t[1] + (sfa ? acc[ch] >> 31 : 0);
+                v >>= t[2];
+                *y++ = (int8_t)(v < -128 ? -128 : v > 127 ? 127 : v);
+            }
+        }
+    }
+}
+
+#if MF_GEMM_ASM
+/* The same in asm for a compile-time NW (r0-r3 accumulators, r4-r7 activation words, r8-r11
+ * weight words, r12 the table, lr the window; the loop state on the stack). Per block of 4
+ * channels: LDM bias, NW / 4 chunks of 21 instructions (+ the tail), 20 of requantization,
+ * 6 of loop; per pixel 6 more. */
+#define MF_CRP_CHUNK(A)                                                                     \
+    "ldmia r12!, {r8, r9, r10, r11}\n\t"                                                    \
+    "smlad " A ", r4, r8, " A "\n\t"                                                        \
+    "smlad " A ", r5, r9, " A "\n\t"                                                        \
+    "smlad " A ", r6, r10, " A "\n\t"                                                       \
+    "smlad " A ", r7, r11, " A "\n\t"
+#define MF_CRP_C4                                                                           \
+    "ldmia lr!, {r4, r5, r6, r7}\n\t" MF_CRP_CHUNK("r0") MF_CRP_CHUNK("r1") MF_CRP_CHUNK("r2") \
+        MF_CRP_CHUNK("r3")
+#define MF_CRP_T1                                                                           \
+    "ldr r4, [lr], #4\n\t"                                                                  \
+    "ldmia r12!, {r8, r9, r10, r11}\n\t"                                                    \
+    "smlad r0, r4, r8, r0\n\t"                                                              \
+    "smlad r1, r4, r9, r1\n\t"                                                              \
+    "smlad r2, r4, r10, r2\n\t"                                                             \
+    "smlad r3, r4, r11, r3\n\t"
+#define MF_CRP_T2_2(A, B)                                                                   \
+    "ldmia r12!, {r8, r9, r10, r11}\n\t"                                                    \
+    "smlad " A ", r4, r8, " A "\n\t"                                                        \
+    "smlad " A ", r5, r9, " A "\n\t"                                                        \
+    "smlad " B ", r4, r10, " B "\n\t"                                                       \
+    "smlad " B ", r5, r11, " B "\n\t"
+#define MF_CRP_T2 "ldrd r4, r5, [lr], #8\n\t" MF_CRP_T2_2("r0", "r1") MF_CRP_T2_2("r2", "r3")
+#define MF_CRP_T3                                                                           \
+    "ldmia lr!, {r4, r5, r6}\n\t"                                                           \
+    "ldmia r12!, {r8, r9, r10, r11}\n\t"                                                    \
+    "smlad r0, r4, r8, r0\n\t"                                                              \
+    "smlad r0, r5, r9, r0\n\t"                                                              \
+    "smlad r0, r6, r10, r0\n\t"                                                             \
+    "smlad r1, r4, r11, r1\n\t"                                                             \
+    "ldmia r12!, {r8, r9, r10, r11}\n\t"                                                    \
+    "smlad r1, r5, r8, r1\n\t"                                                              \
+    "smlad r1, r6, r9, r1\n\t"                                                              \
+    "smlad r2, r4, r10, r2\n\t"                                                             \
+    "smlad r2, r5, r11, r2\n\t"                                                             \
+    "ldmia r12!, {r8, r9, r10, r11}\n\t"                                                    \
+    "smlad r2, r6, r8, r2\n\t"                                                              \
+    "smlad r3, r4, r9, r3\n\t"                                                              \
+    "smlad r3, r5, r10, r3\n\t"                                                             \
+    "smlad r3, r6, r11, r3\n\t"
+/* two outputs: (mult, add, post) of A in r5-r7, of B in r8-r10; y in r4 */
+#define MF_CRP_RQ2(A, B, SA, SB)                                                            \
+    "ldmia r12!, {r5, r6, r7, r8, r9, r10}\n\t" SA SB "smmlar " A ", " A ", r5, r6\n\t"       \
+    "smmlar " B ", " B ", r8, r9\n\t"                                                       \
+    "asr " A ", " A ", r7\n\t"                                                              \
+    "asr " B ", " B ", r10\n\t"                                                             \
+    "ssat " A ", #8, " A "\n\t"                                                             \
+    "ssat " B ", #8, " B "\n\t"                                                             \
+    "strb " A ", [r4], #1\n\t"                                                              \
+    "strb " B ", [r4], #1\n\t"
+#define MF_CRP_ROW(RQA, RQB)                                                                \
+    "push {r7}\n\t"                                                                         \
+    "ldm r0, {r1, r2, r3, r4, r5, r6}\n\t"                                                  \
+    "push {r1, r2, r3, r4, r5, r6}\n\t" /* sp: xw, table, y, table end, step, y end */       \
+    "mov lr, r1\n"                                                                          \
+    "1:\n\t"                                                                                \
+    "ldr r12, [sp, #4]\n"                                                                   \
+    "2:\n\t"                                                                                \
+    "ldmia r12!, {r0, r1, r2, r3}\n\t"                                                      \
+    ".rept %c[nc]\n\t" MF_CRP_C4 ".endr\n\t"                                               \
+    ".if %c[t] == 1\n\t" MF_CRP_T1 ".endif\n\t"                                             \
+    ".if %c[t] == 2\n\t" MF_CRP_T2 ".endif\n\t"                                             \
+    ".if %c[t] == 3\n\t" MF_CRP_T3 ".endif\n\t"                                             \
+    "sub lr, lr, %[nw4]\n\t"                                                                \
+    "ldr r4, [sp, #8]\n\t" RQA RQB "str r4, [sp, #8]\n\t"                                    \
+    "ldr r5, [sp, #12]\n\t"                                                                 \
+    "cmp r12, r5\n\t"                                                                       \
+    "bne 2b\n\t"                                                                            \
+    "ldr r5, [sp, #16]\n\t"                                                                 \
+    "add lr, lr, r5\n\t"                                                                    \
+    "ldr r5, [sp, #20]\n\t"                                                                 \
+    "cmp r4, r5\n\t"                                                                        \
+    "bne 1b\n\t"                                                                            \
+    "add sp, sp, #24\n\t"                                                                   \
+    "pop {r7}\n\t"
+#define MF_CRP_SF(A, R) "add " R ", " R ", " A ", asr #31\n\t"
+#define MF_CRP_OPS                                                                          \
+    : "+r"(st)                                                                              \
+    : "m"(*(const int32_t(*)[6])st), [nc] "i"(NW >> 2), [t] "i"(NW & 3), [nw4] "i"(4 * NW)  \
+    : "r1", "r2", "r3", "r4", "r5", "r6", "r8", "r9", "r10", "r11", "r12", "lr", "cc", "memory"
+
+MF_INLINE void mf_crp_row_asm(const int16_t *xw, const int32_t *pk, int32_t nb, const int32_t NW,
+                              int32_t npx, int32_t stepw, int32_t sfa, int8_t *y) {
+    int32_t s[6];
+    register int32_t *st __asm__("r0") = s;
+    s[0] = (int32_t)(uintptr_t)xw;
+    s[1] = (int32_t)(uintptr_t)pk;
+    s[2] = (int32_t)(uintptr_t)y;
+    s[3] = (int32_t)(uintptr_t)(pk + nb * (4 + 4 * NW + 12));
+    s[4] = 4 * stepw;
+    s[5] = (int32_t)(uintptr_t)(y + npx * 4 * nb);
+    if (sfa) {
+        __asm__ volatile(MF_CRP_ROW(MF_CRP_RQ2("r0", "r1", MF_CRP_SF("r0", "r6"), MF_CRP_SF("r1", "r9")),
+                                    MF_CRP_RQ2("r2", "r3", MF_CRP_SF("r2", "r6"), MF_CRP_SF("r3", "r9")))
+                             MF_CRP_OPS);
+    } else {
+        __asm__ volatile(MF_CRP_ROW(MF_CRP_RQ2("r0", "r1", "", ""), MF_CRP_RQ2("r2", "r3", "", ""))
+                             MF_CRP_OPS);
+    }
+}
+#endif
+
+/* Scratch (pack.convrp_scratch_bytes): int16 [npairs * gs * 2] widened row, npairs = (out_w -
+ * 1) * stride_w * in_c / 2 + ceil(k_w * in_c / 2), then int8 [in_w * in_c] of x_zp. */
+MF_INLINE void mf_crp_body(const int8_t *x, const mf_conv_geom *g, int32_t x_zp,
+                           const int32_t *pk, int32_t O, int32_t signfix, int8_t *y,
+                           int16_t *scratch, const int32_t NWc) {
+    const int32_t kh = g->k_h, gs = 2 * (kh >> 1) + (kh & 1), NW = mf_crp_words(g);
+    const int32_t half = (g->stride_w * g->in_c) >> 1, stepw = gs * half;
+    const int32_t npairs = (g->out_w - 1) * half + ((g->k_w * g->in_c + 1) >> 1);
+    const int32_t len = g->in_w * g->in_c, nb = O >> 2, sfa = (signfix & 3) == 2;
+    int8_t *zrow = (int8_t *)(scratch + 2 * gs * npairs);
+    int32_t oy;
+    mf_fill8(zrow, x_zp, len);
+    for (oy = 0; oy < g->out_h; ++oy, y += g->out_w * O) {
+        mf_crp_widen(x, g, oy, x_zp, zrow, npairs, scratch);
+#if MF_GEMM_ASM
+        if (NW == NWc) {
+            mf_crp_row_asm(scratch, pk, nb, NWc, g->out_w, stepw, sfa, y);
+            continue;
+        }
+#endif
+        mf_crp_row_c(scratch, pk, nb, NW, g->out_w, stepw, sfa, y);
+    }
+    (void)NWc;
+}
+
+/* mf_convrp_w16_n<NW>: the convolution of mf_conv_w16 for layers with stride_w * in_c even,
+ * O a multiple of 4, the int8-range clamp (lo = -128, hi = 127) and signfix 0 or 2 (+ MF_PRE0:
+ * pre folded into the table).
+ *   x        int8 [in_h][in_w][in_c], any alignment; g: as mf_conv_w16
+ *   pk       pack.pack_convrp(...) int32 table, 4-byte aligned
+ *   y        int8 [out_h][out_w][O]; scratch pack.convrp_scratch_bytes(...) bytes, 4-aligned
+ * NW (mf_crp_words of the geometry) selects the entry whose asm is unrolled for it; another
+ * entry computes the same in C. */
+#define MF_CRP_ENTRY(NW)                                                                    \
+    MF_MICRO void mf_convrp_w16_n##NW(const int8_t *x, const mf_conv_geom *g, int32_t x_zp, \
+                                      const int32_t *pk, int32_t O, int32_t signfix,         \
+                                      int8_t *y, int16_t *scratch) {                          \
+        mf_crp_body(x, g, x_zp, pk, O, signfix, y, scratch, NW);                            \
+    }
+MF_CRP_ENTRY(1)
+MF_CRP_ENTRY(2)
+MF_CRP_ENTRY(3)
+MF_CRP_ENTRY(4)
+MF_CRP_ENTRY(5)
+MF_CRP_ENTRY(6)
+MF_CRP_ENTRY(7)
+MF_CRP_ENTRY(8)
+MF_CRP_ENTRY(9)
+MF_CRP_ENTRY(10)
+MF_CRP_ENTRY(11)
+MF_CRP_ENTRY(12)
+MF_CRP_ENTRY(13)
+MF_CRP_ENTRY(14)
+MF_CRP_ENTRY(15)
+MF_CRP_ENTRY(16)
+MF_CRP_ENTRY(17)
+MF_CRP_ENTRY(18)
+MF_CRP_ENTRY(19)
+MF_CRP_ENTRY(20)
+MF_CRP_ENTRY(21)
+MF_CRP_ENTRY(22)
+MF_CRP_ENTRY(23)
+MF_CRP_ENTRY(24)
+MF_CRP_ENTRY(25)
+MF_CRP_ENTRY(26)
+MF_CRP_ENTRY(27)
+MF_CRP_ENTRY(28)
+MF_CRP_ENTRY(29)
+MF_CRP_ENTRY(30)
+MF_CRP_ENTRY(31)
+MF_CRP_ENTRY(32)
+#undef MF_CRP_ENTRY
+
 #endif /* MCUFORGE_NN_H */
