@@ -120,26 +120,30 @@ INTRINSICS.update({"mf_convp_w16": _convp("w16"), "mf_convp_w8": _convp("w8")})
 
 
 def unpack_convrp(pk: np.ndarray, o: int, nw: int):
-    """(bias [O], weights [O, NW, 2] (low, high lane), rq [O, 4] with pre 0) from the table of
-    mf_convrp_*: per block of 4 channels bias[4], the NW words in chunks of 4 (per chunk per
-    channel its words), (mult, add, post) per channel."""
+    """(bias [O], weights [O, NW, 2] (low, high lane), rq [O, 4] with pre 0, control words
+    [O / 4, 2]) from the table of mf_convrp_*: per block of 4 channels bias[4], the NW words in
+    chunks of 3 (per chunk per channel its words), (mult, add, post) x 2, the window
+    adjustment, (mult, add, post) x 2, the last-block flag."""
     t = np.asarray(pk, np.int64)
     bias, rq = np.zeros(o, np.int64), np.zeros((o, 4), np.int64)
     w = np.zeros((o, nw), np.int64)
+    ctl = np.zeros((o // 4, 2), np.int64)
     i = 0
     for b in range(o // 4):
         bias[4 * b:4 * b + 4] = t[i:i + 4]
         i += 4
-        for c0 in range(0, nw, 4):
-            cs = min(4, nw - c0)
+        for c0 in range(0, nw, 3):
+            cs = min(3, nw - c0)
             w[4 * b:4 * b + 4, c0:c0 + cs] = t[i:i + 4 * cs].reshape(4, cs)
             i += 4 * cs
-        trip = t[i:i + 12].reshape(4, 3)
+        r = t[i:i + 14]
+        trip = np.stack([r[0:3], r[3:6], r[7:10], r[10:13]])
         rq[4 * b:4 * b + 4] = np.stack([trip[:, 0], trip[:, 1], 0 * trip[:, 0], trip[:, 2]], 1)
-        i += 12
+        ctl[b] = r[6], r[13]
+        i += 14
     lo = ((w & 0xFFFF) ^ 0x8000) - 0x8000
     hi = (((w >> 16) & 0xFFFF) ^ 0x8000) - 0x8000
-    return bias, np.stack([lo, hi], -1), rq
+    return bias, np.stack([lo, hi], -1), rq, ctl
 
 
 def _convrp(x, geom, x_zp, pk, o, signfix, y, scratch):
@@ -152,7 +156,13 @@ def _convrp(x, geom, x_zp, pk, o, signfix, y, scratch):
     if o % 4 or (g["stride_w"] * c) % 2 or int(signfix) & 3 == 1:
         raise UndefinedBehaviour("mf_convrp: O % 4, odd stride_w * in_c or signfix 1")
     idx = convrp_order(kh, kw, c).reshape(-1)
-    bias, wl, rq = unpack_convrp(pk, o, len(idx) // 2)
+    nw = len(idx) // 2
+    bias, wl, rq, ctl = unpack_convrp(pk, o, nw)
+    gs = 2 * (kh // 2) + kh % 2
+    want = [(-4 * nw + (4 * gs * (g["stride_w"] * c // 2) if b == o // 4 - 1 else 0),
+             int(b == o // 4 - 1)) for b in range(o // 4)]
+    if ctl.tolist() != [list(v) for v in want]:  # the asm would walk off the window / table
+        raise UndefinedBehaviour("mf_convrp: the table's control words do not fit the geometry")
     wk = np.zeros((o, kh * kw * c), np.int64)
     lanes = wl.reshape(o, -1)
     assert not lanes[:, idx < 0].any(), "a weight on a tap outside the kernel"

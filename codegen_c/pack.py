@@ -267,27 +267,33 @@ def convrp_order(k_h: int, k_w: int, in_c: int) -> np.ndarray:
     return np.array(out, np.int64).reshape(-1, 2)
 
 
-def pack_convrp(w_rows, bias, rq, k_h: int, k_w: int, in_c: int) -> np.ndarray:
+def pack_convrp(w_rows, bias, rq, k_h: int, k_w: int, in_c: int, stride_w: int) -> np.ndarray:
     """The int32 table of mf_convrp_w16_n<NW> from weights [O, K] (OHWI flattened, O a multiple
     of 4, 2^pre already folded in: fold_pre), bias [O] and mf_rq rows [O, 4] (pre 0): per block
-    of 4 channels bias[4], the NW words in chunks of 4 (per chunk per channel its words, an
-    int16 pair (low, high) each), then (mult, add, post) per channel."""
+    of 4 channels bias[4], the NW words in chunks of 3 (per chunk per channel its words, an
+    int16 pair (low, high) each), (mult, add, post) of channels 0 and 1, the window's pointer
+    adjustment (-4 NW bytes, plus the pixel step in the last block), (mult, add, post) of
+    channels 2 and 3, the last-block flag."""
     w = np.asarray(w_rows, np.int64).reshape(len(w_rows), -1)
     rq = np.asarray(rq, np.int64).reshape(-1, 4)
     o = w.shape[0]
-    if o % 4 or (rq[:, 2] != 0).any():
-        raise ValueError("pack_convrp: O must be a multiple of 4 and every mf_rq.pre 0")
+    if o % 4 or (rq[:, 2] != 0).any() or (stride_w * in_c) % 2:
+        raise ValueError("pack_convrp: O must be a multiple of 4, every mf_rq.pre 0 and "
+                         "stride_w * in_c even")
     idx = convrp_order(k_h, k_w, in_c)
     lanes = np.where(idx >= 0, w[:, np.maximum(idx, 0)], 0)  # [O, NW, 2]
     words = (lanes[..., 0] & 0xFFFF) | (lanes[..., 1] << 16)  # int16 pairs as int32 values
-    nw = len(idx)
+    nw, gs = len(idx), 2 * (k_h // 2) + k_h % 2
+    step = 4 * gs * (stride_w * in_c // 2)  # bytes from one window to the next
     out = []
     for b in range(o // 4):
         ch = slice(4 * b, 4 * b + 4)
+        last = b == o // 4 - 1
         out.extend(np.asarray(bias, np.int64).reshape(-1)[ch])
-        for c0 in range(0, nw, 4):
-            out.extend(words[ch, c0:c0 + 4].reshape(-1))
-        out.extend(rq[ch][:, [0, 1, 3]].reshape(-1))
+        for c0 in range(0, nw, 3):
+            out.extend(words[ch, c0:c0 + 3].reshape(-1))
+        r = rq[ch][:, [0, 1, 3]]
+        out.extend([*r[0], *r[1], -4 * nw + (step if last else 0), *r[2], *r[3], int(last)])
     return np.array(out, np.int64).astype(np.int32)
 
 

@@ -1143,15 +1143,20 @@ MF_GEMM_G(16)
  *
  * Packed table (int32 words, pack.pack_convrp), O a multiple of 4, per block of 4 channels:
  *   bias[4] (the input zero point folded in, times 2^pre),
- *   the NW words in chunks of 4 (the last 1-3), per chunk per channel its words, each an int16
+ *   the NW words in chunks of 3 (the last 1-2), per chunk per channel its words, each an int16
  *     pair (low lane, high lane) of weights times 2^pre (pack.fold_pre: mf_rq.pre = 0),
- *   (mult, add, post) per channel (mf_rq less pre).
+ *   (mult, add, post) of channels 0, 1 (mf_rq less pre), the window adjustment in bytes (-4 NW,
+ *   in the last block + the pixel step), (mult, add, post) of channels 2, 3, the last-block
+ *   flag (0 or 1).
  * Requantization: y = ssat8((SMMLAR(acc, mult, add [+ (acc >> 31) if signfix 2])) >> post),
  * the int8-range clamp (the schedule takes these kernels only then; signfix 0 or 2).
- * Register block: 4 channels x 1 pixel; a chunk is one LDM of 4 activation words, 4 LDM of 4
- * weight words and 16 SMLAD (0.31 loads per SMLAD); bias and requantization constants are read
- * from the same pointer as the weights, so the loop keeps 4 accumulators, 8 operands and 2
- * pointers in 14 registers (r7 saved and restored by the asm itself). */
+ * Register block: 4 channels x 1 pixel; a chunk is one LDM of 3 activation words, 3 LDM of 4
+ * weight words and 12 SMLAD (a third of a load per SMLAD); bias, requantization constants and
+ * loop control come from the weights' pointer, so the loop keeps 4 accumulators, 7 operands,
+ * the output pointer and 2 pointers in 14 registers (r7 saved and restored by the asm).
+ * Instructions on the M4 (-O2, tests/nn_bench figures in the commit log): VWW's first layer
+ * (96x96x3 -> 48x48x8): 198 per pixel of 8 channels for the MACs and requantization (112
+ * SMLAD, 36 loads, 32 requantization, 18 of bias, table and loop), ~24 per pixel widening. */
 
 /* Words of a window (NW) and of a pair group (gs) */
 static inline int32_t mf_crp_words(const mf_conv_geom *g) {
@@ -1171,9 +1176,16 @@ static inline int32_t mf_crp_at(const int8_t *r, int32_t e, int32_t left, int32_
 static inline void mf_crp_groups(int16_t *d, const int8_t *const *rows, int32_t kh, int32_t p0,
                                  int32_t p1, int32_t left, int32_t len, int32_t zp) {
     const int32_t J = kh >> 1, o = kh & 1, gs = 2 * J + o;
+    const int16_t z = (int16_t)zp;
     int32_t p, j;
     for (p = p0; p < p1; ++p) {
         int16_t *w = d + 2 * gs * p;
+        if (2 * p + 1 < left || 2 * p >= left + len) { /* padding only */
+            for (j = 0; j < 2 * gs; ++j) {
+                w[j] = z;
+            }
+            continue;
+        }
         for (j = 0; j < J; ++j) {
             w[2 * j] = (int16_t)mf_crp_at(rows[2 * j], 2 * p, left, len, zp);
             w[2 * j + 1] = (int16_t)mf_crp_at(rows[2 * j + 1], 2 * p, left, len, zp);
@@ -1280,8 +1292,8 @@ static inline void mf_crp_widen(const int8_t *x, const mf_conv_geom *g, int32_t 
     mf_crp_groups(d, rows, kh, p, npairs, left, len, zp);
 }
 
-/* One output row: npx pixels (windows stepw words apart from xw) x nb blocks, portable C on
- * the packed table (any NW). */
+/* One output row: npx pixels x nb blocks, portable C on the packed table (any NW; the table's
+ * per-block pointer adjustments are not needed here: windows are stepw words apart). */
 static inline void mf_crp_row_c(const int16_t *xw, const int32_t *pk, int32_t nb, int32_t NW,
                                 int32_t npx, int32_t stepw, int32_t sfa, int8_t *y) {
     int32_t px, b, c0, ch, i;
@@ -1293,8 +1305,8 @@ static inline void mf_crp_row_c(const int16_t *xw, const int32_t *pk, int32_t nb
                 acc[ch] = t[ch];
             }
             t += 4;
-            for (c0 = 0; c0 < NW; c0 += 4) {
-                const int32_t cs = NW - c0 < 4 ? NW - c0 : 4;
+            for (c0 = 0; c0 < NW; c0 += 3) {
+                const int32_t cs = NW - c0 < 3 ? NW - c0 : 3;
                 for (ch = 0; ch < 4; ++ch, t += cs) {
                     for (i = 0; i < cs; ++i) {
                         const int16_t *a = xw + 2 * (c0 + i);
@@ -1303,44 +1315,23 @@ static inline void mf_crp_row_c(const int16_t *xw, const int32_t *pk, int32_t nb
                     }
                 }
             }
-            for (ch = 0; ch < 4; ++ch, t += 3) {
+            for (ch = 0; ch < 4; ++ch) {
                 int32_t v = mf_smmlar(acc[ch], t[0]) + t[1] + (sfa ? acc[ch] >> 31 : 0);
                 v >>= t[2];
                 *y++ = (int8_t)(v < -128 ? -128 : v > 127 ? 127 : v);
+                t += ch & 1 ? 4 : 3; /* (mult, add, post) x 2, then one control word */
             }
         }
     }
 }
 
 #if MF_GEMM_ASM
-/* The same in asm for a compile-time NW (r0-r3 accumulators, r4-r7 activation words, r8-r11
- * weight words, r12 the table, lr the window; the loop state on the stack). Per block of 4
- * channels: LDM bias, NW / 4 chunks of 21 instructions (+ the tail), 20 of requantization,
- * 6 of loop; per pixel 6 more. */
-#define MF_CRP_CHUNK(A)                                                                     \
-    "ldmia r12!, {r8, r9, r10, r11}\n\t"                                                    \
-    "smlad " A ", r4, r8, " A "\n\t"                                                        \
-    "smlad " A ", r5, r9, " A "\n\t"                                                        \
-    "smlad " A ", r6, r10, " A "\n\t"                                                       \
-    "smlad " A ", r7, r11, " A "\n\t"
-#define MF_CRP_C4                                                                           \
-    "ldmia lr!, {r4, r5, r6, r7}\n\t" MF_CRP_CHUNK("r0") MF_CRP_CHUNK("r1") MF_CRP_CHUNK("r2") \
-        MF_CRP_CHUNK("r3")
-#define MF_CRP_T1                                                                           \
-    "ldr r4, [lr], #4\n\t"                                                                  \
-    "ldmia r12!, {r8, r9, r10, r11}\n\t"                                                    \
-    "smlad r0, r4, r8, r0\n\t"                                                              \
-    "smlad r1, r4, r9, r1\n\t"                                                              \
-    "smlad r2, r4, r10, r2\n\t"                                                             \
-    "smlad r3, r4, r11, r3\n\t"
-#define MF_CRP_T2_2(A, B)                                                                   \
-    "ldmia r12!, {r8, r9, r10, r11}\n\t"                                                    \
-    "smlad " A ", r4, r8, " A "\n\t"                                                        \
-    "smlad " A ", r5, r9, " A "\n\t"                                                        \
-    "smlad " B ", r4, r10, " B "\n\t"                                                       \
-    "smlad " B ", r5, r11, " B "\n\t"
-#define MF_CRP_T2 "ldrd r4, r5, [lr], #8\n\t" MF_CRP_T2_2("r0", "r1") MF_CRP_T2_2("r2", "r3")
-#define MF_CRP_T3                                                                           \
+/* The same in asm for a compile-time NW: r0-r3 accumulators, r4-r6 activation words, r7 the
+ * output pointer, r8-r11 weight words, r12 the table, lr the window. Per block of 4 channels:
+ * LDM bias, NW / 3 chunks of 16 instructions (LDM of 3 activation words, 3 LDM of 4 weight
+ * words, 12 SMLAD) and the tail, 2 LDM + 16 of requantization, 3 of pointer / loop control
+ * from the table's control words; per pixel 4 more. */
+#define MF_CRP_C3                                                                           \
     "ldmia lr!, {r4, r5, r6}\n\t"                                                           \
     "ldmia r12!, {r8, r9, r10, r11}\n\t"                                                    \
     "smlad r0, r4, r8, r0\n\t"                                                              \
@@ -1357,60 +1348,68 @@ static inline void mf_crp_row_c(const int16_t *xw, const int32_t *pk, int32_t nb
     "smlad r3, r4, r9, r3\n\t"                                                              \
     "smlad r3, r5, r10, r3\n\t"                                                             \
     "smlad r3, r6, r11, r3\n\t"
-/* two outputs: (mult, add, post) of A in r5-r7, of B in r8-r10; y in r4 */
+#define MF_CRP_T1                                                                           \
+    "ldr r4, [lr], #4\n\t"                                                                  \
+    "ldmia r12!, {r8, r9, r10, r11}\n\t"                                                    \
+    "smlad r0, r4, r8, r0\n\t"                                                              \
+    "smlad r1, r4, r9, r1\n\t"                                                              \
+    "smlad r2, r4, r10, r2\n\t"                                                             \
+    "smlad r3, r4, r11, r3\n\t"
+#define MF_CRP_T2_2(A, B)                                                                   \
+    "ldmia r12!, {r8, r9, r10, r11}\n\t"                                                    \
+    "smlad " A ", r4, r8, " A "\n\t"                                                        \
+    "smlad " A ", r5, r9, " A "\n\t"                                                        \
+    "smlad " B ", r4, r10, " B "\n\t"                                                       \
+    "smlad " B ", r5, r11, " B "\n\t"
+#define MF_CRP_T2 "ldrd r4, r5, [lr], #8\n\t" MF_CRP_T2_2("r0", "r1") MF_CRP_T2_2("r2", "r3")
+/* two outputs: (mult, add, post) of A in r4-r6, of B in r8-r10, the control word in r11 */
 #define MF_CRP_RQ2(A, B, SA, SB)                                                            \
-    "ldmia r12!, {r5, r6, r7, r8, r9, r10}\n\t" SA SB "smmlar " A ", " A ", r5, r6\n\t"       \
+    "ldmia r12!, {r4, r5, r6, r8, r9, r10, r11}\n\t" SA SB "smmlar " A ", " A ", r4, r5\n\t" \
     "smmlar " B ", " B ", r8, r9\n\t"                                                       \
-    "asr " A ", " A ", r7\n\t"                                                              \
+    "asr " A ", " A ", r6\n\t"                                                              \
     "asr " B ", " B ", r10\n\t"                                                             \
     "ssat " A ", #8, " A "\n\t"                                                             \
     "ssat " B ", #8, " B "\n\t"                                                             \
-    "strb " A ", [r4], #1\n\t"                                                              \
-    "strb " B ", [r4], #1\n\t"
+    "strb " A ", [r7], #1\n\t"                                                              \
+    "strb " B ", [r7], #1\n\t"
 #define MF_CRP_ROW(RQA, RQB)                                                                \
     "push {r7}\n\t"                                                                         \
-    "ldm r0, {r1, r2, r3, r4, r5, r6}\n\t"                                                  \
-    "push {r1, r2, r3, r4, r5, r6}\n\t" /* sp: xw, table, y, table end, step, y end */       \
-    "mov lr, r1\n"                                                                          \
-    "1:\n\t"                                                                                \
-    "ldr r12, [sp, #4]\n"                                                                   \
+    "ldm r0, {r1, r2, r3, r4}\n\t"                                                          \
+    "push {r2, r3}\n\t" /* sp: table, y end */                                               \
+    "mov lr, r1\n\t"                                                                        \
+    "mov r7, r4\n\t"                                                                        \
+    "mov r12, r2\n"                                                                         \
     "2:\n\t"                                                                                \
     "ldmia r12!, {r0, r1, r2, r3}\n\t"                                                      \
-    ".rept %c[nc]\n\t" MF_CRP_C4 ".endr\n\t"                                               \
+    ".rept %c[nc]\n\t" MF_CRP_C3 ".endr\n\t"                                               \
     ".if %c[t] == 1\n\t" MF_CRP_T1 ".endif\n\t"                                             \
-    ".if %c[t] == 2\n\t" MF_CRP_T2 ".endif\n\t"                                             \
-    ".if %c[t] == 3\n\t" MF_CRP_T3 ".endif\n\t"                                             \
-    "sub lr, lr, %[nw4]\n\t"                                                                \
-    "ldr r4, [sp, #8]\n\t" RQA RQB "str r4, [sp, #8]\n\t"                                    \
-    "ldr r5, [sp, #12]\n\t"                                                                 \
-    "cmp r12, r5\n\t"                                                                       \
+    ".if %c[t] == 2\n\t" MF_CRP_T2 ".endif\n\t" RQA                                          \
+    "add lr, lr, r11\n\t" /* back to the window, or on to the next pixel's */                \
+    RQB "cmp r11, #0\n\t" /* 0: another block of this pixel */                              \
+    "beq 2b\n\t"                                                                            \
+    "ldr r12, [sp]\n\t"                                                                     \
+    "ldr r4, [sp, #4]\n\t"                                                                  \
+    "cmp r7, r4\n\t"                                                                        \
     "bne 2b\n\t"                                                                            \
-    "ldr r5, [sp, #16]\n\t"                                                                 \
-    "add lr, lr, r5\n\t"                                                                    \
-    "ldr r5, [sp, #20]\n\t"                                                                 \
-    "cmp r4, r5\n\t"                                                                        \
-    "bne 1b\n\t"                                                                            \
-    "add sp, sp, #24\n\t"                                                                   \
+    "add sp, sp, #8\n\t"                                                                    \
     "pop {r7}\n\t"
 #define MF_CRP_SF(A, R) "add " R ", " R ", " A ", asr #31\n\t"
 #define MF_CRP_OPS                                                                          \
     : "+r"(st)                                                                              \
-    : "m"(*(const int32_t(*)[6])st), [nc] "i"(NW >> 2), [t] "i"(NW & 3), [nw4] "i"(4 * NW)  \
+    : "m"(*(const int32_t(*)[4])st), [nc] "i"(NW / 3), [t] "i"(NW % 3)                       \
     : "r1", "r2", "r3", "r4", "r5", "r6", "r8", "r9", "r10", "r11", "r12", "lr", "cc", "memory"
 
-MF_INLINE void mf_crp_row_asm(const int16_t *xw, const int32_t *pk, int32_t nb, const int32_t NW,
-                              int32_t npx, int32_t stepw, int32_t sfa, int8_t *y) {
-    int32_t s[6];
+MF_INLINE void mf_crp_row_asm(const int16_t *xw, const int32_t *pk, const int32_t NW,
+                              int32_t npx, int32_t nb, int32_t sfa, int8_t *y) {
+    int32_t s[4];
     register int32_t *st __asm__("r0") = s;
     s[0] = (int32_t)(uintptr_t)xw;
     s[1] = (int32_t)(uintptr_t)pk;
-    s[2] = (int32_t)(uintptr_t)y;
-    s[3] = (int32_t)(uintptr_t)(pk + nb * (4 + 4 * NW + 12));
-    s[4] = 4 * stepw;
-    s[5] = (int32_t)(uintptr_t)(y + npx * 4 * nb);
+    s[2] = (int32_t)(uintptr_t)(y + npx * 4 * nb);
+    s[3] = (int32_t)(uintptr_t)y;
     if (sfa) {
-        __asm__ volatile(MF_CRP_ROW(MF_CRP_RQ2("r0", "r1", MF_CRP_SF("r0", "r6"), MF_CRP_SF("r1", "r9")),
-                                    MF_CRP_RQ2("r2", "r3", MF_CRP_SF("r2", "r6"), MF_CRP_SF("r3", "r9")))
+        __asm__ volatile(MF_CRP_ROW(MF_CRP_RQ2("r0", "r1", MF_CRP_SF("r0", "r5"), MF_CRP_SF("r1", "r9")),
+                                    MF_CRP_RQ2("r2", "r3", MF_CRP_SF("r2", "r5"), MF_CRP_SF("r3", "r9")))
                              MF_CRP_OPS);
     } else {
         __asm__ volatile(MF_CRP_ROW(MF_CRP_RQ2("r0", "r1", "", ""), MF_CRP_RQ2("r2", "r3", "", ""))
@@ -1435,7 +1434,7 @@ MF_INLINE void mf_crp_body(const int8_t *x, const mf_conv_geom *g, int32_t x_zp,
         mf_crp_widen(x, g, oy, x_zp, zrow, npairs, scratch);
 #if MF_GEMM_ASM
         if (NW == NWc) {
-            mf_crp_row_asm(scratch, pk, nb, NWc, g->out_w, stepw, sfa, y);
+            mf_crp_row_asm(scratch, pk, NWc, g->out_w, nb, sfa, y);
             continue;
         }
 #endif

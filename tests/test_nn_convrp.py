@@ -44,7 +44,7 @@ def convrp_case(rng, h, wd, c, kh, kw, stride, padding, o, fused):
     oh, ow, pt, pl = conv_geometry(h, wd, kh, kw, (sh, sw), padding)
     w, b, rq0 = f
     return dict(x=x.reshape(-1).astype(np.int8), geom=(h, wd, c, kh, kw, sh, sw, pt, pl, oh, ow),
-                x_zp=L["x_zp"], o=o, pk=pack.pack_convrp(w, b, rq0, kh, kw, c),
+                x_zp=L["x_zp"], o=o, pk=pack.pack_convrp(w, b, rq0, kh, kw, c, sw),
                 sf=sf | pack.PRE0, nw=pack.convrp_words(kh, kw, c), want=y.reshape(-1))
 
 

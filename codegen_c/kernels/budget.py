@@ -38,10 +38,10 @@ def fit(target, lowered: dict):
             # int16 -> int8 (the packed weights: the only int16 constants of these kernels)
             saved = sum(b.data.nbytes for b in k.consts if b.dtype == "int16") // 2
             if k.schedule.startswith("mf_convrp_"):  # int16 weight pairs inside its int32
-                # table: 4 NW of every 4 NW + 16 words (the rest: bias, requantization)
+                # table: 4 NW of every 4 NW + 18 words (the rest: bias, requantization)
                 nw = int(k.schedule.rsplit("_n", 1)[1])
-                saved += sum(b.data.nbytes for b in k.consts if b.name == "pk") * nw // (
-                    2 * (nw + 4))
+                saved += sum(b.data.nbytes for b in k.consts if b.name == "pk") * 2 * nw // (
+                    4 * nw + 18)
             wide.append((k.macs * W8_EXTRA_PER_MAC / max(saved, 1), key, saved))
     need = flash_bytes(lowered.values()) - budget
     narrow = set(target.narrow_weights)

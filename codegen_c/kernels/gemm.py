@@ -172,7 +172,7 @@ def convrp(ctx: OpContext, ref: ir.Kernel, layer: dict, fmt: str, pre0: bool, ro
         return None
     n, geom, gbuf = conv_geometry(ctx)
     h, w_, _, _, _, _, _, _, _, oh, ow = (int(v) for v in geom)
-    table = pack.pack_convrp(rows, bias, rq, kh, kw, c)
+    table = pack.pack_convrp(rows, bias, rq, kh, kw, c, sw)
     scratch = pack.convrp_scratch_bytes(kh, kw, c, sw, ow, w_)
     name = f"mf_convrp_w16_n{nw}"
     body = ir.loops([("n", n)], lambda b: [ir.CallStmt(name, (
