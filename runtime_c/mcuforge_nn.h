@@ -1217,7 +1217,9 @@ static inline void mf_crp_widen(const int8_t *x, const mf_conv_geom *g, int32_t 
     {
         const int32_t J = kh >> 1, o = kh & 1, gs = 2 * J + o;
         int32_t p0 = (left + 1) >> 1, j;
-        mf_crp_groups(d, rows, kh, 0, p0, left, len, zp);
+        if (p0 > 0) {
+            mf_crp_groups(d, rows, kh, 0, p0, left, len, zp);
+        }
         p = p0;
 #if MF_GEMM_ASM && defined(__ARM_FEATURE_UNALIGNED)
         if (kh == 3) { /* 16 instructions per 4 elements of 3 rows (P, S, P, P, S, P) */
@@ -1289,6 +1291,15 @@ static inline void mf_crp_widen(const int8_t *x, const mf_conv_geom *g, int32_t 
         }
     }
 #endif
+    if (2 * p >= left + len) { /* the rest is padding: (x_zp, x_zp) words */
+        mf_word *w = (mf_word *)(void *)(d + 2 * (2 * (kh >> 1) + (kh & 1)) * p);
+        mf_word *end = (mf_word *)(void *)(d + 2 * (2 * (kh >> 1) + (kh & 1)) * npairs);
+        const int32_t zz = (int32_t)(((uint32_t)(uint16_t)zp << 16) | (uint16_t)zp);
+        while (w < end) {
+            *w++ = zz;
+        }
+        return;
+    }
     mf_crp_groups(d, rows, kh, p, npairs, left, len, zp);
 }
 
