@@ -147,19 +147,19 @@ def unpack_convrp(pk: np.ndarray, o: int, nw: int):
 
 
 def _convrp(x, geom, x_zp, pk, o, signfix, y, scratch):
-    """mf_convrp_w16_n<NW>: TFLM's convolution on the row-paired table (int8-range clamp)."""
-    from .pack import convrp_order, convrp_scratch_bytes
+    """mf_convrp_w16_n<NW> / mf_convrp2_w16_n<NW>: TFLM's convolution on the row-paired table
+    (int8-range clamp)."""
+    from .pack import convrp_order, convrp_scratch_bytes, convrp_step_bytes
     g = dict(zip(GEOM_FIELDS, (int(v) for v in geom[:len(GEOM_FIELDS)])))
     kh, kw, c = g["k_h"], g["k_w"], g["in_c"]
     _scratch(scratch, convrp_scratch_bytes(kh, kw, c, g["stride_w"], g["out_w"], g["in_w"]),
              "mf_convrp")
-    if o % 4 or (g["stride_w"] * c) % 2 or int(signfix) & 3 == 1:
-        raise UndefinedBehaviour("mf_convrp: O % 4, odd stride_w * in_c or signfix 1")
+    if o % 4 or int(signfix) & 3 == 1:
+        raise UndefinedBehaviour("mf_convrp: O % 4 or signfix 1")
     idx = convrp_order(kh, kw, c).reshape(-1)
     nw = len(idx) // 2
     bias, wl, rq, ctl = unpack_convrp(pk, o, nw)
-    gs = 2 * (kh // 2) + kh % 2
-    want = [(-4 * nw + (4 * gs * (g["stride_w"] * c // 2) if b == o // 4 - 1 else 0),
+    want = [(-4 * nw + (convrp_step_bytes(kh, c, g["stride_w"]) if b == o // 4 - 1 else 0),
              int(b == o // 4 - 1)) for b in range(o // 4)]
     if ctl.tolist() != [list(v) for v in want]:  # the asm would walk off the window / table
         raise UndefinedBehaviour("mf_convrp: the table's control words do not fit the geometry")
@@ -172,7 +172,7 @@ def _convrp(x, geom, x_zp, pk, o, signfix, y, scratch):
 
 
 for _n in range(1, 33):
-    INTRINSICS[f"mf_convrp_w16_n{_n}"] = _convrp
+    INTRINSICS[f"mf_convrp_w16_n{_n}"] = INTRINSICS[f"mf_convrp2_w16_n{_n}"] = _convrp
 INTRINSICS.update({"mf_gemm_w16": _gemm("w16"), "mf_gemm_w8": _gemm("w8"),
                    "mf_conv_w16": _conv("w16"), "mf_conv_w8": _conv("w8")})
 # the entries specialised on K compute the same (w16 weights; any K, falling back in C)

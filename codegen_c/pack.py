@@ -277,14 +277,13 @@ def pack_convrp(w_rows, bias, rq, k_h: int, k_w: int, in_c: int, stride_w: int) 
     w = np.asarray(w_rows, np.int64).reshape(len(w_rows), -1)
     rq = np.asarray(rq, np.int64).reshape(-1, 4)
     o = w.shape[0]
-    if o % 4 or (rq[:, 2] != 0).any() or (stride_w * in_c) % 2:
-        raise ValueError("pack_convrp: O must be a multiple of 4, every mf_rq.pre 0 and "
-                         "stride_w * in_c even")
+    if o % 4 or (rq[:, 2] != 0).any():
+        raise ValueError("pack_convrp: O must be a multiple of 4 and every mf_rq.pre 0")
     idx = convrp_order(k_h, k_w, in_c)
     lanes = np.where(idx >= 0, w[:, np.maximum(idx, 0)], 0)  # [O, NW, 2]
     words = (lanes[..., 0] & 0xFFFF) | (lanes[..., 1] << 16)  # int16 pairs as int32 values
-    nw, gs = len(idx), 2 * (k_h // 2) + k_h % 2
-    step = 4 * gs * (stride_w * in_c // 2)  # bytes from one window to the next
+    nw = len(idx)
+    step = convrp_step_bytes(k_h, in_c, stride_w)
     out = []
     for b in range(o // 4):
         ch = slice(4 * b, 4 * b + 4)
@@ -297,11 +296,18 @@ def pack_convrp(w_rows, bias, rq, k_h: int, k_w: int, in_c: int, stride_w: int) 
     return np.array(out, np.int64).astype(np.int32)
 
 
+def convrp_step_bytes(k_h: int, in_c: int, stride_w: int) -> int:
+    """Bytes between the windows one run of mf_convrp's asm visits: the next pixel's, or for odd
+    stride_w * in_c (two widened copies, even and odd pixels in separate runs) the one after."""
+    gs, step = 2 * (k_h // 2) + k_h % 2, stride_w * in_c
+    return 4 * gs * (step if step % 2 else step // 2)
+
+
 def convrp_scratch_bytes(k_h: int, k_w: int, in_c: int, stride_w: int, out_w: int,
                          in_w: int) -> int:
-    """Scratch bytes of one mf_convrp_* call: the widened row int16 [npairs * gs * 2] (npairs =
-    (out_w - 1) * stride_w * in_c / 2 + ceil(k_w * in_c / 2)) and an int8 row of x_zp
-    [in_w * in_c], rounded up to 4."""
-    gs = 2 * (k_h // 2) + k_h % 2
-    npairs = (out_w - 1) * (stride_w * in_c // 2) + (k_w * in_c + 1) // 2
-    return 4 * npairs * gs + (in_w * in_c + 3) // 4 * 4
+    """Scratch bytes of one mf_convrp* call: the widened rows int16 [copies][npairs * gs * 2]
+    (npairs = ((out_w - 1) * stride_w * in_c + 1) // 2 + ceil(k_w * in_c / 2), copies 2 when
+    stride_w * in_c is odd) and an int8 row of x_zp [in_w * in_c], rounded up to 4."""
+    gs, step = 2 * (k_h // 2) + k_h % 2, stride_w * in_c
+    npairs = ((out_w - 1) * step + 1) // 2 + (k_w * in_c + 1) // 2
+    return 4 * npairs * gs * (1 + step % 2) + (in_w * in_c + 3) // 4 * 4

@@ -1199,14 +1199,15 @@ static inline void mf_crp_groups(int16_t *d, const int8_t *const *rows, int32_t 
     }
 }
 
-/* Widen output row oy's input rows into d: npairs groups. zrow: len bytes of x_zp (rows
- * outside the image). Interior groups (4 elements of every row inside the image) by SXTB16 /
+/* Widen output row oy's input rows into d: npairs groups of the padded row from element
+ * `shift` (0, or 1 for the odd windows' copy). zrow: len bytes of x_zp (rows outside the image). Interior groups (4 elements of every row inside the image) by SXTB16 /
  * PKH on words: P_j(e..e+3) from rows a, b: PKHBT(a, b << 16) = (a0 a1 b0 b1), PKHTB(b, a >> 16)
  * = (a2 a3 b2 b3), whose SXTB16 and SXTB16 ror 8 are (a0, b0), (a1, b1) and (a2, b2), (a3, b3);
  * S from row c: SXTB16 (c0, c2), (c1, c3), PKH to (c0, c1), (c2, c3). */
 static inline void mf_crp_widen(const int8_t *x, const mf_conv_geom *g, int32_t oy,
-                                int32_t zp, const int8_t *zrow, int32_t npairs, int16_t *d) {
-    const int32_t kh = g->k_h, len = g->in_w * g->in_c, left = g->pad_l * g->in_c;
+                                int32_t zp, const int8_t *zrow, int32_t npairs, int16_t *d,
+                                int32_t shift) {
+    const int32_t kh = g->k_h, len = g->in_w * g->in_c, left = g->pad_l * g->in_c - shift;
     const int8_t *rows[16];
     int32_t ky, p = 0;
     for (ky = 0; ky < kh; ++ky) {
@@ -1303,12 +1304,14 @@ static inline void mf_crp_widen(const int8_t *x, const mf_conv_geom *g, int32_t 
     mf_crp_groups(d, rows, kh, p, npairs, left, len, zp);
 }
 
-/* One output row: npx pixels x nb blocks, portable C on the packed table (any NW; the table's
- * per-block pointer adjustments are not needed here: windows are stepw words apart). */
+/* npx pixels x nb blocks of one output row, portable C on the packed table (any NW; the
+ * table's pointer adjustments are not needed here: windows are stepw words apart, outputs
+ * 4 nb + skip bytes). */
 static inline void mf_crp_row_c(const int16_t *xw, const int32_t *pk, int32_t nb, int32_t NW,
-                                int32_t npx, int32_t stepw, int32_t sfa, int8_t *y) {
+                                int32_t npx, int32_t stepw, int32_t sfa, int8_t *y,
+                                int32_t skip) {
     int32_t px, b, c0, ch, i;
-    for (px = 0; px < npx; ++px, xw += 2 * stepw) {
+    for (px = 0; px < npx; ++px, xw += 2 * stepw, y += skip) {
         const int32_t *t = pk;
         for (b = 0; b < nb; ++b) {
             int32_t acc[4];
@@ -1385,8 +1388,8 @@ static inline void mf_crp_row_c(const int16_t *xw, const int32_t *pk, int32_t nb
     "strb " B ", [r7], #1\n\t"
 #define MF_CRP_ROW(RQA, RQB)                                                                \
     "push {r7}\n\t"                                                                         \
-    "ldm r0, {r1, r2, r3, r4}\n\t"                                                          \
-    "push {r2, r3}\n\t" /* sp: table, y end */                                               \
+    "ldm r0, {r1, r2, r3, r4, r5}\n\t"                                                      \
+    "push {r2, r3, r5}\n\t" /* sp: table, y end, skip */                                     \
     "mov lr, r1\n\t"                                                                        \
     "mov r7, r4\n\t"                                                                        \
     "mov r12, r2\n"                                                                         \
@@ -1398,26 +1401,32 @@ static inline void mf_crp_row_c(const int16_t *xw, const int32_t *pk, int32_t nb
     "add lr, lr, r11\n\t" /* back to the window, or on to the next pixel's */                \
     RQB "cmp r11, #0\n\t" /* 0: another block of this pixel */                              \
     "beq 2b\n\t"                                                                            \
+    ".if %c[split]\n\t"                                                                     \
+    "ldr r4, [sp, #8]\n\t"                                                                  \
+    "add r7, r7, r4\n\t" /* every other pixel: skip the other one's outputs */            \
+    ".endif\n\t"                                                                            \
     "ldr r12, [sp]\n\t"                                                                     \
     "ldr r4, [sp, #4]\n\t"                                                                  \
     "cmp r7, r4\n\t"                                                                        \
     "bne 2b\n\t"                                                                            \
-    "add sp, sp, #8\n\t"                                                                    \
+    "add sp, sp, #12\n\t"                                                                   \
     "pop {r7}\n\t"
 #define MF_CRP_SF(A, R) "add " R ", " R ", " A ", asr #31\n\t"
 #define MF_CRP_OPS                                                                          \
     : "+r"(st)                                                                              \
-    : "m"(*(const int32_t(*)[4])st), [nc] "i"(NW / 3), [t] "i"(NW % 3)                       \
+    : "m"(*(const int32_t(*)[5])st), [nc] "i"(NW / 3), [t] "i"(NW % 3), [split] "i"(SPLIT)   \
     : "r1", "r2", "r3", "r4", "r5", "r6", "r8", "r9", "r10", "r11", "r12", "lr", "cc", "memory"
 
 MF_INLINE void mf_crp_row_asm(const int16_t *xw, const int32_t *pk, const int32_t NW,
-                              int32_t npx, int32_t nb, int32_t sfa, int8_t *y) {
-    int32_t s[4];
+                              int32_t npx, int32_t nb, int32_t sfa, int8_t *y,
+                              const int32_t SPLIT) {
+    int32_t s[5];
     register int32_t *st __asm__("r0") = s;
     s[0] = (int32_t)(uintptr_t)xw;
     s[1] = (int32_t)(uintptr_t)pk;
-    s[2] = (int32_t)(uintptr_t)(y + npx * 4 * nb);
+    s[2] = (int32_t)(uintptr_t)(y + npx * (4 * nb + SPLIT * 4 * nb));
     s[3] = (int32_t)(uintptr_t)y;
+    s[4] = 4 * nb;
     if (sfa) {
         __asm__ volatile(MF_CRP_ROW(MF_CRP_RQ2("r0", "r1", MF_CRP_SF("r0", "r5"), MF_CRP_SF("r1", "r9")),
                                     MF_CRP_RQ2("r2", "r3", MF_CRP_SF("r2", "r5"), MF_CRP_SF("r3", "r9")))
@@ -1429,44 +1438,67 @@ MF_INLINE void mf_crp_row_asm(const int16_t *xw, const int32_t *pk, const int32_
 }
 #endif
 
-/* Scratch (pack.convrp_scratch_bytes): int16 [npairs * gs * 2] widened row, npairs = (out_w -
- * 1) * stride_w * in_c / 2 + ceil(k_w * in_c / 2), then int8 [in_w * in_c] of x_zp. */
+/* Scratch (pack.convrp_scratch_bytes): int16 [copies][npairs * gs * 2] widened rows, npairs =
+ * ((out_w - 1) * stride_w * in_c + 1) / 2 + ceil(k_w * in_c / 2), copies 2 when stride_w *
+ * in_c is odd (the odd pixels' windows start on odd elements: a second copy from element 1,
+ * each copy's pixels 2 stride_w in_c elements apart), then int8 [in_w * in_c] of x_zp.
+ * SPLIT: the entry for odd stride_w * in_c (its asm skips every other pixel's outputs). */
 MF_INLINE void mf_crp_body(const int8_t *x, const mf_conv_geom *g, int32_t x_zp,
                            const int32_t *pk, int32_t O, int32_t signfix, int8_t *y,
-                           int16_t *scratch, const int32_t NWc) {
+                           int16_t *scratch, const int32_t NWc, const int32_t SPLIT) {
     const int32_t kh = g->k_h, gs = 2 * (kh >> 1) + (kh & 1), NW = mf_crp_words(g);
-    const int32_t half = (g->stride_w * g->in_c) >> 1, stepw = gs * half;
-    const int32_t npairs = (g->out_w - 1) * half + ((g->k_w * g->in_c + 1) >> 1);
+    const int32_t step = g->stride_w * g->in_c, two = step & 1;
+    const int32_t stepw = gs * (two ? step : step >> 1);
+    const int32_t npairs = ((g->out_w - 1) * step + 1) / 2 + ((g->k_w * g->in_c + 1) >> 1);
     const int32_t len = g->in_w * g->in_c, nb = O >> 2, sfa = (signfix & 3) == 2;
-    int8_t *zrow = (int8_t *)(scratch + 2 * gs * npairs);
+    int16_t *copy_b = scratch + 2 * gs * npairs;
+    int8_t *zrow = (int8_t *)(copy_b + (two ? 2 * gs * npairs : 0));
+    const int32_t neven = two ? (g->out_w + 1) >> 1 : g->out_w, nodd = g->out_w - neven;
     int32_t oy;
     mf_fill8(zrow, x_zp, len);
     for (oy = 0; oy < g->out_h; ++oy, y += g->out_w * O) {
-        mf_crp_widen(x, g, oy, x_zp, zrow, npairs, scratch);
+        mf_crp_widen(x, g, oy, x_zp, zrow, npairs, scratch, 0);
+        if (two) {
+            mf_crp_widen(x, g, oy, x_zp, zrow, npairs, copy_b, 1);
+        }
 #if MF_GEMM_ASM
-        if (NW == NWc) {
-            mf_crp_row_asm(scratch, pk, NWc, g->out_w, nb, sfa, y);
+        if (NW == NWc && two == SPLIT) {
+            mf_crp_row_asm(scratch, pk, NWc, neven, nb, sfa, y, SPLIT);
+            if (nodd > 0) {
+                mf_crp_row_asm(copy_b + 2 * gs * ((step - 1) >> 1), pk, NWc, nodd, nb, sfa,
+                               y + O, SPLIT);
+            }
             continue;
         }
 #endif
-        mf_crp_row_c(scratch, pk, nb, NW, g->out_w, stepw, sfa, y);
+        mf_crp_row_c(scratch, pk, nb, NW, neven, stepw, sfa, y, two ? O : 0);
+        if (nodd > 0) {
+            mf_crp_row_c(copy_b + 2 * gs * ((step - 1) >> 1), pk, nb, NW, nodd, stepw, sfa, y + O,
+                         O);
+        }
     }
     (void)NWc;
+    (void)SPLIT;
 }
 
-/* mf_convrp_w16_n<NW>: the convolution of mf_conv_w16 for layers with stride_w * in_c even,
- * O a multiple of 4, the int8-range clamp (lo = -128, hi = 127) and signfix 0 or 2 (+ MF_PRE0:
- * pre folded into the table).
+/* mf_convrp_w16_n<NW> (stride_w * in_c even) / mf_convrp2_w16_n<NW> (odd): the convolution of
+ * mf_conv_w16 for layers with O a multiple of 4, the int8-range clamp (lo = -128, hi = 127)
+ * and signfix 0 or 2 (+ MF_PRE0: pre folded into the table).
  *   x        int8 [in_h][in_w][in_c], any alignment; g: as mf_conv_w16
  *   pk       pack.pack_convrp(...) int32 table, 4-byte aligned
  *   y        int8 [out_h][out_w][O]; scratch pack.convrp_scratch_bytes(...) bytes, 4-aligned
- * NW (mf_crp_words of the geometry) selects the entry whose asm is unrolled for it; another
- * entry computes the same in C. */
+ * NW (mf_crp_words of the geometry) and the parity of stride_w * in_c select the entry whose
+ * asm is unrolled for it; another entry computes the same in C. */
 #define MF_CRP_ENTRY(NW)                                                                    \
     MF_MICRO void mf_convrp_w16_n##NW(const int8_t *x, const mf_conv_geom *g, int32_t x_zp, \
                                       const int32_t *pk, int32_t O, int32_t signfix,         \
                                       int8_t *y, int16_t *scratch) {                          \
-        mf_crp_body(x, g, x_zp, pk, O, signfix, y, scratch, NW);                            \
+        mf_crp_body(x, g, x_zp, pk, O, signfix, y, scratch, NW, 0);                         \
+    }                                                                                       \
+    MF_MICRO void mf_convrp2_w16_n##NW(const int8_t *x, const mf_conv_geom *g, int32_t x_zp, \
+                                       const int32_t *pk, int32_t O, int32_t signfix,        \
+                                       int8_t *y, int16_t *scratch) {                         \
+        mf_crp_body(x, g, x_zp, pk, O, signfix, y, scratch, NW, 1);                         \
     }
 MF_CRP_ENTRY(1)
 MF_CRP_ENTRY(2)

@@ -1,16 +1,17 @@
-"""The row-paired convolution of runtime_c/mcuforge_nn.h (mf_convrp_w16_n<NW>: first layers with
-few input channels, no im2col) with codegen_c/pack.py's table (pack_convrp), byte for byte
+"""The row-paired convolution of runtime_c/mcuforge_nn.h (mf_convrp_w16_n<NW> and, for odd
+stride_w * in_c, mf_convrp2_w16_n<NW>: first layers with few input channels, no im2col) with codegen_c/pack.py's table (pack_convrp), byte for byte
 against the numpy model of TFLM's int8 convolution in tests/test_nn_gemm.py (input zero point
 subtracted, MultiplyByQuantizedMultiplier as SRDHM + RDBPOT, output zero point, clamp).
 
 Shapes: VWW's first layer (3x3 stride 2 on RGB) and KWS's (10x4 stride 2 on one channel) on
 small images, then random kernels (k_h 1-5, so both an odd and an even number of kernel rows),
 channels with stride_w * in_c even, SAME / VALID padding (left padding of an odd element count
-too), stride_h 1-3, 4-16 output channels, rows narrower and wider than the widening's 4-element
+too), odd and even stride_w * in_c, stride_h 1-3, 4-16 output channels, rows narrower and wider than the widening's 4-element
 steps; the sign term from the accumulator (signfix 2) and none (fused ReLU, zero point -128).
 Builds: host gcc (portable body, ASan/UBSan), Cortex-M4 DSP at -O0 (intrinsics + C rows), -O2,
 -Os, -O3 (asm), and the portable body on the M4 and the M3. Each case also runs through an entry
-unrolled for another NW, which must compute the same in C."""
+unrolled for another NW and through the entry of the other stride parity, which must compute
+the same in C."""
 from __future__ import annotations
 
 import numpy as np
@@ -59,7 +60,13 @@ def all_cases(seed=0):
                 (8, 9, 6, 3, 1, (2, 1), "SAME", 4),   # k_w 1
                 (5, 5, 1, 1, 4, 2, "SAME", 16),       # k_h 1: one single row
                 (3, 3, 3, 3, 3, 2, "SAME", 4),        # a row narrower than one widening step
-                (6, 7, 3, 5, 3, (3, 2), "SAME", 8)):  # odd k_h 5
+                (6, 7, 3, 5, 3, (3, 2), "SAME", 8),   # odd k_h 5
+                # odd stride_w * in_c: two widened copies (mf_convrp2_*)
+                (10, 11, 3, 3, 3, 1, "SAME", 16),     # ResNet-8's first layer, smaller
+                (9, 10, 3, 3, 3, 1, "SAME", 4),       # an even output width
+                (13, 7, 1, 10, 4, 1, "VALID", 8),     # one channel, stride 1
+                (7, 12, 3, 2, 2, (2, 3), "SAME", 4),  # stride_w 3 (step 9)
+                (6, 9, 1, 3, 3, 1, "SAME", 8)):       # left padding of one element
         h, wd, c, kh, kw, s, pad, o = geo
         for fused in (False, True):
             out.append(convrp_case(rng, h, wd, c, kh, kw, s, pad, o, fused))
@@ -67,7 +74,7 @@ def all_cases(seed=0):
         kh, kw = int(rng.integers(1, 6)), int(rng.integers(1, 5))
         c = int(rng.integers(1, 5))
         sw = int(rng.integers(1, 4))
-        if (sw * c) % 2 or pack.convrp_words(kh, kw, c) > pack.MAX_CONVRP_WORDS:
+        if pack.convrp_words(kh, kw, c) > pack.MAX_CONVRP_WORDS:
             continue
         h, wd = int(rng.integers(kh, kh + 8)), int(rng.integers(kw, kw + 12))
         out.append(convrp_case(rng, h, wd, c, kh, kw, (int(rng.integers(1, 4)), sw),
@@ -91,11 +98,14 @@ def c_program(cases) -> str:
         out.append(f"static const mf_conv_geom g{i} = {{{','.join(map(str, c['geom']))}}};\n")
         need = (pack.convrp_scratch_bytes(*c["geom"][3:5], c["geom"][2], c["geom"][6],
                                           c["geom"][10], c["geom"][1]) + 1) // 2
-        other = 1 if c["nw"] != 1 else 2  # an entry unrolled for another NW: the C rows
-        for nw in (c["nw"], other):
+        two = "2" if c["geom"][2] * c["geom"][6] % 2 else ""
+        # an entry unrolled for another NW, and the other parity's entry: the C rows
+        for fn in (f"mf_convrp{two}_w16_n{c['nw']}",
+                   f"mf_convrp{two}_w16_n{1 if c['nw'] != 1 else 2}",
+                   f"mf_convrp{'' if two else '2'}_w16_n{c['nw']}"):
             calls.append(f"    memset(y{i}, {SENTINEL}, sizeof y{i});\n"
                          f"    for (j = {need}; j < SCRATCH + 8; ++j) scratch[j] = 0x1234;\n"
-                         f"    mf_convrp_w16_n{nw}(x{i}, &g{i}, {c['x_zp']}, p{i}, {c['o']}, "
+                         f"    {fn}(x{i}, &g{i}, {c['x_zp']}, p{i}, {c['o']}, "
                          f"{c['sf']}, y{i}, scratch);\n"
                          f"    bad += check({i}, y{i}, e{i}, (int32_t)sizeof y{i}, {need});\n")
     out.append("""
@@ -167,5 +177,7 @@ def test_convrp_order():
     for kh, kw, c in ((3, 3, 3), (10, 4, 1), (2, 2, 4), (5, 3, 3), (1, 3, 1), (4, 1, 6)):
         i = pack.convrp_order(kh, kw, c).reshape(-1)
         assert sorted(i[i >= 0].tolist()) == list(range(kh * kw * c))
-    # VWW: 146 pair groups of 3 words for a 48-pixel output row, and a 288-byte zero-point row
+    # VWW: 146 pair groups of 3 words for a 48-pixel output row, and a 288-byte zero-point row;
+    # ResNet-8 (stride 1: two copies of (31 * 3 + 1) / 2 + 5 = 52 groups), a 96-byte row
     assert pack.convrp_scratch_bytes(3, 3, 3, 2, 48, 96) == 4 * 146 * 3 + 288
+    assert pack.convrp_scratch_bytes(3, 3, 3, 1, 32, 32) == 2 * 4 * 52 * 3 + 96

@@ -131,7 +131,8 @@ def cases():
                                                       stride=(2, 2))),
                          ("g_1x1_s21", "CONV_2D", dict(hw=(6, 5), c=5, o=6, k=(1, 1),
                                                        stride=(2, 1), pad=VALID)),
-                         # kernel rows paired (mf_convrp_*): stride_w * in_c even, O % 4 == 0
+                         # kernel rows paired (mf_convrp_*: stride_w * in_c even; mf_convrp2_*:
+                         # odd, "_rp2_"), O % 4 == 0
                          ("g_rp_rgb_s2", "CONV_2D", dict(hw=(9, 8), c=3, o=8, stride=(2, 2))),
                          ("g_rp_kws", "CONV_2D", dict(hw=(13, 6), c=1, o=12, k=(10, 4),
                                                       stride=(2, 2))),
@@ -140,11 +141,11 @@ def cases():
                          # O not a multiple of 4: im2col
                          ("g_im2col_rgb_s2", "CONV_2D", dict(hw=(9, 8), c=3, o=6,
                                                              stride=(2, 2))),
-                         ("g_rgb_s1", "CONV_2D", dict(hw=(6, 7), c=3, o=16, pad=VALID)),
+                         ("g_rp2_rgb_s1", "CONV_2D", dict(hw=(6, 7), c=3, o=16, pad=VALID)),
                          ("g_im2col_kws", "CONV_2D", dict(hw=(13, 6), c=1, o=10, k=(10, 4),
                                                           stride=(2, 2))),
-                         ("g_kws_s1", "CONV_2D", dict(hw=(12, 5), c=1, o=12, k=(10, 4))),
-                         ("g_rgb_s12", "CONV_2D", dict(hw=(7, 9), c=3, o=8, stride=(2, 1))),
+                         ("g_rp2_kws_s1", "CONV_2D", dict(hw=(12, 5), c=1, o=12, k=(10, 4))),
+                         ("g_rp2_rgb_s12", "CONV_2D", dict(hw=(7, 9), c=3, o=8, stride=(2, 1))),
                          # whole groups per kernel row, stride 2: im2col (mf_conv_*)
                          ("g_im2col_s2", "CONV_2D", dict(hw=(9, 7), c=6, o=12, stride=(2, 2))),
                          ("g_quads_s2", "CONV_2D", dict(hw=(9, 7), c=4, o=12, stride=(2, 2))),
@@ -169,8 +170,8 @@ def test_scheduled_kernel_equals_reference(name, op, kw):
         k = ref if target is None else lower_node(node, g, "k", target)
         if target is not None:
             assert k is not ref and k.scratch, "the schedule should apply"
-        if target is M4 and name.startswith("g_rp_"):  # signfix 1 (some "_none"): im2col
-            assert k.schedule.startswith("mf_convrp_w16_n") or (
+        if target is M4 and name.startswith("g_rp"):  # signfix 1 (some "_none"): im2col
+            assert k.schedule.startswith(f"mf_convrp{'2' if '_rp2_' in name else ''}_w16_n") or (
                 name.endswith("_none") and k.schedule.startswith("mf_conv_")), k.schedule
         elif target is M4 and name.startswith("g_"):
             assert "_w16_g" in k.schedule, k.schedule  # the K-specialised entry

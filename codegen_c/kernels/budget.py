@@ -37,7 +37,7 @@ def fit(target, lowered: dict):
         if k is not None and "_w16" in k.schedule:  # mf_*_w16 and mf_*_w16_g<G>
             # int16 -> int8 (the packed weights: the only int16 constants of these kernels)
             saved = sum(b.data.nbytes for b in k.consts if b.dtype == "int16") // 2
-            if k.schedule.startswith("mf_convrp_"):  # int16 weight pairs inside its int32
+            if k.schedule.startswith("mf_convrp"):  # int16 weight pairs inside its int32
                 # table: 4 NW of every 4 NW + 18 words (the rest: bias, requantization)
                 nw = int(k.schedule.rsplit("_n", 1)[1])
                 saved += sum(b.data.nbytes for b in k.consts if b.name == "pk") * 2 * nw // (
