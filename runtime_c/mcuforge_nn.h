@@ -1186,15 +1186,11 @@ static inline void mf_crp_groups(int16_t *d, const int8_t *const *rows, int32_t 
             }
             continue;
         }
-        for (j = 0; j < J; ++j) {
-            w[2 * j] = (int16_t)mf_crp_at(rows[2 * j], 2 * p, left, len, zp);
-            w[2 * j + 1] = (int16_t)mf_crp_at(rows[2 * j + 1], 2 * p, left, len, zp);
-            w[2 * (J + o + j)] = (int16_t)mf_crp_at(rows[2 * j], 2 * p + 1, left, len, zp);
-            w[2 * (J + o + j) + 1] = (int16_t)mf_crp_at(rows[2 * j + 1], 2 * p + 1, left, len, zp);
-        }
-        if (o) {
-            w[2 * J] = (int16_t)mf_crp_at(rows[kh - 1], 2 * p, left, len, zp);
-            w[2 * J + 1] = (int16_t)mf_crp_at(rows[kh - 1], 2 * p + 1, left, len, zp);
+        for (j = 0; j < gs; ++j) { /* word j: P_j(2p), S(p), P_(j-J-o)(2p + 1) */
+            const int32_t s = j == J && o, r = j < J ? 2 * j : s ? kh - 1 : 2 * (j - J - o);
+            const int32_t e = j < J || s ? 2 * p : 2 * p + 1;
+            w[2 * j] = (int16_t)mf_crp_at(rows[r], e, left, len, zp);
+            w[2 * j + 1] = (int16_t)mf_crp_at(rows[s ? r : r + 1], e + s, left, len, zp);
         }
     }
 }
