@@ -8,8 +8,8 @@ small images, then random kernels (k_h 1-5, so both an odd and an even number of
 channels with stride_w * in_c even, SAME / VALID padding (left padding of an odd element count
 too), odd and even stride_w * in_c, stride_h 1-3, 4-16 output channels, rows narrower and wider than the widening's 4-element
 steps; the sign term from the accumulator (signfix 2) and none (fused ReLU, zero point -128).
-Builds: host gcc (portable body, ASan/UBSan), Cortex-M4 DSP at -O0 (intrinsics + C rows), -O2,
--Os, -O3 (asm), and the portable body on the M4 and the M3. Each case also runs through an entry
+Builds: host gcc (portable body, ASan/UBSan), Cortex-M4 DSP at -O0 and -O2 -DMF_GEMM_ASM=0
+(intrinsics + C rows), -O2, -Os, -O3 (asm), and the portable body on the M4 and the M3. Each case also runs through an entry
 unrolled for another NW and through the entry of the other stride parity, which must compute
 the same in C."""
 from __future__ import annotations
@@ -157,6 +157,12 @@ def test_host_portable(program):
 def test_m4_dsp(program, opt):
     require_tools("arm-none-eabi-gcc", "qemu-system-arm")
     check_build(program, "m4", opt)
+
+
+def test_m4_dsp_intrinsics_only(program):
+    """The DSP widening in C intrinsics and the C rows, optimised, without the asm."""
+    require_tools("arm-none-eabi-gcc", "qemu-system-arm")
+    check_build(program, "m4", "-O2", ["-DMF_GEMM_ASM=0"])
 
 
 @pytest.mark.parametrize("target", ["m4-nodsp", "m3"])
