@@ -123,7 +123,7 @@ def unpack_convrp(pk: np.ndarray, o: int, nw: int):
     """(bias [O], weights [O, NW, 2] (low, high lane), rq [O, 4] with pre 0, control words
     [O / 4, 2]) from the table of mf_convrp_*: per block of 4 channels bias[4], the NW words in
     chunks of 3 (per chunk per channel its words), (mult, add, post) x 2, the window
-    adjustment, (mult, add, post) x 2, the last-block flag."""
+    adjustment, the last-block flag, (mult, add, post) x 2."""
     t = np.asarray(pk, np.int64)
     bias, rq = np.zeros(o, np.int64), np.zeros((o, 4), np.int64)
     w = np.zeros((o, nw), np.int64)
@@ -137,9 +137,9 @@ def unpack_convrp(pk: np.ndarray, o: int, nw: int):
             w[4 * b:4 * b + 4, c0:c0 + cs] = t[i:i + 4 * cs].reshape(4, cs)
             i += 4 * cs
         r = t[i:i + 14]
-        trip = np.stack([r[0:3], r[3:6], r[7:10], r[10:13]])
+        trip = np.stack([r[0:3], r[3:6], r[8:11], r[11:14]])
         rq[4 * b:4 * b + 4] = np.stack([trip[:, 0], trip[:, 1], 0 * trip[:, 0], trip[:, 2]], 1)
-        ctl[b] = r[6], r[13]
+        ctl[b] = r[6], r[7]
         i += 14
     lo = ((w & 0xFFFF) ^ 0x8000) - 0x8000
     hi = (((w >> 16) & 0xFFFF) ^ 0x8000) - 0x8000

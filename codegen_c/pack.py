@@ -272,8 +272,8 @@ def pack_convrp(w_rows, bias, rq, k_h: int, k_w: int, in_c: int, stride_w: int) 
     of 4, 2^pre already folded in: fold_pre), bias [O] and mf_rq rows [O, 4] (pre 0): per block
     of 4 channels bias[4], the NW words in chunks of 3 (per chunk per channel its words, an
     int16 pair (low, high) each), (mult, add, post) of channels 0 and 1, the window's pointer
-    adjustment (-4 NW bytes, plus the pixel step in the last block), (mult, add, post) of
-    channels 2 and 3, the last-block flag."""
+    adjustment (-4 NW bytes, plus the pixel step in the last block), the last-block flag,
+    (mult, add, post) of channels 2 and 3."""
     w = np.asarray(w_rows, np.int64).reshape(len(w_rows), -1)
     rq = np.asarray(rq, np.int64).reshape(-1, 4)
     o = w.shape[0]
@@ -292,7 +292,7 @@ def pack_convrp(w_rows, bias, rq, k_h: int, k_w: int, in_c: int, stride_w: int) 
         for c0 in range(0, nw, 3):
             out.extend(words[ch, c0:c0 + 3].reshape(-1))
         r = rq[ch][:, [0, 1, 3]]
-        out.extend([*r[0], *r[1], -4 * nw + (step if last else 0), *r[2], *r[3], int(last)])
+        out.extend([*r[0], *r[1], -4 * nw + (step if last else 0), int(last), *r[2], *r[3]])
     return np.array(out, np.int64).astype(np.int32)
 
 

@@ -1146,8 +1146,8 @@ MF_GEMM_G(16)
  *   the NW words in chunks of 3 (the last 1-2), per chunk per channel its words, each an int16
  *     pair (low lane, high lane) of weights times 2^pre (pack.fold_pre: mf_rq.pre = 0),
  *   (mult, add, post) of channels 0, 1 (mf_rq less pre), the window adjustment in bytes (-4 NW,
- *   in the last block + the pixel step), (mult, add, post) of channels 2, 3, the last-block
- *   flag (0 or 1).
+ *   in the last block + the pixel step), the last-block flag (0 or 1), (mult, add, post) of
+ *   channels 2, 3.
  * Requantization: y = ssat8((SMMLAR(acc, mult, add [+ (acc >> 31) if signfix 2])) >> post),
  * the int8-range clamp (the schedule takes these kernels only then; signfix 0 or 2).
  * Register block: 4 channels x 1 pixel; a chunk is one LDM of 3 activation words, 3 LDM of 4
@@ -1195,6 +1195,26 @@ static inline void mf_crp_groups(int16_t *d, const int8_t *const *rows, int32_t 
     }
 }
 
+#if MF_GEMM_ASM
+/* one step of the k_h = 3 widening: 4 elements of rows ra, rb, rc into the 6 words P(e0),
+ * S(e0, e1), P(e1), P(e2), S(e2, e3), P(e3) at w (14 instructions) */
+#define MF_CRP_W3                                                                           \
+    "ldr r4, [%[ra]], #4\n\t"                                                               \
+    "ldr r5, [%[rb]], #4\n\t"                                                               \
+    "ldr r6, [%[rc]], #4\n\t"                                                               \
+    "pkhbt r8, r4, r5, lsl #16\n\t"                                                         \
+    "pkhtb r10, r5, r4, asr #16\n\t"                                                        \
+    "sxtb16 r4, r8\n\t"                                                                     \
+    "sxtb16 r5, r6\n\t"                                                                     \
+    "sxtb16 r11, r6, ror #8\n\t"                                                            \
+    "sxtb16 r6, r8, ror #8\n\t"                                                             \
+    "sxtb16 r8, r10\n\t"                                                                    \
+    "sxtb16 r10, r10, ror #8\n\t"                                                           \
+    "pkhtb r9, r11, r5, asr #16\n\t"                                                        \
+    "pkhbt r5, r5, r11, lsl #16\n\t"                                                        \
+    "stmia %[w]!, {r4, r5, r6, r8, r9, r10}\n\t"
+#endif
+
 /* Widen output row oy's input rows into d: npairs groups of the padded row from element
  * `shift` (0, or 1 for the odd windows' copy). zrow: len bytes of x_zp (rows outside the image). Interior groups (4 elements of every row inside the image) by SXTB16 /
  * PKH on words: P_j(e..e+3) from rows a, b: PKHBT(a, b << 16) = (a0 a1 b0 b1), PKHTB(b, a >> 16)
@@ -1219,7 +1239,7 @@ static inline void mf_crp_widen(const int8_t *x, const mf_conv_geom *g, int32_t 
         }
         p = p0;
 #if MF_GEMM_ASM && defined(__ARM_FEATURE_UNALIGNED)
-        if (kh == 3) { /* 16 instructions per 4 elements of 3 rows (P, S, P, P, S, P) */
+        if (kh == 3) { /* 15 instructions per 4 elements of 3 rows (P, S, P, P, S, P) */
             int32_t n = (npairs - p0) >> 1, lim = (len + left - 2 * p0) >> 2;
             n = n < lim ? n : lim;
             if (n > 0) {
@@ -1227,23 +1247,12 @@ static inline void mf_crp_widen(const int8_t *x, const mf_conv_geom *g, int32_t 
                 const int8_t *rc = rows[2] + 2 * p0 - left;
                 mf_word *w = (mf_word *)(void *)(d + 6 * p0);
                 p = p0 + 2 * n;
-                __asm__ volatile("1:\n\t"
-                                 "ldr r4, [%[ra]], #4\n\t"
-                                 "ldr r5, [%[rb]], #4\n\t"
-                                 "ldr r6, [%[rc]], #4\n\t"
-                                 "pkhbt r8, r4, r5, lsl #16\n\t"
-                                 "pkhtb r10, r5, r4, asr #16\n\t"
-                                 "sxtb16 r4, r8\n\t"
-                                 "sxtb16 r5, r6\n\t"
-                                 "sxtb16 r11, r6, ror #8\n\t"
-                                 "sxtb16 r6, r8, ror #8\n\t"
-                                 "sxtb16 r8, r10\n\t"
-                                 "sxtb16 r10, r10, ror #8\n\t"
-                                 "pkhtb r9, r11, r5, asr #16\n\t"
-                                 "pkhbt r5, r5, r11, lsl #16\n\t"
-                                 "stmia %[w]!, {r4, r5, r6, r8, r9, r10}\n\t"
-                                 "subs %[n], %[n], #1\n\t"
-                                 "bne 1b\n\t"
+                __asm__ volatile("lsrs %[n], %[n], #1\n\t" /* an odd step first, then pairs */
+                                 "bcc 1f\n\t" MF_CRP_W3 "1:\n\t"
+                                 "beq 3f\n"
+                                 "2:\n\t" MF_CRP_W3 MF_CRP_W3 "subs %[n], %[n], #1\n\t"
+                                 "bne 2b\n"
+                                 "3:\n\t"
                                  : [ra] "+r"(ra), [rb] "+r"(rb), [rc] "+r"(rc), [w] "+r"(w),
                                    [n] "+r"(n)
                                  :
@@ -1325,12 +1334,13 @@ static inline void mf_crp_row_c(const int16_t *xw, const int32_t *pk, int32_t nb
                     }
                 }
             }
-            for (ch = 0; ch < 4; ++ch) {
-                int32_t v = mf_smmlar(acc[ch], t[0]) + t[1] + (sfa ? acc[ch] >> 31 : 0);
-                v >>= t[2];
+            for (ch = 0; ch < 4; ++ch) { /* (mult, add, post) at 0, 3, 8, 11 of 14 words */
+                const int32_t *r = t + 3 * ch + (ch >> 1) * 2;
+                int32_t v = mf_smmlar(acc[ch], r[0]) + r[1] + (sfa ? acc[ch] >> 31 : 0);
+                v >>= r[2];
                 *y++ = (int8_t)(v < -128 ? -128 : v > 127 ? 127 : v);
-                t += ch & 1 ? 4 : 3; /* (mult, add, post) x 2, then one control word */
             }
+            t += 14;
         }
     }
 }
@@ -1372,12 +1382,20 @@ static inline void mf_crp_row_c(const int16_t *xw, const int32_t *pk, int32_t nb
     "smlad " B ", r4, r10, " B "\n\t"                                                       \
     "smlad " B ", r5, r11, " B "\n\t"
 #define MF_CRP_T2 "ldrd r4, r5, [lr], #8\n\t" MF_CRP_T2_2("r0", "r1") MF_CRP_T2_2("r2", "r3")
-/* two outputs: (mult, add, post) of A in r4-r6, of B in r8-r10, the control word in r11 */
+/* two outputs: (mult, add, post) of A in r4-r6, of B in r8-r10, then the window adjustment
+ * in r11 (RQ2); or the last-block flag in r4, (mult, add, post) of A in r5, r6, r8, of B in
+ * r9-r11 (RQ2F: the flag in a low register, for CBNZ) */
 #define MF_CRP_RQ2(A, B, SA, SB)                                                            \
     "ldmia r12!, {r4, r5, r6, r8, r9, r10, r11}\n\t" SA SB "smmlar " A ", " A ", r4, r5\n\t" \
     "smmlar " B ", " B ", r8, r9\n\t"                                                       \
     "asr " A ", " A ", r6\n\t"                                                              \
-    "asr " B ", " B ", r10\n\t"                                                             \
+    "asr " B ", " B ", r10\n\t" MF_CRP_ST(A, B)
+#define MF_CRP_RQ2F(A, B, SA, SB)                                                           \
+    "ldmia r12!, {r4, r5, r6, r8, r9, r10, r11}\n\t" SA SB "smmlar " A ", " A ", r5, r6\n\t" \
+    "smmlar " B ", " B ", r9, r10\n\t"                                                      \
+    "asr " A ", " A ", r8\n\t"                                                              \
+    "asr " B ", " B ", r11\n\t" MF_CRP_ST(A, B)
+#define MF_CRP_ST(A, B)                                                                     \
     "ssat " A ", #8, " A "\n\t"                                                             \
     "ssat " B ", #8, " B "\n\t"                                                             \
     "strb " A ", [r7], #1\n\t"                                                              \
@@ -1395,8 +1413,9 @@ static inline void mf_crp_row_c(const int16_t *xw, const int32_t *pk, int32_t nb
     ".if %c[t] == 1\n\t" MF_CRP_T1 ".endif\n\t"                                             \
     ".if %c[t] == 2\n\t" MF_CRP_T2 ".endif\n\t" RQA                                          \
     "add lr, lr, r11\n\t" /* back to the window, or on to the next pixel's */                \
-    RQB "cmp r11, #0\n\t" /* 0: another block of this pixel */                              \
-    "beq 2b\n\t"                                                                            \
+    RQB "cbnz r4, 3f\n\t" /* 0: another block of this pixel */                              \
+    "b 2b\n"                                                                                \
+    "3:\n\t"                                                                                \
     ".if %c[split]\n\t"                                                                     \
     "ldr r4, [sp, #8]\n\t"                                                                  \
     "add r7, r7, r4\n\t" /* every other pixel: skip the other one's outputs */            \
@@ -1425,10 +1444,10 @@ MF_INLINE void mf_crp_row_asm(const int16_t *xw, const int32_t *pk, const int32_
     s[4] = 4 * nb;
     if (sfa) {
         __asm__ volatile(MF_CRP_ROW(MF_CRP_RQ2("r0", "r1", MF_CRP_SF("r0", "r5"), MF_CRP_SF("r1", "r9")),
-                                    MF_CRP_RQ2("r2", "r3", MF_CRP_SF("r2", "r5"), MF_CRP_SF("r3", "r9")))
+                                    MF_CRP_RQ2F("r2", "r3", MF_CRP_SF("r2", "r6"), MF_CRP_SF("r3", "r10")))
                              MF_CRP_OPS);
     } else {
-        __asm__ volatile(MF_CRP_ROW(MF_CRP_RQ2("r0", "r1", "", ""), MF_CRP_RQ2("r2", "r3", "", ""))
+        __asm__ volatile(MF_CRP_ROW(MF_CRP_RQ2("r0", "r1", "", ""), MF_CRP_RQ2F("r2", "r3", "", ""))
                              MF_CRP_OPS);
     }
 }

@@ -66,7 +66,9 @@ def all_cases(seed=0):
                 (9, 10, 3, 3, 3, 1, "SAME", 4),       # an even output width
                 (13, 7, 1, 10, 4, 1, "VALID", 8),     # one channel, stride 1
                 (7, 12, 3, 2, 2, (2, 3), "SAME", 4),  # stride_w 3 (step 9)
-                (6, 9, 1, 3, 3, 1, "SAME", 8)):       # left padding of one element
+                (6, 9, 1, 3, 3, 1, "SAME", 8),        # left padding of one element
+                (5, 7, 3, 3, 3, 1, "VALID", 4),       # an odd number of widening steps
+                (7, 8, 3, 3, 3, 2, "VALID", 8)):      # the same for an even step
         h, wd, c, kh, kw, s, pad, o = geo
         for fused in (False, True):
             out.append(convrp_case(rng, h, wd, c, kh, kw, s, pad, o, fused))
