@@ -1154,9 +1154,13 @@ MF_GEMM_G(16)
  * weight words and 12 SMLAD (a third of a load per SMLAD); bias, requantization constants and
  * loop control come from the weights' pointer, so the loop keeps 4 accumulators, 7 operands,
  * the output pointer and 2 pointers in 14 registers (r7 saved and restored by the asm).
- * Instructions on the M4 (-O2, tests/nn_bench figures in the commit log): VWW's first layer
- * (96x96x3 -> 48x48x8): 198 per pixel of 8 channels for the MACs and requantization (112
- * SMLAD, 36 loads, 32 requantization, 18 of bias, table and loop), ~24 per pixel widening. */
+ * Instructions on QEMU mps2-an386 (-O2; -Os within 1 %), whole layer in the model: VWW's first
+ * (96x96x3 -> 48x48x8, 3x3 s2) 512K for 498K MACs (0.97 MAC/instr; im2col: 805K): per pixel of
+ * 8 channels 197 for MACs and requantization (112 SMLAD, 38 loads, 36 requantization, 11 of
+ * bias, table and loop), 22.5 widening (15 per 4 columns of 3 rows), 2.7 per-row overhead;
+ * ResNet-8's first (32x32x3 -> 16, 3x3 s1, two copies) 449K (0.99; mf_convp: 611K); KWS's
+ * (49x10x1 -> 25x5x64, 10x4 s2) 276K (1.16; mf_convp: 299K). The floor of this block shape is
+ * about 190 per pixel for VWW: 1.0 MAC/instr would need ~216 per pixel in all. */
 
 /* Words of a window (NW) and of a pair group (gs) */
 static inline int32_t mf_crp_words(const mf_conv_geom *g) {

@@ -84,7 +84,8 @@ def gemm(ctx: OpContext, ref: ir.Kernel, target) -> ir.Kernel | None:
     # widening every input row once per output row is then cheaper than widening (and
     # gathering) every patch. Measured in whole models on the M4: ResNet-8's 3x3 layers
     # 0.94 -> 0.89 instr/MAC (stride 2: 0.88 -> 0.87), its first layer 1.55 -> 1.38; stride 2
-    # with 1 or 3 channels (VWW's and KWS's first layers) lost 1-6 % and stays with im2col
+    # with 1 or 3 channels lost 1-6 % and stays with im2col (the first layers of VWW, KWS and
+    # ResNet-8 take mf_convrp above)
     pair = None
     if ctx.node.op != "fully_connected" and k != x.shape[-1]:
         kh, kw = ctx.input(1).shape[1:3]
@@ -153,11 +154,12 @@ def gemm(ctx: OpContext, ref: ir.Kernel, target) -> ir.Kernel | None:
 def convrp(ctx: OpContext, ref: ir.Kernel, layer: dict, fmt: str, pre0: bool, rows, bias, rq,
            signfix) -> ir.Kernel | None:
     """A first layer with few input channels (in_c <= 3: RGB, audio features) through
-    mf_convrp_w16_n<NW> (no im2col, kernel rows paired, 4 channels x 1 pixel asm), where it
-    applies: int16 weights with 2^pre folded in, the int8-range clamp with signfix 0 or 2, O a
-    multiple of 4, stride_w * in_c even (every window starts on a word). Measured on the M4
-    (whole models): VWW's 3x3 s2 3->8 805K -> 541K instructions, KWS's 10x4 s2 1->64 299K ->
-    282K. ResNet-8's 3x3 s1 on RGB (stride_w * in_c odd) stays with mf_convp."""
+    mf_convrp_w16_n<NW> (mf_convrp2_* for odd stride_w * in_c; no im2col, kernel rows paired,
+    4 channels x 1 pixel asm), where it applies: int16 weights with 2^pre folded in, the
+    int8-range clamp with signfix 0 or 2, O a multiple of 4, NW <= 32 words per window.
+    Measured on the M4 (whole models, instructions of the layer): VWW's 3x3 s2 3->8 805K ->
+    512K (im2col before), KWS's 10x4 s2 1->64 299K -> 276K and ResNet-8's 3x3 s1 3->16 611K
+    -> 449K (mf_convp before)."""
     x, y, w = ctx.input(0), ctx.output(), ctx.input(1)
     if ctx.node.op == "fully_connected" or fmt != "w16" or not pre0 or len(x.shape) != 4:
         return None
