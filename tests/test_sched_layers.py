@@ -116,6 +116,9 @@ def cases():
     out.append(("dw1_speech", "DEPTHWISE_CONV_2D", dict(hw=(49, 40), c=1, mult=8, k=(10, 8),
                                                         stride=(2, 2), act="relu")))
     out.append(("dw1_mult3", "DEPTHWISE_CONV_2D", dict(hw=(7, 6), c=1, mult=3, pad=VALID)))
+    # ... through the row-paired kernel (mf_convrp_*: M a multiple of 4, fused ReLU)
+    out.append(("dw1_rp", "DEPTHWISE_CONV_2D", dict(hw=(9, 8), c=1, mult=4, stride=(2, 2),
+                                                    act="relu", y_zp=-128)))
     out.append(("dw_dead", "DEPTHWISE_CONV_2D", dict(hw=(6, 7), c=5, stride=(2, 2), dead=True)))
     out.append(("conv1x1_dead", "CONV_2D", dict(hw=(3, 3), c=16, o=6, k=(1, 1), dead=True)))
     out.append(("conv_dead", "CONV_2D", dict(hw=(5, 5), c=3, o=5, k=(3, 3), act="relu",
@@ -170,7 +173,8 @@ def test_scheduled_kernel_equals_reference(name, op, kw):
         k = ref if target is None else lower_node(node, g, "k", target)
         if target is not None:
             assert k is not ref and k.scratch, "the schedule should apply"
-        if target is M4 and name.startswith("g_rp"):  # signfix 1 (some "_none"): im2col
+        if target is M4 and (name.startswith("g_rp") or name == "dw1_rp"):  # signfix 1 (some
+            # "_none"): im2col
             assert k.schedule.startswith(f"mf_convrp{'2' if '_rp2_' in name else ''}_w16_n") or (
                 name.endswith("_none") and k.schedule.startswith("mf_conv_")), k.schedule
         elif target is M4 and name.startswith("g_"):
