@@ -1135,8 +1135,9 @@ MF_GEMM_G(16)
  *   P_j(2p), .., S(p), .., P_j(2p + 1)    P_j(e) = (row 2j [e], row 2j+1 [e]),
  *                                         S(p)   = (row k_h-1 [2p], row k_h-1 [2p + 1])
  * (low lane first; the P words of 2p, then S, then the P words of 2p + 1). The window of pixel
- * ox starts at element s = ox * stride_w * in_c, even (the schedule requires stride_w * in_c
- * even), i.e. at word gs * s / 2, and covers n = ceil(k_w * in_c / 2) groups less the trailing
+ * ox starts at element s = ox * stride_w * in_c, i.e. at word gs * s / 2 when s is even (odd s:
+ * in a second copy widened from element 1, mf_convrp2_*), and covers n = ceil(k_w * in_c / 2)
+ * groups less the trailing
  * P words of the element past the window when k_w * in_c is odd: NW = gs * n - J (odd) or
  * gs * n words, weight 0 on any tap outside the kernel. VWW's 3x3x3: 14 words (27 taps + 1),
  * against 16 through mf_convp and 28 taps through im2col; KWS's 10x4x1: 20 (40 taps).
@@ -1501,8 +1502,8 @@ MF_INLINE void mf_crp_body(const int8_t *x, const mf_conv_geom *g, int32_t x_zp,
 }
 
 /* mf_convrp_w16_n<NW> (stride_w * in_c even) / mf_convrp2_w16_n<NW> (odd): the convolution of
- * mf_conv_w16 for layers with O a multiple of 4, the int8-range clamp (lo = -128, hi = 127)
- * and signfix 0 or 2 (+ MF_PRE0: pre folded into the table).
+ * mf_conv_w16 for layers with O a multiple of 4, k_h <= 16, the int8-range clamp (lo = -128,
+ * hi = 127) and signfix 0 or 2 (+ MF_PRE0: pre folded into the table).
  *   x        int8 [in_h][in_w][in_c], any alignment; g: as mf_conv_w16
  *   pk       pack.pack_convrp(...) int32 table, 4-byte aligned
  *   y        int8 [out_h][out_w][O]; scratch pack.convrp_scratch_bytes(...) bytes, 4-aligned
