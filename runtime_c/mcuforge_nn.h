@@ -1425,8 +1425,7 @@ static inline void mf_crp_row_c(const int16_t *xw, const int32_t *pk, int32_t nb
     "ldr r4, [sp, #8]\n\t"                                                                  \
     "add r7, r7, r4\n\t" /* every other pixel: skip the other one's outputs */            \
     ".endif\n\t"                                                                            \
-    "ldr r12, [sp]\n\t"                                                                     \
-    "ldr r4, [sp, #4]\n\t"                                                                  \
+    "ldrd r12, r4, [sp]\n\t" /* the table again, the row's end */                           \
     "cmp r7, r4\n\t"                                                                        \
     "bne 2b\n\t"                                                                            \
     "add sp, sp, #12\n\t"                                                                   \
