@@ -1356,37 +1356,40 @@ static inline void mf_crp_row_c(const int16_t *xw, const int32_t *pk, int32_t nb
  * LDM bias, NW / 3 chunks of 16 instructions (LDM of 3 activation words, 3 LDM of 4 weight
  * words, 12 SMLAD) and the tail, 2 LDM + 16 of requantization, 3 of pointer / loop control
  * from the table's control words; per pixel 4 more. */
-#define MF_CRP_C3                                                                           \
-    "ldmia lr!, {r4, r5, r6}\n\t"                                                           \
-    "ldmia r12!, {r8, r9, r10, r11}\n\t"                                                    \
+#define MF_CRP_W "ldmia r12!, {r8, r9, r10, r11}\n\t"
+/* a chunk of 3 words (C3) or the tail of 1 or 2 (T1, T2); _F: the block's first chunk, whose
+ * first weights came with the bias */
+#define MF_CRP_C3_F "ldmia lr!, {r4, r5, r6}\n\t" MF_CRP_C3_REST
+#define MF_CRP_C3 "ldmia lr!, {r4, r5, r6}\n\t" MF_CRP_W MF_CRP_C3_REST
+#define MF_CRP_C3_REST                                                                      \
     "smlad r0, r4, r8, r0\n\t"                                                              \
     "smlad r0, r5, r9, r0\n\t"                                                              \
     "smlad r0, r6, r10, r0\n\t"                                                             \
-    "smlad r1, r4, r11, r1\n\t"                                                             \
-    "ldmia r12!, {r8, r9, r10, r11}\n\t"                                                    \
+    "smlad r1, r4, r11, r1\n\t" MF_CRP_W                                                    \
     "smlad r1, r5, r8, r1\n\t"                                                              \
     "smlad r1, r6, r9, r1\n\t"                                                              \
     "smlad r2, r4, r10, r2\n\t"                                                             \
-    "smlad r2, r5, r11, r2\n\t"                                                             \
-    "ldmia r12!, {r8, r9, r10, r11}\n\t"                                                    \
+    "smlad r2, r5, r11, r2\n\t" MF_CRP_W                                                    \
     "smlad r2, r6, r8, r2\n\t"                                                              \
     "smlad r3, r4, r9, r3\n\t"                                                              \
     "smlad r3, r5, r10, r3\n\t"                                                             \
     "smlad r3, r6, r11, r3\n\t"
-#define MF_CRP_T1                                                                           \
-    "ldr r4, [lr], #4\n\t"                                                                  \
-    "ldmia r12!, {r8, r9, r10, r11}\n\t"                                                    \
+#define MF_CRP_T1_F "ldr r4, [lr], #4\n\t" MF_CRP_T1_REST
+#define MF_CRP_T1 "ldr r4, [lr], #4\n\t" MF_CRP_W MF_CRP_T1_REST
+#define MF_CRP_T1_REST                                                                      \
     "smlad r0, r4, r8, r0\n\t"                                                              \
     "smlad r1, r4, r9, r1\n\t"                                                              \
     "smlad r2, r4, r10, r2\n\t"                                                             \
     "smlad r3, r4, r11, r3\n\t"
 #define MF_CRP_T2_2(A, B)                                                                   \
-    "ldmia r12!, {r8, r9, r10, r11}\n\t"                                                    \
     "smlad " A ", r4, r8, " A "\n\t"                                                        \
     "smlad " A ", r5, r9, " A "\n\t"                                                        \
     "smlad " B ", r4, r10, " B "\n\t"                                                       \
     "smlad " B ", r5, r11, " B "\n\t"
-#define MF_CRP_T2 "ldrd r4, r5, [lr], #8\n\t" MF_CRP_T2_2("r0", "r1") MF_CRP_T2_2("r2", "r3")
+#define MF_CRP_T2_F                                                                         \
+    "ldrd r4, r5, [lr], #8\n\t" MF_CRP_T2_2("r0", "r1") MF_CRP_W MF_CRP_T2_2("r2", "r3")
+#define MF_CRP_T2 "ldrd r4, r5, [lr], #8\n\t" MF_CRP_W MF_CRP_T2_2("r0", "r1") MF_CRP_W       \
+    MF_CRP_T2_2("r2", "r3")
 /* two outputs: (mult, add, post) of A in r4-r6, of B in r8-r10, then the window adjustment
  * in r11 (RQ2); or the last-block flag in r4, (mult, add, post) of A in r5, r6, r8, of B in
  * r9-r11 (RQ2F: the flag in a low register, for CBNZ) */
@@ -1413,10 +1416,14 @@ static inline void mf_crp_row_c(const int16_t *xw, const int32_t *pk, int32_t nb
     "mov r7, r4\n\t"                                                                        \
     "mov r12, r2\n"                                                                         \
     "2:\n\t"                                                                                \
-    "ldmia r12!, {r0, r1, r2, r3}\n\t"                                                      \
-    ".rept %c[nc]\n\t" MF_CRP_C3 ".endr\n\t"                                               \
+    "ldmia r12!, {r0, r1, r2, r3, r8, r9, r10, r11}\n\t" /* bias, first weights */         \
+    ".if %c[nc]\n\t" MF_CRP_C3_F ".rept %c[nc] - 1\n\t" MF_CRP_C3 ".endr\n\t"              \
     ".if %c[t] == 1\n\t" MF_CRP_T1 ".endif\n\t"                                             \
-    ".if %c[t] == 2\n\t" MF_CRP_T2 ".endif\n\t" RQA                                          \
+    ".if %c[t] == 2\n\t" MF_CRP_T2 ".endif\n\t"                                             \
+    ".else\n\t"                                                                             \
+    ".if %c[t] == 1\n\t" MF_CRP_T1_F ".endif\n\t"                                           \
+    ".if %c[t] == 2\n\t" MF_CRP_T2_F ".endif\n\t"                                           \
+    ".endif\n\t" RQA                                                                         \
     "add lr, lr, r11\n\t" /* back to the window, or on to the next pixel's */                \
     RQB "cbnz r4, 3f\n\t" /* 0: another block of this pixel */                              \
     "b 2b\n"                                                                                \

@@ -68,7 +68,10 @@ def all_cases(seed=0):
                 (7, 12, 3, 2, 2, (2, 3), "SAME", 4),  # stride_w 3 (step 9)
                 (6, 9, 1, 3, 3, 1, "SAME", 8),        # left padding of one element
                 (5, 7, 3, 3, 3, 1, "VALID", 4),       # an odd number of widening steps
-                (7, 8, 3, 3, 3, 2, "VALID", 8)):      # the same for an even step
+                (7, 8, 3, 3, 3, 2, "VALID", 8),       # the same for an even step
+                # NW = 1, 2 (the first chunk is the tail), 4, 5 (three words and a tail)
+                (5, 6, 2, 1, 1, 2, "SAME", 4), (6, 9, 1, 1, 4, 2, "VALID", 8),
+                (4, 12, 1, 1, 7, 2, "VALID", 4), (5, 11, 1, 1, 9, 2, "SAME", 4)):
         h, wd, c, kh, kw, s, pad, o = geo
         for fused in (False, True):
             out.append(convrp_case(rng, h, wd, c, kh, kw, s, pad, o, fused))
