@@ -172,7 +172,8 @@ def _convrp(x, geom, x_zp, pk, o, signfix, y, scratch):
 
 
 for _n in range(1, 33):
-    INTRINSICS[f"mf_convrp_w16_n{_n}"] = INTRINSICS[f"mf_convrp2_w16_n{_n}"] = _convrp
+    for _e in ("", "_x8"):  # _x8: O a multiple of 8 (the asm's blocks in pairs)
+        INTRINSICS[f"mf_convrp_w16_n{_n}{_e}"] = INTRINSICS[f"mf_convrp2_w16_n{_n}{_e}"] = _convrp
 INTRINSICS.update({"mf_gemm_w16": _gemm("w16"), "mf_gemm_w8": _gemm("w8"),
                    "mf_conv_w16": _conv("w16"), "mf_conv_w8": _conv("w8")})
 # the entries specialised on K compute the same (w16 weights; any K, falling back in C)

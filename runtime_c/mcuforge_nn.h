@@ -1408,14 +1408,9 @@ static inline void mf_crp_row_c(const int16_t *xw, const int32_t *pk, int32_t nb
     "ssat " B ", #8, " B "\n\t"                                                             \
     "strb " A ", [r7], #1\n\t"                                                              \
     "strb " B ", [r7], #1\n\t"
-#define MF_CRP_ROW(RQA, RQB)                                                                \
-    "push {r7}\n\t"                                                                         \
-    "ldm r0, {r1, r2, r3, r4, r5}\n\t"                                                      \
-    "push {r2, r3, r5}\n\t" /* sp: table, y end, skip */                                     \
-    "mov lr, r1\n\t"                                                                        \
-    "mov r7, r4\n\t"                                                                        \
-    "mov r12, r2\n"                                                                         \
-    "2:\n\t"                                                                                \
+/* one block of 4 channels: bias, MACs, requantization, the window adjustment (RQB leaves the
+ * last-block flag in r4) */
+#define MF_CRP_BLOCK(RQA, RQB)                                                              \
     "ldmia r12!, {r0, r1, r2, r3, r8, r9, r10, r11}\n\t" /* bias, first weights */         \
     ".if %c[nc]\n\t" MF_CRP_C3_F ".rept %c[nc] - 1\n\t" MF_CRP_C3 ".endr\n\t"              \
     ".if %c[t] == 1\n\t" MF_CRP_T1 ".endif\n\t"                                             \
@@ -1424,8 +1419,18 @@ static inline void mf_crp_row_c(const int16_t *xw, const int32_t *pk, int32_t nb
     ".if %c[t] == 1\n\t" MF_CRP_T1_F ".endif\n\t"                                           \
     ".if %c[t] == 2\n\t" MF_CRP_T2_F ".endif\n\t"                                           \
     ".endif\n\t" RQA                                                                         \
-    "add lr, lr, r11\n\t" /* back to the window, or on to the next pixel's */                \
-    RQB "cbnz r4, 3f\n\t" /* 0: another block of this pixel */                              \
+    "add lr, lr, r11\n\t" /* back to the window, or on to the next pixel's */ RQB
+/* PAIR (O a multiple of 8): blocks two at a time, the first's flag (0) not tested */
+#define MF_CRP_ROW(RQA, RQB)                                                                \
+    "push {r7}\n\t"                                                                         \
+    "ldm r0, {r1, r2, r3, r4, r5}\n\t"                                                      \
+    "push {r2, r3, r5}\n\t" /* sp: table, y end, skip */                                     \
+    "mov lr, r1\n\t"                                                                        \
+    "mov r7, r4\n\t"                                                                        \
+    "mov r12, r2\n"                                                                         \
+    "2:\n\t"                                                                                \
+    ".if %c[pair]\n\t" MF_CRP_BLOCK(RQA, RQB) ".endif\n\t" MF_CRP_BLOCK(RQA, RQB)          \
+    "cbnz r4, 3f\n\t" /* 0: another block of this pixel */                                  \
     "b 2b\n"                                                                                \
     "3:\n\t"                                                                                \
     ".if %c[split]\n\t"                                                                     \
@@ -1440,12 +1445,13 @@ static inline void mf_crp_row_c(const int16_t *xw, const int32_t *pk, int32_t nb
 #define MF_CRP_SF(A, R) "add " R ", " R ", " A ", asr #31\n\t"
 #define MF_CRP_OPS                                                                          \
     : "+r"(st)                                                                              \
-    : "m"(*(const int32_t(*)[5])st), [nc] "i"(NW / 3), [t] "i"(NW % 3), [split] "i"(SPLIT)   \
+    : "m"(*(const int32_t(*)[5])st), [nc] "i"(NW / 3), [t] "i"(NW % 3), [split] "i"(SPLIT),  \
+      [pair] "i"(PAIR)                                                                      \
     : "r1", "r2", "r3", "r4", "r5", "r6", "r8", "r9", "r10", "r11", "r12", "lr", "cc", "memory"
 
 MF_INLINE void mf_crp_row_asm(const int16_t *xw, const int32_t *pk, const int32_t NW,
                               int32_t npx, int32_t nb, int32_t sfa, int8_t *y,
-                              const int32_t SPLIT) {
+                              const int32_t SPLIT, const int32_t PAIR) {
     int32_t s[5];
     register int32_t *st __asm__("r0") = s;
     s[0] = (int32_t)(uintptr_t)xw;
@@ -1471,7 +1477,8 @@ MF_INLINE void mf_crp_row_asm(const int16_t *xw, const int32_t *pk, const int32_
  * SPLIT: the entry for odd stride_w * in_c (its asm skips every other pixel's outputs). */
 MF_INLINE void mf_crp_body(const int8_t *x, const mf_conv_geom *g, int32_t x_zp,
                            const int32_t *pk, int32_t O, int32_t signfix, int8_t *y,
-                           int16_t *scratch, const int32_t NWc, const int32_t SPLIT) {
+                           int16_t *scratch, const int32_t NWc, const int32_t SPLIT,
+                           const int32_t PAIR) {
     const int32_t kh = g->k_h, gs = 2 * (kh >> 1) + (kh & 1), NW = mf_crp_words(g);
     const int32_t step = g->stride_w * g->in_c, two = step & 1;
     const int32_t stepw = gs * (two ? step : step >> 1);
@@ -1488,11 +1495,11 @@ MF_INLINE void mf_crp_body(const int8_t *x, const mf_conv_geom *g, int32_t x_zp,
             mf_crp_widen(x, g, oy, x_zp, zrow, npairs, copy_b, 1);
         }
 #if MF_GEMM_ASM
-        if (NW == NWc && two == SPLIT) {
-            mf_crp_row_asm(scratch, pk, NWc, neven, nb, sfa, y, SPLIT);
+        if (NW == NWc && two == SPLIT && (nb & PAIR) == 0) {
+            mf_crp_row_asm(scratch, pk, NWc, neven, nb, sfa, y, SPLIT, PAIR);
             if (nodd > 0) {
                 mf_crp_row_asm(copy_b + 2 * gs * ((step - 1) >> 1), pk, NWc, nodd, nb, sfa,
-                               y + O, SPLIT);
+                               y + O, SPLIT, PAIR);
             }
             continue;
         }
@@ -1505,26 +1512,27 @@ MF_INLINE void mf_crp_body(const int8_t *x, const mf_conv_geom *g, int32_t x_zp,
     }
     (void)NWc;
     (void)SPLIT;
+    (void)PAIR;
 }
 
-/* mf_convrp_w16_n<NW> (stride_w * in_c even) / mf_convrp2_w16_n<NW> (odd): the convolution of
+/* mf_convrp_w16_n<NW> (stride_w * in_c even) / mf_convrp2_w16_n<NW> (odd), and the same with
+ * the suffix _x8 for O a multiple of 8 (the asm takes blocks in pairs): the convolution of
  * mf_conv_w16 for layers with O a multiple of 4, k_h <= 16, the int8-range clamp (lo = -128,
  * hi = 127) and signfix 0 or 2 (+ MF_PRE0: pre folded into the table).
  *   x        int8 [in_h][in_w][in_c], any alignment; g: as mf_conv_w16
  *   pk       pack.pack_convrp(...) int32 table, 4-byte aligned
  *   y        int8 [out_h][out_w][O]; scratch pack.convrp_scratch_bytes(...) bytes, 4-aligned
- * NW (mf_crp_words of the geometry) and the parity of stride_w * in_c select the entry whose
- * asm is unrolled for it; another entry computes the same in C. */
+ * NW (mf_crp_words of the geometry), the parity of stride_w * in_c and O % 8 select the entry
+ * whose asm is unrolled for it; another entry computes the same in C. */
 #define MF_CRP_ENTRY(NW)                                                                    \
-    MF_MICRO void mf_convrp_w16_n##NW(const int8_t *x, const mf_conv_geom *g, int32_t x_zp, \
-                                      const int32_t *pk, int32_t O, int32_t signfix,         \
-                                      int8_t *y, int16_t *scratch) {                          \
-        mf_crp_body(x, g, x_zp, pk, O, signfix, y, scratch, NW, 0);                         \
-    }                                                                                       \
-    MF_MICRO void mf_convrp2_w16_n##NW(const int8_t *x, const mf_conv_geom *g, int32_t x_zp, \
-                                       const int32_t *pk, int32_t O, int32_t signfix,        \
-                                       int8_t *y, int16_t *scratch) {                         \
-        mf_crp_body(x, g, x_zp, pk, O, signfix, y, scratch, NW, 1);                         \
+    MF_CRP_ENTRY1(mf_convrp_w16_n##NW, NW, 0, 0)                                            \
+    MF_CRP_ENTRY1(mf_convrp2_w16_n##NW, NW, 1, 0)                                           \
+    MF_CRP_ENTRY1(mf_convrp_w16_n##NW##_x8, NW, 0, 1)                                       \
+    MF_CRP_ENTRY1(mf_convrp2_w16_n##NW##_x8, NW, 1, 1)
+#define MF_CRP_ENTRY1(NAME, NW, SPLIT, PAIR)                                                \
+    MF_MICRO void NAME(const int8_t *x, const mf_conv_geom *g, int32_t x_zp, const int32_t *pk, \
+                       int32_t O, int32_t signfix, int8_t *y, int16_t *scratch) {              \
+        mf_crp_body(x, g, x_zp, pk, O, signfix, y, scratch, NW, SPLIT, PAIR);               \
     }
 MF_CRP_ENTRY(1)
 MF_CRP_ENTRY(2)
@@ -1559,5 +1567,6 @@ MF_CRP_ENTRY(30)
 MF_CRP_ENTRY(31)
 MF_CRP_ENTRY(32)
 #undef MF_CRP_ENTRY
+#undef MF_CRP_ENTRY1
 
 #endif /* MCUFORGE_NN_H */

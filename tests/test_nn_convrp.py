@@ -104,8 +104,10 @@ def c_program(cases) -> str:
         need = (pack.convrp_scratch_bytes(*c["geom"][3:5], c["geom"][2], c["geom"][6],
                                           c["geom"][10], c["geom"][1]) + 1) // 2
         two = "2" if c["geom"][2] * c["geom"][6] % 2 else ""
-        # an entry unrolled for another NW, and the other parity's entry: the C rows
-        for fn in (f"mf_convrp{two}_w16_n{c['nw']}",
+        # the entry for the layer, the one for O % 8 == 4 or 0 (blocks one or two at a time,
+        # both asm when O % 8 == 0; _x8 with O % 8 == 4 runs the C rows), one unrolled for
+        # another NW and the other parity's (the C rows)
+        for fn in (f"mf_convrp{two}_w16_n{c['nw']}", f"mf_convrp{two}_w16_n{c['nw']}_x8",
                    f"mf_convrp{two}_w16_n{1 if c['nw'] != 1 else 2}",
                    f"mf_convrp{'' if two else '2'}_w16_n{c['nw']}"):
             calls.append(f"    memset(y{i}, {SENTINEL}, sizeof y{i});\n"

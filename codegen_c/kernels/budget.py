@@ -43,7 +43,7 @@ def fit(target, lowered: dict):
             extra = W8_EXTRA_PER_MAC
             if k.schedule.startswith("mf_convrp"):  # int16 weight pairs inside its int32
                 # table: 4 NW of every 4 NW + 18 words (the rest: bias, requantization)
-                nw = int(k.schedule.rsplit("_n", 1)[1])
+                nw = int(k.schedule.split("_w16_n", 1)[1].split("_")[0])
                 saved += sum(b.data.nbytes for b in k.consts if b.name == "pk") * 2 * nw // (
                     4 * nw + 18)
                 extra = CONVRP_W8_EXTRA_PER_MAC

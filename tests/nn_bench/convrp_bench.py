@@ -40,7 +40,8 @@ def program(rng) -> str:
         src.append(f"static const int32_t p{i}[] __attribute__((aligned(4))) = {{{vals}}};\n"
                    f"static int8_t x{i}[{h * w_ * c}], y{i}[{oh * ow * o}];\n"
                    f"static const mf_conv_geom g{i} = {{{','.join(map(str, g))}}};\n")
-        fn = f"mf_convrp{'2' if sw * c % 2 else ''}_w16_n{pack.convrp_words(kh, kw, c)}"
+        fn = (f"mf_convrp{'2' if sw * c % 2 else ''}_w16_n{pack.convrp_words(kh, kw, c)}"
+              f"{'' if o % 8 else '_x8'}")
         call = f"{fn}(x{i}, &g{i}, -128, p{i}, {o}, {pack.PRE0}, y{i}, scratch)"
         body.append(f"    for (i = 0; i < (int32_t)sizeof x{i}; ++i) x{i}[i] = (int8_t)(i * 7);\n"
                     f"    {call};\n    t0 = bench_counter_read();\n    {call};\n"
