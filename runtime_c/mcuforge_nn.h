@@ -1220,8 +1220,8 @@ static inline void mf_crp_groups(int16_t *d, const int8_t *const *rows, int32_t 
     "stmia %[w]!, {r4, r5, r6, r8, r9, r10}\n\t"
 #endif
 
-/* Widen output row oy's input rows into d: npairs groups of the padded row from element
- * `shift` (0, or 1 for the odd windows' copy). zrow: len bytes of x_zp (rows outside the image). Interior groups (4 elements of every row inside the image) by SXTB16 /
+/* Widen output row oy's input rows into d: groups [0, npairs) of the padded row from element
+ * `shift` (0, or 1 for the odd windows' copy; the caller fills the groups right of the image). zrow: len bytes of x_zp (rows outside the image). Interior groups (4 elements of every row inside the image) by SXTB16 /
  * PKH on words: P_j(e..e+3) from rows a, b: PKHBT(a, b << 16) = (a0 a1 b0 b1), PKHTB(b, a >> 16)
  * = (a2 a3 b2 b3), whose SXTB16 and SXTB16 ror 8 are (a0, b0), (a1, b1) and (a2, b2), (a3, b3);
  * S from row c: SXTB16 (c0, c2), (c1, c3), PKH to (c0, c1), (c2, c3). */
@@ -1302,16 +1302,19 @@ static inline void mf_crp_widen(const int8_t *x, const mf_conv_geom *g, int32_t 
         }
     }
 #endif
-    if (2 * p >= left + len) { /* the rest is padding: (x_zp, x_zp) words */
-        mf_word *w = (mf_word *)(void *)(d + 2 * (2 * (kh >> 1) + (kh & 1)) * p);
-        mf_word *end = (mf_word *)(void *)(d + 2 * (2 * (kh >> 1) + (kh & 1)) * npairs);
-        const int32_t zz = (int32_t)(((uint32_t)(uint16_t)zp << 16) | (uint16_t)zp);
-        while (w < end) {
-            *w++ = zz;
-        }
-        return;
+    if (p < npairs) {
+        mf_crp_groups(d, rows, kh, p, npairs, left, len, zp);
     }
-    mf_crp_groups(d, rows, kh, p, npairs, left, len, zp);
+}
+
+/* (x_zp, x_zp) into the int16 pairs [from, to) of d: the groups right of the image, the same in
+ * every row, written once a call */
+static inline void mf_crp_fill(int16_t *d, int32_t from, int32_t to, int32_t zp) {
+    mf_word *w = (mf_word *)(void *)(d + 2 * from);
+    const int32_t zz = (int32_t)(((uint32_t)(uint16_t)zp << 16) | (uint16_t)zp);
+    for (; from < to; ++from) {
+        *w++ = zz;
+    }
 }
 
 /* npx pixels x nb blocks of one output row, portable C on the packed table (any NW; the
@@ -1487,27 +1490,30 @@ MF_INLINE void mf_crp_body(const int8_t *x, const mf_conv_geom *g, int32_t x_zp,
     int16_t *copy_b = scratch + 2 * gs * npairs;
     int8_t *zrow = (int8_t *)(copy_b + (two ? 2 * gs * npairs : 0));
     const int32_t neven = two ? (g->out_w + 1) >> 1 : g->out_w, nodd = g->out_w - neven;
-    int32_t oy;
+    /* groups p >= pz hold padding only (2p >= left + len), in either copy */
+    const int32_t left = g->pad_l * g->in_c, pz = (left + len + 1) >> 1;
+    const int32_t pa = pz < npairs ? pz : npairs, pb = (left + len) >> 1 < npairs ? (left + len) >> 1 : npairs;
+    int32_t oy, r;
     mf_fill8(zrow, x_zp, len);
+    mf_crp_fill(scratch, gs * pa, gs * npairs, x_zp);
+    if (two) {
+        mf_crp_fill(copy_b, gs * pb, gs * npairs, x_zp);
+    }
     for (oy = 0; oy < g->out_h; ++oy, y += g->out_w * O) {
-        mf_crp_widen(x, g, oy, x_zp, zrow, npairs, scratch, 0);
+        mf_crp_widen(x, g, oy, x_zp, zrow, pa, scratch, 0);
         if (two) {
-            mf_crp_widen(x, g, oy, x_zp, zrow, npairs, copy_b, 1);
+            mf_crp_widen(x, g, oy, x_zp, zrow, pb, copy_b, 1);
         }
+        for (r = 0; r <= two && (r == 0 || nodd > 0); ++r) { /* even, then odd windows */
+            const int16_t *xw = r ? copy_b + 2 * gs * ((step - 1) >> 1) : scratch;
+            const int32_t npx = r ? nodd : neven;
 #if MF_GEMM_ASM
-        if (NW == NWc && two == SPLIT && (nb & PAIR) == 0) {
-            mf_crp_row_asm(scratch, pk, NWc, neven, nb, sfa, y, SPLIT, PAIR);
-            if (nodd > 0) {
-                mf_crp_row_asm(copy_b + 2 * gs * ((step - 1) >> 1), pk, NWc, nodd, nb, sfa,
-                               y + O, SPLIT, PAIR);
+            if (NW == NWc && two == SPLIT && (nb & PAIR) == 0) {
+                mf_crp_row_asm(xw, pk, NWc, npx, nb, sfa, y + r * O, SPLIT, PAIR);
+                continue;
             }
-            continue;
-        }
 #endif
-        mf_crp_row_c(scratch, pk, nb, NW, neven, stepw, sfa, y, two ? O : 0);
-        if (nodd > 0) {
-            mf_crp_row_c(copy_b + 2 * gs * ((step - 1) >> 1), pk, nb, NW, nodd, stepw, sfa, y + O,
-                         O);
+            mf_crp_row_c(xw, pk, nb, NW, npx, stepw, sfa, y + r * O, two ? O : 0);
         }
     }
     (void)NWc;

@@ -52,7 +52,7 @@ def program(rng) -> str:
                "    bench_counter_start();\n")
     src.extend(body)
     src.append("    t0 = bench_counter_read();\n"
-               "    for (i = 0; i < 48; ++i) mf_crp_widen(x0, &g0, i, -128, x0, 146, scratch, 0);\n"
+               "    for (i = 0; i < 48; ++i) mf_crp_widen(x0, &g0, i, -128, x0, 144, scratch, 0);\n"
                "    t1 = bench_counter_read();\n    bench_puts(\"VWW widening: \");\n"
                "    bench_put_i64((int64_t)(t1 - t0) * 40); bench_puts(\"\\n\");\n"
                "    return 0;\n}\n")
