@@ -1221,13 +1221,14 @@ static inline void mf_crp_groups(int16_t *d, const int8_t *const *rows, int32_t 
 #endif
 
 /* Widen output row oy's input rows into d: groups [0, npairs) of the padded row from element
- * `shift` (0, or 1 for the odd windows' copy; the caller fills the groups right of the image). zrow: len bytes of x_zp (rows outside the image). Interior groups (4 elements of every row inside the image) by SXTB16 /
+ * `shift` (0, or 1 for the odd windows' copy; the caller fills the groups right of the
+ * image). zrow: len bytes of x_zp (rows outside the image). Interior groups (4 elements of
+ * every row inside the image) by SXTB16 /
  * PKH on words: P_j(e..e+3) from rows a, b: PKHBT(a, b << 16) = (a0 a1 b0 b1), PKHTB(b, a >> 16)
  * = (a2 a3 b2 b3), whose SXTB16 and SXTB16 ror 8 are (a0, b0), (a1, b1) and (a2, b2), (a3, b3);
  * S from row c: SXTB16 (c0, c2), (c1, c3), PKH to (c0, c1), (c2, c3). */
-static inline void mf_crp_widen(const int8_t *x, const mf_conv_geom *g, int32_t oy,
-                                int32_t zp, const int8_t *zrow, int32_t npairs, int16_t *d,
-                                int32_t shift) {
+MF_INLINE void mf_crp_widen(const int8_t *x, const mf_conv_geom *g, int32_t oy, int32_t zp,
+                            const int8_t *zrow, int32_t npairs, int16_t *d, int32_t shift) {
     const int32_t kh = g->k_h, len = g->in_w * g->in_c, left = g->pad_l * g->in_c - shift;
     const int8_t *rows[16];
     int32_t ky, p = 0;
@@ -1463,9 +1464,11 @@ MF_INLINE void mf_crp_row_asm(const int16_t *xw, const int32_t *pk, const int32_
     s[3] = (int32_t)(uintptr_t)y;
     s[4] = 4 * nb;
     if (sfa) {
-        __asm__ volatile(MF_CRP_ROW(MF_CRP_RQ2("r0", "r1", MF_CRP_SF("r0", "r5"), MF_CRP_SF("r1", "r9")),
-                                    MF_CRP_RQ2F("r2", "r3", MF_CRP_SF("r2", "r6"), MF_CRP_SF("r3", "r10")))
-                             MF_CRP_OPS);
+#define MF_CRP_RQA MF_CRP_RQ2("r0", "r1", MF_CRP_SF("r0", "r5"), MF_CRP_SF("r1", "r9"))
+#define MF_CRP_RQB MF_CRP_RQ2F("r2", "r3", MF_CRP_SF("r2", "r6"), MF_CRP_SF("r3", "r10"))
+        __asm__ volatile(MF_CRP_ROW(MF_CRP_RQA, MF_CRP_RQB) MF_CRP_OPS);
+#undef MF_CRP_RQA
+#undef MF_CRP_RQB
     } else {
         __asm__ volatile(MF_CRP_ROW(MF_CRP_RQ2("r0", "r1", "", ""), MF_CRP_RQ2F("r2", "r3", "", ""))
                              MF_CRP_OPS);
@@ -1492,7 +1495,8 @@ MF_INLINE void mf_crp_body(const int8_t *x, const mf_conv_geom *g, int32_t x_zp,
     const int32_t neven = two ? (g->out_w + 1) >> 1 : g->out_w, nodd = g->out_w - neven;
     /* groups p >= pz hold padding only (2p >= left + len), in either copy */
     const int32_t left = g->pad_l * g->in_c, pz = (left + len + 1) >> 1;
-    const int32_t pa = pz < npairs ? pz : npairs, pb = (left + len) >> 1 < npairs ? (left + len) >> 1 : npairs;
+    const int32_t pa = pz < npairs ? pz : npairs;
+    const int32_t pb = (left + len) >> 1 < npairs ? (left + len) >> 1 : npairs;
     int32_t oy, r;
     mf_fill8(zrow, x_zp, len);
     mf_crp_fill(scratch, gs * pa, gs * npairs, x_zp);
@@ -1500,9 +1504,8 @@ MF_INLINE void mf_crp_body(const int8_t *x, const mf_conv_geom *g, int32_t x_zp,
         mf_crp_fill(copy_b, gs * pb, gs * npairs, x_zp);
     }
     for (oy = 0; oy < g->out_h; ++oy, y += g->out_w * O) {
-        mf_crp_widen(x, g, oy, x_zp, zrow, pa, scratch, 0);
-        if (two) {
-            mf_crp_widen(x, g, oy, x_zp, zrow, pb, copy_b, 1);
+        for (r = 0; r <= two; ++r) {
+            mf_crp_widen(x, g, oy, x_zp, zrow, r ? pb : pa, r ? copy_b : scratch, r);
         }
         for (r = 0; r <= two && (r == 0 || nodd > 0); ++r) { /* even, then odd windows */
             const int16_t *xw = r ? copy_b + 2 * gs * ((step - 1) >> 1) : scratch;

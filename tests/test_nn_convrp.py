@@ -1,17 +1,20 @@
-"""The row-paired convolution of runtime_c/mcuforge_nn.h (mf_convrp_w16_n<NW> and, for odd
-stride_w * in_c, mf_convrp2_w16_n<NW>: first layers with few input channels, no im2col) with codegen_c/pack.py's table (pack_convrp), byte for byte
+"""The row-paired convolution of runtime_c/mcuforge_nn.h (mf_convrp_w16_n<NW>; for odd
+stride_w * in_c mf_convrp2_w16_n<NW>; the suffix _x8 for O a multiple of 8: first layers with
+few input channels, no im2col) with codegen_c/pack.py's table (pack_convrp), byte for byte
 against the numpy model of TFLM's int8 convolution in tests/test_nn_gemm.py (input zero point
 subtracted, MultiplyByQuantizedMultiplier as SRDHM + RDBPOT, output zero point, clamp).
 
-Shapes: VWW's first layer (3x3 stride 2 on RGB) and KWS's (10x4 stride 2 on one channel) on
-small images, then random kernels (k_h 1-5, so both an odd and an even number of kernel rows),
-channels with stride_w * in_c even, SAME / VALID padding (left padding of an odd element count
-too), odd and even stride_w * in_c, stride_h 1-3, 4-16 output channels, rows narrower and wider than the widening's 4-element
-steps; the sign term from the accumulator (signfix 2) and none (fused ReLU, zero point -128).
+Shapes: VWW's first layer (3x3 stride 2 on RGB), KWS's (10x4 stride 2 on one channel) and
+ResNet-8's (3x3 stride 1 on RGB) on small images, then random kernels (k_h 1-5: odd and even
+numbers of kernel rows), odd and even stride_w * in_c, SAME / VALID padding (left padding of
+an odd element count too), stride_h 1-3, 4-16 output channels, rows narrower and wider than
+the widening's steps, odd and even step counts, NW = 1, 2, 4, 5 (every first-chunk and tail
+form); the sign term from the accumulator (signfix 2) and none (fused ReLU, zero point -128).
 Builds: host gcc (portable body, ASan/UBSan), Cortex-M4 DSP at -O0 and -O2 -DMF_GEMM_ASM=0
-(intrinsics + C rows), -O2, -Os, -O3 (asm), and the portable body on the M4 and the M3. Each case also runs through an entry
-unrolled for another NW and through the entry of the other stride parity, which must compute
-the same in C."""
+(intrinsics + C rows), -O2, -Os, -O3 (asm), and the portable body on the M4 and the M3. Each
+case runs through its entry, the entry for the other O % 8 form, one unrolled for another NW
+and the other stride parity's (the last two compute the same in C).
+"""
 from __future__ import annotations
 
 import numpy as np

@@ -178,7 +178,8 @@ def convrp(ctx: OpContext, ref: ir.Kernel, layer: dict, fmt: str, pre0: bool, ro
     scratch = pack.convrp_scratch_bytes(kh, kw, c, sw, ow, w_)
     name = f"mf_convrp{'2' if sw * c % 2 else ''}_w16_n{nw}{'' if o % 8 else '_x8'}"
     body = ir.loops([("n", n)], lambda b: [ir.CallStmt(name, (
-        ir.Ptr("x", b * (h * w_ * c)), ir.Ptr("geom", ir.Const(0), ctype="const mf_conv_geom *"),
+        ir.Ptr("x", b * (h * w_ * c)),
+        ir.Ptr("geom", ir.Const(0), ctype="const mf_conv_geom *"),
         ir.Const(layer["x_zp"]), ir.Ptr("pk", ir.Const(0)), ir.Const(o), ir.Const(signfix),
         ir.Ptr("y", b * (oh * ow * o)), ir.Ptr("scratch", ir.Const(0))))])
     bufs = [b for b in ref.params if b.kind != "scratch"] + [
