@@ -1152,16 +1152,17 @@ MF_GEMM_G(16)
  * Requantization: y = ssat8((SMMLAR(acc, mult, add [+ (acc >> 31) if signfix 2])) >> post),
  * the int8-range clamp (the schedule takes these kernels only then; signfix 0 or 2).
  * Register block: 4 channels x 1 pixel; a chunk is one LDM of 3 activation words, 3 LDM of 4
- * weight words and 12 SMLAD (a third of a load per SMLAD); bias, requantization constants and
- * loop control come from the weights' pointer, so the loop keeps 4 accumulators, 7 operands,
- * the output pointer and 2 pointers in 14 registers (r7 saved and restored by the asm).
- * Instructions on QEMU mps2-an386 (-O2; -Os within 1 %), whole layer in the model: VWW's first
- * (96x96x3 -> 48x48x8, 3x3 s2) 512K for 498K MACs (0.97 MAC/instr; im2col: 805K): per pixel of
- * 8 channels 197 for MACs and requantization (112 SMLAD, 38 loads, 36 requantization, 11 of
- * bias, table and loop), 22.5 widening (15 per 4 columns of 3 rows), 2.7 per-row overhead;
- * ResNet-8's first (32x32x3 -> 16, 3x3 s1, two copies) 449K (0.99; mf_convp: 611K); KWS's
- * (49x10x1 -> 25x5x64, 10x4 s2) 276K (1.16; mf_convp: 299K). The floor of this block shape is
- * about 190 per pixel for VWW: 1.0 MAC/instr would need ~216 per pixel in all. */
+ * weight words and 12 SMLAD (a third of a load per SMLAD; a block's bias comes in one LDM with
+ * its first 4 weight words); bias, requantization constants and loop control come from the
+ * weights' pointer, so the loop keeps 4 accumulators, 7 operands, the output pointer and 2
+ * pointers in 14 registers (r7 saved and restored by the asm). For O a multiple of 8 (the _x8
+ * entries) blocks go in pairs.
+ * Instructions on QEMU mps2-an386 (-O2; -Os within 1-5 %), whole layer in the model: VWW's first
+ * (96x96x3 -> 48x48x8, 3x3 s2) 497.5K for 497.7K MACs (1.00 MAC/instr; im2col: 805K): per pixel
+ * of 8 channels 192 for MACs and requantization (112 SMLAD, 36 loads, 36 requantization, 8 of
+ * bias, table and loop), 22.5 widening (15 per 4 columns of 3 rows), ~1.5 per-row overhead;
+ * ResNet-8's first (32x32x3 -> 16, 3x3 s1, two copies) 436K (1.01; mf_convp: 611K); KWS's
+ * (49x10x1 -> 25x5x64, 10x4 s2) 269K (1.19; mf_convp: 299K). */
 
 /* Words of a window (NW) and of a pair group (gs) */
 static inline int32_t mf_crp_words(const mf_conv_geom *g) {

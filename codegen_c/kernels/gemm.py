@@ -158,8 +158,8 @@ def convrp(ctx: OpContext, ref: ir.Kernel, layer: dict, fmt: str, pre0: bool, ro
     4 channels x 1 pixel asm), where it applies: int16 weights with 2^pre folded in, the
     int8-range clamp with signfix 0 or 2, O a multiple of 4, NW <= 32 words per window.
     Measured on the M4 (whole models, instructions of the layer): VWW's 3x3 s2 3->8 805K ->
-    512K (im2col before), KWS's 10x4 s2 1->64 299K -> 276K and ResNet-8's 3x3 s1 3->16 611K
-    -> 449K (mf_convp before)."""
+    498K (im2col before), KWS's 10x4 s2 1->64 299K -> 269K and ResNet-8's 3x3 s1 3->16 611K
+    -> 436K (mf_convp before)."""
     x, y, w = ctx.input(0), ctx.output(), ctx.input(1)
     if ctx.node.op == "fully_connected" or fmt != "w16" or not pre0 or len(x.shape) != 4:
         return None
