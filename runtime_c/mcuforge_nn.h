@@ -1159,8 +1159,9 @@ MF_GEMM_G(16)
  * entries) blocks go in pairs.
  * Instructions on QEMU mps2-an386 (-O2; -Os within 1-5 %), whole layer in the model: VWW's first
  * (96x96x3 -> 48x48x8, 3x3 s2) 497.5K for 497.7K MACs (1.00 MAC/instr; im2col: 805K): per pixel
- * of 8 channels 192 for MACs and requantization (112 SMLAD, 36 loads, 36 requantization, 8 of
- * bias, table and loop), 22.5 widening (15 per 4 columns of 3 rows), ~1.5 per-row overhead;
+ * of 8 channels 192 for MACs and requantization (112 SMLAD, 38 loads with the bias, 36 of
+ * requantization, 6 of pointers and loop), 22.5 widening (15 per 4 columns of 3 rows), ~1.5
+ * per-row overhead;
  * ResNet-8's first (32x32x3 -> 16, 3x3 s1, two copies) 436K (1.01; mf_convp: 611K); KWS's
  * (49x10x1 -> 25x5x64, 10x4 s2) 269K (1.19; mf_convp: 299K). */
 
