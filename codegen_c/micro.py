@@ -176,6 +176,63 @@ def _convp(fmt):
 
 
 INTRINSICS.update({"mf_convp_w16": _convp("w16"), "mf_convp_w8": _convp("w8")})
+
+
+def unpack_convrp(pk: np.ndarray, o: int, nw: int):
+    """(bias [O], weights [O, NW, 2] (low, high lane), rq [O, 4] with pre 0, control words
+    [O / 4, 2]) from the table of mf_convrp_*: per block of 4 channels bias[4], the NW words in
+    chunks of 3 (per chunk per channel its words), (mult, add, post) x 2, the window
+    adjustment, the last-block flag, (mult, add, post) x 2."""
+    t = np.asarray(pk, np.int64)
+    bias, rq = np.zeros(o, np.int64), np.zeros((o, 4), np.int64)
+    w = np.zeros((o, nw), np.int64)
+    ctl = np.zeros((o // 4, 2), np.int64)
+    i = 0
+    for b in range(o // 4):
+        bias[4 * b:4 * b + 4] = t[i:i + 4]
+        i += 4
+        for c0 in range(0, nw, 3):
+            cs = min(3, nw - c0)
+            w[4 * b:4 * b + 4, c0:c0 + cs] = t[i:i + 4 * cs].reshape(4, cs)
+            i += 4 * cs
+        r = t[i:i + 14]
+        trip = np.stack([r[0:3], r[3:6], r[8:11], r[11:14]])
+        rq[4 * b:4 * b + 4] = np.stack([trip[:, 0], trip[:, 1], 0 * trip[:, 0], trip[:, 2]], 1)
+        ctl[b] = r[6], r[7]
+        i += 14
+    lo = ((w & 0xFFFF) ^ 0x8000) - 0x8000
+    hi = (((w >> 16) & 0xFFFF) ^ 0x8000) - 0x8000
+    return bias, np.stack([lo, hi], -1), rq, ctl
+
+
+def _convrp(x, geom, x_zp, pk, o, signfix, y, scratch):
+    """mf_convrp_w16_n<NW> / mf_convrp2_w16_n<NW>: TFLM's convolution on the row-paired table
+    (int8-range clamp)."""
+    from .pack import convrp_order, convrp_scratch_bytes, convrp_step_bytes
+    g = dict(zip(GEOM_FIELDS, (int(v) for v in geom[:len(GEOM_FIELDS)])))
+    kh, kw, c = g["k_h"], g["k_w"], g["in_c"]
+    _scratch(scratch, convrp_scratch_bytes(kh, kw, c, g["stride_w"], g["out_w"], g["in_w"]),
+             "mf_convrp")
+    if o % 4 or int(signfix) & 3 == 1:
+        raise UndefinedBehaviour("mf_convrp: O % 4 or signfix 1")
+    idx = convrp_order(kh, kw, c).reshape(-1)
+    nw = len(idx) // 2
+    bias, wl, rq, ctl = unpack_convrp(pk, o, nw)
+    want = [(-4 * nw + (convrp_step_bytes(kh, c, g["stride_w"]) if b == o // 4 - 1 else 0),
+             int(b == o // 4 - 1)) for b in range(o // 4)]
+    if ctl.tolist() != [list(v) for v in want]:  # the asm would walk off the window / table
+        raise UndefinedBehaviour("mf_convrp: the table's control words do not fit the geometry")
+    wk = np.zeros((o, kh * kw * c), np.int64)
+    lanes = wl.reshape(o, -1)
+    assert not lanes[:, idx < 0].any(), "a weight on a tap outside the kernel"
+    wk[:, idx[idx >= 0]] = lanes[:, idx >= 0]
+    acc = im2col(x, g, x_zp) @ wk.T + bias
+    y[:acc.size] = requantize(acc, rq, signfix, -128, 127).reshape(-1)
+
+
+for _n in range(1, 33):
+    for _e in ("", "_x8"):  # _x8: O a multiple of 8 (the asm's blocks in pairs)
+        INTRINSICS[f"mf_convrp_w16_n{_n}{_e}"] = INTRINSICS[f"mf_convrp2_w16_n{_n}{_e}"] = _convrp
 INTRINSICS.update({"mf_gemm_w16": _gemm("w16"), "mf_gemm_w8": _gemm("w8"),
                    "mf_conv_w16": _conv("w16"), "mf_conv_w8": _conv("w8")})
 # the entries specialised on K compute the same (w16 weights; any K, falling back in C)

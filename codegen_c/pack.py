@@ -280,3 +280,82 @@ def convp_scratch_bytes(k_h: int, k_w: int, in_c: int, stride_w: int, out_w: int
     npos = (rowb + 1) // 2 + 1
     copies = 2 if (stride_w * in_c) % 2 else 1
     return 4 * npos * k_h * copies + rowb + 8
+
+
+# ---- row-paired convolution (mf_convrp_w16_n<NW>): few input channels ------------------------
+MAX_CONVRP_WORDS = 32  # mf_convrp_w16_n<NW> exist for NW = 1..32
+
+
+def convrp_words(k_h: int, k_w: int, in_c: int) -> int:
+    """NW: the int16-pair words of one window (mf_crp_words): kernel rows in pairs, the odd one
+    last, ceil(k_w * in_c / 2) pair groups of gs = 2 * (k_h // 2) + k_h % 2 words, less the
+    P words of the element past an odd-length window."""
+    j, o, seg = k_h // 2, k_h % 2, k_w * in_c
+    return (2 * j + o) * ((seg + 1) // 2) - (j if seg % 2 else 0)
+
+
+def convrp_order(k_h: int, k_w: int, in_c: int) -> np.ndarray:
+    """[NW, 2]: the original tap (ky * k_w + kx) * in_c + ci of each lane (low, high) of the
+    window's words in mcuforge_nn.h's row-paired layout, or -1 (weight 0). Word m of a window:
+    pair group q = m // gs, i = m % gs; i < J: P_i of element 2q (rows 2i, 2i + 1); i == J when
+    k_h is odd: S (row k_h - 1, elements 2q, 2q + 1); else P_(i-J-o) of element 2q + 1."""
+    j_, o, seg = k_h // 2, k_h % 2, k_w * in_c
+    gs = 2 * j_ + o
+    out = []
+    for m in range(convrp_words(k_h, k_w, in_c)):
+        q, i = divmod(m, gs)
+        if i < j_:
+            lanes = ((2 * i, 2 * q), (2 * i + 1, 2 * q))
+        elif o and i == j_:
+            lanes = ((k_h - 1, 2 * q), (k_h - 1, 2 * q + 1))
+        else:
+            r = i - j_ - o
+            lanes = ((2 * r, 2 * q + 1), (2 * r + 1, 2 * q + 1))
+        out.append([ky * seg + e if e < seg else -1 for ky, e in lanes])
+    return np.array(out, np.int64).reshape(-1, 2)
+
+
+def pack_convrp(w_rows, bias, rq, k_h: int, k_w: int, in_c: int, stride_w: int) -> np.ndarray:
+    """The int32 table of mf_convrp_w16_n<NW> from weights [O, K] (OHWI flattened, O a multiple
+    of 4, 2^pre already folded in: fold_pre), bias [O] and mf_rq rows [O, 4] (pre 0): per block
+    of 4 channels bias[4], the NW words in chunks of 3 (per chunk per channel its words, an
+    int16 pair (low, high) each), (mult, add, post) of channels 0 and 1, the window's pointer
+    adjustment (-4 NW bytes, plus the pixel step in the last block), the last-block flag,
+    (mult, add, post) of channels 2 and 3."""
+    w = np.asarray(w_rows, np.int64).reshape(len(w_rows), -1)
+    rq = np.asarray(rq, np.int64).reshape(-1, 4)
+    o = w.shape[0]
+    if o % 4 or (rq[:, 2] != 0).any():
+        raise ValueError("pack_convrp: O must be a multiple of 4 and every mf_rq.pre 0")
+    idx = convrp_order(k_h, k_w, in_c)
+    lanes = np.where(idx >= 0, w[:, np.maximum(idx, 0)], 0)  # [O, NW, 2]
+    words = (lanes[..., 0] & 0xFFFF) | (lanes[..., 1] << 16)  # int16 pairs as int32 values
+    nw = len(idx)
+    step = convrp_step_bytes(k_h, in_c, stride_w)
+    out = []
+    for b in range(o // 4):
+        ch = slice(4 * b, 4 * b + 4)
+        last = b == o // 4 - 1
+        out.extend(np.asarray(bias, np.int64).reshape(-1)[ch])
+        for c0 in range(0, nw, 3):
+            out.extend(words[ch, c0:c0 + 3].reshape(-1))
+        r = rq[ch][:, [0, 1, 3]]
+        out.extend([*r[0], *r[1], -4 * nw + (step if last else 0), int(last), *r[2], *r[3]])
+    return np.array(out, np.int64).astype(np.int32)
+
+
+def convrp_step_bytes(k_h: int, in_c: int, stride_w: int) -> int:
+    """Bytes between the windows one run of mf_convrp's asm visits: the next pixel's, or for odd
+    stride_w * in_c (two widened copies, even and odd pixels in separate runs) the one after."""
+    gs, step = 2 * (k_h // 2) + k_h % 2, stride_w * in_c
+    return 4 * gs * (step if step % 2 else step // 2)
+
+
+def convrp_scratch_bytes(k_h: int, k_w: int, in_c: int, stride_w: int, out_w: int,
+                         in_w: int) -> int:
+    """Scratch bytes of one mf_convrp* call: the widened rows int16 [copies][npairs * gs * 2]
+    (npairs = ((out_w - 1) * stride_w * in_c + 1) // 2 + ceil(k_w * in_c / 2), copies 2 when
+    stride_w * in_c is odd) and an int8 row of x_zp [in_w * in_c], rounded up to 4."""
+    gs, step = 2 * (k_h // 2) + k_h % 2, stride_w * in_c
+    npairs = ((out_w - 1) * step + 1) // 2 + (k_w * in_c + 1) // 2
+    return 4 * npairs * gs * (1 + step % 2) + (in_w * in_c + 3) // 4 * 4

@@ -1673,4 +1673,463 @@ MF_MICRO void mf_gemm1k8_w16(const int8_t *x, int32_t rows, int32_t x_stride, in
     }
 }
 
+/* ==== row-paired convolution: first layers with few input channels (mf_convrp_*) ==========
+ * The convolution of mf_conv_* (TFLM int8, input zero point folded into the bias, padding =
+ * x_zp) for layers whose kernel row spans few values (k_w * in_c small: RGB or 1-channel
+ * inputs), with no im2col and no padding copy: per output row, the k_h input rows it reads are
+ * widened once into int16 words laid out so that every output pixel's patch is NW consecutive
+ * words, and one asm loop runs the row's pixels x blocks of 4 channels.
+ *
+ * Layout of the widened row (pack.convrp_order gives the taps of a window's words): kernel rows
+ * go in pairs (2j, 2j + 1), j < J = k_h / 2, plus a single row k_h - 1 when k_h is odd (o = 1).
+ * Element e of the padded row (e = (ix + pad_l) * in_c + ci, values outside the image x_zp),
+ * pairs of elements p = (2p, 2p + 1); pair p is a group of gs = 2J + o words:
+ *   P_j(2p), .., S(p), .., P_j(2p + 1)    P_j(e) = (row 2j [e], row 2j+1 [e]),
+ *                                         S(p)   = (row k_h-1 [2p], row k_h-1 [2p + 1])
+ * (low lane first; the P words of 2p, then S, then the P words of 2p + 1). The window of pixel
+ * ox starts at element s = ox * stride_w * in_c, i.e. at word gs * s / 2 when s is even (odd s:
+ * in a second copy widened from element 1, mf_convrp2_*), and covers n = ceil(k_w * in_c / 2)
+ * groups less the trailing
+ * P words of the element past the window when k_w * in_c is odd: NW = gs * n - J (odd) or
+ * gs * n words, weight 0 on any tap outside the kernel. VWW's 3x3x3: 14 words (27 taps + 1),
+ * against 16 through mf_convp and 28 taps through im2col; KWS's 10x4x1: 20 (40 taps).
+ *
+ * Packed table (int32 words, pack.pack_convrp), O a multiple of 4, per block of 4 channels:
+ *   bias[4] (the input zero point folded in, times 2^pre),
+ *   the NW words in chunks of 3 (the last 1-2), per chunk per channel its words, each an int16
+ *     pair (low lane, high lane) of weights times 2^pre (pack.fold_pre: mf_rq.pre = 0),
+ *   (mult, add, post) of channels 0, 1 (mf_rq less pre), the window adjustment in bytes (-4 NW,
+ *   in the last block + the pixel step), the last-block flag (0 or 1), (mult, add, post) of
+ *   channels 2, 3.
+ * Requantization: y = ssat8((SMMLAR(acc, mult, add [+ (acc >> 31) if signfix 2])) >> post),
+ * the int8-range clamp (the schedule takes these kernels only then; signfix 0 or 2).
+ * Register block: 4 channels x 1 pixel; a chunk is one LDM of 3 activation words, 3 LDM of 4
+ * weight words and 12 SMLAD (a third of a load per SMLAD; a block's bias comes in one LDM with
+ * its first 4 weight words); bias, requantization constants and loop control come from the
+ * weights' pointer, so the loop keeps 4 accumulators, 7 operands, the output pointer and 2
+ * pointers in 14 registers (r7 saved and restored by the asm). For O a multiple of 8 (the _x8
+ * entries) blocks go in pairs.
+ * Instructions on QEMU mps2-an386 (-O2; -Os within 1-5 %), whole layer in the model: VWW's first
+ * (96x96x3 -> 48x48x8, 3x3 s2) 497.5K for 497.7K MACs (1.00 MAC/instr; im2col: 805K): per pixel
+ * of 8 channels 192 for MACs and requantization (112 SMLAD, 38 loads with the bias, 36 of
+ * requantization, 6 of pointers and loop), 22.5 widening (15 per 4 columns of 3 rows), ~1.5
+ * per-row overhead;
+ * ResNet-8's first (32x32x3 -> 16, 3x3 s1, two copies) 436K (1.01; mf_convp: 611K); KWS's
+ * (49x10x1 -> 25x5x64, 10x4 s2) 269K (1.19; mf_convp: 299K). */
+
+/* Words of a window (NW) and of a pair group (gs) */
+static inline int32_t mf_crp_words(const mf_conv_geom *g) {
+    const int32_t J = g->k_h >> 1, o = g->k_h & 1, seg = g->k_w * g->in_c;
+    return (2 * J + o) * ((seg + 1) >> 1) - ((seg & 1) ? J : 0);
+}
+
+/* Element e of a padded row (input row r: len values from element left; r 0: all x_zp) */
+static inline int32_t mf_crp_at(const int8_t *r, int32_t e, int32_t left, int32_t len,
+                                int32_t zp) {
+    e -= left;
+    return r && e >= 0 && e < len ? r[e] : zp;
+}
+
+/* The pair groups [p0, p1) of the widened row d (int16) from the k_h row pointers, one value
+ * at a time (padding and the portable build) */
+static inline void mf_crp_groups(int16_t *d, const int8_t *const *rows, int32_t kh, int32_t p0,
+                                 int32_t p1, int32_t left, int32_t len, int32_t zp) {
+    const int32_t J = kh >> 1, o = kh & 1, gs = 2 * J + o;
+    const int16_t z = (int16_t)zp;
+    int32_t p, j;
+    for (p = p0; p < p1; ++p) {
+        int16_t *w = d + 2 * gs * p;
+        if (2 * p + 1 < left || 2 * p >= left + len) { /* padding only */
+            for (j = 0; j < 2 * gs; ++j) {
+                w[j] = z;
+            }
+            continue;
+        }
+        for (j = 0; j < gs; ++j) { /* word j: P_j(2p), S(p), P_(j-J-o)(2p + 1) */
+            const int32_t s = j == J && o, r = j < J ? 2 * j : s ? kh - 1 : 2 * (j - J - o);
+            const int32_t e = j < J || s ? 2 * p : 2 * p + 1;
+            w[2 * j] = (int16_t)mf_crp_at(rows[r], e, left, len, zp);
+            w[2 * j + 1] = (int16_t)mf_crp_at(rows[s ? r : r + 1], e + s, left, len, zp);
+        }
+    }
+}
+
+#if MF_GEMM_ASM
+/* one step of the k_h = 3 widening: 4 elements of rows ra, rb, rc into the 6 words P(e0),
+ * S(e0, e1), P(e1), P(e2), S(e2, e3), P(e3) at w (14 instructions) */
+#define MF_CRP_W3                                                                           \
+    "ldr r4, [%[ra]], #4\n\t"                                                               \
+    "ldr r5, [%[rb]], #4\n\t"                                                               \
+    "ldr r6, [%[rc]], #4\n\t"                                                               \
+    "pkhbt r8, r4, r5, lsl #16\n\t"                                                         \
+    "pkhtb r10, r5, r4, asr #16\n\t"                                                        \
+    "sxtb16 r4, r8\n\t"                                                                     \
+    "sxtb16 r5, r6\n\t"                                                                     \
+    "sxtb16 r11, r6, ror #8\n\t"                                                            \
+    "sxtb16 r6, r8, ror #8\n\t"                                                             \
+    "sxtb16 r8, r10\n\t"                                                                    \
+    "sxtb16 r10, r10, ror #8\n\t"                                                           \
+    "pkhtb r9, r11, r5, asr #16\n\t"                                                        \
+    "pkhbt r5, r5, r11, lsl #16\n\t"                                                        \
+    "stmia %[w]!, {r4, r5, r6, r8, r9, r10}\n\t"
+#endif
+
+/* Widen output row oy's input rows into d: groups [0, npairs) of the padded row from element
+ * `shift` (0, or 1 for the odd windows' copy; the caller fills the groups right of the
+ * image). zrow: len bytes of x_zp (rows outside the image). Interior groups (4 elements of
+ * every row inside the image) by SXTB16 /
+ * PKH on words: P_j(e..e+3) from rows a, b: PKHBT(a, b << 16) = (a0 a1 b0 b1), PKHTB(b, a >> 16)
+ * = (a2 a3 b2 b3), whose SXTB16 and SXTB16 ror 8 are (a0, b0), (a1, b1) and (a2, b2), (a3, b3);
+ * S from row c: SXTB16 (c0, c2), (c1, c3), PKH to (c0, c1), (c2, c3). */
+MF_INLINE void mf_crp_widen(const int8_t *x, const mf_conv_geom *g, int32_t oy, int32_t zp,
+                            const int8_t *zrow, int32_t npairs, int16_t *d, int32_t shift) {
+    const int32_t kh = g->k_h, len = g->in_w * g->in_c, left = g->pad_l * g->in_c - shift;
+    const int8_t *rows[16];
+    int32_t ky, p = 0;
+    for (ky = 0; ky < kh; ++ky) {
+        const int32_t iy = oy * g->stride_h - g->pad_t + ky;
+        rows[ky] = iy >= 0 && iy < g->in_h ? x + iy * len : zrow;
+    }
+#if MF_USE_DSP
+    {
+        const int32_t J = kh >> 1, o = kh & 1, gs = 2 * J + o;
+        int32_t p0 = (left + 1) >> 1, j;
+        if (p0 > 0) {
+            mf_crp_groups(d, rows, kh, 0, p0, left, len, zp);
+        }
+        p = p0;
+#if MF_GEMM_ASM && defined(__ARM_FEATURE_UNALIGNED)
+        if (kh == 3) { /* 15 instructions per 4 elements of 3 rows (P, S, P, P, S, P) */
+            int32_t n = (npairs - p0) >> 1, lim = (len + left - 2 * p0) >> 2;
+            n = n < lim ? n : lim;
+            if (n > 0) {
+                const int8_t *ra = rows[0] + 2 * p0 - left, *rb = rows[1] + 2 * p0 - left;
+                const int8_t *rc = rows[2] + 2 * p0 - left;
+                mf_word *w = (mf_word *)(void *)(d + 6 * p0);
+                p = p0 + 2 * n;
+                __asm__ volatile("lsrs %[n], %[n], #1\n\t" /* an odd step first, then pairs */
+                                 "bcc 1f\n\t" MF_CRP_W3 "1:\n\t"
+                                 "beq 3f\n"
+                                 "2:\n\t" MF_CRP_W3 MF_CRP_W3 "subs %[n], %[n], #1\n\t"
+                                 "bne 2b\n"
+                                 "3:\n\t"
+                                 : [ra] "+r"(ra), [rb] "+r"(rb), [rc] "+r"(rc), [w] "+r"(w),
+                                   [n] "+r"(n)
+                                 :
+                                 : "r4", "r5", "r6", "r8", "r9", "r10", "r11", "cc", "memory");
+            }
+        } else
+#endif
+        for (; p + 1 < npairs && 2 * p + 3 - left < len; p += 2) {
+            mf_word *w = (mf_word *)(void *)(d + 2 * gs * p);
+            const int32_t e = 2 * p - left;
+            for (j = 0; j < J; ++j) {
+                int32_t a, b, lo, hi;
+                memcpy(&a, rows[2 * j] + e, 4);
+                memcpy(&b, rows[2 * j + 1] + e, 4);
+#if defined(__GNUC__)
+                __asm__("pkhbt %0, %1, %2, lsl #16" : "=r"(lo) : "r"(a), "r"(b));
+                __asm__("pkhtb %0, %1, %2, asr #16" : "=r"(hi) : "r"(b), "r"(a));
+#else
+                lo = (int32_t)(((uint32_t)a & 0xFFFFu) | ((uint32_t)b << 16));
+                hi = (int32_t)(((uint32_t)b & 0xFFFF0000u) | (((uint32_t)a >> 16) & 0xFFFFu));
+#endif
+                w[j] = (int32_t)__sxtb16(lo);
+                w[J + o + j] = mf_sxtb16_ror8(lo);
+                w[gs + j] = (int32_t)__sxtb16(hi);
+                w[gs + J + o + j] = mf_sxtb16_ror8(hi);
+            }
+            if (o) {
+                int32_t c, c02, c13, lo, hi;
+                memcpy(&c, rows[kh - 1] + e, 4);
+                c02 = (int32_t)__sxtb16(c);
+                c13 = mf_sxtb16_ror8(c);
+#if defined(__GNUC__)
+                __asm__("pkhbt %0, %1, %2, lsl #16" : "=r"(lo) : "r"(c02), "r"(c13));
+                __asm__("pkhtb %0, %1, %2, asr #16" : "=r"(hi) : "r"(c13), "r"(c02));
+#else
+                lo = (int32_t)(((uint32_t)c02 & 0xFFFFu) | ((uint32_t)c13 << 16));
+                hi = (int32_t)(((uint32_t)c13 & 0xFFFF0000u) | (((uint32_t)c02 >> 16) & 0xFFFFu));
+#endif
+                w[J] = lo;
+                w[gs + J] = hi;
+            }
+        }
+    }
+#endif
+    if (p < npairs) {
+        mf_crp_groups(d, rows, kh, p, npairs, left, len, zp);
+    }
+}
+
+/* (x_zp, x_zp) into the int16 pairs [from, to) of d: the groups right of the image, the same in
+ * every row, written once a call */
+static inline void mf_crp_fill(int16_t *d, int32_t from, int32_t to, int32_t zp) {
+    mf_word *w = (mf_word *)(void *)(d + 2 * from);
+    const int32_t zz = (int32_t)(((uint32_t)(uint16_t)zp << 16) | (uint16_t)zp);
+    for (; from < to; ++from) {
+        *w++ = zz;
+    }
+}
+
+/* npx pixels x nb blocks of one output row, portable C on the packed table (any NW; the
+ * table's pointer adjustments are not needed here: windows are stepw words apart, outputs
+ * 4 nb + skip bytes). */
+static inline void mf_crp_row_c(const int16_t *xw, const int32_t *pk, int32_t nb, int32_t NW,
+                                int32_t npx, int32_t stepw, int32_t sfa, int8_t *y,
+                                int32_t skip) {
+    int32_t px, b, c0, ch, i;
+    for (px = 0; px < npx; ++px, xw += 2 * stepw, y += skip) {
+        const int32_t *t = pk;
+        for (b = 0; b < nb; ++b) {
+            int32_t acc[4];
+            for (ch = 0; ch < 4; ++ch) {
+                acc[ch] = t[ch];
+            }
+            t += 4;
+            for (c0 = 0; c0 < NW; c0 += 3) {
+                const int32_t cs = NW - c0 < 3 ? NW - c0 : 3;
+                for (ch = 0; ch < 4; ++ch, t += cs) {
+                    for (i = 0; i < cs; ++i) {
+                        const int16_t *a = xw + 2 * (c0 + i);
+                        const int32_t wl = (int16_t)(t[i] & 0xFFFF), wh = (int32_t)(t[i] >> 16);
+                        acc[ch] += a[0] * wl + a[1] * wh;
+                    }
+                }
+            }
+            for (ch = 0; ch < 4; ++ch) { /* (mult, add, post) at 0, 3, 8, 11 of 14 words */
+                const int32_t *r = t + 3 * ch + (ch >> 1) * 2;
+                int32_t v = mf_smmlar(acc[ch], r[0]) + r[1] + (sfa ? acc[ch] >> 31 : 0);
+                v >>= r[2];
+                *y++ = (int8_t)(v < -128 ? -128 : v > 127 ? 127 : v);
+            }
+            t += 14;
+        }
+    }
+}
+
+#if MF_GEMM_ASM
+/* The same in asm for a compile-time NW: r0-r3 accumulators, r4-r6 activation words, r7 the
+ * output pointer, r8-r11 weight words, r12 the table, lr the window. Per block of 4 channels:
+ * LDM bias, NW / 3 chunks of 16 instructions (LDM of 3 activation words, 3 LDM of 4 weight
+ * words, 12 SMLAD) and the tail, 2 LDM + 16 of requantization, 3 of pointer / loop control
+ * from the table's control words; per pixel 4 more. */
+#define MF_CRP_W "ldmia r12!, {r8, r9, r10, r11}\n\t"
+/* a chunk of 3 words (C3) or the tail of 1 or 2 (T1, T2); _F: the block's first chunk, whose
+ * first weights came with the bias */
+#define MF_CRP_C3_F "ldmia lr!, {r4, r5, r6}\n\t" MF_CRP_C3_REST
+#define MF_CRP_C3 "ldmia lr!, {r4, r5, r6}\n\t" MF_CRP_W MF_CRP_C3_REST
+#define MF_CRP_C3_REST                                                                      \
+    "smlad r0, r4, r8, r0\n\t"                                                              \
+    "smlad r0, r5, r9, r0\n\t"                                                              \
+    "smlad r0, r6, r10, r0\n\t"                                                             \
+    "smlad r1, r4, r11, r1\n\t" MF_CRP_W                                                    \
+    "smlad r1, r5, r8, r1\n\t"                                                              \
+    "smlad r1, r6, r9, r1\n\t"                                                              \
+    "smlad r2, r4, r10, r2\n\t"                                                             \
+    "smlad r2, r5, r11, r2\n\t" MF_CRP_W                                                    \
+    "smlad r2, r6, r8, r2\n\t"                                                              \
+    "smlad r3, r4, r9, r3\n\t"                                                              \
+    "smlad r3, r5, r10, r3\n\t"                                                             \
+    "smlad r3, r6, r11, r3\n\t"
+#define MF_CRP_T1_F "ldr r4, [lr], #4\n\t" MF_CRP_T1_REST
+#define MF_CRP_T1 "ldr r4, [lr], #4\n\t" MF_CRP_W MF_CRP_T1_REST
+#define MF_CRP_T1_REST                                                                      \
+    "smlad r0, r4, r8, r0\n\t"                                                              \
+    "smlad r1, r4, r9, r1\n\t"                                                              \
+    "smlad r2, r4, r10, r2\n\t"                                                             \
+    "smlad r3, r4, r11, r3\n\t"
+#define MF_CRP_T2_2(A, B)                                                                   \
+    "smlad " A ", r4, r8, " A "\n\t"                                                        \
+    "smlad " A ", r5, r9, " A "\n\t"                                                        \
+    "smlad " B ", r4, r10, " B "\n\t"                                                       \
+    "smlad " B ", r5, r11, " B "\n\t"
+#define MF_CRP_T2_F                                                                         \
+    "ldrd r4, r5, [lr], #8\n\t" MF_CRP_T2_2("r0", "r1") MF_CRP_W MF_CRP_T2_2("r2", "r3")
+#define MF_CRP_T2 "ldrd r4, r5, [lr], #8\n\t" MF_CRP_W MF_CRP_T2_2("r0", "r1") MF_CRP_W       \
+    MF_CRP_T2_2("r2", "r3")
+/* two outputs: (mult, add, post) of A in r4-r6, of B in r8-r10, then the window adjustment
+ * in r11 (RQ2); or the last-block flag in r4, (mult, add, post) of A in r5, r6, r8, of B in
+ * r9-r11 (RQ2F: the flag in a low register, for CBNZ) */
+#define MF_CRP_RQ2(A, B, SA, SB)                                                            \
+    "ldmia r12!, {r4, r5, r6, r8, r9, r10, r11}\n\t" SA SB "smmlar " A ", " A ", r4, r5\n\t" \
+    "smmlar " B ", " B ", r8, r9\n\t"                                                       \
+    "asr " A ", " A ", r6\n\t"                                                              \
+    "asr " B ", " B ", r10\n\t" MF_CRP_ST(A, B)
+#define MF_CRP_RQ2F(A, B, SA, SB)                                                           \
+    "ldmia r12!, {r4, r5, r6, r8, r9, r10, r11}\n\t" SA SB "smmlar " A ", " A ", r5, r6\n\t" \
+    "smmlar " B ", " B ", r9, r10\n\t"                                                      \
+    "asr " A ", " A ", r8\n\t"                                                              \
+    "asr " B ", " B ", r11\n\t" MF_CRP_ST(A, B)
+#define MF_CRP_ST(A, B)                                                                     \
+    "ssat " A ", #8, " A "\n\t"                                                             \
+    "ssat " B ", #8, " B "\n\t"                                                             \
+    "strb " A ", [r7], #1\n\t"                                                              \
+    "strb " B ", [r7], #1\n\t"
+/* one block of 4 channels: bias, MACs, requantization, the window adjustment (RQB leaves the
+ * last-block flag in r4) */
+#define MF_CRP_BLOCK(RQA, RQB)                                                              \
+    "ldmia r12!, {r0, r1, r2, r3, r8, r9, r10, r11}\n\t" /* bias, first weights */         \
+    ".if %c[nc]\n\t" MF_CRP_C3_F ".rept %c[nc] - 1\n\t" MF_CRP_C3 ".endr\n\t"              \
+    ".if %c[t] == 1\n\t" MF_CRP_T1 ".endif\n\t"                                             \
+    ".if %c[t] == 2\n\t" MF_CRP_T2 ".endif\n\t"                                             \
+    ".else\n\t"                                                                             \
+    ".if %c[t] == 1\n\t" MF_CRP_T1_F ".endif\n\t"                                           \
+    ".if %c[t] == 2\n\t" MF_CRP_T2_F ".endif\n\t"                                           \
+    ".endif\n\t" RQA                                                                         \
+    "add lr, lr, r11\n\t" /* back to the window, or on to the next pixel's */ RQB
+/* PAIR (O a multiple of 8): blocks two at a time, the first's flag (0) not tested */
+#define MF_CRP_ROW(RQA, RQB)                                                                \
+    "push {r7}\n\t"                                                                         \
+    "ldm r0, {r1, r2, r3, r4, r5}\n\t"                                                      \
+    "push {r2, r3, r5}\n\t" /* sp: table, y end, skip */                                     \
+    "mov lr, r1\n\t"                                                                        \
+    "mov r7, r4\n\t"                                                                        \
+    "mov r12, r2\n"                                                                         \
+    "2:\n\t"                                                                                \
+    ".if %c[pair]\n\t" MF_CRP_BLOCK(RQA, RQB) ".endif\n\t" MF_CRP_BLOCK(RQA, RQB)          \
+    "cbnz r4, 3f\n\t" /* 0: another block of this pixel */                                  \
+    "b 2b\n"                                                                                \
+    "3:\n\t"                                                                                \
+    ".if %c[split]\n\t"                                                                     \
+    "ldr r4, [sp, #8]\n\t"                                                                  \
+    "add r7, r7, r4\n\t" /* every other pixel: skip the other one's outputs */            \
+    ".endif\n\t"                                                                            \
+    "ldrd r12, r4, [sp]\n\t" /* the table again, the row's end */                           \
+    "cmp r7, r4\n\t"                                                                        \
+    "bne 2b\n\t"                                                                            \
+    "add sp, sp, #12\n\t"                                                                   \
+    "pop {r7}\n\t"
+#define MF_CRP_SF(A, R) "add " R ", " R ", " A ", asr #31\n\t"
+#define MF_CRP_OPS                                                                          \
+    : "+r"(st)                                                                              \
+    : "m"(*(const int32_t(*)[5])st), [nc] "i"(NW / 3), [t] "i"(NW % 3), [split] "i"(SPLIT),  \
+      [pair] "i"(PAIR)                                                                      \
+    : "r1", "r2", "r3", "r4", "r5", "r6", "r8", "r9", "r10", "r11", "r12", "lr", "cc", "memory"
+
+MF_INLINE void mf_crp_row_asm(const int16_t *xw, const int32_t *pk, const int32_t NW,
+                              int32_t npx, int32_t nb, int32_t sfa, int8_t *y,
+                              const int32_t SPLIT, const int32_t PAIR) {
+    int32_t s[5];
+    register int32_t *st __asm__("r0") = s;
+    s[0] = (int32_t)(uintptr_t)xw;
+    s[1] = (int32_t)(uintptr_t)pk;
+    s[2] = (int32_t)(uintptr_t)(y + npx * (4 * nb + SPLIT * 4 * nb));
+    s[3] = (int32_t)(uintptr_t)y;
+    s[4] = 4 * nb;
+    if (sfa) {
+#define MF_CRP_RQA MF_CRP_RQ2("r0", "r1", MF_CRP_SF("r0", "r5"), MF_CRP_SF("r1", "r9"))
+#define MF_CRP_RQB MF_CRP_RQ2F("r2", "r3", MF_CRP_SF("r2", "r6"), MF_CRP_SF("r3", "r10"))
+        __asm__ volatile(MF_CRP_ROW(MF_CRP_RQA, MF_CRP_RQB) MF_CRP_OPS);
+#undef MF_CRP_RQA
+#undef MF_CRP_RQB
+    } else {
+        __asm__ volatile(MF_CRP_ROW(MF_CRP_RQ2("r0", "r1", "", ""), MF_CRP_RQ2F("r2", "r3", "", ""))
+                             MF_CRP_OPS);
+    }
+}
+#endif
+
+/* Scratch (pack.convrp_scratch_bytes): int16 [copies][npairs * gs * 2] widened rows, npairs =
+ * ((out_w - 1) * stride_w * in_c + 1) / 2 + ceil(k_w * in_c / 2), copies 2 when stride_w *
+ * in_c is odd (the odd pixels' windows start on odd elements: a second copy from element 1,
+ * each copy's pixels 2 stride_w in_c elements apart), then int8 [in_w * in_c] of x_zp.
+ * SPLIT: the entry for odd stride_w * in_c (its asm skips every other pixel's outputs). */
+MF_INLINE void mf_crp_body(const int8_t *x, const mf_conv_geom *g, int32_t x_zp,
+                           const int32_t *pk, int32_t O, int32_t signfix, int8_t *y,
+                           int16_t *scratch, const int32_t NWc, const int32_t SPLIT,
+                           const int32_t PAIR) {
+    const int32_t kh = g->k_h, gs = 2 * (kh >> 1) + (kh & 1), NW = mf_crp_words(g);
+    const int32_t step = g->stride_w * g->in_c, two = step & 1;
+    const int32_t stepw = gs * (two ? step : step >> 1);
+    const int32_t npairs = ((g->out_w - 1) * step + 1) / 2 + ((g->k_w * g->in_c + 1) >> 1);
+    const int32_t len = g->in_w * g->in_c, nb = O >> 2, sfa = (signfix & 3) == 2;
+    int16_t *copy_b = scratch + 2 * gs * npairs;
+    int8_t *zrow = (int8_t *)(copy_b + (two ? 2 * gs * npairs : 0));
+    const int32_t neven = two ? (g->out_w + 1) >> 1 : g->out_w, nodd = g->out_w - neven;
+    /* groups p >= pz hold padding only (2p >= left + len), in either copy */
+    const int32_t left = g->pad_l * g->in_c, pz = (left + len + 1) >> 1;
+    const int32_t pa = pz < npairs ? pz : npairs;
+    const int32_t pb = (left + len) >> 1 < npairs ? (left + len) >> 1 : npairs;
+    int32_t oy, r;
+    mf_fill8(zrow, x_zp, len);
+    mf_crp_fill(scratch, gs * pa, gs * npairs, x_zp);
+    if (two) {
+        mf_crp_fill(copy_b, gs * pb, gs * npairs, x_zp);
+    }
+    for (oy = 0; oy < g->out_h; ++oy, y += g->out_w * O) {
+        for (r = 0; r <= two; ++r) {
+            mf_crp_widen(x, g, oy, x_zp, zrow, r ? pb : pa, r ? copy_b : scratch, r);
+        }
+        for (r = 0; r <= two && (r == 0 || nodd > 0); ++r) { /* even, then odd windows */
+            const int16_t *xw = r ? copy_b + 2 * gs * ((step - 1) >> 1) : scratch;
+            const int32_t npx = r ? nodd : neven;
+#if MF_GEMM_ASM
+            if (NW == NWc && two == SPLIT && (nb & PAIR) == 0) {
+                mf_crp_row_asm(xw, pk, NWc, npx, nb, sfa, y + r * O, SPLIT, PAIR);
+                continue;
+            }
+#endif
+            mf_crp_row_c(xw, pk, nb, NW, npx, stepw, sfa, y + r * O, two ? O : 0);
+        }
+    }
+    (void)NWc;
+    (void)SPLIT;
+    (void)PAIR;
+}
+
+/* mf_convrp_w16_n<NW> (stride_w * in_c even) / mf_convrp2_w16_n<NW> (odd), and the same with
+ * the suffix _x8 for O a multiple of 8 (the asm takes blocks in pairs): the convolution of
+ * mf_conv_w16 for layers with O a multiple of 4, k_h <= 16, the int8-range clamp (lo = -128,
+ * hi = 127) and signfix 0 or 2 (+ MF_PRE0: pre folded into the table).
+ *   x        int8 [in_h][in_w][in_c], any alignment; g: as mf_conv_w16
+ *   pk       pack.pack_convrp(...) int32 table, 4-byte aligned
+ *   y        int8 [out_h][out_w][O]; scratch pack.convrp_scratch_bytes(...) bytes, 4-aligned
+ * NW (mf_crp_words of the geometry), the parity of stride_w * in_c and O % 8 select the entry
+ * whose asm is unrolled for it; another entry computes the same in C. */
+#define MF_CRP_ENTRY(NW)                                                                    \
+    MF_CRP_ENTRY1(mf_convrp_w16_n##NW, NW, 0, 0)                                            \
+    MF_CRP_ENTRY1(mf_convrp2_w16_n##NW, NW, 1, 0)                                           \
+    MF_CRP_ENTRY1(mf_convrp_w16_n##NW##_x8, NW, 0, 1)                                       \
+    MF_CRP_ENTRY1(mf_convrp2_w16_n##NW##_x8, NW, 1, 1)
+#define MF_CRP_ENTRY1(NAME, NW, SPLIT, PAIR)                                                \
+    MF_MICRO void NAME(const int8_t *x, const mf_conv_geom *g, int32_t x_zp, const int32_t *pk, \
+                       int32_t O, int32_t signfix, int8_t *y, int16_t *scratch) {              \
+        mf_crp_body(x, g, x_zp, pk, O, signfix, y, scratch, NW, SPLIT, PAIR);               \
+    }
+MF_CRP_ENTRY(1)
+MF_CRP_ENTRY(2)
+MF_CRP_ENTRY(3)
+MF_CRP_ENTRY(4)
+MF_CRP_ENTRY(5)
+MF_CRP_ENTRY(6)
+MF_CRP_ENTRY(7)
+MF_CRP_ENTRY(8)
+MF_CRP_ENTRY(9)
+MF_CRP_ENTRY(10)
+MF_CRP_ENTRY(11)
+MF_CRP_ENTRY(12)
+MF_CRP_ENTRY(13)
+MF_CRP_ENTRY(14)
+MF_CRP_ENTRY(15)
+MF_CRP_ENTRY(16)
+MF_CRP_ENTRY(17)
+MF_CRP_ENTRY(18)
+MF_CRP_ENTRY(19)
+MF_CRP_ENTRY(20)
+MF_CRP_ENTRY(21)
+MF_CRP_ENTRY(22)
+MF_CRP_ENTRY(23)
+MF_CRP_ENTRY(24)
+MF_CRP_ENTRY(25)
+MF_CRP_ENTRY(26)
+MF_CRP_ENTRY(27)
+MF_CRP_ENTRY(28)
+MF_CRP_ENTRY(29)
+MF_CRP_ENTRY(30)
+MF_CRP_ENTRY(31)
+MF_CRP_ENTRY(32)
+#undef MF_CRP_ENTRY
+#undef MF_CRP_ENTRY1
+
 #endif /* MCUFORGE_NN_H */

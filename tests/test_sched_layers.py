@@ -116,6 +116,9 @@ def cases():
     out.append(("dw1_speech", "DEPTHWISE_CONV_2D", dict(hw=(49, 40), c=1, mult=8, k=(10, 8),
                                                         stride=(2, 2), act="relu")))
     out.append(("dw1_mult3", "DEPTHWISE_CONV_2D", dict(hw=(7, 6), c=1, mult=3, pad=VALID)))
+    # ... through the row-paired kernel (mf_convrp_*: M a multiple of 4, fused ReLU)
+    out.append(("dw1_rp", "DEPTHWISE_CONV_2D", dict(hw=(9, 8), c=1, mult=4, stride=(2, 2),
+                                                    act="relu", y_zp=-128)))
     out.append(("dw_dead", "DEPTHWISE_CONV_2D", dict(hw=(6, 7), c=5, stride=(2, 2), dead=True)))
     # odd output widths (VWW's 3x3 tail, stride 2 to 3x3): the last column of each row alone
     out.append(("dw_odd3", "DEPTHWISE_CONV_2D", dict(hw=(3, 3), c=9, act="relu6")))
@@ -140,13 +143,21 @@ def cases():
                                                       stride=(2, 2))),
                          ("g_1x1_s21", "CONV_2D", dict(hw=(6, 5), c=5, o=6, k=(1, 1),
                                                        stride=(2, 1), pad=VALID)),
-                         ("g_im2col_rgb_s2", "CONV_2D", dict(hw=(9, 8), c=3, o=8,
+                         # kernel rows paired (mf_convrp_*: stride_w * in_c even; mf_convrp2_*:
+                         # odd, "_rp2_"), O % 4 == 0
+                         ("g_rp_rgb_s2", "CONV_2D", dict(hw=(9, 8), c=3, o=8, stride=(2, 2))),
+                         ("g_rp_kws", "CONV_2D", dict(hw=(13, 6), c=1, o=12, k=(10, 4),
+                                                      stride=(2, 2))),
+                         ("g_rp_c2_s1", "CONV_2D", dict(hw=(7, 9), c=2, o=4, k=(3, 2),
+                                                        pad=VALID)),
+                         # O not a multiple of 4: im2col
+                         ("g_im2col_rgb_s2", "CONV_2D", dict(hw=(9, 8), c=3, o=6,
                                                              stride=(2, 2))),
-                         ("g_rgb_s1", "CONV_2D", dict(hw=(6, 7), c=3, o=16, pad=VALID)),
-                         ("g_im2col_kws", "CONV_2D", dict(hw=(13, 6), c=1, o=12, k=(10, 4),
+                         ("g_rp2_rgb_s1", "CONV_2D", dict(hw=(6, 7), c=3, o=16, pad=VALID)),
+                         ("g_im2col_kws", "CONV_2D", dict(hw=(13, 6), c=1, o=10, k=(10, 4),
                                                           stride=(2, 2))),
-                         ("g_kws_s1", "CONV_2D", dict(hw=(12, 5), c=1, o=12, k=(10, 4))),
-                         ("g_rgb_s12", "CONV_2D", dict(hw=(7, 9), c=3, o=8, stride=(2, 1))),
+                         ("g_rp2_kws_s1", "CONV_2D", dict(hw=(12, 5), c=1, o=12, k=(10, 4))),
+                         ("g_rp2_rgb_s12", "CONV_2D", dict(hw=(7, 9), c=3, o=8, stride=(2, 1))),
                          # whole groups per kernel row, stride 2: im2col (mf_conv_*)
                          ("g_im2col_s2", "CONV_2D", dict(hw=(9, 7), c=6, o=12, stride=(2, 2))),
                          ("g_quads_s2", "CONV_2D", dict(hw=(9, 7), c=4, o=12, stride=(2, 2))),
@@ -183,7 +194,11 @@ def test_scheduled_kernel_equals_reference(name, op, kw):
             assert k is not ref and k.scratch, "the schedule should apply"
         # 2 channels x 2 rows where O is even and a call has 2+ rows (clamp = int8 range)
         pair2 = "1x1" in name and "o15" not in name or "fc" in name and "batch1" not in name
-        if target is M4 and "k8" in name and "o15" not in name:  # K = 8: a row in registers
+        if target is M4 and (name.startswith("g_rp") or name == "dw1_rp"):  # signfix 1 (some
+            # "_none"): im2col
+            assert k.schedule.startswith(f"mf_convrp{'2' if '_rp2_' in name else ''}_w16_n") or (
+                name.endswith("_none") and k.schedule.startswith("mf_conv_")), k.schedule
+        elif target is M4 and "k8" in name and "o15" not in name:  # K = 8: a row in registers
             assert k.schedule.startswith("mf_gemm1k8_w16_s"), k.schedule
         elif target is M4 and (name.startswith("g2_") or name.startswith("g_") and pair2):
             assert k.schedule.startswith("mf_gemm2_w16_s"), k.schedule

@@ -14,6 +14,9 @@ CODE_ALLOWANCE = 16 * 1024  # bytes of flash kept for the code itself (runtime a
 # extra instructions per MAC of int8 weights widened in the loop over pre-widened int16 ones
 # (mf_gemm_w8 vs mf_gemm_w16 on the Cortex-M4, tests/nn_bench)
 W8_EXTRA_PER_MAC = 0.45
+# the row-paired first convolutions (mf_convrp*) fall back to im2col with int8 weights
+# (mf_conv_w8): KWS's first layer 276K -> 494K instructions for 320K MACs
+CONVRP_W8_EXTRA_PER_MAC = 0.68
 
 
 @dataclass(frozen=True)
@@ -38,9 +41,15 @@ def fit(target, lowered: dict):
     wide = []
     for key, k in lowered.items():
         if k is not None and "_w16" in k.schedule:  # mf_*_w16 and mf_*_w16_g<G>
-            saved = _narrow_saving(k)
+            saved, extra = _narrow_saving(k), W8_EXTRA_PER_MAC
+            if k.schedule.startswith("mf_convrp"):  # int16 weight pairs inside its int32
+                # table: 4 NW of every 4 NW + 18 words (the rest: bias, requantization)
+                nw = int(k.schedule.split("_w16_n", 1)[1].split("_")[0])
+                saved += sum(b.data.nbytes for b in k.consts if b.name == "pk") * 2 * nw // (
+                    4 * nw + 18)
+                extra = CONVRP_W8_EXTRA_PER_MAC
             if saved > 0:  # (mf_gemm1k8_w16 with O < 4 would grow)
-                wide.append((k.macs * W8_EXTRA_PER_MAC / saved, key, saved))
+                wide.append((k.macs * extra / saved, key, saved))
     need = flash_bytes(lowered.values()) - budget
     narrow = set(target.narrow_weights)
     for _, key, saved in sorted(wide, key=lambda t: (t[0], str(t[1]))):

@@ -80,12 +80,16 @@ def gemm(ctx: OpContext, ref: ir.Kernel, target) -> ir.Kernel | None:
     folded = pack.fold_pre(rows, bias, rq) if fmt == "w16" else None
     if folded is not None:  # int16 weights hold 2^pre too: no shift before the multiply
         (rows, bias, rq), signfix = folded, signfix | pack.PRE0
+    rp = convrp(ctx, ref, layer, fmt, folded is not None, rows, bias, rq, signfix)
+    if rp is not None:
+        return rp
     # a convolution with its patch read from widened rows (mf_convp_*) where windows overlap
     # (k_w >= 2) and stride_w is 1 or in_c a multiple of 4 (rows widened as whole groups):
     # widening every input row once per output row is then cheaper than widening (and
     # gathering) every patch. Measured in whole models on the M4: ResNet-8's 3x3 layers
     # 0.94 -> 0.89 instr/MAC (stride 2: 0.88 -> 0.87), its first layer 1.55 -> 1.38; stride 2
-    # with 1 or 3 channels (VWW's and KWS's first layers) lost 1-6 % and stays with im2col
+    # with 1 or 3 channels lost 1-6 % and stays with im2col (the first layers of VWW, KWS and
+    # ResNet-8 take mf_convrp above)
     pair = None
     if ctx.node.op != "fully_connected" and k != x.shape[-1]:
         kh, kw = ctx.input(1).shape[1:3]
@@ -210,3 +214,44 @@ def gemm2_kernel(ctx: OpContext, ref: ir.Kernel, x, y, rows, bias, rq, signfix,
     doc = (f"{ref.doc}\nscheduled: {entry} ({how}), {block}, weights w16 in one stream with "
            f"bias and mf_rq ({stream.nbytes} bytes), {scratch} bytes scratch")
     return ir.Kernel(ctx.name, tuple(bufs), tuple(body), doc, ref.macs, entry)
+
+
+def convrp(ctx: OpContext, ref: ir.Kernel, layer: dict, fmt: str, pre0: bool, rows, bias, rq,
+           signfix) -> ir.Kernel | None:
+    """A first layer with few input channels (in_c <= 3: RGB, audio features) through
+    mf_convrp_w16_n<NW> (mf_convrp2_* for odd stride_w * in_c; no im2col, kernel rows paired,
+    4 channels x 1 pixel asm), where it applies: int16 weights with 2^pre folded in, the
+    int8-range clamp with signfix 0 or 2, O a multiple of 4, NW <= 32 words per window.
+    Measured on the M4 (whole models, instructions of the layer): VWW's 3x3 s2 3->8 805K ->
+    498K (im2col before), KWS's 10x4 s2 1->64 299K -> 269K and ResNet-8's 3x3 s1 3->16 611K
+    -> 436K (mf_convp before)."""
+    x, y, w = ctx.input(0), ctx.output(), ctx.input(1)
+    if ctx.node.op == "fully_connected" or fmt != "w16" or not pre0 or len(x.shape) != 4:
+        return None
+    c = x.shape[-1]
+    kh, kw = w.shape[1:3]
+    o = rows.shape[0]
+    sw = ctx.attrs["stride"][1]
+    nw = pack.convrp_words(kh, kw, c)
+    if (c > 3 or o % 4 or kh > 16 or nw > pack.MAX_CONVRP_WORDS
+            or (layer["lo"], layer["hi"]) != (-128, 127) or signfix & 3 == 1
+            or rows.shape[1] == c):
+        return None
+    n, geom, gbuf = conv_geometry(ctx)
+    h, w_, _, _, _, _, _, _, _, oh, ow = (int(v) for v in geom)
+    table = pack.pack_convrp(rows, bias, rq, kh, kw, c, sw)
+    scratch = pack.convrp_scratch_bytes(kh, kw, c, sw, ow, w_)
+    name = f"mf_convrp{'2' if sw * c % 2 else ''}_w16_n{nw}{'' if o % 8 else '_x8'}"
+    body = ir.loops([("n", n)], lambda b: [ir.CallStmt(name, (
+        ir.Ptr("x", b * (h * w_ * c)),
+        ir.Ptr("geom", ir.Const(0), ctype="const mf_conv_geom *"),
+        ir.Const(layer["x_zp"]), ir.Ptr("pk", ir.Const(0)), ir.Const(o), ir.Const(signfix),
+        ir.Ptr("y", b * (oh * ow * o)), ir.Ptr("scratch", ir.Const(0))))])
+    bufs = [b for b in ref.params if b.kind != "scratch"] + [
+        ir.Buffer("pk", "int32", table.size, "const", table,
+                  "per 4 channels: bias (x_zp folded in, x 2^pre), weights x 2^pre as int16 "
+                  "pairs in the row-paired tap order, (mult, add, post) per channel"),
+        gbuf, ir.Buffer("scratch", "int16", (scratch + 1) // 2, "scratch")]
+    doc = (f"{ref.doc}\nscheduled: {name} (kernel rows paired, {oh * ow} pixels x {nw} words, "
+           f"no im2col), table {table.nbytes} bytes, {scratch} bytes scratch")
+    return ir.Kernel(ctx.name, tuple(bufs), tuple(body), doc, ref.macs, name)
