@@ -119,6 +119,8 @@ def generate_project(graph: Graph, name: str, board: str = "host", vectors=None,
                outputs=model.outputs, vectors=[[_c_bytes(a) for a in vec] for vec in vectors],
                sources=sources, profile=profile, layers=model.layers,
                headers=[f"{name}.h", "mcuforge_rt.h", "inputs.h", "mf_board.h"])
+    if stamp is not None:
+        ctx["stamp"] = stamp
     for out_name, template in b.files.items():
         files[out_name] = render(template, ctx)
     return files, plan, model, graph
