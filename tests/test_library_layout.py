@@ -303,10 +303,10 @@ def test_sections_and_alignment(tmp_path, cc, readelf):
 ZEPHYR_STUBS = """
 # Zephyr's library functions as cmake/modules/extensions.cmake defines them, reduced to what
 # a module's CMakeLists.txt calls: enough to build the module outside a Zephyr tree.
-function(zephyr_library_named name)
-  add_library(${name} STATIC)
-  set(ZEPHYR_CURRENT_LIBRARY ${name} PARENT_SCOPE)
-endfunction()
+macro(zephyr_library_named name)
+  set(ZEPHYR_CURRENT_LIBRARY ${name})
+  add_library(${name} STATIC "")
+endmacro()
 macro(zephyr_library_sources)
   target_sources(${ZEPHYR_CURRENT_LIBRARY} PRIVATE ${ARGN})
 endmacro()
