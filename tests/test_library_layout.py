@@ -136,7 +136,9 @@ def test_cmake_arm_firmware_under_qemu(tmp_path):
     """The library compiled for mps2-an386 (Cortex-M4) and built by cmake with
     arm-none-eabi-gcc (toolchain settings on the command line, try-compile as a static
     library), linked with the start-up code, harness and linker script of the default project
-    layout: under QEMU its outputs equal the default layout's firmware's."""
+    layout, the arena and weights placed in sections of the user's choosing: in the ELF they
+    sit in RAM and flash, aligned as asked, and under QEMU the outputs equal the default
+    layout's firmware's."""
     require_tools("cmake", "arm-none-eabi-gcc", "qemu-system-arm")
     from mcuforge.boards import load_board
     from mcuforge.target import parse_output, run_elf, run_on_board
@@ -157,6 +159,9 @@ def test_cmake_arm_firmware_under_qemu(tmp_path):
         "add_executable(fw.elf main.c startup.c mf_board.c)\n"
         "target_compile_definitions(fw.elf PRIVATE MF_SEMIHOSTING=1)\n"
         "target_link_libraries(fw.elf PRIVATE mcuforge::m m)\n"
+        # placement as a user sets it: sections the board's linker script gathers by pattern
+        "target_compile_definitions(mcuforge_m PRIVATE MCUFORGE_ARENA_SECTION=\".bss.mf_arena\" "
+        "MCUFORGE_WEIGHTS_SECTION=\".rodata.mf_weights\" MCUFORGE_ARENA_ALIGN=32)\n"
         f"target_link_options(fw.elf PRIVATE {' '.join(board.ldflags)} -Wl,--gc-sections "
         "-T ${CMAKE_CURRENT_SOURCE_DIR}/link.ld)\n")
     build = tmp_path / "build"
@@ -164,6 +169,16 @@ def test_cmake_arm_firmware_under_qemu(tmp_path):
           "-DCMAKE_C_COMPILER=arm-none-eabi-gcc", "-DCMAKE_TRY_COMPILE_TARGET_TYPE=STATIC_LIBRARY",
           f"-DCMAKE_C_FLAGS={cpu}", "-DCMAKE_BUILD_TYPE=Release"])
     _run(["cmake", "--build", build])
+    secs, syms = _sections(build / "lib" / "libmcuforge_m.a", "arm-none-eabi-readelf")
+    assert secs[syms["arena"][0]] == (".bss.mf_arena", 32)
+    weights = re.findall(r"static const \w+ (\w+)\[\d+\] MF_TABLE", (lib / "src" / "m.c").read_text())
+    assert weights and all(secs[syms[w][0]][0] == ".rodata.mf_weights" for w in weights)
+    addr = {ln.split()[-1]: int(ln.split()[0], 16)
+            for ln in _run(["arm-none-eabi-nm", build / "fw.elf"]).stdout.splitlines()}
+    assert addr["arena"] % 32 == 0
+    assert board.ram_origin <= addr["arena"] < board.ram_origin + board.ram_size
+    assert all(board.flash_origin <= addr[w] < board.flash_origin + board.flash_size
+               for w in weights)
     outs, ticks, _ = parse_output(run_elf(board, build / "fw.elf"), r.graph, board)
     assert len(ticks) == 1
     default = run_on_board(str(A), [x[None]], board.name).outputs
