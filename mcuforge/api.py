@@ -260,7 +260,8 @@ def _own_path(out_dir: Path, f: str) -> bool:
     parts = Path(f).parts
     if not 1 <= len(parts) <= 2 or Path(f).is_absolute() or ".." in parts:
         return False
-    return len(parts) == 1 or (out_dir / parts[0]).is_dir() and not (out_dir / parts[0]).is_symlink()
+    folder = out_dir / parts[0]
+    return len(parts) == 1 or folder.is_dir() and not folder.is_symlink()
 
 
 def write_files(out_dir: Path, files: dict, force: bool = False) -> None:

@@ -171,7 +171,8 @@ def test_cmake_arm_firmware_under_qemu(tmp_path):
     _run(["cmake", "--build", build])
     secs, syms = _sections(build / "lib" / "libmcuforge_m.a", "arm-none-eabi-readelf")
     assert secs[syms["arena"][0]] == (".bss.mf_arena", 32)
-    weights = re.findall(r"static const \w+ (\w+)\[\d+\] MF_TABLE", (lib / "src" / "m.c").read_text())
+    weights = re.findall(r"static const \w+ (\w+)\[\d+\] MF_TABLE",
+                         (lib / "src" / "m.c").read_text())
     assert weights and all(secs[syms[w][0]][0] == ".rodata.mf_weights" for w in weights)
     addr = {ln.split()[-1]: int(ln.split()[0], 16)
             for ln in _run(["arm-none-eabi-nm", build / "fw.elf"]).stdout.splitlines()}
