@@ -132,43 +132,57 @@ def test_cmake_host_two_models(tmp_path, expected):
     _check({k: (build / f"{k}.out").read_bytes() for k in "ab"}, expected)
 
 
-def test_cmake_arm_firmware_under_qemu(tmp_path):
-    """The library compiled for mps2-an386 (Cortex-M4) and built by cmake with
+def _cmake_firmware(tmp_path, model, x, definitions: str, main_patch=None):
+    """The library of `model` compiled for mps2-an386 (Cortex-M4) and built by cmake with
     arm-none-eabi-gcc (toolchain settings on the command line, try-compile as a static
-    library), linked with the start-up code, harness and linker script of the default project
-    layout, the arena and weights placed in sections of the user's choosing: in the ELF they
-    sit in RAM and flash, aligned as asked, and under QEMU the outputs equal the default
-    layout's firmware's."""
+    library) with the library's compile `definitions`, linked with the start-up code, harness
+    (`main_patch`: (old, new) text in it) and linker script of the default project layout, run
+    under QEMU on input `x`. (outputs, cmake build dir, library dir, graph, board)."""
     require_tools("cmake", "arm-none-eabi-gcc", "qemu-system-arm")
     from mcuforge.boards import load_board
-    from mcuforge.target import parse_output, run_elf, run_on_board
+    from mcuforge.target import parse_output, run_elf
     from mcuforge.api import compile as compile_model
     board = load_board("mps2-an386")
-    x = _inputs()["a"]
-    lib = _library(tmp_path, A, "m", board=board.name)
+    lib = _library(tmp_path, model, "m", board=board.name)
     proj = tmp_path / "proj"
-    r = compile_model(str(A), proj, board=board.name, name="m", vectors=[[x]])
+    r = compile_model(str(model), proj, board=board.name, name="m", vectors=[[x]])
     app = tmp_path / "app"
     app.mkdir()
     for f in ("main.c", "startup.c", "mf_board.c", "mf_board.h", "inputs.h", "link.ld"):
         shutil.copy(proj / f, app / f)
-    cpu = " ".join(board.cflags)
+    if main_patch:
+        text = (app / "main.c").read_text()
+        assert main_patch[0] in text
+        (app / "main.c").write_text(text.replace(*main_patch))
     (app / "CMakeLists.txt").write_text(
         "cmake_minimum_required(VERSION 3.13)\nproject(fw C)\n"
         f"add_subdirectory({lib} lib)\n"
         "add_executable(fw.elf main.c startup.c mf_board.c)\n"
         "target_compile_definitions(fw.elf PRIVATE MF_SEMIHOSTING=1)\n"
         "target_link_libraries(fw.elf PRIVATE mcuforge::m m)\n"
-        # placement as a user sets it: sections the board's linker script gathers by pattern
-        "target_compile_definitions(mcuforge_m PRIVATE MCUFORGE_ARENA_SECTION=\".bss.mf_arena\" "
-        "MCUFORGE_WEIGHTS_SECTION=\".rodata.mf_weights\" MCUFORGE_ARENA_ALIGN=32)\n"
+        f"target_compile_definitions(mcuforge_m PRIVATE {definitions})\n"
         f"target_link_options(fw.elf PRIVATE {' '.join(board.ldflags)} -Wl,--gc-sections "
         "-T ${CMAKE_CURRENT_SOURCE_DIR}/link.ld)\n")
     build = tmp_path / "build"
     _run(["cmake", "-S", app, "-B", build, "-DCMAKE_SYSTEM_NAME=Generic",
           "-DCMAKE_C_COMPILER=arm-none-eabi-gcc", "-DCMAKE_TRY_COMPILE_TARGET_TYPE=STATIC_LIBRARY",
-          f"-DCMAKE_C_FLAGS={cpu}", "-DCMAKE_BUILD_TYPE=Release"])
+          f"-DCMAKE_C_FLAGS={' '.join(board.cflags)}", "-DCMAKE_BUILD_TYPE=Release"])
     _run(["cmake", "--build", build])
+    outs, ticks, _ = parse_output(run_elf(board, build / "fw.elf"), r.graph, board)
+    assert len(ticks) == 1
+    return outs, build, lib, board
+
+
+def test_cmake_arm_firmware_under_qemu(tmp_path):
+    """The float model as a CMake-built Cortex-M4 firmware, its arena and weights placed in
+    sections of the user's choosing (ones the board's linker script gathers by pattern): in
+    the ELF they sit in RAM and flash, aligned as asked, and under QEMU the outputs equal the
+    default layout's firmware's and onnxruntime's."""
+    from mcuforge.target import run_on_board
+    x = _inputs()["a"]
+    outs, build, lib, board = _cmake_firmware(
+        tmp_path, A, x, 'MCUFORGE_ARENA_SECTION=".bss.mf_arena" '
+        'MCUFORGE_WEIGHTS_SECTION=".rodata.mf_weights" MCUFORGE_ARENA_ALIGN=32')
     secs, syms = _sections(build / "lib" / "libmcuforge_m.a", "arm-none-eabi-readelf")
     assert secs[syms["arena"][0]] == (".bss.mf_arena", 32)
     weights = re.findall(r"static const \w+ (\w+)\[\d+\] MF_TABLE",
@@ -180,11 +194,29 @@ def test_cmake_arm_firmware_under_qemu(tmp_path):
     assert board.ram_origin <= addr["arena"] < board.ram_origin + board.ram_size
     assert all(board.flash_origin <= addr[w] < board.flash_origin + board.flash_size
                for w in weights)
-    outs, ticks, _ = parse_output(run_elf(board, build / "fw.elf"), r.graph, board)
-    assert len(ticks) == 1
     default = run_on_board(str(A), [x[None]], board.name).outputs
     np.testing.assert_array_equal(outs[0], default[0])
     np.testing.assert_allclose(outs[0][0], _reference(A, x), rtol=1e-4, atol=1e-5)
+
+
+def test_cmake_arm_int8_user_arena_under_qemu(tmp_path):
+    """MLPerf Tiny's int8 KWS with its DSP micro-kernels, built with M_USER_ARENA: the harness
+    hands it a buffer of its own (init_with_arena instead of init) and the outputs under QEMU
+    equal the default layout's firmware's byte for byte."""
+    from conftest import mlperf_model
+    from mcuforge.target import run_on_board
+    model = mlperf_model("kws_ref_model")
+    x = np.random.default_rng(1).integers(-128, 128, (1, 49, 10, 1), dtype=np.int8)
+    call = "    m_init();\n"
+    outs, build, *_ = _cmake_firmware(tmp_path, model, x, "M_USER_ARENA", (
+        call, "    static uint64_t buffer[(M_ARENA_SIZE + 7) / 8];\n"
+              "    if (m_init_with_arena(buffer, sizeof buffer) != 0) return 1;\n"))
+    syms = _run(["arm-none-eabi-nm", "-S", build / "fw.elf"]).stdout
+    assert re.search(r" \w+ [bB] buffer\.\d+\n|[bB] buffer\n", syms), "the harness's buffer"
+    arena = [ln.split() for ln in syms.splitlines() if ln.endswith(" arena")]
+    assert arena and all(int(a[1], 16) <= 8 for a in arena), arena  # a pointer, no array
+    default = run_on_board(str(model), [x[None]], "mps2-an386").outputs
+    np.testing.assert_array_equal(outs[0], default[0])
 
 
 CPP_APP = r"""
