@@ -69,6 +69,7 @@ def test_version_fallback_reads_pyproject(monkeypatch):
     ["--layout", "library"],
     ["--board", "mps2-an386", "--name", "lenet", "--profile"],
     ["--board", "riscv32-virt"],
+    ["--board", "nucleo-l4r5zi"],  # a board's own C file (uart.c), copied
 ])
 def test_every_file_starts_with_the_stamp(tmp_path, args):
     """Each generated file (C, headers, Makefile, linker script, start-up code, CMake, YAML,
