@@ -378,7 +378,9 @@ def test_zephyr_module(tmp_path, expected):
     assert set(meta) <= {"name", "build", "samples", "tests", "boards", "blobs", "security"}
     assert set(meta["build"]) <= {"cmake", "kconfig", "cmake-ext", "kconfig-ext", "depends",
                                   "settings", "sysbuild-cmake", "sysbuild-kconfig"}
-    assert re.fullmatch(r"[A-Za-z0-9_-]+", meta["name"])
+    # the types of Zephyr's schema (scripts/zephyr_module.py, METADATA_SCHEMA)
+    assert isinstance(meta["name"], str) and re.fullmatch(r"[A-Za-z0-9_-]+", meta["name"])
+    assert all(isinstance(meta["build"][k], str) for k in ("cmake", "kconfig"))
     assert (out / meta["build"]["cmake"] / "CMakeLists.txt").is_file()
     kconfig = (out / meta["build"]["kconfig"]).read_text()
     symbol = re.search(r"^config (\w+)\n\tbool ", kconfig, re.M)[1]
