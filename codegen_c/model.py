@@ -114,11 +114,13 @@ def _port(g: Graph, name: str, index: int, offset: int) -> Port:
                 offset, float(q.scale[0]) if q else None, int(q.zero_point[0]) if q else None)
 
 
-def generate(g: Graph, name: str, target: Target = HOST, profile: bool = False) -> GeneratedModel:
+def generate(g: Graph, name: str, target: Target = HOST, profile: bool = False,
+             stamp: list | None = None) -> GeneratedModel:
     """The C sources of graph `g` for `target`: every node lowered and scheduled, the arena
     planned with the kernels' scratch, the calls and definitions printed. `profile`: the invoke
     marks each layer boundary with MF_LAYER_MARK (model.c.j2), a no-op unless compiled with
-    -DMCUFORGE_PROFILE; without it the C is as it always was."""
+    -DMCUFORGE_PROFILE; without it the C is as it always was. `stamp`: the lines each file
+    starts with (templates/banner.j2; default: a plain "generated" line)."""
     kernels = _lower_all(g, target)
     narrowed = budget.fit(target, {out: kernels[key] for key, out in _outputs(g).items()})
     if narrowed != target:  # the flash budget keeps some layers' weights int8
@@ -148,6 +150,8 @@ def generate(g: Graph, name: str, target: Target = HOST, profile: bool = False) 
                state_copies=state_copies, state_inits=state_inits, state_size=plan.state_size,
                profile=profile,
                ops=sorted({n.op for n in _all_nodes(g)}))
+    if stamp is not None:
+        ctx["stamp"] = stamp
     files = {
         f"{name}.h": render("model.h.j2", ctx),
         f"{name}.c": render("model.c.j2", ctx),

@@ -17,6 +17,7 @@ from .build import build, run_executable
 from ir.errors import McuforgeError
 from ir.graph import Graph
 from codegen_c.resources import data_dir, render
+from .stamp import stamp_lines
 
 RUNTIME_FILES = ("mcuforge_rt.h", "mcuforge_math.h", "mcuforge_nn.h", "mcuforge_dw.h",
                  "mcuforge_ew.h", "mcuforge_vec.h", "mcuforge_seq.h")
@@ -52,14 +53,22 @@ def default_name(model) -> str:
     return name if not name[0].isdigit() else "m_" + name
 
 
+LAYOUTS = ("project", "library")
+
+
 def generate_project(graph: Graph, name: str, board: str = "host", vectors=None,
-                     flash_budget: int | None = None, profile: bool = False):
+                     flash_budget: int | None = None, profile: bool = False,
+                     layout: str = "project", stamp: list | None = None):
     """All files of the C project, as {file name: text}, plus the plan and the model code.
     `vectors`: input vectors built into firmware (a list of [one array per input]); by
     default one all-zero vector. `flash_budget`: bytes of flash the model may take (weights
     plus an allowance for the code; default: the board's flash). `profile`: per-layer marks in
     the invoke, which the firmware harness times (codegen_c.model.generate); without it the
-    files are as they always were."""
+    files are as they always were. `layout`: "project" (a buildable project for the board:
+    harness, start-up code, linker script, Makefile) or "library" (the model alone, under
+    src/, with CMake, Zephyr, Arduino and PlatformIO files: mcuforge/library.py); the board
+    still chooses the code (its CPU's kernels) and the memory checks. `stamp`: the lines every
+    file starts with (mcuforge/stamp.py)."""
     from codegen_c.model import generate
     from optimizer.pipeline import optimize
 
@@ -76,7 +85,9 @@ def generate_project(graph: Graph, name: str, board: str = "host", vectors=None,
                             f"project ({', '.join(sorted(others))}, make clean); "
                             "choose another name")
     graph = optimize(graph)
-    model = generate(graph, name, b.target(flash_budget), profile)
+    if layout not in LAYOUTS:
+        raise McuforgeError(f"unknown layout '{layout}'; choose one of {', '.join(LAYOUTS)}")
+    model = generate(graph, name, b.target(flash_budget), profile, stamp)
     plan = model.plan
     if flash_budget is not None:
         check_budget(model, flash_budget)
@@ -92,8 +103,14 @@ def generate_project(graph: Graph, name: str, board: str = "host", vectors=None,
                             f"library, and {b.name} is built without one; use a Cortex-M "
                             f"board or the host")
     check_fits(b, plan.arena_size + plan.state_size, model.weight_bytes)
+    if stamp is not None:  # copied files start with the stamp too
+        banner = render("banner.j2", dict(stamp=stamp, graph=graph))
+        files.update({f: banner + text for f, text in files.items() if f in RUNTIME_FILES})
+    if layout == "library":
+        from .library import library_files
+        return library_files(files, name, model, graph, b, stamp), plan, model, graph
     for f in b.extra_sources:
-        files[f] = (board_dir(b.name) / f).read_text()
+        files[f] = (banner if stamp is not None else "") + (board_dir(b.name) / f).read_text()
     if vectors is None:
         vectors = [[np.zeros(p.nbytes, np.uint8) for p in model.inputs]]
     support = [f for f in b.files if f.endswith((".c", ".S")) and f != "main.c"]
@@ -102,6 +119,8 @@ def generate_project(graph: Graph, name: str, board: str = "host", vectors=None,
                outputs=model.outputs, vectors=[[_c_bytes(a) for a in vec] for vec in vectors],
                sources=sources, profile=profile, layers=model.layers,
                headers=[f"{name}.h", "mcuforge_rt.h", "inputs.h", "mf_board.h"])
+    if stamp is not None:
+        ctx["stamp"] = stamp
     for out_name, template in b.files.items():
         files[out_name] = render(template, ctx)
     return files, plan, model, graph
@@ -147,7 +166,8 @@ def compile(model, out_dir, board: str = "host", name: str | None = None,
             calibration=None, calibration_method: str | None = None,
             quantize_io: str = "int8", emit_tflite=None,
             int16_budget: int | None = 0, force: bool = False,
-            flash_budget: int | None = None, profile: bool = False) -> CompileResult:
+            flash_budget: int | None = None, profile: bool = False,
+            layout: str = "project", command: list | None = None) -> CompileResult:
     """Compile `model` (a .tflite or .onnx path, or bytes) into a C project in `out_dir`.
     `quantize="int8"` quantizes a float model first, calibrated on `calibration` (a .npy /
     .npz / folder of .npy, or arrays; see optimizer.quantize), with a progress bar on stderr;
@@ -161,7 +181,10 @@ def compile(model, out_dir, board: str = "host", name: str | None = None,
     manifest (.mcuforge-manifest) lists what was written: a later compile into the same folder
     replaces those files and removes the ones it no longer writes, but refuses to overwrite
     any other file (the user's own main.c, or a generated file the user changed) unless
-    `force`. `profile`: per-layer marks (see generate_project)."""
+    `force`. `profile`: per-layer marks, `layout`: "project" or "library" (see
+    generate_project). Every file starts with a stamp (mcuforge/stamp.py): mcuforge's version,
+    the model's sha256, `command` (the `mcuforge` command's arguments, when it is the caller)
+    and the options; the same inputs give the same bytes."""
     from optimizer.quantize import quantize_for_compile
 
     graph = load(model, input_shapes)
@@ -170,8 +193,16 @@ def compile(model, out_dir, board: str = "host", name: str | None = None,
                                      quantize_io, emit_tflite, progress=sys.stderr,
                                      int16_budget_bytes=int16_budget, run=run)
     name = default_name(model) if name is None else name
+    data = bytes(model) if isinstance(model, (bytes, bytearray)) else Path(model).read_bytes()
+    stamp = stamp_lines(data, command, dict(
+        board=board, layout=layout, name=name, input_shapes=input_shapes, quantize=quantize,
+        calibration=calibration if isinstance(calibration, (str, os.PathLike)) else
+        (None if calibration is None else "arrays"),
+        calibration_method=calibration_method, quantize_io=quantize_io,
+        int16_budget="auto" if int16_budget is None else int16_budget,
+        flash_budget=flash_budget, profile=profile))
     files, plan, gen, graph = generate_project(graph, name, board, vectors, flash_budget,
-                                               profile)
+                                               profile, layout, stamp)
     out_dir = Path(out_dir)
     write_files(out_dir, files, force)
     scratch = max((r.size for r in plan.requests if r.name.endswith("/kernel")), default=0)
@@ -220,7 +251,17 @@ def _plan_writes(out_dir: Path, files: dict, force: bool) -> list:
             f"{out_dir} already holds {', '.join(foreign)}, not written by mcuforge or changed "
             f"since it wrote them; compile into another folder, or pass --force (force=True) "
             f"to overwrite them")
-    return [f for f in ours if f not in files and Path(f).name == f and unchanged(f)]
+    return [f for f in ours if f not in files and _own_path(out_dir, f) and unchanged(f)]
+
+
+def _own_path(out_dir: Path, f: str) -> bool:
+    """A manifest entry names a file inside the project (a file or one folder deep, as the
+    library layout's src/ and zephyr/), never ../ or an absolute path or a symbolic link out."""
+    parts = Path(f).parts
+    if not 1 <= len(parts) <= 2 or Path(f).is_absolute() or ".." in parts:
+        return False
+    folder = out_dir / parts[0]
+    return len(parts) == 1 or folder.is_dir() and not folder.is_symlink()
 
 
 def write_files(out_dir: Path, files: dict, force: bool = False) -> None:
@@ -243,11 +284,16 @@ def write_files(out_dir: Path, files: dict, force: bool = False) -> None:
                             f"{e.strerror or e}") from None
     try:
         for fname, text in files.items():
+            (tmp / fname).parent.mkdir(parents=True, exist_ok=True)
             (tmp / fname).write_bytes(text.encode())
         out_dir.mkdir(exist_ok=True)
         for fname in stale:
             (out_dir / fname).unlink(missing_ok=True)
+        for sub in sorted({Path(f).parent for f in stale} - {Path(".")}):
+            if (out_dir / sub).is_dir() and not any((out_dir / sub).iterdir()):
+                (out_dir / sub).rmdir()  # a folder only mcuforge's files were in
         for fname in files:  # the manifest last: it lists only files already in place
+            (out_dir / fname).parent.mkdir(parents=True, exist_ok=True)
             os.replace(tmp / fname, out_dir / fname)
     except OSError as e:
         raise McuforgeError(f"cannot write the C project to {out_dir}: "

@@ -39,7 +39,7 @@ def _cmd_compile(a) -> int:
                       calibration=a.calibration, calibration_method=a.calibration_method,
                       quantize_io=a.quantize_io, emit_tflite=a.emit_tflite,
                       int16_budget=a.int16_budget, force=a.force, flash_budget=a.flash_budget,
-                      profile=a.profile)
+                      profile=a.profile, layout=a.layout, command=a.argv)
     print(f"wrote {len(r.files)} files to {r.out_dir}: {', '.join(r.files)}")
     if a.quantize:  # the user quantizes inputs / dequantizes outputs with these
         from optimizer.quantize import io_params
@@ -59,7 +59,11 @@ def _cmd_compile(a) -> int:
         wide = [c for c in r.schedules if "_w16" in c.schedule]
         if narrow and wide:
             print(f"flash budget: {len(narrow)} layers keep int8 weights, {len(wide)} int16")
-    print(f"build it with: make -C {r.out_dir}")
+    if a.layout == "library":
+        print(f"use it from CMake with add_subdirectory({r.out_dir}) and target_link_libraries("
+              f"APP PRIVATE mcuforge::{r.name}); Zephyr, Arduino, PlatformIO: see the README")
+    else:
+        print(f"build it with: make -C {r.out_dir}")
     return 0
 
 
@@ -273,6 +277,8 @@ def _cmd_demo(a) -> int:
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="mcuforge", description=DESCRIPTION,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    from .version import version
+    p.add_argument("--version", action="version", version=f"mcuforge {version()}")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     def command(name, help):
@@ -287,6 +293,11 @@ def parser() -> argparse.ArgumentParser:
                    help="overwrite files in the output folder that mcuforge did not write (or "
                         "that were changed since); without it they are an error")
     c.add_argument("--name", help="C name prefix of the API (default: from the file name)")
+    c.add_argument("--layout", choices=["project", "library"], default="project",
+                   help="project (default): a project the board builds and runs (harness, "
+                        "start-up code, linker script, Makefile); library: the model alone "
+                        "under src/, with CMakeLists.txt (a static library target), a Zephyr "
+                        "module, an Arduino library and a PlatformIO library.json")
     _add_input_shape(c)
     c.add_argument("--quantize", choices=["int8"],
                    help="quantize a float model (post-training, calibrated on --calibration)")
@@ -426,6 +437,7 @@ _default_showwarning = warnings.showwarning
 
 def main(argv=None) -> int:
     a = parser().parse_args(argv)
+    a.argv = list(sys.argv[1:] if argv is None else argv)  # for the generated files' stamp
     warnings.showwarning = _show_note
     try:
         return a.fn(a)

@@ -50,6 +50,17 @@
 #define MF_TABLE
 #endif
 
+/* Placement of a model's arena and tables (NAME_ARENA_SECTION, NAME_WEIGHTS_SECTION and
+ * NAME_ARENA_ALIGN in the generated NAME.c): GNU C attributes, which gcc, clang and armclang
+ * take; other compilers place data through their linker configuration instead. */
+#if defined(__GNUC__)
+#define MF_ALIGNED(n) __attribute__((aligned(n)))
+#define MF_SECTION(name) __attribute__((section(name)))
+#else
+#define MF_ALIGNED(n)
+#define MF_SECTION(name)
+#endif
+
 /* ---- plumbing: defined wrap-around and shifts ------------------------------------------ */
 
 /* uint32 -> int32 modulo 2^32 (what a C++ static_cast does on every TFLM target). */

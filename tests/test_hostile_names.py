@@ -41,7 +41,9 @@ HOSTILE = [
 PLAIN = ["int", "if", "main", "arena", "a-b", "a b", "a_b", "a/b", "A_B", "*/", "/*", "//",
          "'", "\\", "?", "0start"]
 INJECTED = {"injected_" + s for s in "abcdefghijklm"} | {"injected_f2"}
-DIRECTIVES = {"include", "define", "ifndef", "ifdef", "if", "else", "elif", "endif"}
+# the templates' own: #error for a bad placement setting, #undef to place the tables
+DIRECTIVES = {"include", "define", "ifndef", "ifdef", "if", "else", "elif", "endif", "error",
+              "undef"}
 TRIGRAPHS = {"??=": "#", "??(": "[", "??/": "\\", "??)": "]", "??'": "^", "??<": "{",
              "??!": "|", "??>": "}", "??-": "~"}
 
