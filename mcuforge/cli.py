@@ -414,8 +414,14 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
+_notes_shown = set()  # a model is loaded several times in one command (run: check, build)
+
+
 def _show_note(message, category, *args, **kwargs):
     if issubclass(category, ModelNote):
+        if str(message) in _notes_shown:  # each note once per command
+            return
+        _notes_shown.add(str(message))
         print(f"mcuforge: note: {printable(message, keep_newlines=True)}", file=sys.stderr)
     else:
         _default_showwarning(message, category, *args, **kwargs)
@@ -427,6 +433,7 @@ _default_showwarning = warnings.showwarning
 def main(argv=None) -> int:
     a = parser().parse_args(argv)
     warnings.showwarning = _show_note
+    _notes_shown.clear()
     try:
         return a.fn(a)
     except McuforgeError as e:

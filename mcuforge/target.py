@@ -86,8 +86,8 @@ def parse_output(text: str, graph, board: Board) -> tuple:
     ticks, stack = [], 0
     for line in text.splitlines():
         key, _, value = line.partition(" ")
-        if key == "ticks":
-            ticks.append(int(value))
+        if key == "ticks":  # "ticks N" and words for a reader (instructions, cycles)
+            ticks.append(int(value.split()[0]))
         elif key.startswith("out") and key[3:].isdigit():
             t = specs[int(key[3:])]
             outs[int(key[3:])].append(np.frombuffer(bytes.fromhex(value), dtype=t.dtype)

@@ -1,0 +1,140 @@
+"""Issue 12 item 10, small things: `make run` / `make size` on the host board, instructions
+(not bare counter ticks) from `make run` on emulated boards, the build cache's location, cap and
+`mcuforge cache`, the batch-size note printed once, a wheel built without setuptools warnings
+about boards, bench's TFLM legend, --input-shape on bench and run --board."""
+import os
+import re
+import subprocess
+import sys
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from conftest import REPO, require, require_tools
+
+PY = sys.executable
+
+
+def cli(*args, cwd, env=None):
+    """`python -m mcuforge.cli ARGS` in a subprocess, this worktree first on the path."""
+    e = {**os.environ, "PYTHONPATH": str(REPO), **(env or {})}
+    return subprocess.run([PY, "-m", "mcuforge.cli", *map(str, args)], cwd=cwd, env=e,
+                          capture_output=True, text=True, timeout=300)
+
+
+def matmul_model(batch="N") -> onnx.ModelProto:
+    """y = relu(x @ W + b), x [batch, 4] float, W [4, 3]: an ONNX model written with onnx.helper.
+    `batch` "N" leaves the batch dimension open (mcuforge sets it to 1 with a note)."""
+    rng = np.random.default_rng(7)
+    w = numpy_helper.from_array(rng.standard_normal((4, 3)).astype(np.float32), "W")
+    b = numpy_helper.from_array(rng.standard_normal(3).astype(np.float32), "B")
+    nodes = [helper.make_node("MatMul", ["x", "W"], ["m"]),
+             helper.make_node("Add", ["m", "B"], ["a"]), helper.make_node("Relu", ["a"], ["y"])]
+    g = helper.make_graph(nodes, "mm", [helper.make_tensor_value_info("x", TensorProto.FLOAT,
+                                                                      [batch, 4])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [batch, 3])],
+                          [w, b])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+    m.ir_version = 8  # onnxruntime 1.31 reads IR versions up to 13
+    return m
+
+
+def ort_run(model: onnx.ModelProto, x: np.ndarray) -> np.ndarray:
+    ort = require("onnxruntime")
+    return ort.InferenceSession(model.SerializeToString()).run(None, {"x": x})[0]
+
+
+def printed_outputs(text: str) -> list:
+    """The values of the `output 0 ...: v v v` lines `make run` prints."""
+    return [np.array(line.split(":", 1)[1].split(), np.float64)
+            for line in text.splitlines() if line.startswith("output 0 ")]
+
+
+# --- make run / make size on the host board -------------------------------------------------
+
+def test_host_make_run_prints_the_outputs_of_the_built_in_input(tmp_path):
+    from mcuforge.api import compile as compile_model
+    model = matmul_model(batch=1)
+    x = np.array([[0.5, -1.25, 2.0, 0.75]], np.float32)
+    compile_model(model.SerializeToString(), tmp_path / "p", name="mm", vectors=[[x]])
+    r = subprocess.run(["make", "-s", "-C", str(tmp_path / "p"), "run"], capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+    got = printed_outputs(r.stdout)
+    assert len(got) == 1
+    np.testing.assert_allclose(got[0], ort_run(model, x).reshape(-1), rtol=1e-6, atol=1e-6)
+    # the latency says it is this computer's, in microseconds
+    assert re.search(r"^host time: [0-9.]+ us per inference .*not the microcontroller",
+                     r.stdout, re.M), r.stdout
+
+
+def test_host_make_run_on_an_input_file_and_make_size(tmp_path):
+    """IN.bin as the harness's comment and the Makefile document it: the inputs' raw bytes, one
+    inference after another."""
+    from mcuforge.api import compile as compile_model
+    model = matmul_model(batch=1)
+    xs = np.random.default_rng(1).standard_normal((3, 1, 4)).astype(np.float32)
+    p = tmp_path / "p"
+    compile_model(model.SerializeToString(), p, name="mm")
+    (tmp_path / "x.bin").write_bytes(xs.tobytes())
+    r = subprocess.run(["make", "-s", "-C", str(p), "run", f"IN={tmp_path / 'x.bin'}"],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+    got = printed_outputs(r.stdout)
+    assert len(got) == 3
+    for g, x in zip(got, xs):
+        np.testing.assert_allclose(g, ort_run(model, x).reshape(-1), rtol=1e-6, atol=1e-6)
+    for doc in ((p / "Makefile").read_text(), (p / "main.c").read_text()):
+        assert "IN.bin OUT.bin" in doc and "MM_INPUTn_BYTES" in doc
+    r = subprocess.run(["make", "-s", "-C", str(p), "size"], capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode == 0, r.stdout + r.stderr
+    head, row = r.stdout.splitlines()[:2]
+    assert head.split()[:3] == ["text", "data", "bss"]
+    text, data, bss = map(int, row.split()[:3])
+    # the binary holds the weights (12 + 3 floats, initialised data in flash-like .rodata) and
+    # the arena in bss
+    assert text > 60 and bss >= 0 and row.split()[-1] == "mm"
+
+
+# --- instructions from an emulated board's `make run` ---------------------------------------
+
+def test_emulated_make_run_prints_instructions_and_run_still_parses(tmp_path):
+    require_tools("arm-none-eabi-gcc", "qemu-system-arm")
+    from mcuforge.api import compile as compile_model
+    from mcuforge.boards import load_board
+    from mcuforge.target import parse_output
+    model = matmul_model(batch=1)
+    x = np.array([[0.5, -1.25, 2.0, 0.75]], np.float32)
+    p = tmp_path / "fw"
+    res = compile_model(model.SerializeToString(), p, board="mps3-an547", name="mm",
+                        vectors=[[x]])
+    r = subprocess.run(["make", "-s", "-C", str(p), "run"], capture_output=True, text=True,
+                       timeout=300)
+    text = r.stdout + r.stderr  # QEMU's semihosting console is stderr
+    assert r.returncode == 0, text
+    m = re.search(r"^ticks (\d+) of the 32 MHz counter = (\d+) instructions \(under QEMU "
+                  r"-icount\)$", text, re.M)
+    assert m, text
+    ticks, instr = int(m.group(1)), int(m.group(2))
+    # QEMU -icount shift=0: 1 instruction per virtual ns; 32 MHz: 31.25 ns per tick
+    assert instr == (ticks * 125 + 2) // 4
+    outs, got_ticks, _ = parse_output(text, res.graph, load_board("mps3-an547"))
+    assert got_ticks == [ticks]
+    np.testing.assert_allclose(outs[0][0].reshape(-1), ort_run(model, x).reshape(-1),
+                               rtol=1e-5, atol=1e-5)
+
+
+# --- the batch-size note, once ----------------------------------------------------------------
+
+@pytest.mark.parametrize("command", ["run", "compile", "info"])
+def test_batch_note_prints_once(tmp_path, command):
+    onnx.save(matmul_model("N"), tmp_path / "dyn.onnx")
+    np.save(tmp_path / "x.npy", np.ones((1, 4), np.float32))
+    args = {"run": ["--input", "x.npy", "--output", "y.npy"], "compile": ["-o", "out"],
+            "info": []}[command]
+    r = cli(command, "dyn.onnx", *args, cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert r.stderr.count("set to 1 (batch)") == 1, r.stderr
