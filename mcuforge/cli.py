@@ -197,6 +197,36 @@ def _cmd_fuzz_files(a) -> int:
     return 1 if r.bad else 0
 
 
+def _cmd_cache(a) -> int:
+    from .build import cache_clean, cache_entries, cache_max_bytes, cache_root
+    if a.action == "clean":
+        n, freed = cache_clean()
+        left = len(cache_entries())
+        print(f"removed {n} entries ({freed:,} bytes) from {cache_root()}"
+              + (f"; {left} in use by a running mcuforge kept" if left else ""))
+        return 0
+    entries = cache_entries()
+    size = sum(b for _, b, _ in entries)
+    fw = sum(1 for e, _, _ in entries if e.parent.name == "fw")
+    print(f"location: {cache_root()} ($MCUFORGE_CACHE)")
+    print(f"entries: {len(entries)} ({len(entries) - fw} host builds, {fw} firmware)")
+    print(f"size: {size:,} bytes of at most {cache_max_bytes():,} ($MCUFORGE_CACHE_MAX)")
+    return 0
+
+
+CACHE_HELP = """\
+Compiled and built models are kept for `run`, `bench` and the tools, keyed by the model, the
+options and mcuforge's own sources, so a repeated run does not rebuild.
+
+  location   $MCUFORGE_CACHE, else ~/.cache/mcuforge (firmware builds under fw/)
+  size cap   $MCUFORGE_CACHE_MAX bytes (K, M, G suffixes; default 2G): past it, the least
+             recently used entries are removed after each new build
+
+  mcuforge cache info     location, entries and size
+  mcuforge cache clean    remove every entry (those in use by a running mcuforge stay)
+"""
+
+
 def _bytes(text: str) -> int:
     """A byte count: 100000, 512K (KiB), 1M (MiB)."""
     scale = {"K": 1024, "M": 1024 * 1024}.get(text[-1:].upper(), 1)
@@ -404,6 +434,13 @@ def parser() -> argparse.ArgumentParser:
     f.add_argument("--save", metavar="DIR", help="write the first file of each failure here")
     f.add_argument("--json", action="store_true", help="print JSON")
     f.set_defaults(fn=_cmd_fuzz_files)
+
+    k = sub.add_parser("cache", help="show or empty the build cache",
+                       description=CACHE_HELP,
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    k.add_argument("action", choices=["info", "clean"], help="info: location, entries and "
+                   "size; clean: remove the entries")
+    k.set_defaults(fn=_cmd_cache)
 
     d = command("demo", "a CNN trained on 8x8 digits, quantized to int8, compiled, run in C on "
                         "held-out images; accuracy beside float, bytes checked against TFLM")

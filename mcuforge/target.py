@@ -128,7 +128,8 @@ def run_on_board(model, arrays: list, board_name: str, workdir: Path | None = No
     n = len(arrays[0])
     vectors = [[a[i] for a in arrays] for i in range(n)]
     lock = contextlib.nullcontext()
-    if workdir is None:
+    cached = workdir is None
+    if cached:
         data = Path(model).read_bytes() if not isinstance(model, bytes) else model
         key = hashlib.sha256(data + board_name.encode() + str(flash_budget).encode()
                              + str(opt_flags()).encode() + (b"profile" if profile else b"")
@@ -139,6 +140,9 @@ def run_on_board(model, arrays: list, board_name: str, workdir: Path | None = No
         _, elf, result = build_firmware(model, board, vectors, Path(workdir),
                                         flash_budget=flash_budget, profile=profile)
         text = run_elf(board, elf)
+    if cached:  # keep the cache within its cap
+        from .build import evict
+        evict(keep=Path(workdir))
     outs, ticks, stack = parse_output(text, result.graph, board)
     if len(ticks) != n or any(len(o) != n for o in outs):
         raise BuildError(f"the firmware reported {len(ticks)} of {n} inferences")

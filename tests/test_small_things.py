@@ -138,3 +138,63 @@ def test_batch_note_prints_once(tmp_path, command):
     r = cli(command, "dyn.onnx", *args, cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     assert r.stderr.count("set to 1 (batch)") == 1, r.stderr
+
+
+# --- the build cache: cap, info, clean --------------------------------------------------------
+
+def _entry(root, key: str, nbytes: int, age: float):
+    """A finished cache entry of `nbytes` bytes of data, last used `age` seconds ago."""
+    from mcuforge.build import cache_entry
+
+    def make(folder):
+        folder.mkdir()
+        (folder / "blob").write_bytes(bytes(nbytes))
+    e = cache_entry(root / key, make)
+    t = e.stat().st_mtime - age
+    os.utime(e, (t, t))
+    return e
+
+
+def test_cache_cap_evicts_the_least_recently_used(tmp_path, monkeypatch):
+    from mcuforge.build import cache_entries
+    root = tmp_path / "cache"
+    monkeypatch.setenv("MCUFORGE_CACHE", str(root))
+    monkeypatch.setenv("MCUFORGE_CACHE_MAX", "10K")  # 10240 bytes: room for three 3000s
+    old = _entry(root, "a" * 24, 3000, age=300)
+    mid = _entry(root, "b" * 24, 3000, age=200)
+    new = _entry(root, "c" * 24, 3000, age=100)
+    assert {e for e, _, _ in cache_entries()} == {old, mid, new}
+    # a hit is a use: `old` becomes the most recent, `mid` the least
+    from mcuforge.build import cache_entry
+    assert cache_entry(old, lambda f: pytest.fail("rebuilt a finished entry")) == old
+    fourth = _entry(root, "d" * 24, 3000, age=0)
+    left = {e for e, _, _ in cache_entries()}
+    assert left == {old, new, fourth}, left
+    assert sum(b for _, b, _ in cache_entries()) <= 10240
+    # an entry larger than the cap alone stays (the run needs it); all others go
+    big = _entry(root, "e" * 24, 20000, age=0)
+    assert {e for e, _, _ in cache_entries()} == {big}
+
+
+def test_cache_info_and_clean_from_the_command_line(tmp_path):
+    root = tmp_path / "cache"
+    env = {"MCUFORGE_CACHE": str(root)}
+    onnx.save(matmul_model(1), tmp_path / "mm.onnx")
+    np.save(tmp_path / "x.npy", np.ones((1, 4), np.float32))
+    assert cli("run", "mm.onnx", "--input", "x.npy", "--output", "y.npy", cwd=tmp_path,
+               env=env).returncode == 0
+    r = cli("cache", "info", cwd=tmp_path, env=env)
+    assert r.returncode == 0, r.stderr
+    assert f"location: {root}" in r.stdout and "entries: 1 (1 host builds" in r.stdout
+    size = int(re.search(r"size: ([0-9,]+) bytes", r.stdout).group(1).replace(",", ""))
+    on_disk = sum(p.stat().st_size for p in root.rglob("*") if p.is_file()
+                  and not p.name.endswith(".lock"))
+    assert size == on_disk > 0
+    r = cli("cache", "clean", cwd=tmp_path, env=env)
+    assert r.returncode == 0, r.stderr
+    assert "removed 1 entries" in r.stdout
+    assert list(root.iterdir()) == []
+    assert "entries: 0" in cli("cache", "info", cwd=tmp_path, env=env).stdout
+    help_text = cli("cache", "--help", cwd=tmp_path).stdout
+    assert "MCUFORGE_CACHE" in help_text and "~/.cache/mcuforge" in help_text \
+        and "MCUFORGE_CACHE_MAX" in help_text
