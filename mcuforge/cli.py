@@ -142,7 +142,7 @@ def _cmd_bench(a) -> int:
     from .tools.bench import bench, format_table
     rows = bench(a.models, board=a.board, iterations=a.iterations, with_tflm=not a.no_tflm,
                  flash_budget=a.flash_budget, per_layer=a.per_layer,
-                 progress=None if a.json else sys.stderr)
+                 progress=None if a.json else sys.stderr, input_shapes=a.input_shapes)
     print(json.dumps(rows, indent=2) if a.json else format_table(rows))
     return 0
 
@@ -373,6 +373,7 @@ def parser() -> argparse.ArgumentParser:
                    help="as compile's (boards only)")
     b.add_argument("--per-layer", action="store_true",
                    help="with --board: each layer's instructions, MACs and MACs per instruction")
+    _add_input_shape(b)
     b.set_defaults(fn=_cmd_bench)
 
     q = command("bench-quant", "measure int8 quantization quality of float models: SQNR and "

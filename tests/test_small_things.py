@@ -198,3 +198,85 @@ def test_cache_info_and_clean_from_the_command_line(tmp_path):
     help_text = cli("cache", "--help", cwd=tmp_path).stdout
     assert "MCUFORGE_CACHE" in help_text and "~/.cache/mcuforge" in help_text \
         and "MCUFORGE_CACHE_MAX" in help_text
+
+
+# --- bench's TFLM legend, --input-shape on bench and run --board --------------------------------
+
+def test_board_bench_names_its_tflm_source_and_why_a_figure_is_missing(tmp_path):
+    """An ONNX model with an open batch dimension, fixed by --input-shape (bench refused the
+    option before); no TFLM+CMSIS-NN figure exists for it, and the table says why."""
+    require_tools("arm-none-eabi-gcc", "qemu-system-arm")
+    onnx.save(matmul_model("N"), tmp_path / "dyn.onnx")
+    r = cli("bench", "dyn.onnx", "--board", "mps2-an386", "--input-shape", "x=1,4",
+            cwd=tmp_path, env={"MCUFORGE_CACHE": str(tmp_path / "cache")})
+    assert r.returncode == 0, r.stderr
+    assert "set to 1 (batch)" not in r.stderr  # the shape given, no note
+    table = r.stdout.split("\n\n")[0].splitlines()
+    row = dict(zip(table[0].split(), table[1].split()))
+    assert row["TFLM+CMSIS"] == "-" and row["MACs"] == "12"
+    legend = " ".join(r.stdout.split("\n\n")[1].split())
+    assert "tests/yardstick/" in legend and "sha256" in legend
+    assert "no TFLM+CMSIS-NN figure for this model file (dyn.onnx)" in legend
+
+
+def test_board_bench_a_recorded_model_has_its_figure_and_no_missing_line(tmp_path):
+    require_tools("arm-none-eabi-gcc", "qemu-system-arm")
+    from conftest import mlperf_model
+    from mcuforge.tools.bench import bench, format_table
+    model = mlperf_model("ad01_int8")
+    rows = bench([str(model)], board="mps2-an386", with_tflm=False)
+    # the figure recorded from tests/yardstick/ for this file (its sha256 prefix 87cf2419...)
+    assert rows[0]["tflm_cmsis_instructions"] == 583_240
+    assert rows[0]["tflm_cmsis_missing"] is None
+    text = format_table(rows)
+    assert "583,240" in text and "tests/yardstick/" in text and "TFLM+CMSIS -" not in text
+
+
+def test_host_bench_legend_and_input_shape(tmp_path):
+    onnx.save(matmul_model("N"), tmp_path / "dyn.onnx")
+    r = cli("bench", "dyn.onnx", "--iterations", "2", "--input-shape", "x=1,4", cwd=tmp_path,
+            env={"MCUFORGE_CACHE": str(tmp_path / "cache")})
+    assert r.returncode == 0, r.stderr
+    table, legend = r.stdout.split("\n\n")[:2]
+    row = dict(zip(["model", "MACs", "arena", "RAM", "TFLM_arena"], table.splitlines()[1].split()))
+    assert row["MACs"] == "12" and row["TFLM_arena"] == "-"  # an ONNX file: TFLM cannot run it
+    assert "tflite-micro" in legend and "not a .tflite model" in " ".join(legend.split())
+
+
+def test_run_on_a_board_takes_input_shape(tmp_path):
+    require_tools("arm-none-eabi-gcc", "qemu-system-arm")
+    model = matmul_model("N")
+    onnx.save(model, tmp_path / "dyn.onnx")
+    x = np.array([[0.5, -1.25, 2.0, 0.75]], np.float32)
+    np.save(tmp_path / "x.npy", x)
+    r = cli("run", "dyn.onnx", "--board", "mps2-an386", "--input-shape", "x=1,4",
+            "--input", "x.npy", "--output", "y.npy", cwd=tmp_path,
+            env={"MCUFORGE_CACHE": str(tmp_path / "cache")})
+    assert r.returncode == 0, r.stderr
+    np.testing.assert_allclose(np.load(tmp_path / "y.npy"), ort_run(model, x), rtol=1e-5,
+                               atol=1e-5)
+
+
+# --- the wheel: no setuptools warnings about the data folders, the boards' files inside ---------
+
+def test_wheel_builds_without_package_warnings_and_holds_the_boards(tmp_path):
+    import shutil
+    import zipfile
+    src = tmp_path / "src"
+    shutil.copytree(REPO, src, ignore=shutil.ignore_patterns(
+        ".venv", ".git", "build", "dist", "*.egg-info", "__pycache__", ".pytest_cache", "tests"))
+    base = [PY, "-m", "pip", "wheel", "--no-deps", "-v", "-w", str(tmp_path / "dist"), str(src)]
+    r = subprocess.run(base[:4] + ["--no-build-isolation"] + base[4:], capture_output=True,
+                       text=True, timeout=600)
+    if r.returncode != 0:  # this venv's setuptools is older than pyproject.toml asks
+        r = subprocess.run(base, capture_output=True, text=True, timeout=600)
+    log = r.stdout + r.stderr
+    assert r.returncode == 0, log[-3000:]
+    absent = sorted(set(re.findall(r"Package '([^']+)' is absent", log)))
+    assert absent == [], f"setuptools warns about {absent}"
+    (wheel,) = (tmp_path / "dist").glob("mcuforge-*.whl")
+    names = set(zipfile.ZipFile(wheel).namelist())
+    boards = {p.relative_to(src).as_posix() for p in (src / "boards").rglob("*") if p.is_file()}
+    assert len(boards) > 10 and boards - names == set(), sorted(boards - names)
+    templates = {p.relative_to(src).as_posix() for p in (src / "templates").rglob("*.j2")}
+    assert templates - names == set(), sorted(templates - names)
