@@ -10,6 +10,7 @@ import hashlib
 import json
 import os
 import platform
+import re
 import shutil
 import subprocess
 from contextlib import contextmanager
@@ -62,12 +63,17 @@ def _tree_bytes(folder) -> int:
     return total
 
 
+_ENTRY_NAME = re.compile(r"[0-9a-f]{24}")
+
+
 def cache_entries(root: Path | None = None) -> list:
     """(folder, bytes, last use) of each cache entry (host builds, and firmware under fw/),
     least recently used first."""
     root = root or cache_root()
+    # entries are named by 24 hex digits of their key; other folders there are builds in
+    # progress (cache_entry's *.tmp-PID, write_files' .mcuforge-*), never removed from outside
     folders = [p for base in (root, root / "fw") if base.is_dir() for p in base.iterdir()
-               if p.is_dir() and p.name != "fw"]
+               if _ENTRY_NAME.fullmatch(p.name) and p.is_dir()]
     out = []
     for p in folders:
         try:

@@ -171,9 +171,17 @@ def test_cache_cap_evicts_the_least_recently_used(tmp_path, monkeypatch):
     left = {e for e, _, _ in cache_entries()}
     assert left == {old, new, fourth}, left
     assert sum(b for _, b, _ in cache_entries()) <= 10240
+    # builds in progress in other processes (cache_entry's temporary sibling, write_files' own
+    # temporary folder) are not entries: never removed, however old
+    busy = [root / ("f" * 24 + ".tmp-999"), root / ".mcuforge-abc", root / "fw" / ".mcuforge-x"]
+    for b in busy:
+        b.mkdir(parents=True)
+        (b / "half").write_bytes(bytes(5000))
+        os.utime(b, (1, 1))
     # an entry larger than the cap alone stays (the run needs it); all others go
     big = _entry(root, "e" * 24, 20000, age=0)
     assert {e for e, _, _ in cache_entries()} == {big}
+    assert all((b / "half").exists() for b in busy)
 
 
 def test_cache_info_and_clean_from_the_command_line(tmp_path):
