@@ -288,3 +288,15 @@ def test_wheel_builds_without_package_warnings_and_holds_the_boards(tmp_path):
     assert len(boards) > 10 and boards - names == set(), sorted(boards - names)
     templates = {p.relative_to(src).as_posix() for p in (src / "templates").rglob("*.j2")}
     assert templates - names == set(), sorted(templates - names)
+
+
+def test_a_real_boards_firmware_says_cycles_not_instructions(tmp_path):
+    """Not emulated: the counter ticks are processor cycles at the board's clock; no instruction
+    figure is claimed (QEMU's one instruction per ns does not hold on silicon)."""
+    from mcuforge.api import compile as compile_model
+    from mcuforge.boards import load_board
+    b = load_board("nucleo-l4r5zi")
+    compile_model(matmul_model(1).SerializeToString(), tmp_path / "fw", board=b.name, name="mm")
+    main = (tmp_path / "fw" / "main.c").read_text()
+    assert f'mf_puts(" processor cycles at {b.clock_hz / 1e6:g} MHz' in main
+    assert "instructions" not in main.split("int main(void)")[1]
