@@ -10,6 +10,7 @@ import hashlib
 import json
 import os
 import platform
+import re
 import shutil
 import subprocess
 from contextlib import contextmanager
@@ -17,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ir.errors import BuildError
+from ir.errors import BuildError, McuforgeError
 
 _DONE = ".mcuforge-done"  # in a finished cache entry: {file: sha256} of what it was made of
 
@@ -25,8 +26,104 @@ _PACKAGES = (  # whose sources key the cache
     "ir", "mcuforge", "frontend", "optimizer", "codegen_c", "templates", "runtime_c", "boards")
 
 
+CACHE_MAX_DEFAULT = 2 * 1024 ** 3  # bytes; a host entry is tens of KB, a firmware one ~1 MB
+
+
 def cache_root() -> Path:
-    return Path(os.environ.get("MCUFORGE_CACHE", Path.home() / ".cache" / "mcuforge"))
+    """Where builds are kept: $MCUFORGE_CACHE, else ~/.cache/mcuforge."""
+    return Path(os.environ.get("MCUFORGE_CACHE") or Path.home() / ".cache" / "mcuforge")
+
+
+def cache_max_bytes() -> int:
+    """The cache's size cap: $MCUFORGE_CACHE_MAX (bytes, or with a K, M or G suffix), else
+    CACHE_MAX_DEFAULT. Past it, the least recently used entries are removed."""
+    text = os.environ.get("MCUFORGE_CACHE_MAX", "").strip()
+    if not text:
+        return CACHE_MAX_DEFAULT
+    scale = {"K": 1024, "M": 1024 ** 2, "G": 1024 ** 3}.get(text[-1:].upper(), 1)
+    try:
+        value = int(text[:-1] if scale > 1 else text) * scale
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise McuforgeError(f"MCUFORGE_CACHE_MAX='{text}' is not a number of bytes (e.g. "
+                            f"500M, 2G)")
+    return value
+
+
+def _tree_bytes(folder) -> int:
+    """Bytes of the files under `folder` (scandir: cheap enough to run after each build)."""
+    total = 0
+    with os.scandir(folder) as it:
+        for e in it:
+            if e.is_dir(follow_symlinks=False):
+                total += _tree_bytes(e.path)
+            elif e.is_file(follow_symlinks=False):
+                total += e.stat(follow_symlinks=False).st_size
+    return total
+
+
+_ENTRY_NAME = re.compile(r"[0-9a-f]{24}")
+
+
+def cache_entries(root: Path | None = None) -> list:
+    """(folder, bytes, last use) of each cache entry (host builds, and firmware under fw/),
+    least recently used first."""
+    root = root or cache_root()
+    # entries are named by 24 hex digits of their key; other folders there are builds in
+    # progress (cache_entry's *.tmp-PID, write_files' .mcuforge-*), never removed from outside
+    folders = [p for base in (root, root / "fw") if base.is_dir() for p in base.iterdir()
+               if _ENTRY_NAME.fullmatch(p.name) and p.is_dir()]
+    out = []
+    for p in folders:
+        try:
+            out.append((p, _tree_bytes(p), p.stat().st_mtime))
+        except OSError:  # removed meanwhile by another run
+            pass
+    return sorted(out, key=lambda e: e[2])
+
+
+def _remove_entry(entry: Path) -> bool:
+    """Remove an entry unless another run holds it (then False)."""
+    lock = entry.with_name(entry.name + ".lock")
+    try:
+        f = open(lock, "a+b")
+    except OSError:
+        return False
+    with f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            return False
+        shutil.rmtree(entry, ignore_errors=True)
+        lock.unlink(missing_ok=True)
+        fcntl.flock(f, fcntl.LOCK_UN)
+    return not entry.exists()
+
+
+def evict(keep: Path | None = None, cap: int | None = None) -> list:
+    """Remove the least recently used entries until the cache is within `cap` bytes (default
+    cache_max_bytes()); never `keep` (the entry just made) or one in use. Returns the removed."""
+    cap = cache_max_bytes() if cap is None else cap
+    entries = cache_entries()
+    total = sum(b for _, b, _ in entries)
+    removed = []
+    for entry, size, _ in entries:
+        if total <= cap:
+            break
+        if keep is not None and entry == keep:
+            continue
+        if _remove_entry(entry):
+            total -= size
+            removed.append(entry)
+    return removed
+
+
+def cache_clean() -> tuple:
+    """Remove every entry not in use; (entries removed, bytes freed)."""
+    entries = cache_entries()
+    gone = [(e, b) for e, b, _ in entries if _remove_entry(e)]
+    return len(gone), sum(b for _, b in gone)
 
 
 def _code_hash() -> str:
@@ -108,6 +205,7 @@ def cache_entry(entry: Path, make) -> Path:
     temporary folder, removed by the next build, never an entry that looks finished."""
     with cache_lock(entry):
         if _intact(entry):
+            os.utime(entry)  # its last use: eviction removes the least recently used
             return entry
         for old in entry.parent.glob(entry.name + ".tmp-*"):  # left by killed runs
             shutil.rmtree(old, ignore_errors=True)
@@ -122,6 +220,7 @@ def cache_entry(entry: Path, make) -> Path:
             os.rename(tmp, entry)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
+    evict(keep=entry)  # outside the lock: eviction takes each other entry's
     return entry
 
 

@@ -146,7 +146,7 @@ def _cmd_bench(a) -> int:
     from .tools.bench import bench, format_table
     rows = bench(a.models, board=a.board, iterations=a.iterations, with_tflm=not a.no_tflm,
                  flash_budget=a.flash_budget, per_layer=a.per_layer,
-                 progress=None if a.json else sys.stderr)
+                 progress=None if a.json else sys.stderr, input_shapes=a.input_shapes)
     print(json.dumps(rows, indent=2) if a.json else format_table(rows))
     return 0
 
@@ -199,6 +199,36 @@ def _cmd_fuzz_files(a) -> int:
              progress=None if a.json else sys.stderr, save_dir=a.save)
     print(json.dumps(r.as_dict(), indent=2) if a.json else r.text())
     return 1 if r.bad else 0
+
+
+def _cmd_cache(a) -> int:
+    from .build import cache_clean, cache_entries, cache_max_bytes, cache_root
+    if a.action == "clean":
+        n, freed = cache_clean()
+        left = len(cache_entries())
+        print(f"removed {n} entries ({freed:,} bytes) from {cache_root()}"
+              + (f"; {left} in use by a running mcuforge kept" if left else ""))
+        return 0
+    entries = cache_entries()
+    size = sum(b for _, b, _ in entries)
+    fw = sum(1 for e, _, _ in entries if e.parent.name == "fw")
+    print(f"location: {cache_root()} ($MCUFORGE_CACHE)")
+    print(f"entries: {len(entries)} ({len(entries) - fw} host builds, {fw} firmware)")
+    print(f"size: {size:,} bytes of at most {cache_max_bytes():,} ($MCUFORGE_CACHE_MAX)")
+    return 0
+
+
+CACHE_HELP = """\
+Compiled and built models are kept for `run`, `bench` and the tools, keyed by the model, the
+options and mcuforge's own sources, so a repeated run does not rebuild.
+
+  location   $MCUFORGE_CACHE, else ~/.cache/mcuforge (firmware builds under fw/)
+  size cap   $MCUFORGE_CACHE_MAX bytes (K, M, G suffixes; default 2G): past it, the least
+             recently used entries are removed after each new build
+
+  mcuforge cache info     location, entries and size
+  mcuforge cache clean    remove every entry (those in use by a running mcuforge stay)
+"""
 
 
 def _bytes(text: str) -> int:
@@ -354,6 +384,7 @@ def parser() -> argparse.ArgumentParser:
                    help="as compile's (boards only)")
     b.add_argument("--per-layer", action="store_true",
                    help="with --board: each layer's instructions, MACs and MACs per instruction")
+    _add_input_shape(b)
     b.set_defaults(fn=_cmd_bench)
 
     q = command("bench-quant", "measure int8 quantization quality of float models: SQNR and "
@@ -416,6 +447,13 @@ def parser() -> argparse.ArgumentParser:
     f.add_argument("--json", action="store_true", help="print JSON")
     f.set_defaults(fn=_cmd_fuzz_files)
 
+    k = sub.add_parser("cache", help="show or empty the build cache",
+                       description=CACHE_HELP,
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    k.add_argument("action", choices=["info", "clean"], help="info: location, entries and "
+                   "size; clean: remove the entries")
+    k.set_defaults(fn=_cmd_cache)
+
     d = command("demo", "a CNN trained on 8x8 digits, quantized to int8, compiled, run in C on "
                         "held-out images; accuracy beside float, bytes checked against TFLM")
     d.add_argument("-o", "--output", default="mcuforge-demo", help="where to write the C project")
@@ -425,8 +463,14 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
+_notes_shown = set()  # a model is loaded several times in one command (run: check, build)
+
+
 def _show_note(message, category, *args, **kwargs):
     if issubclass(category, ModelNote):
+        if str(message) in _notes_shown:  # each note once per command
+            return
+        _notes_shown.add(str(message))
         print(f"mcuforge: note: {printable(message, keep_newlines=True)}", file=sys.stderr)
     else:
         _default_showwarning(message, category, *args, **kwargs)
@@ -439,6 +483,7 @@ def main(argv=None) -> int:
     a = parser().parse_args(argv)
     a.argv = list(sys.argv[1:] if argv is None else argv)  # for the generated files' stamp
     warnings.showwarning = _show_note
+    _notes_shown.clear()
     try:
         return a.fn(a)
     except McuforgeError as e:

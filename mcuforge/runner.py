@@ -113,10 +113,9 @@ def run(model, inputs, board: str = "host", sanitize: bool = False,
         _, exe, graph = compiled_project(model, board, sanitize, graph, input_shapes, opt)
         outs = run_executable(exe, graph, arrays)
     else:
-        if input_shapes:  # target.run_on_board compiles the model from its file alone
-            raise McuforgeError("--input-shape works on the host board only for now")
         from .target import run_on_board
-        outs = run_on_board(model, arrays, board, flash_budget=flash_budget).outputs
+        outs = run_on_board(model, arrays, board, flash_budget=flash_budget,
+                            input_shapes=input_shapes).outputs
     if not batched:
         outs = [o[0] for o in outs]
     if len(outs) == 1:

@@ -47,13 +47,15 @@ def require_tool(tool: str) -> None:
 
 
 def build_firmware(model, board: Board, vectors, workdir: Path, name: str = "model",
-                   flash_budget: int | None = None, profile: bool = False) -> tuple:
+                   flash_budget: int | None = None, profile: bool = False,
+                   input_shapes: dict | None = None) -> tuple:
     """Write and `make` the firmware project with `vectors` built in (`profile`: with per-layer
-    marks); (project dir, elf, api.CompileResult)."""
+    marks; `input_shapes`: as compile's); (project dir, elf, api.CompileResult)."""
     from .api import compile as compile_model
     require_tool(board.cross + "gcc")
     result = compile_model(model, workdir, board=board.name, name=name, vectors=vectors,
-                           flash_budget=flash_budget, profile=profile)
+                           flash_budget=flash_budget, profile=profile,
+                           input_shapes=input_shapes)
     from .build import opt_flags
     opt = opt_flags()  # $MCUFORGE_OPT, else the Makefile's own -O2
     r = subprocess.run(["make", "-s", "-C", str(workdir)] + ([f"OPT={opt}"] if opt else []),
@@ -86,8 +88,8 @@ def parse_output(text: str, graph, board: Board) -> tuple:
     ticks, stack = [], 0
     for line in text.splitlines():
         key, _, value = line.partition(" ")
-        if key == "ticks":
-            ticks.append(int(value))
+        if key == "ticks":  # "ticks N" and words for a reader (instructions, cycles)
+            ticks.append(int(value.split()[0]))
         elif key.startswith("out") and key[3:].isdigit():
             t = specs[int(key[3:])]
             outs[int(key[3:])].append(np.frombuffer(bytes.fromhex(value), dtype=t.dtype)
@@ -120,25 +122,33 @@ def parse_profile(text: str, layers: list, n: int) -> LayerProfile:
 
 
 def run_on_board(model, arrays: list, board_name: str, workdir: Path | None = None,
-                 flash_budget: int | None = None, profile: bool = False) -> TargetRun:
+                 flash_budget: int | None = None, profile: bool = False,
+                 input_shapes: dict | None = None) -> TargetRun:
     """Run [N, ...] input arrays (one per model input) on the board under QEMU; `profile`:
-    with per-layer counts (TargetRun.profile)."""
+    with per-layer counts (TargetRun.profile); `input_shapes`: as compile's."""
     from .build import cache_lock, cache_root, opt_flags
     board = load_board(board_name)
     n = len(arrays[0])
     vectors = [[a[i] for a in arrays] for i in range(n)]
     lock = contextlib.nullcontext()
-    if workdir is None:
+    cached = workdir is None
+    if cached:
         data = Path(model).read_bytes() if not isinstance(model, bytes) else model
         key = hashlib.sha256(data + board_name.encode() + str(flash_budget).encode()
                              + str(opt_flags()).encode() + (b"profile" if profile else b"")
+                             + (str(sorted((k, tuple(v)) for k, v in input_shapes.items()))
+                                .encode() if input_shapes else b"")
                              + b"".join(a.tobytes() for a in arrays)).hexdigest()[:24]
         workdir = cache_root() / "fw" / key
         lock = cache_lock(workdir)  # concurrent runs of one model and input take turns
     with lock:  # each build rewrites the sources, so `make` never keeps a half-linked elf
         _, elf, result = build_firmware(model, board, vectors, Path(workdir),
-                                        flash_budget=flash_budget, profile=profile)
+                                        flash_budget=flash_budget, profile=profile,
+                                        input_shapes=input_shapes)
         text = run_elf(board, elf)
+    if cached:  # keep the cache within its cap
+        from .build import evict
+        evict(keep=Path(workdir))
     outs, ticks, stack = parse_output(text, result.graph, board)
     if len(ticks) != n or any(len(o) != n for o in outs):
         raise BuildError(f"the firmware reported {len(ticks)} of {n} inferences")

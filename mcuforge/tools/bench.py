@@ -4,6 +4,7 @@ from __future__ import annotations
 import hashlib
 import re
 import subprocess
+import textwrap
 from pathlib import Path
 
 from . import tflm
@@ -67,11 +68,18 @@ def litert_latency_us(model: str, iterations: int) -> float | None:
     return best
 
 
-def bench_one(model: str, board: str, iterations: int, with_tflm: bool) -> dict:
+def _is_tflite(model: str) -> bool:
+    """A TFLite flatbuffer (its file identifier), the only kind TFLM runs (not ONNX)."""
+    with open(model, "rb") as f:
+        return f.read(8)[4:8] == b"TFL3"
+
+
+def bench_one(model: str, board: str, iterations: int, with_tflm: bool,
+              input_shapes: dict | None = None) -> dict:
     from .info import model_info
     from ..runner import compiled_project
-    info = model_info(model)
-    project, exe, _ = compiled_project(model, board)
+    info = model_info(model, input_shapes=input_shapes)
+    project, exe, _ = compiled_project(model, board, input_shapes=input_shapes)
     row = {
         "model": Path(model).name, "board": board, "macs": info["macs"],
         "arena_bytes": info["arena_bytes"], "lower_bound_bytes": info["lower_bound_bytes"],
@@ -83,7 +91,7 @@ def bench_one(model: str, board: str, iterations: int, with_tflm: bool) -> dict:
     litert = litert_latency_us(model, iterations)
     if litert is not None:
         row["litert_latency_us"] = round(litert, 1)
-    if with_tflm and tflm.available():
+    if with_tflm and tflm.available() and _is_tflite(model):
         arena = tflm.arena_bytes(model)
         row["tflm_arena_bytes"] = arena["head"]
         row["tflm_arena_total_bytes"] = arena.get("total")
@@ -139,8 +147,22 @@ TFLM_CMSIS_INSTRUCTIONS = {  # board -> first 16 hex digits of the model file's 
 }
 
 
+TFLM_CMSIS_SOURCE = ("TFLM+CMSIS: instructions per invoke of tflite-micro with CMSIS-NN on the "
+                     "same emulator, measured once with tests/yardstick/ and recorded in "
+                     "mcuforge/tools/bench.py by the model file's sha256")
+
+
+def tflm_cmsis_figure(model: str, board_name: str) -> tuple:
+    """(recorded TFLM+CMSIS-NN instructions, None), or (None, why there is none)."""
+    if board_name not in TFLM_CMSIS_INSTRUCTIONS:
+        return None, f"no TFLM+CMSIS-NN figures recorded for {board_name}"
+    digest = hashlib.sha256(Path(model).read_bytes()).hexdigest()[:16]
+    count = TFLM_CMSIS_INSTRUCTIONS[board_name].get(digest)
+    return (count, None) if count else (None, "no TFLM+CMSIS-NN figure for this model file")
+
+
 def bench_board(model: str, board_name: str, with_tflm: bool, per_layer: bool = False,
-                flash_budget: int | None = None) -> dict:
+                flash_budget: int | None = None, input_shapes: dict | None = None) -> dict:
     """Instructions per inference under QEMU, flash/RAM from the ELF, measured stack;
     `per_layer`: also each layer's instructions, from a second, profiled build (layer_rows)."""
     import numpy as np
@@ -151,8 +173,9 @@ def bench_board(model: str, board_name: str, with_tflm: bool, per_layer: bool = 
     from ..runner import split_inputs
     from ..target import run_on_board
     board = load_board(board_name)
-    info = model_info(model, board=board_name, flash_budget=flash_budget)
-    g = load(model)
+    info = model_info(model, board=board_name, flash_budget=flash_budget,
+                      input_shapes=input_shapes)
+    g = load(model, input_shapes)
     rng = np.random.default_rng(0)
     xs = []
     for name in g.inputs:  # one fixed input: counts depend on data only through branches
@@ -161,7 +184,9 @@ def bench_board(model: str, board_name: str, with_tflm: bool, per_layer: bool = 
         xs.append(rng.integers(lim.min, lim.max + 1, size=t.shape).astype(t.dtype) if lim
                   else rng.standard_normal(t.shape).astype(np.float32))
     arrays, _ = split_inputs(g, dict(zip(g.inputs, xs)))
-    run = run_on_board(model, arrays, board_name, flash_budget=flash_budget)
+    run = run_on_board(model, arrays, board_name, flash_budget=flash_budget,
+                       input_shapes=input_shapes)
+    tflm_cmsis, tflm_cmsis_why = tflm_cmsis_figure(model, board_name)
     sizes = elf_sizes(run.elf, board.cross)
     instructions = run.instructions[0]
     row = {
@@ -176,15 +201,14 @@ def bench_board(model: str, board_name: str, with_tflm: bool, per_layer: bool = 
         "flash_bytes": sizes["text"],
         "code_bytes": sizes["text"] - info["weight_bytes"] - sum(a[0].nbytes for a in arrays),
         "stack_bytes": run.stack_bytes,
-        # the recorded figure of this very file (by content, not name), else none
-        "tflm_cmsis_instructions": TFLM_CMSIS_INSTRUCTIONS.get(board_name, {}).get(
-            hashlib.sha256(Path(model).read_bytes()).hexdigest()[:16]),
+        # the recorded figure of this very file (by content, not name), else none and why
+        "tflm_cmsis_instructions": tflm_cmsis, "tflm_cmsis_missing": tflm_cmsis_why,
     }
-    if with_tflm and tflm.available():
+    if with_tflm and tflm.available() and _is_tflite(model):
         row["tflm_arena_bytes"] = tflm.arena_bytes(model)["head"]
     if per_layer:
         row.update(layer_rows(run_on_board(model, arrays, board_name, flash_budget=flash_budget,
-                                           profile=True), board,
+                                           profile=True, input_shapes=input_shapes), board,
                               instructions))
     return row
 
@@ -213,7 +237,10 @@ def layer_rows(run, board, whole: int) -> dict:
 
 
 def bench(models: list, board: str = "host", iterations: int = 50, with_tflm: bool = True,
-          progress=None, per_layer: bool = False, flash_budget: int | None = None) -> list:
+          progress=None, per_layer: bool = False, flash_budget: int | None = None,
+          input_shapes: dict | None = None) -> list:
+    """One row of figures per model; `input_shapes` ({input: shape}) as compile's, for every
+    model."""
     if per_layer and board == "host":
         raise McuforgeError("bench --per-layer counts instructions on an emulated board: give "
                             "--board (mps2-an385, mps2-an386, mps2-an500, mps3-an547, "
@@ -223,9 +250,10 @@ def bench(models: list, board: str = "host", iterations: int = 50, with_tflm: bo
         if progress:
             print(f"[{i + 1}/{len(models)}] {m}", file=progress, flush=True)
         if board == "host":
-            rows.append(bench_one(m, board, iterations, with_tflm))
+            rows.append(bench_one(m, board, iterations, with_tflm, input_shapes))
         else:
-            rows.append(bench_board(m, board, with_tflm, per_layer, flash_budget))
+            rows.append(bench_board(m, board, with_tflm, per_layer, flash_budget,
+                                    input_shapes))
     return rows
 
 
@@ -237,7 +265,13 @@ def format_table(rows: list) -> str:
     if rows and rows[0]["board"] != "host":
         return "\n\n".join([format_board_table(rows)]
                            + [format_layer_table(r) for r in rows if "layers" in r])
-    return _table(*_host_columns(rows))
+    return "\n".join([_table(*_host_columns(rows)), "", textwrap.fill(HOST_LEGEND, 100)])
+
+
+HOST_LEGEND = ("latency: this computer, gcc -O3 -march=native. TFLM arena, TFLM us: tflite-micro's "
+               "Python package (reference kernels, no CMSIS-NN) run here; LiteRT us: LiteRT's "
+               "built-in kernels, one thread. -: not measured (--no-tflm, not a .tflite model, "
+               "or the runtime is not installed).")
 
 
 def format_layer_table(r: dict) -> str:
@@ -274,7 +308,11 @@ def format_board_table(rows: list) -> str:
               f"{r['ram_bytes']:,}", f"{r['flash_bytes']:,}", f"{r['weight_bytes']:,}",
               f"{r['code_bytes']:,}",
               f"{r['stack_bytes']:,}") for r in rows]
-    return _table(head, lines)
+    legend = [TFLM_CMSIS_SOURCE + "."]
+    for why in sorted({r.get("tflm_cmsis_missing") for r in rows} - {None}):
+        names = ", ".join(r["model"] for r in rows if r.get("tflm_cmsis_missing") == why)
+        legend.append(f"TFLM+CMSIS -: {why} ({names}).")
+    return "\n".join([_table(head, lines), ""] + [textwrap.fill(t, 100) for t in legend])
 
 
 def _host_columns(rows: list) -> tuple:
