@@ -24,6 +24,7 @@ no malloc, one static arena whose size is known at compile time.
   mcuforge run model.tflite --input x.npy --output y.npy
   mcuforge info model.tflite                ops, MACs, weights, planned arena
   mcuforge bench model.tflite ...           arena, RAM and latency beside TFLM's
+  mcuforge validate model.tflite --data x.npz   the C vs the reference runtime on your data
   mcuforge demo                             a digits CNN: float vs int8 accuracy in C, TFLM check
   mcuforge conformance onnx                 ONNX's backend test cases, per operator
   mcuforge conformance tflite               single-op TFLite models vs tflite-micro, per operator

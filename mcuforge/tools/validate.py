@@ -163,8 +163,8 @@ def run_reference(model: Path, graph, arrays: list, kind: str, progress=None,
 
 
 def _tflite_names(data: bytes) -> tuple:
-    """(mcuforge's name of each tensor of subgraph 0, operator output tensor indices, input
-    and output indices): the frontend's own naming, so names match the graph's."""
+    """(mcuforge's name of each tensor of subgraph 0, operator output tensor indices): the
+    frontend's own naming, so names match the graph's."""
     import tflite
     from frontend.tflite import _decode, unique_names
     sg = tflite.Model.GetRootAsModel(data, 0).Subgraphs(0)
@@ -172,6 +172,33 @@ def _tflite_names(data: bytes) -> tuple:
     produced = [sg.Operators(k).Outputs(j) for k in range(sg.OperatorsLength())
                 for j in range(sg.Operators(k).OutputsLength())]
     return names, produced
+
+
+def model_nodes(src: Path) -> dict:
+    """{tensor name (as the graph names it): {"index", "op", "name"}} of the node of the model
+    file that produces it: what the user finds in Netron or the framework."""
+    if src.suffix == ".onnx":
+        import onnx
+        m = onnx.load(str(src), load_external_data=False)
+        return {t: {"index": k, "op": n.op_type, "name": n.name}
+                for k, n in enumerate(m.graph.node) for t in n.output if t}
+    import tflite
+    data = src.read_bytes()
+    model = tflite.Model.GetRootAsModel(data, 0)
+    sg = model.Subgraphs(0)
+    names, _ = _tflite_names(data)
+    found = {}
+    for k in range(sg.OperatorsLength()):
+        o = sg.Operators(k)
+        c = model.OperatorCodes(o.OpcodeIndex())
+        code = max(c.BuiltinCode(), c.DeprecatedBuiltinCode())
+        try:
+            op = tflite.opcode2name(code)
+        except Exception:  # a code newer than the tflite package
+            op = str(code)
+        for j in range(o.OutputsLength()):
+            found[names[o.Outputs(j)]] = {"index": k, "op": op, "name": ""}
+    return found
 
 
 def _stack(d: dict) -> dict:
@@ -368,8 +395,10 @@ def _per_layer(model: Path, graph, compiled, emitted, arrays, kind, tolerance, r
     for k, n, t in order:
         hit = diverges(want[t], ours[t], tolerance)
         if hit is not None:
-            result["first_divergence"] = {"node": k, "op": n.op, "node_name": n.name,
-                                          "tensor": t, **hit}
+            node = model_nodes(src).get(t, {"index": None, "op": None, "name": ""})
+            result["first_divergence"] = {
+                "tensor": t, "node": node["index"], "op": node["op"], "node_name": node["name"],
+                "mcuforge_node": k, "mcuforge_op": n.op, **hit}
             break
     return result
 
@@ -459,8 +488,9 @@ def format_report(r: dict) -> str:
                     f"relative error {d['relative_error']:.3g} (max abs {d['max_abs_error']:.6g}"
                     f", tolerance {p['tolerance']:g})")
             name = f" '{d['node_name']}'" if d["node_name"] else ""
-            lines.append(f"  per layer: first divergence at node {d['node']} ({d['op']}{name}), "
-                         f"tensor '{d['tensor']}': {what}; first at input {d['first_input']} "
+            lines.append(f"  per layer: first divergence at the model's node {d['node']} "
+                         f"({d['op']}{name}; mcuforge's {d['mcuforge_op']}), tensor "
+                         f"'{d['tensor']}': {what}; first at input {d['first_input']} "
                          f"({d['inputs_affected']} inputs affected); reference: "
                          f"{p['reference']}")
     return "\n".join(lines)
