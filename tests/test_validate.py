@@ -157,6 +157,31 @@ def test_float_onnx_figures_are_numpys(lenet):
     assert r["per_layer"]["first_divergence"] is None
 
 
+def test_float_tflite_against_litert(tmp_path):
+    """A float model compiled float: uint8 pixels in the .npz are taken as the float values
+    the model reads (0-255, its README), as LiteRT is given them here."""
+    from mcuforge.runner import run
+    images, labels, _ = cifar(10)
+    model = mlperf_model("pretrainedResnet")
+    np.savez(tmp_path / "x.npz", images=images)
+    np.save(tmp_path / "y.npy", labels)
+    x = images.astype(np.float32)
+    ref = litert(model, x).astype(np.float64)
+    ours = np.asarray(run(model, x[:, None]), np.float64).reshape(ref.shape)
+    status, out, _ = validate(model, "--data", tmp_path / "x.npz", "--labels",
+                              tmp_path / "y.npy", "--per-layer", "--json")
+    assert status == 0
+    r = json.loads(out)
+    (o,) = r["outputs"]
+    assert r["reference"] == "LiteRT" and o["bit_exact"] is None
+    sqnr = 10 * np.log10(np.sum(ref ** 2) / np.sum((ours - ref) ** 2))
+    assert o["sqnr_db"] == pytest.approx(sqnr, abs=0.01) and o["sqnr_db"] > 80
+    assert o["accuracy"] == np.mean(ours.argmax(1) == labels)
+    assert o["reference_accuracy"] == np.mean(ref.argmax(1) == labels)
+    assert r["per_layer"]["first_divergence"] is None
+    assert "LiteRT" in r["per_layer"]["reference"]
+
+
 def test_per_layer_names_the_corrupted_float_layer(lenet, monkeypatch):
     from mcuforge.api import load
     import onnx
@@ -184,6 +209,9 @@ def test_bad_inputs_are_one_clear_error(lenet, tmp_path):
     np.savez(tmp_path / "name.npz", a=np.zeros((4, 3, 32, 32)), b=np.zeros((4, 3, 32, 32)))
     status, _, err = validate(model, "--data", tmp_path / "name.npz")
     assert status == 2 and "no array for input 'input'" in err, err
+    np.save(tmp_path / "y.npy", np.arange(3))
+    status, _, err = validate(model, "--data", lenet[1], "--labels", tmp_path / "y.npy")
+    assert status == 2 and "3 labels for 12 samples" in err, err
     np.savez(tmp_path / "int.npz", x=np.zeros((2, 32, 32, 3), np.uint8))
     status, _, err = validate(mlperf_model("pretrainedResnet_quant"), "--data",
                               tmp_path / "int.npz")

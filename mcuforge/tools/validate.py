@@ -72,6 +72,8 @@ def load_inputs(path, graph, limit: int | None = None) -> tuple:
     if len(n) > 1:
         raise McuforgeError(f"{path}: the inputs hold different numbers of samples "
                             f"({sorted(n)}); the first axis is the sample")
+    if labels is not None and len(labels) != len(arrays[0]):
+        raise McuforgeError(f"{path}: {len(labels)} labels for {len(arrays[0])} samples")
     if limit is not None:
         arrays = [a[:limit] for a in arrays]
         labels = None if labels is None else np.asarray(labels)[:limit]
@@ -103,7 +105,9 @@ def _as_batch(a: np.ndarray, t, key: str) -> np.ndarray:
                         f"{a.dtype.name}{hint}")
 
 
-def load_labels(path, n: int):
+def load_labels(path, n: int, limited: bool):
+    """The class index of each of the `n` samples from a .npy (or a .npz's `labels`); with
+    --limit the file may hold more."""
     try:
         y = np.load(path, allow_pickle=False)
     except (OSError, ValueError) as e:
@@ -115,7 +119,7 @@ def load_labels(path, n: int):
     if y.dtype.kind not in "ui":
         raise McuforgeError(f"labels in {path} must be integers (class indices), got "
                             f"{y.dtype.name}")
-    if len(y) < n:
+    if len(y) < n or (len(y) != n and not limited):
         raise McuforgeError(f"{path} holds {len(y)} labels for {n} samples")
     return y[:n]
 
@@ -207,7 +211,10 @@ def _stack(d: dict) -> dict:
 
 def _litert(data: bytes, arrays: list, want: dict, progress) -> tuple:
     from ai_edge_litert.interpreter import Interpreter
-    it = Interpreter(model_content=data, experimental_preserve_all_tensors=bool(want))
+    import warnings
+    with warnings.catch_warnings():  # its "for debugging only" warning: that is the use here
+        warnings.simplefilter("ignore", UserWarning)
+        it = Interpreter(model_content=data, experimental_preserve_all_tensors=bool(want))
     it.allocate_tensors()
     names, produced = _tflite_names(data)
     index = {names[i]: i for i in produced if names[i] in want}
@@ -333,9 +340,7 @@ def validate(model, data, labels=None, board: str = "host", quantize: str | None
     graph = load(model)  # a missing or broken model fails here, by its path
     arrays, npz_labels = load_inputs(data, graph, limit)
     n = len(arrays[0])
-    y = load_labels(labels, n) if labels is not None else npz_labels
-    if y is not None and len(y) != n:
-        raise McuforgeError(f"{len(y)} labels for {n} samples")
+    y = load_labels(labels, n, limit is not None) if labels is not None else npz_labels
     if per_layer and board != "host":
         raise McuforgeError("--per-layer runs on the host only (the intermediate tensors are "
                             "read from the host build): leave out --board")
