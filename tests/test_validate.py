@@ -253,3 +253,30 @@ def test_help(capsys):
     for w in ("reference runtime", "--data", "--labels", "--board", "--per-layer", "--limit",
               "--quantize", "--calibration", "--json"):
         assert w in text, w
+
+
+def test_on_an_emulated_board(int8_resnet, tmp_path):
+    """Through the runner's emulated board: the int8 model bit-exact there too; a float model
+    quantized by mcuforge (its emitted int8 .tflite compiled for the board) gives the host's
+    figures, the int8 C being the same arithmetic."""
+    from conftest import require_tools
+    require_tools("qemu-system-arm", "arm-none-eabi-gcc")
+    model, x, *_ = int8_resnet
+    status, out, _ = validate(model, "--data", x, "--limit", "3", "--board", "mps2-an386",
+                              "--json")
+    assert status == 0
+    r = json.loads(out)
+    assert r["board"] == "mps2-an386" and r["samples"] == 3 and r["outputs"][0]["bit_exact"]
+    status, _, err = validate(model, "--data", x, "--board", "mps2-an386", "--per-layer")
+    assert status == 2 and "host only" in err
+    images, labels, cal = cifar(3)
+    np.savez(tmp_path / "x.npz", images=images)
+    figures = []
+    for board in ("host", "mps2-an386"):
+        status, out, _ = validate(mlperf_model("pretrainedResnet"), "--data", tmp_path / "x.npz",
+                                  "--quantize", "int8", "--calibration", cal, "--board", board,
+                                  "--json")
+        assert status == 0
+        figures.append(json.loads(out)["outputs"][0])
+    assert figures[0]["sqnr_db"] == figures[1]["sqnr_db"] < 60
+    assert figures[0]["max_abs_error"] == figures[1]["max_abs_error"]
