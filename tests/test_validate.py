@@ -241,6 +241,10 @@ def test_cifar_resnet_quantized_by_mcuforge(tmp_path):
     assert abs(o["accuracy"] - ref_acc) <= 0.04 + 1e-9, o
     assert 20 < o["sqnr_db"] < 60, o  # int8 noise: neither exact nor garbage
     assert r["per_layer"]["first_divergence"] is None, r["per_layer"]  # the int8 C vs TFLM
+    noise = {x["tensor"]: x for x in r["per_layer"]["quantization"]}
+    assert len(noise) >= 10 and all(x["sqnr_db"] > 10 for x in noise.values()), noise
+    # the model's output, dequantized at the edge, is the output compared above
+    assert noise["Identity"]["sqnr_db"] == pytest.approx(o["sqnr_db"], abs=1e-9)
 
 
 def test_help(capsys):

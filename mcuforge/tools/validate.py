@@ -23,6 +23,8 @@ experimental_preserve_all_tensors for float TFLite, onnxruntime with the interme
 added as graph outputs for ONNX. mcuforge's side is the graph with those tensors made outputs
 (what calibration does, optimizer/calibrate.record), built as C: a fusion that hides a tensor
 may be undone there, so the per-layer build can differ from the real one in such a layer.
+With a model quantized by mcuforge, each int8 layer's SQNR against the float model's tensor of
+the same name is reported too (where quantization loses precision).
 """
 from __future__ import annotations
 
@@ -397,6 +399,9 @@ def _per_layer(model: Path, graph, compiled, emitted, arrays, kind, tolerance, r
     result = {"reference": f"{kind} intermediate tensors" + (
         " of the int8 model mcuforge compiles (its --emit-tflite file)" if emitted else ""),
         "compared": len(order), "tolerance": tolerance, "first_divergence": None}
+    if emitted is not None:
+        result["quantization"] = _quantization_noise(model, graph, compiled, arrays, ours,
+                                                     progress)
     for k, n, t in order:
         hit = diverges(want[t], ours[t], tolerance)
         if hit is not None:
@@ -406,6 +411,24 @@ def _per_layer(model: Path, graph, compiled, emitted, arrays, kind, tolerance, r
                 "mcuforge_node": k, "mcuforge_op": n.op, **hit}
             break
     return result
+
+
+def _quantization_noise(model: Path, graph, q, arrays, ours: dict, progress) -> list:
+    """SQNR of each int8 layer (dequantized) against the float model's own tensor of that name
+    in its runtime: where quantization loses precision. Tensors the optimizer renamed or
+    reshaped (an ONNX model's NHWC internals) are left out."""
+    floats = {t: None for t in ours}
+    run_reference(model, graph, arrays, reference_name(model, graph, None), progress,
+                  tensors=floats)
+    rows = []
+    for k, n in enumerate(q.nodes):
+        for t in n.outputs:
+            if t in floats and t in ours and np.size(floats[t]) == np.size(ours[t]):
+                r = np.asarray(floats[t], np.float64).reshape(len(floats[t]), -1)
+                c = _dequantize(ours[t], q.tensors[t]).reshape(r.shape)
+                rows.append({"tensor": t, "mcuforge_node": k, "mcuforge_op": n.op,
+                             "dtype": q.tensors[t].dtype, "sqnr_db": sqnr_db(r, c)})
+    return rows
 
 
 def load_emitted(path: Path):
@@ -498,6 +521,12 @@ def format_report(r: dict) -> str:
                          f"'{d['tensor']}': {what}; first at input {d['first_input']} "
                          f"({d['inputs_affected']} inputs affected); reference: "
                          f"{p['reference']}")
+    noise = (p or {}).get("quantization")
+    if noise:
+        worst = min(noise, key=lambda x: x["sqnr_db"])
+        lines.append(f"  quantization noise: {len(noise)} layers against the float model's "
+                     f"tensors; lowest SQNR {worst['sqnr_db']:.2f} dB at tensor "
+                     f"'{worst['tensor']}' ({worst['mcuforge_op']}, {worst['dtype']})")
     return "\n".join(lines)
 
 
