@@ -294,10 +294,8 @@ def _onnxruntime(model: Path, graph, arrays: list, want: dict, progress) -> tupl
 def _dequantize(a: np.ndarray, t) -> np.ndarray:
     if t.quant is None or np.dtype(t.dtype).kind == "f":
         return np.asarray(a, np.float64)
-    s = np.asarray(t.quant.scale, np.float64)
-    zp = np.asarray(t.quant.zero_point, np.float64)
-    if s.size > 1:  # per-channel activations are not made; keep it scalar-safe
-        s, zp = s.reshape(-1)[0], zp.reshape(-1)[0]
+    # activations are quantized per tensor (per-channel parameters are for weights)
+    s, zp = float(t.quant.scale[0]), float(t.quant.zero_point[0])
     return (np.asarray(a, np.float64) - zp) * s
 
 
@@ -320,12 +318,6 @@ def compare_output(name: str, ref: np.ndarray, test: np.ndarray, t, in_size: int
     if labels is not None and classes:
         fig["accuracy"], fig["reference_accuracy"] = accuracy(c, labels), accuracy(r, labels)
     return fig
-
-
-def _float_io(q, graph) -> None:
-    for t in (*q.inputs, *q.outputs):
-        if np.dtype(q.tensors[t].dtype).kind != "f":
-            raise McuforgeError("the quantized model's edges are not float")
 
 
 def validate(model, data, labels=None, board: str = "host", quantize: str | None = None,
@@ -358,7 +350,6 @@ def validate(model, data, labels=None, board: str = "host", quantize: str | None
             compiled = quantize_for_compile(graph, quantize, calibration, calibration_method,
                                             io="float", emit_tflite=emitted, progress=progress,
                                             run=run)
-            _float_io(compiled, graph)
             report["compiled"] = f"mcuforge C, quantized {quantize} by mcuforge (dequantized " \
                                  "at the edges)"
         if progress is not None:
@@ -382,8 +373,9 @@ def _per_layer(model: Path, graph, compiled, emitted, arrays, kind, tolerance, r
                progress) -> dict:
     """The first node output that diverges from the reference's (module docstring)."""
     if emitted is not None:  # bit-exact against the int8 model mcuforge compiles
+        from ..api import load
         src, kind = Path(emitted), "tflite-micro"
-        ref_graph = load_emitted(src)
+        ref_graph = load(src)
     else:
         src, ref_graph = model, graph
     order = [(k, n, t) for k, n in enumerate(compiled.nodes) for t in n.outputs
@@ -429,11 +421,6 @@ def _quantization_noise(model: Path, graph, q, arrays, ours: dict, progress) -> 
                 rows.append({"tensor": t, "mcuforge_node": k, "mcuforge_op": n.op,
                              "dtype": q.tensors[t].dtype, "sqnr_db": sqnr_db(r, c)})
     return rows
-
-
-def load_emitted(path: Path):
-    from ..api import load
-    return load(path)
 
 
 def diverges(ref: np.ndarray, test: np.ndarray, tolerance: float) -> dict | None:
