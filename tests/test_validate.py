@@ -284,3 +284,32 @@ def test_on_an_emulated_board(int8_resnet, tmp_path):
         figures.append(json.loads(out)["outputs"][0])
     assert figures[0]["sqnr_db"] == figures[1]["sqnr_db"] < 60
     assert figures[0]["max_abs_error"] == figures[1]["max_abs_error"]
+
+
+def test_two_inputs_by_name(tmp_path):
+    """Arrays are matched to the inputs by name, whatever their order in the .npz."""
+    require("onnxruntime")
+    import onnx
+    from onnx import TensorProto, helper
+    a = helper.make_tensor_value_info("a", TensorProto.FLOAT, [1, 6])
+    b = helper.make_tensor_value_info("b", TensorProto.FLOAT, [1, 6])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 6])
+    g = helper.make_graph([helper.make_node("Sub", ["a", "b"], ["d"]),
+                           helper.make_node("Mul", ["d", "a"], ["y"])], "g", [a, b], [y])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+    m.ir_version = 8
+    onnx.save(m, tmp_path / "two.onnx")
+    rng = np.random.default_rng(1)
+    xa, xb = rng.standard_normal((2, 5, 6)).astype(np.float32)
+    np.savez(tmp_path / "x.npz", b=xb, a=xa)  # b first: the names decide
+    status, out, _ = validate(tmp_path / "two.onnx", "--data", tmp_path / "x.npz", "--per-layer",
+                              "--json")
+    assert status == 0
+    r = json.loads(out)
+    (o,) = r["outputs"]
+    assert o["max_abs_error"] <= 1e-6 * np.abs((xa - xb) * xa).max(), o  # not (b - a) * b
+    assert o["top1_agreement"] is None  # as many values as its first input: no class
+    assert r["per_layer"]["compared"] == 2 and r["per_layer"]["first_divergence"] is None
+    np.savez(tmp_path / "bad.npz", a=xa, c=xb)
+    status, _, err = validate(tmp_path / "two.onnx", "--data", tmp_path / "bad.npz")
+    assert status == 2 and "no array for input 'b'" in err and "['a', 'c']" in err, err

@@ -276,13 +276,15 @@ def _onnxruntime(model: Path, graph, arrays: list, want: dict, progress) -> tupl
                                           else onnx.helper.make_empty_tensor_value_info(t))
     sess = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
     feeds = [d.name for d in sess.get_inputs()]
-    res, inter = [[] for _ in outputs], {k: [] for k in extra}
+    seen = [*outputs, *extra]  # a wanted graph output is an intermediate's peer too
+    res, inter = [[] for _ in outputs], {t: [] for t in seen if t in want}
     for i, row in _rows(arrays):
         got = sess.run(None, {name: x for name, x in zip(feeds, row)})
         for k in range(len(outputs)):
             res[k].append(got[k])
-        for k, t in enumerate(extra):
-            inter[t].append(got[len(outputs) + k])
+        for k, t in enumerate(seen):
+            if t in inter:
+                inter[t].append(got[k])
         _tick(progress, "onnxruntime", i, len(arrays[0]))
     return [np.stack(r) for r in res], _stack(inter)
 
