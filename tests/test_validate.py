@@ -119,6 +119,10 @@ def test_per_layer_names_the_corrupted_int8_layer(int8_resnet, monkeypatch):
     # the TFLite operator index is the graph's node index here (one node per operator)
     assert (d["node"], d["op"], d["tensor"]) == (k, "CONV_2D", node.outputs[0]), d
     assert (d["mcuforge_node"], d["mcuforge_op"]) == (k, "conv2d")
+    import tflite
+    sg = tflite.Model.GetRootAsModel(model.read_bytes(), 0).Subgraphs(0)
+    t = sg.Operators(k).Outputs(0)  # the name as the file has it, read here independently
+    assert d["model_tensor"] == f"{sg.Tensors(t).Name().decode()} (tensor {t})"
     assert d["kind"] == "integer" and d["differing_values"] > 0 and d["first_input"] == 0
 
 

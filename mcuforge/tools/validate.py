@@ -186,12 +186,13 @@ def model_nodes(src: Path) -> dict:
     if src.suffix == ".onnx":
         import onnx
         m = onnx.load(str(src), load_external_data=False)
-        return {t: {"index": k, "op": n.op_type, "name": n.name}
+        return {t: {"index": k, "op": n.op_type, "name": n.name, "tensor": t}
                 for k, n in enumerate(m.graph.node) for t in n.output if t}
     import tflite
     data = src.read_bytes()
     model = tflite.Model.GetRootAsModel(data, 0)
     sg = model.Subgraphs(0)
+    from frontend.tflite import _decode
     names, _ = _tflite_names(data)
     found = {}
     for k in range(sg.OperatorsLength()):
@@ -202,8 +203,10 @@ def model_nodes(src: Path) -> dict:
             op = tflite.opcode2name(code)
         except Exception:  # a code newer than the tflite package
             op = str(code)
-        for j in range(o.OutputsLength()):
-            found[names[o.Outputs(j)]] = {"index": k, "op": op, "name": ""}
+        for j in range(o.OutputsLength()):  # the file's own tensor name, not made unique
+            t = o.Outputs(j)
+            found[names[t]] = {"index": k, "op": op, "name": "",
+                               "tensor": f"{_decode(sg.Tensors(t).Name())} (tensor {t})"}
     return found
 
 
@@ -399,10 +402,11 @@ def _per_layer(model: Path, graph, compiled, emitted, arrays, kind, tolerance, r
     for k, n, t in order:
         hit = diverges(want[t], ours[t], tolerance)
         if hit is not None:
-            node = model_nodes(src).get(t, {"index": None, "op": None, "name": ""})
+            node = model_nodes(src).get(t, {"index": None, "op": None, "name": "", "tensor": t})
             result["first_divergence"] = {
-                "tensor": t, "node": node["index"], "op": node["op"], "node_name": node["name"],
-                "mcuforge_node": k, "mcuforge_op": n.op, **hit}
+                "tensor": t, "model_tensor": node["tensor"], "node": node["index"],
+                "op": node["op"], "node_name": node["name"], "mcuforge_node": k,
+                "mcuforge_op": n.op, **hit}
             break
     return result
 
@@ -507,7 +511,7 @@ def format_report(r: dict) -> str:
             name = f" '{d['node_name']}'" if d["node_name"] else ""
             lines.append(f"  per layer: first divergence at the model's node {d['node']} "
                          f"({d['op']}{name}; mcuforge's {d['mcuforge_op']}), tensor "
-                         f"'{d['tensor']}': {what}; first at input {d['first_input']} "
+                         f"'{d['model_tensor']}': {what}; first at input {d['first_input']} "
                          f"({d['inputs_affected']} inputs affected); reference: "
                          f"{p['reference']}")
     noise = (p or {}).get("quantization")
