@@ -24,6 +24,7 @@ no malloc, one static arena whose size is known at compile time.
   mcuforge run model.tflite --input x.npy --output y.npy
   mcuforge info model.tflite                ops, MACs, weights, planned arena
   mcuforge bench model.tflite ...           arena, RAM and latency beside TFLM's
+  mcuforge validate model.tflite --data x.npz   the C vs the reference runtime on your data
   mcuforge demo                             a digits CNN: float vs int8 accuracy in C, TFLM check
   mcuforge conformance onnx                 ONNX's backend test cases, per operator
   mcuforge conformance tflite               single-op TFLite models vs tflite-micro, per operator
@@ -161,6 +162,16 @@ def _cmd_bench_quant(a) -> int:
                        warn=sys.stderr if a.json else None)  # the table says it otherwise
     print(json.dumps(rows, indent=2) if a.json else format_table(rows))
     return 1 if any("model" in r["errors"] for r in rows) else 0  # the others still printed
+
+
+def _cmd_validate(a) -> int:
+    from .tools.validate import format_report, to_json, validate
+    r = validate(a.model, a.data, a.labels, board=a.board, quantize=a.quantize,
+                 calibration=a.calibration, calibration_method=a.calibration_method,
+                 limit=a.limit, per_layer=a.per_layer, tolerance=a.tolerance,
+                 progress=sys.stderr)
+    print(to_json(r) if a.json else format_report(r))
+    return 0
 
 
 def _cmd_conformance(a) -> int:
@@ -403,6 +414,30 @@ def parser() -> argparse.ArgumentParser:
                         "(default: 0, all int8)")
     q.add_argument("--json", action="store_true", help="print a JSON list, one object per model")
     q.set_defaults(fn=_cmd_bench_quant)
+
+    v = command("validate", "run the compiled model and its reference runtime (onnxruntime, "
+                "LiteRT for float TFLite, tflite-micro for int8) on your data and compare "
+                "each output: max/mean error, SQNR, top-1 agreement, accuracy with labels")
+    v.add_argument("model", help="the .tflite / .onnx model")
+    v.add_argument("--data", required=True, metavar="NPZ",
+                   help=".npz with one array per model input (by input name, or arr_0 for a "
+                        "one-input model), first axis = samples; a `labels` array is used as "
+                        "--labels")
+    v.add_argument("--labels", metavar="NPY", help="class index per sample: accuracy too")
+    v.add_argument("--board", default="host", help="target board (default: host)")
+    v.add_argument("--quantize", choices=["int8"], help="quantize a float model as compile "
+                   "does (with --calibration); compared against the float model")
+    v.add_argument("--calibration", metavar="DATA", help="as compile's")
+    v.add_argument("--calibration-method", choices=["minmax", "percentile", "mse"],
+                   help="as compile's")
+    v.add_argument("--limit", type=_positive, metavar="N", help="only the first N samples")
+    v.add_argument("--per-layer", action="store_true",
+                   help="also find the first layer whose output differs from the reference's "
+                        "(int8: any differing value; float: relative error over --tolerance)")
+    v.add_argument("--tolerance", type=float, default=1e-4,
+                   help="--per-layer's relative error for float tensors (default: 1e-4)")
+    v.add_argument("--json", action="store_true", help="print JSON")
+    v.set_defaults(fn=_cmd_validate)
 
     k = command("conformance", "run a framework's own operator test suite through mcuforge "
                 "and report passed / failed / unsupported per operator")
