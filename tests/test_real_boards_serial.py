@@ -90,6 +90,30 @@ def test_make_flash_runs_the_boards_tool(board, tmp_path, arm_gcc):
     assert f"{FLASH[board][0]} not found" in r.stdout and want in r.stdout
 
 
+@pytest.mark.parametrize("board", sorted(FLASH))
+def test_run_port_flashes_with_the_same_command(board, tmp_path, monkeypatch, arm_gcc):
+    """hardware.flash (what `run --port` calls) runs make flash's command in the project, the
+    image (the nrf's Intel hex made first) in place; a missing tool is one clear error."""
+    import json
+    from mcuforge import hardware
+    from mcuforge.target import build_firmware
+    b = load_board(board)
+    model = tiny_model(tmp_path / "tiny.onnx")
+    project, _, _ = build_firmware(model, b, [[np.zeros((1, 4), np.float32)]], tmp_path / "fw",
+                                   name="tiny")
+    log = tmp_path / "log.jsonl"
+    fake_tool(tmp_path / "bin", FLASH[board][0], log)
+    monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}:{os.environ['PATH']}")
+    hardware.flash(b, project, "tiny")
+    (cwd, *argv), = [json.loads(line) for line in log.read_text().splitlines()]
+    assert [FLASH[board][0], *argv] == FLASH[board] and Path(cwd) == project
+    assert (project / next(a for a in FLASH[board] if a.startswith("tiny."))).is_file()
+    monkeypatch.setenv("PATH", "/usr/bin:/bin")
+    with pytest.raises(McuforgeError, match=rf"{FLASH[board][0]} not found \(it flashes "
+                                            rf"{board}\)"):
+        hardware.flash(b, project, "tiny")
+
+
 def test_emulated_boards_have_no_flash_target(tmp_path):
     model = tiny_model(tmp_path / "tiny.onnx")
     assert cli.main(["compile", str(model), "-o", str(tmp_path / "fw"), "--board",
