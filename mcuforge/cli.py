@@ -336,7 +336,8 @@ def parser() -> argparse.ArgumentParser:
                         "nrfjprog), read the results from its UART (needs pyserial: pip "
                         "install 'mcuforge[boards]')")
     r.add_argument("--no-flash", action="store_true",
-                   help="with --port: the firmware is on the board already; press reset")
+                   help="with --port: this firmware (these inputs) is on the board already "
+                        "(a previous run flashed it); press its reset button")
     r.add_argument("--timeout", type=float, default=60.0, metavar="SECONDS",
                    help="with --port: how long to wait for the board's output (default: 60)")
     _add_input_shape(r)

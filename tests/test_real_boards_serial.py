@@ -210,7 +210,7 @@ def test_no_flash_reads_without_calling_the_tool(transcript, pty_port, tmp_path,
                        "--output", str(tmp_path / "y.npy"), "--timeout", "20"])
     feeder.join()
     assert status == 0
-    assert f"press its reset button" in capsys.readouterr().err
+    assert "press its reset button" in capsys.readouterr().err
     np.testing.assert_array_equal(np.load(tmp_path / "y.npy"), x @ W)
 
 
