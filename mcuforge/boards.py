@@ -57,6 +57,9 @@ class Board:
     ldflags: tuple = ()
     ldlibs: tuple = ()
     qemu_binary: str = ""
+    probe_tool: str = ""  # what `make flash` runs (board.toml's probe): pyocd, nrfjprog
+    probe_target: str = ""
+    probe_pack: bool = False  # pyOCD's target comes from a CMSIS pack
 
     @property
     def emulated(self) -> bool:
@@ -73,6 +76,32 @@ class Board:
                 "-monitor", "none", "-serial", "null",
                 "-semihosting-config", "enable=on,target=native",
                 "-icount", "shift=0,align=off,sleep=off"]
+
+    @property
+    def flash_image(self) -> str:
+        """The file the flash tool takes: nrfjprog an Intel hex file, pyOCD the ELF."""
+        return "hex" if self.probe_tool == "nrfjprog" else "elf"
+
+    def flash_command(self, name: str) -> list:
+        """The command that programs NAME.elf / NAME.hex and resets the board to run it."""
+        image = f"{name}.{self.flash_image}"
+        if self.probe_tool == "pyocd":
+            return ["pyocd", "flash", "-t", self.probe_target, image]
+        if self.probe_tool == "nrfjprog":
+            return ["nrfjprog", "-f", self.probe_target, "--program", image, "--sectorerase",
+                    "--verify", "--reset"]
+        return []
+
+    def flash_hint(self) -> str:
+        """How to install the flash tool."""
+        if self.probe_tool == "pyocd":
+            pack = (f", then `pyocd pack install {self.probe_target}` (its CMSIS pack)"
+                    if self.probe_pack else "")
+            return f"pip install 'mcuforge[boards]' (pyOCD){pack}"
+        if self.probe_tool == "nrfjprog":
+            return ("install Nordic's nRF Command Line Tools (nrfjprog) and SEGGER's J-Link "
+                    "software from nordicsemi.com")
+        return ""
 
     def target(self, flash_budget: int | None = None) -> Target:
         """What the compiler generates code for on this board."""
@@ -111,4 +140,6 @@ def load_board(name: str) -> Board:
         extra_sources=tuple(sorted(p.name for p in board_dir(name).glob("*.c"))),
         files=dict(fam["files"]), cross=fam.get("cross", ""),
         ldflags=tuple(fam.get("ldflags", ())), ldlibs=tuple(fam.get("ldlibs", ())),
-        qemu_binary=fam.get("qemu", ""))
+        qemu_binary=fam.get("qemu", ""), probe_tool=d.get("probe", {}).get("tool", ""),
+        probe_target=d.get("probe", {}).get("target", ""),
+        probe_pack=d.get("probe", {}).get("pack", False))

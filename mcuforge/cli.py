@@ -105,7 +105,14 @@ def _cmd_run(a) -> int:
     inputs = _load_npy(a.input)
     for line in nonfinite_warnings(graph, inputs):
         print(f"mcuforge: warning: {printable(line)}", file=sys.stderr)
-    outputs = run(a.model, inputs, board=a.board, input_shapes=a.input_shapes)
+    if a.port:  # a real board: build, flash, read its UART
+        from . import hardware
+        if a.input_shapes:
+            raise McuforgeError("--input-shape works on the host board only for now")
+        outputs = hardware.run(a.model, inputs, a.board, a.port, do_flash=not a.no_flash,
+                               timeout=a.timeout, wait_message=sys.stderr)
+    else:
+        outputs = run(a.model, inputs, board=a.board, input_shapes=a.input_shapes)
     if not isinstance(outputs, dict) and suffix == ".npz":
         outputs = {graph.outputs[0]: outputs}
     try:  # through a file object: numpy would append .npy / .npz to a name
@@ -376,6 +383,15 @@ def parser() -> argparse.ArgumentParser:
                    help="where to write the outputs, exactly this file: a .npy (one output), or a "
                         ".npz keyed by output name (any number of outputs)")
     r.add_argument("--board", default="host", help="target board (default: host)")
+    r.add_argument("--port", metavar="DEV",
+                   help="a real board's serial port (/dev/ttyACM0): build, flash (pyOCD / "
+                        "nrfjprog), read the results from its UART (needs pyserial: pip "
+                        "install 'mcuforge[boards]')")
+    r.add_argument("--no-flash", action="store_true",
+                   help="with --port: this firmware (these inputs) is on the board already "
+                        "(a previous run flashed it); press its reset button")
+    r.add_argument("--timeout", type=float, default=60.0, metavar="SECONDS",
+                   help="with --port: how long to wait for the board's output (default: 60)")
     _add_input_shape(r)
     r.set_defaults(fn=_cmd_run)
 

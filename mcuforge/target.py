@@ -67,7 +67,8 @@ def build_firmware(model, board: Board, vectors, workdir: Path, name: str = "mod
 
 def run_elf(board: Board, elf: Path, timeout: float = 900) -> str:
     if not board.emulated:
-        raise McuforgeError(f"{board.name} is not emulated: flash {elf} to the board; "
+        raise McuforgeError(f"{board.name} is not emulated: run it on the board with --port "
+                            f"/dev/ttyACM0 (its serial port), or flash {elf} to it; "
                             f"emulated boards: mps2-an385, mps2-an386, mps2-an500, mps3-an547, "
                             f"riscv32-virt")
     require_tool(board.qemu_binary)

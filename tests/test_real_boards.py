@@ -57,7 +57,9 @@ def compile_cli(model: Path, out: Path, board: str, capsys) -> tuple:
 def test_board_definition(name):
     b = load_board(name)
     assert (b.family, b.output, b.fpu, b.hardware_tested) == ("cortex-m", "uart", True, False)
-    assert not b.emulated and b.extra_sources == ("uart.c",)
+    assert not b.emulated and "uart.c" in b.extra_sources
+    assert b.extra_sources == (("clock.c", "uart.c") if name == "nucleo-l4r5zi" else ("uart.c",))
+    assert b.probe_tool and b.probe_target  # `make flash` (tests/test_real_boards_serial.py)
     assert b.clock_hz and b.flash_size and b.ram_size and b.min_stack >= STACK
     assert any(f.startswith("-mcpu=cortex-m") for f in b.cflags)
     assert {"-mthumb", "-mfloat-abi=hard"} <= set(b.cflags)
