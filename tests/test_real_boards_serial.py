@@ -16,12 +16,12 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from conftest import require_tools
+from conftest import require, require_tools
 from ir.errors import BuildError, McuforgeError
 from mcuforge import cli
 from mcuforge.boards import board_dir, load_board
 
-serial = pytest.importorskip("serial")  # the `boards` extra
+serial = require("serial")  # the `boards` extra (and the test extra): CI fails without it
 
 CROSS = "arm-none-eabi-"
 W = (np.arange(12, dtype=np.float32).reshape(4, 3) - 5) / 8  # exact in binary: sums are exact
