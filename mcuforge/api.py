@@ -12,11 +12,11 @@ from pathlib import Path
 
 import numpy as np
 
-from .boards import board_dir, load_board
+from .board import board_dir, load_board
 from .build import build, run_executable
-from ir.errors import McuforgeError
-from ir.graph import Graph
-from codegen_c.resources import data_dir, render
+from mcuforge.ir.errors import McuforgeError
+from mcuforge.ir.graph import Graph
+from mcuforge.codegen_c.resources import data_dir, render
 
 RUNTIME_FILES = ("mcuforge_rt.h", "mcuforge_math.h", "mcuforge_nn.h", "mcuforge_dw.h",
                  "mcuforge_ew.h", "mcuforge_vec.h", "mcuforge_seq.h")
@@ -42,7 +42,7 @@ def load(model, input_shapes: dict | None = None) -> Graph:
     """Read a model file (or bytes) into the graph IR, checking every op is supported.
     `input_shapes` ({input name: shape}) fixes the dimensions a model leaves open (ONNX or TFLite
     inputs); any other difference from the model is an error."""
-    from frontend import load_model
+    from mcuforge.frontend import load_model
     return load_model(model, input_shapes=input_shapes)
 
 
@@ -60,8 +60,8 @@ def generate_project(graph: Graph, name: str, board: str = "host", vectors=None,
     plus an allowance for the code; default: the board's flash). `profile`: per-layer marks in
     the invoke, which the firmware harness times (codegen_c.model.generate); without it the
     files are as they always were."""
-    from codegen_c.model import generate
-    from optimizer.pipeline import optimize
+    from mcuforge.codegen_c.model import generate
+    from mcuforge.optimizer.pipeline import optimize
 
     if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
         raise McuforgeError(f"--name '{name}' is not a C identifier")
@@ -114,7 +114,7 @@ def _c_bytes(a) -> str:
 
 def check_budget(model, budget: int) -> None:
     """Refuse a model that does not fit --flash-budget even with every layer's weights int8."""
-    from codegen_c.kernels.budget import CODE_ALLOWANCE
+    from mcuforge.codegen_c.kernels.budget import CODE_ALLOWANCE
     need = model.weight_bytes + CODE_ALLOWANCE
     if need > budget:
         raise McuforgeError(
@@ -128,7 +128,7 @@ def check_fits(b, arena: int, weights: int) -> None:
     """Refuse a model whose arena (with its state block) or weights and code cannot fit the
     board, with the numbers. (Before this, the flash budget has kept as many layers' weights
     int8 as it takes: codegen_c/kernels/budget.py, which counts the code the same way.)"""
-    from codegen_c.kernels.budget import CODE_ALLOWANCE
+    from mcuforge.codegen_c.kernels.budget import CODE_ALLOWANCE
     if b.ram_size is not None and arena + b.min_stack > b.ram_size:
         raise McuforgeError(
             f"the model needs {arena:,} bytes of arena plus {b.min_stack:,} of stack, but "
@@ -162,7 +162,7 @@ def compile(model, out_dir, board: str = "host", name: str | None = None,
     replaces those files and removes the ones it no longer writes, but refuses to overwrite
     any other file (the user's own main.c, or a generated file the user changed) unless
     `force`. `profile`: per-layer marks (see generate_project)."""
-    from optimizer.quantize import quantize_for_compile
+    from mcuforge.optimizer.quantize import quantize_for_compile
 
     graph = load(model, input_shapes)
     with GraphRunner() as run:

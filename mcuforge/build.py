@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ir.errors import BuildError
+from mcuforge.ir.errors import BuildError
 
 _DONE = ".mcuforge-done"  # in a finished cache entry: {file: sha256} of what it was made of
 
@@ -31,7 +31,7 @@ def cache_root() -> Path:
 
 def _code_hash() -> str:
     """Hash of mcuforge's own sources, so a changed compiler never reuses a stale build."""
-    from codegen_c.resources import data_dir
+    from mcuforge.codegen_c.resources import data_dir
     h = hashlib.sha256()
     for pkg in _PACKAGES:
         root = data_dir(pkg)
