@@ -10,11 +10,11 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from ir.errors import UnsupportedOpError
-from ir.graph import SUBGRAPH_ATTRS, Graph, Tensor, subgraphs
+from mcuforge.ir.errors import UnsupportedOpError
+from mcuforge.ir.graph import SUBGRAPH_ATTRS, Graph, Tensor, subgraphs
 from .resources import render
-from ir.target import HOST, Target
-from optimizer.memory_plan import MemoryPlan, plan_graph
+from mcuforge.ir.target import HOST, Target
+from mcuforge.optimizer.memory_plan import MemoryPlan, plan_graph
 
 from . import printer
 from .names import c_comment, c_identifier

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from codegen_c import pack
+from mcuforge.codegen_c import pack
 
 CB = 4      # MF_DW_CB
 REC = 10    # MF_DW_REC: 6 weight pairs, bias, mult, add, post

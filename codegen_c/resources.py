@@ -10,7 +10,10 @@ import jinja2
 
 
 def data_dir(package: str) -> Path:
-    """templates, runtime_c or boards as a filesystem path."""
+    """templates, runtime_c or boards (any of mcuforge's packages: "ir", "codegen_c", ...,
+    "mcuforge" itself) as a filesystem path."""
+    if package != "mcuforge":  # the layers install as mcuforge.<layer>
+        package = f"mcuforge.{package}"
     return Path(str(resources.files(package)))
 
 

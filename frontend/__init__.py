@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ir.errors import ModelError
+from mcuforge.ir.errors import ModelError
 
 from .input_shapes import check_input_shapes
 from .onnx import load_onnx

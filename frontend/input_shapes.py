@@ -1,7 +1,7 @@
 """--input-shape against a model's declared input shapes, one rule for every frontend."""
 from __future__ import annotations
 
-from ir.errors import ModelError
+from mcuforge.ir.errors import ModelError
 
 
 def check_input_shapes(declared: dict, given: dict, how: str = "--input-shape") -> None:

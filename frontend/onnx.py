@@ -16,8 +16,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ir.errors import ModelError, ModelNote, UnsupportedOpError
-from ir.graph import Graph, GraphError, Node, Tensor, verify
+from mcuforge.ir.errors import ModelError, ModelNote, UnsupportedOpError
+from mcuforge.ir.graph import Graph, GraphError, Node, Tensor, verify
 
 from .onnx_shapes import In, ShapeError, output_elem, output_shapes
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ir.errors import ModelError
+from mcuforge.ir.errors import ModelError
 
 # element type -> (numpy dtype, the protobuf field its values sit in when not in raw_data)
 _STORAGE = {1: (np.float32, "float_data"), 2: (np.uint8, "int32_data"),

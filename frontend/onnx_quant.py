@@ -41,8 +41,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ir.errors import ModelError
-from ir.graph import Quant, Tensor
+from mcuforge.ir.errors import ModelError
+from mcuforge.ir.graph import Quant, Tensor
 
 from .onnx import Unsupported, from_nhwc, onnx_op, to_nhwc
 from .onnx_layers import _window

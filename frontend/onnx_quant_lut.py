@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ir.graph import Tensor
+from mcuforge.ir.graph import Tensor
 
 from .onnx import Unsupported, onnx_op
 from .onnx_quant import _act_quant, _emit_first, _zp_offset, as_int8, out_int8

@@ -31,7 +31,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from ir.graph import Graph, Tensor, verify
+from mcuforge.ir.graph import Graph, Tensor, verify
 
 OPSET = 13
 IR_VERSION = 7  # the IR version that came with opset 13

@@ -14,8 +14,8 @@ from pathlib import Path
 import numpy as np
 import tflite
 
-from ir.errors import ModelError, UnsupportedOpError
-from ir.graph import MAX_NESTING, Graph, GraphError, Node, Quant, Tensor, verify
+from mcuforge.ir.errors import ModelError, UnsupportedOpError
+from mcuforge.ir.graph import MAX_NESTING, Graph, GraphError, Node, Quant, Tensor, verify
 
 from . import (tflite_ops_binary, tflite_ops_data, tflite_ops_layers,  # noqa: F401
                tflite_ops_math, tflite_ops_reduce, tflite_ops_shape)  # (they register)

@@ -23,7 +23,7 @@ from tflite.BuiltinOperator import BuiltinOperator
 from tflite.BuiltinOptions import BuiltinOptions
 from tflite.TensorType import TensorType
 
-from ir.graph import Quant
+from mcuforge.ir.graph import Quant
 
 SCHEMA_VERSION = 3
 BUFFER_ALIGN = 16

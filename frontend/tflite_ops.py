@@ -16,8 +16,8 @@ import flatbuffers
 import numpy as np
 import tflite
 
-from ir.errors import ModelError
-from ir.graph import Node, Quant, Tensor
+from mcuforge.ir.errors import ModelError
+from mcuforge.ir.graph import Node, Quant, Tensor
 
 CONVERTERS = {}  # TFLite builtin op name -> converter
 

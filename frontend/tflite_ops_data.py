@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 import tflite
 
-from ir.graph import Node
+from mcuforge.ir.graph import Node
 
 from .tflite_ops import Unsupported, op
 

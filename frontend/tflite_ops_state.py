@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import tflite
 
-from ir.graph import Tensor
+from mcuforge.ir.graph import Tensor
 
 from .tflite_ops import Unsupported, op
 

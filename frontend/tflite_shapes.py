@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 import tflite
 
-from ir.errors import ModelError
+from mcuforge.ir.errors import ModelError
 
 from .input_shapes import check_input_shapes
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ir.graph import Graph, Quant, Tensor, verify
+from mcuforge.ir.graph import Graph, Quant, Tensor, verify
 
 from .tflite_flatbuffer import TflOp, TflSubgraph, TflTensor, write_model
 

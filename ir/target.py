@@ -1,6 +1,6 @@
 """What the code is generated for: the instruction-set features the schedules may use, the
 alignment they may assume and the memory they must fit. Built from boards/<name>/board.toml
-(mcuforge.boards.Board.target) and handed to lowering, the schedule stage and the planner;
+(mcuforge.board.Board.target) and handed to lowering, the schedule stage and the planner;
 the host is a target too (portable C that gcc can vectorise)."""
 from __future__ import annotations
 

@@ -12,11 +12,11 @@ from pathlib import Path
 
 import numpy as np
 
-from .boards import board_dir, load_board
+from .board import board_dir, load_board
 from .build import build, run_executable
-from ir.errors import McuforgeError
-from ir.graph import Graph
-from codegen_c.resources import data_dir, render
+from mcuforge.ir.errors import McuforgeError
+from mcuforge.ir.graph import Graph
+from mcuforge.codegen_c.resources import data_dir, render
 from .stamp import stamp_lines
 
 RUNTIME_FILES = ("mcuforge_rt.h", "mcuforge_math.h", "mcuforge_nn.h", "mcuforge_dw.h",
@@ -43,7 +43,7 @@ def load(model, input_shapes: dict | None = None) -> Graph:
     """Read a model file (or bytes) into the graph IR, checking every op is supported.
     `input_shapes` ({input name: shape}) fixes the dimensions a model leaves open (ONNX or TFLite
     inputs); any other difference from the model is an error."""
-    from frontend import load_model
+    from mcuforge.frontend import load_model
     return load_model(model, input_shapes=input_shapes)
 
 
@@ -69,8 +69,8 @@ def generate_project(graph: Graph, name: str, board: str = "host", vectors=None,
     src/, with CMake, Zephyr, Arduino and PlatformIO files: mcuforge/library.py); the board
     still chooses the code (its CPU's kernels) and the memory checks. `stamp`: the lines every
     file starts with (mcuforge/stamp.py)."""
-    from codegen_c.model import generate
-    from optimizer.pipeline import optimize
+    from mcuforge.codegen_c.model import generate
+    from mcuforge.optimizer.pipeline import optimize
 
     if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
         raise McuforgeError(f"--name '{name}' is not a C identifier")
@@ -95,7 +95,7 @@ def generate_project(graph: Graph, name: str, board: str = "host", vectors=None,
     wanted = [RUNTIME_FILES[0]]  # the others only when the model (or one of them) includes them
     while wanted:
         f = wanted.pop()
-        files[f] = (data_dir("runtime_c") / f).read_text()
+        files[f] = (data_dir("mcuforge.runtime_c") / f).read_text()
         wanted += [h for h in RUNTIME_FILES if h not in files and h not in wanted
                    and any(f'#include "{h}"' in files[k] for k in (f, f"{name}.c"))]
     if "mcuforge_math.h" in files and b.family == "riscv":
@@ -133,7 +133,7 @@ def _c_bytes(a) -> str:
 
 def check_budget(model, budget: int) -> None:
     """Refuse a model that does not fit --flash-budget even with every layer's weights int8."""
-    from codegen_c.kernels.budget import CODE_ALLOWANCE
+    from mcuforge.codegen_c.kernels.budget import CODE_ALLOWANCE
     need = model.weight_bytes + CODE_ALLOWANCE
     if need > budget:
         raise McuforgeError(
@@ -147,7 +147,7 @@ def check_fits(b, arena: int, weights: int) -> None:
     """Refuse a model whose arena (with its state block) or weights and code cannot fit the
     board, with the numbers. (Before this, the flash budget has kept as many layers' weights
     int8 as it takes: codegen_c/kernels/budget.py, which counts the code the same way.)"""
-    from codegen_c.kernels.budget import CODE_ALLOWANCE
+    from mcuforge.codegen_c.kernels.budget import CODE_ALLOWANCE
     if b.ram_size is not None and arena + b.min_stack > b.ram_size:
         raise McuforgeError(
             f"the model needs {arena:,} bytes of arena plus {b.min_stack:,} of stack, but "
@@ -185,7 +185,7 @@ def compile(model, out_dir, board: str = "host", name: str | None = None,
     generate_project). Every file starts with a stamp (mcuforge/stamp.py): mcuforge's version,
     the model's sha256, `command` (the `mcuforge` command's arguments, when it is the caller)
     and the options; the same inputs give the same bytes."""
-    from optimizer.quantize import quantize_for_compile
+    from mcuforge.optimizer.quantize import quantize_for_compile
 
     graph = load(model, input_shapes)
     with GraphRunner() as run:

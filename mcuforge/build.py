@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ir.errors import BuildError, McuforgeError
+from mcuforge.ir.errors import BuildError, McuforgeError
 
 _DONE = ".mcuforge-done"  # in a finished cache entry: {file: sha256} of what it was made of
 
@@ -128,7 +128,7 @@ def cache_clean() -> tuple:
 
 def _code_hash() -> str:
     """Hash of mcuforge's own sources, so a changed compiler never reuses a stale build."""
-    from codegen_c.resources import data_dir
+    from mcuforge.codegen_c.resources import data_dir
     h = hashlib.sha256()
     for pkg in _PACKAGES:
         root = data_dir(pkg)

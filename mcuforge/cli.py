@@ -12,9 +12,9 @@ from pathlib import Path
 
 import numpy as np
 
-from codegen_c.names import printable
+from mcuforge.codegen_c.names import printable
 
-from ir.errors import McuforgeError, ModelNote
+from mcuforge.ir.errors import McuforgeError, ModelNote
 
 DESCRIPTION = """\
 Compile a neural network (int8 TFLite today) into a standalone C project: no interpreter,
@@ -43,7 +43,7 @@ def _cmd_compile(a) -> int:
                       profile=a.profile, layout=a.layout, command=a.argv)
     print(f"wrote {len(r.files)} files to {r.out_dir}: {', '.join(r.files)}")
     if a.quantize:  # the user quantizes inputs / dequantizes outputs with these
-        from optimizer.quantize import io_params
+        from mcuforge.optimizer.quantize import io_params
         for kind, tname, dtype, q in io_params(r.graph):
             print(f"{kind} '{printable(tname)}': {dtype}, int8 scale {q.scale[0]!r} "
                   f"zero point {q.zero_point[0]}")

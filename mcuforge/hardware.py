@@ -11,9 +11,9 @@ import subprocess
 import time
 from pathlib import Path
 
-from ir.errors import BuildError, McuforgeError
+from mcuforge.ir.errors import BuildError, McuforgeError
 
-from .boards import Board, load_board
+from .board import Board, load_board
 
 BAUD = 115200  # every real board's uart.c
 PYSERIAL_HINT = "pip install 'mcuforge[boards]' (pyserial)"

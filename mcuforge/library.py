@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import re
 
-from codegen_c.resources import render
+from mcuforge.codegen_c.resources import render
 
 # project file -> template (templates/library/); the JSON manifest is written here instead
 TEMPLATES = {"CMakeLists.txt": "library/CMakeLists.txt.j2",

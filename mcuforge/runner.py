@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ir.errors import McuforgeError
+from mcuforge.ir.errors import McuforgeError
 
 from .api import GraphRunner, build_graph, run_graph  # noqa: F401  (the optimizer's `run`)
 from .build import (_code_hash, build, cache_entry, cache_lock, cache_root,  # noqa: F401

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import numpy as np
 
-from .boards import Board, load_board
-from ir.errors import BuildError, McuforgeError
+from .board import Board, load_board
+from mcuforge.ir.errors import BuildError, McuforgeError
 
 APT_HINT = {"arm-none-eabi-": "gcc-arm-none-eabi libnewlib-arm-none-eabi",
             "riscv64-unknown-elf-": "gcc-riscv64-unknown-elf",

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ir.errors import McuforgeError
-from ir.graph import Graph
+from mcuforge.ir.errors import McuforgeError
+from mcuforge.ir.graph import Graph
 
 METHODS = ("minmax", "percentile", "mse")
 PERCENTILE = 99.99

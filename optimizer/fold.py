@@ -8,7 +8,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from ir.graph import Graph, Node, subgraphs
+from mcuforge.ir.graph import Graph, Node, subgraphs
 
 from .passes import constant
 

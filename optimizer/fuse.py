@@ -8,7 +8,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from ir.graph import Graph
+from mcuforge.ir.graph import Graph
 
 from .passes import constant, fresh_name, only_consumer, producers, use_counts
 

@@ -6,7 +6,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from ir.graph import Graph
+from mcuforge.ir.graph import Graph
 
 WEIGHTED_OPS = ("conv2d", "depthwise_conv2d", "fully_connected")
 

@@ -37,8 +37,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ir.errors import McuforgeError
-from ir.graph import Graph, Node, Tensor
+from mcuforge.ir.errors import McuforgeError
+from mcuforge.ir.graph import Graph, Node, Tensor
 
 from . import calibrate
 
@@ -396,7 +396,7 @@ def with_int16(g: Graph, samples: list, moments: dict, bias_correction: bool, re
     quantize.py's helpers come as arguments (this module does not import it):
     `final_weighted(g)`, `float_edges(q)` and `correct_final_biases(g, q, samples, moments, run,
     values)`; `run` executes graphs (see calibrate.py)."""
-    from ir.errors import BuildError
+    from mcuforge.ir.errors import BuildError
 
     from .memory_plan import plan_graph
     from .pipeline import optimize

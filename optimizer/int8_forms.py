@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ir.graph import Graph, Node, Tensor
+from mcuforge.ir.graph import Graph, Node, Tensor
 
 
 def rewrite(g: Graph) -> Graph:

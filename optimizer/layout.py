@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ir.graph import Graph, Node, Tensor
+from mcuforge.ir.graph import Graph, Node, Tensor
 
 from .passes import bypass, fresh_name, producers, remove_dead_nodes, use_counts
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ir.graph import ALIAS_OPS, Graph, subgraphs
+from mcuforge.ir.graph import ALIAS_OPS, Graph, subgraphs
 
 ALIGN = 4  # every offset is a multiple of 4, and of 8 for 8-byte elements (int64, float64):
 # C requires an int64_t * to be 8-aligned (gcc may vectorize on it; UBSan reports it)

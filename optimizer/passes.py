@@ -9,7 +9,7 @@ from itertools import count
 
 import numpy as np
 
-from ir.graph import Graph, Node, Tensor
+from mcuforge.ir.graph import Graph, Node, Tensor
 
 
 def remove_dead_nodes(g: Graph) -> Graph:

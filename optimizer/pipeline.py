@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from ir.graph import SUBGRAPH_ATTRS, Graph, verify
+from mcuforge.ir.graph import SUBGRAPH_ATTRS, Graph, verify
 
 from .fold import fold_constants
 from .fuse import fold_batch_norms, fold_scale_shift, fuse_activations

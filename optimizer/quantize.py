@@ -42,8 +42,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ir.errors import McuforgeError
-from ir.graph import Graph, Node, Quant, Tensor, verify
+from mcuforge.ir.errors import McuforgeError
+from mcuforge.ir.graph import Graph, Node, Quant, Tensor, verify
 
 from . import calibrate, int16, int8_forms
 from .int16 import is_global_pool
@@ -615,7 +615,7 @@ def quantize_for_compile(g: Graph, scheme, calibration, method=None, io: str = "
     q = quantize_graph(g, samples, method or DEFAULT_METHOD, io, progress, rounding,
                        bias_correction, int16_budget_bytes, run=run)
     if emit_tflite is not None:
-        from frontend.tflite_writer import write_tflite
+        from mcuforge.frontend.tflite_writer import write_tflite
         try:
             data = write_tflite(q)
         except ValueError as e:

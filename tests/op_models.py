@@ -14,7 +14,7 @@ import zlib
 
 import numpy as np
 
-from ir.graph import Graph, Node, Quant, Tensor, verify
+from mcuforge.ir.graph import Graph, Node, Quant, Tensor, verify
 
 ACT_RANGES = {"relu": (0.0, None), "relu6": (0.0, 6.0), "relu_n1_to_1": (-1.0, 1.0)}
 

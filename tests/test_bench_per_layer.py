@@ -11,10 +11,10 @@ import numpy as np
 import pytest
 
 from conftest import mlperf_model, require, require_tools
-from frontend.tflite_flatbuffer import TflOp, TflSubgraph, write_model
+from mcuforge.frontend.tflite_flatbuffer import TflOp, TflSubgraph, write_model
 from mcuforge.api import generate_project, load
 from mcuforge.target import build_firmware, run_on_board
-from mcuforge.boards import load_board
+from mcuforge.board import load_board
 from mcuforge.tools.tflite_cases import tensor
 
 BOARD = "mps2-an386"

@@ -11,9 +11,9 @@ from conftest import MLPERF_INT8, mlperf_model, require_tools
 from mcuforge import runner
 from mcuforge.tools import tflm
 from mcuforge.api import compile as compile_model, load
-from mcuforge.boards import load_board
+from mcuforge.board import load_board
 from mcuforge.tools.demo import demo_tflite_bytes
-from ir.errors import BuildError
+from mcuforge.ir.errors import BuildError
 from mcuforge.target import run_elf, run_on_board
 
 BOARD = "riscv32-virt"

@@ -231,7 +231,7 @@ def test_recompile_refuses_a_generated_file_the_user_changed(work):
 
 def test_api_compile_force(work):
     import mcuforge
-    from ir.errors import McuforgeError
+    from mcuforge.ir.errors import McuforgeError
     out = work / "out"
     out.mkdir()
     (out / "main.c").write_text("int main(void) { return 0; }\n")

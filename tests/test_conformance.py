@@ -6,9 +6,9 @@ import pytest
 
 import op_models
 from op_models import random_inputs, run_tflm
-from codegen_c.evaluate import run_graph
-from frontend.tflite import load_tflite
-from frontend.tflite_writer import write_tflite
+from mcuforge.codegen_c.evaluate import run_graph
+from mcuforge.frontend.tflite import load_tflite
+from mcuforge.frontend.tflite_writer import write_tflite
 from mcuforge import runner
 
 CASES = op_models.all_cases()

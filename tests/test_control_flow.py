@@ -8,14 +8,14 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from codegen_c.model import generate
-from frontend.tflite import load_tflite
-from frontend.tflite_flatbuffer import TflOp, TflSubgraph, write_model
-from ir.errors import ModelError, UnsupportedOpError
-from ir.graph import MAX_NESTING, Graph, GraphError, Node, Tensor, subgraphs, verify
+from mcuforge.codegen_c.model import generate
+from mcuforge.frontend.tflite import load_tflite
+from mcuforge.frontend.tflite_flatbuffer import TflOp, TflSubgraph, write_model
+from mcuforge.ir.errors import ModelError, UnsupportedOpError
+from mcuforge.ir.graph import MAX_NESTING, Graph, GraphError, Node, Tensor, subgraphs, verify
 from mcuforge.tools.tflite_cases import all_cases, tensor
-from optimizer.memory_plan import ALIGN, arena_size, overlaps, plan, plan_graph, requests_of
-from optimizer.pipeline import optimize
+from mcuforge.optimizer.memory_plan import ALIGN, arena_size, overlaps, plan, plan_graph, requests_of
+from mcuforge.optimizer.pipeline import optimize
 
 
 def _case(name):

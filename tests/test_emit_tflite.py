@@ -13,14 +13,14 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from frontend.tflite_writer import write_tflite
+from mcuforge.frontend.tflite_writer import write_tflite
 from mcuforge.tools import tflm
 from mcuforge.api import load
 from mcuforge.cli import main
-from ir.errors import McuforgeError
+from mcuforge.ir.errors import McuforgeError
 from mcuforge.runner import GraphRunner, run_graph
-from optimizer.pipeline import optimize
-from optimizer.quantize import quantize_for_compile
+from mcuforge.optimizer.pipeline import optimize
+from mcuforge.optimizer.quantize import quantize_for_compile
 
 RUN = GraphRunner()  # the quantizer's graph runner: builds each graph once
 
@@ -143,7 +143,7 @@ def test_pad_reflect_wider_than_the_mirror_is_refused():
 
 
 def _graph(op, attrs, x_shape=(1, 4, 4, 2), y_shape=(1, 4, 4, 2), consts=()):
-    from ir.graph import Graph, Node, Tensor
+    from mcuforge.ir.graph import Graph, Node, Tensor
     ts = {"x": Tensor("x", x_shape, "float32"), "y": Tensor("y", y_shape, "float32")}
     for name, arr in consts:
         ts[name] = Tensor(name, arr.shape, "float32", data=arr)
@@ -251,7 +251,7 @@ def test_every_quantizer_op_is_emitted_bit_exact(name, tmp_path):
 
 def test_float_io_edges_are_emitted(tmp_path):
     """io="float": QUANTIZE / DEQUANTIZE at the edges of an NCHW conv."""
-    from optimizer.quantize import quantize_graph
+    from mcuforge.optimizer.quantize import quantize_graph
     model, shape = SINGLE["conv_relu"]
     rng = np.random.default_rng(3)
     cal = rng.uniform(-3, 3, (30,) + tuple(shape)).astype(np.float32)

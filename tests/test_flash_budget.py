@@ -8,7 +8,7 @@ import sys
 
 import numpy as np
 
-from codegen_c.kernels.budget import CODE_ALLOWANCE
+from mcuforge.codegen_c.kernels.budget import CODE_ALLOWANCE
 from conftest import mlperf_model, require_tflm, require_tools
 from mcuforge import runner
 from mcuforge.api import load
@@ -86,9 +86,9 @@ def test_budget_never_narrows_a_layer_that_would_grow():
     int8 weights, the one that saves the most per extra instruction first."""
     from dataclasses import replace
 
-    from codegen_c.kernels import budget, lower_node
-    from frontend.tflite import load_tflite
-    from ir.target import Target
+    from mcuforge.codegen_c.kernels import budget, lower_node
+    from mcuforge.frontend.tflite import load_tflite
+    from mcuforge.ir.target import Target
     from test_sched_layers import layer_model
     m4 = Target("mps2-an386", "cortex-m4", frozenset({"dsp"}))
     # few MACs: the small layer would come first by extra instructions per byte saved

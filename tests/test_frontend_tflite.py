@@ -7,11 +7,11 @@ import pytest
 import tflite
 from conftest import MLPERF_DIR, unavailable
 
-from frontend import load_model
-from frontend.tflite import load_tflite
-from frontend.tflite_ops import CONVERTERS, resolve_padding
-from ir.errors import ModelError, UnsupportedOpError
-from ir.graph import Quant, verify
+from mcuforge.frontend import load_model
+from mcuforge.frontend.tflite import load_tflite
+from mcuforge.frontend.tflite_ops import CONVERTERS, resolve_padding
+from mcuforge.ir.errors import ModelError, UnsupportedOpError
+from mcuforge.ir.graph import Quant, verify
 
 MODELS = MLPERF_DIR
 OP_NAMES = {v: k for k, v in vars(tflite.BuiltinOperator).items() if not k.startswith("_")}

@@ -17,7 +17,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import mcuforge
-from codegen_c.names import c_comment, c_identifier, c_string, printable
+from mcuforge.codegen_c.names import c_comment, c_identifier, c_string, printable
 from mcuforge.cli import main as cli_main
 from mcuforge.runner import run
 from test_frontend_tflite import T, build
@@ -243,7 +243,7 @@ def test_printable():
 def test_tflite_control_flow_hostile_subgraph_names(tmp_path):
     """IF: subgraph names and the tensors copied in and out reach comments of their own."""
     from ai_edge_litert.interpreter import Interpreter
-    from frontend.tflite_flatbuffer import TflOp, TflSubgraph, write_model
+    from mcuforge.frontend.tflite_flatbuffer import TflOp, TflSubgraph, write_model
     from mcuforge.tools.tflite_cases import tensor
     c, a, y = HOSTILE[0], HOSTILE[1], HOSTILE[3]
     main = [tensor(c, (1,), "bool"), tensor(a, (4,), "float32"), tensor(y, (4,), "float32")]

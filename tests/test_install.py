@@ -1,6 +1,8 @@
 """`pip install .` (not -e) gives a working mcuforge: the wheel holds every module and the
-non-Python parts (templates/, runtime_c/, boards/), and the installed package compiles and
-builds a model with no help from the checkout. Runs everywhere, CI included (about 10 s)."""
+non-Python parts (templates/, runtime_c/, boards/) under ONE top-level package, mcuforge (the
+layers install as mcuforge.<layer>), and the installed package compiles and builds a model with
+no help from the checkout, beside another distribution's top-level `optimizer` and `boards`
+packages. Runs everywhere, CI included (about 10 s)."""
 import json
 import os
 import shutil
@@ -14,20 +16,22 @@ from pathlib import Path
 from mcuforge.tools.demo import demo_tflite_bytes
 
 REPO = Path(__file__).resolve().parents[1]
-PACKAGES = ("mcuforge", "frontend", "optimizer", "codegen_c", "templates", "runtime_c", "boards")
+LAYERS = ("ir", "frontend", "optimizer", "codegen_c", "templates", "runtime_c", "boards")
 SUFFIXES = (".py", ".j2", ".h", ".c", ".toml", ".ld", ".S")  # what the compiler reads
 
 SCRIPT = r"""
 import json, sys
+import optimizer, boards  # another distribution's packages, imported first
 import mcuforge
 from mcuforge.tools.demo import demo_tflite_bytes
-from codegen_c.resources import data_dir
+from mcuforge.codegen_c.resources import data_dir
 r = mcuforge.compile(demo_tflite_bytes(), "out", name="demo")
 ours = {m: getattr(mod, "__file__", None) for m, mod in sys.modules.items()
-        if m.split(".")[0] in %r}
+        if m.split(".")[0] == "mcuforge"}
 print(json.dumps(dict(files=r.files, arena=r.arena_bytes, modules=ours, path=sys.path,
+                      foreign=[optimizer.WHO, boards.WHO],
                       data={p: str(data_dir(p)) for p in ("templates", "runtime_c", "boards")})))
-""" % (PACKAGES,)
+"""
 
 
 def run(cmd, **kw):
@@ -54,16 +58,25 @@ def test_wheel_installs_and_compiles_without_the_checkout(tmp_path):
         ".venv", ".git", "build", "dist", "*.egg-info", "__pycache__", ".pytest_cache", "tests"))
     wheel = build_wheel(src, tmp_path / "dist")
 
-    # Everything the compiler reads is in the wheel.
+    # Everything the compiler reads is in the wheel, under mcuforge/ (a layer X at mcuforge/X/),
+    # and nothing else is at the wheel's top level.
     names = set(zipfile.ZipFile(wheel).namelist())
-    expected = {p.relative_to(src).as_posix() for pkg in PACKAGES
+    expected = {"mcuforge/" + p.relative_to(src / pkg).as_posix() if pkg == "mcuforge"
+                else f"mcuforge/{pkg}/" + p.relative_to(src / pkg).as_posix()
+                for pkg in ("mcuforge", *LAYERS)
                 for p in (src / pkg).rglob("*") if p.is_file() and p.suffix in SUFFIXES}
     assert expected - names == set(), f"missing from the wheel: {sorted(expected - names)}"
+    top = {n.split("/")[0] for n in names}
+    assert {t for t in top if not t.endswith(".dist-info")} == {"mcuforge"}, sorted(top)
 
     target = tmp_path / "target"
     r = run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", target,
              wheel])
     assert r.returncode == 0, r.stderr
+    # another distribution's generic top-level packages in the same site-packages
+    for name in ("optimizer", "boards"):
+        (target / name).mkdir()
+        (target / name / "__init__.py").write_text(f"WHO = 'not mcuforge: {name}'\n")
 
     # python -S: no site-packages .pth files, so the checkout's editable-install finder is
     # not loaded; the dependencies (numpy, jinja2, tflite, ...) come from the venv's
@@ -86,7 +99,8 @@ def test_wheel_installs_and_compiles_without_the_checkout(tmp_path):
     outside = {m: f for m, f in got["modules"].items()
                if f is not None and not Path(f).is_relative_to(target)}
     assert not outside, f"imported from outside the installed package: {outside}"
-    assert "mcuforge" in got["modules"] and "codegen_c" in got["modules"]
+    assert "mcuforge" in got["modules"] and "mcuforge.codegen_c" in got["modules"]
+    assert got["foreign"] == ["not mcuforge: optimizer", "not mcuforge: boards"]
     for pkg, d in got["data"].items():
         assert Path(d).is_relative_to(target), (pkg, d)
 

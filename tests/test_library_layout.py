@@ -139,7 +139,7 @@ def _cmake_firmware(tmp_path, model, x, definitions: str, main_patch=None):
     (`main_patch`: (old, new) text in it) and linker script of the default project layout, run
     under QEMU on input `x`. (outputs, cmake build dir, library dir, graph, board)."""
     require_tools("cmake", "arm-none-eabi-gcc", "qemu-system-arm")
-    from mcuforge.boards import load_board
+    from mcuforge.board import load_board
     from mcuforge.target import parse_output, run_elf
     from mcuforge.api import compile as compile_model
     board = load_board("mps2-an386")

@@ -4,10 +4,10 @@ import subprocess
 import numpy as np
 import pytest
 
-from codegen_c import loop_ir as ir
-from codegen_c.evaluate import UndefinedBehaviour, run_kernel
-from codegen_c.printer import c_float, print_array, print_kernel
-from codegen_c.resources import data_dir
+from mcuforge.codegen_c import loop_ir as ir
+from mcuforge.codegen_c.evaluate import UndefinedBehaviour, run_kernel
+from mcuforge.codegen_c.printer import c_float, print_array, print_kernel
+from mcuforge.codegen_c.resources import data_dir
 
 
 def _kernel():
@@ -54,7 +54,7 @@ int main(void) {{
     (tmp_path / "t.c").write_text(src)
     subprocess.run(["gcc", "-std=c99", "-Wall", "-Wextra", "-Werror", "-pedantic",
                     "-fsanitize=address,undefined", "-fno-sanitize-recover=all",
-                    "-I", str(data_dir("runtime_c")), "-o", str(tmp_path / "t"), str(tmp_path / "t.c")],
+                    "-I", str(data_dir("mcuforge.runtime_c")), "-o", str(tmp_path / "t"), str(tmp_path / "t.c")],
                    check=True)
     out = subprocess.run([str(tmp_path / "t")], capture_output=True, text=True, check=True).stdout
     assert [int(v) for v in out.split()] == y.tolist()
@@ -85,7 +85,7 @@ def test_float_literals_round_trip(v):
 
 
 def test_printer_keeps_right_operand_grouping():
-    from codegen_c.printer import Printer
+    from mcuforge.codegen_c.printer import Printer
     oy = ir.Var("oy")
     assert Printer().text(8 - (oy - 1)) == "8 - (oy - 1)"
     k = ir.Var("k")

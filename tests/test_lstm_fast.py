@@ -22,16 +22,16 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from codegen_c import loop_ir as ir
-from codegen_c import pack, qparams
-from codegen_c.evaluate import run_kernel
-from codegen_c.kernels import lower_node
-from codegen_c.lower import reference_kernel
-from codegen_c.micro_seq import INTRINSICS
-from codegen_c.qmath import mf_mbqm
+from mcuforge.codegen_c import loop_ir as ir
+from mcuforge.codegen_c import pack, qparams
+from mcuforge.codegen_c.evaluate import run_kernel
+from mcuforge.codegen_c.kernels import lower_node
+from mcuforge.codegen_c.lower import reference_kernel
+from mcuforge.codegen_c.micro_seq import INTRINSICS
+from mcuforge.codegen_c.qmath import mf_mbqm
 from conftest import require_tflm, require_tools
-from frontend.tflite import load_tflite
-from ir.target import Target
+from mcuforge.frontend.tflite import load_tflite
+from mcuforge.ir.target import Target
 from mcuforge import runner
 from mcuforge.tools import tflm
 from test_sched_seq import lstm_model
@@ -96,7 +96,7 @@ def test_mirror_equals_mbqm_up_to_the_proven_bound():
 def test_mirror_breaks_where_the_proof_says_it_would():
     """Past the proven bound the fast form is not TFLM's (the shift or the addend overflows):
     the mirror raises there, so an unsound proof cannot pass the evaluator silently."""
-    from codegen_c.loop_ir import UndefinedBehaviour
+    from mcuforge.codegen_c.loop_ir import UndefinedBehaviour
     mult, shift = qparams.quantize_multiplier(0.6 * 0.01 * 4096)  # shift > 0: pre > 1
     bound = largest_bound(mult, shift, 0)
     rq = [int(v) for v in pack.requant_params([mult], [shift], 0, [bound])[0]]
@@ -282,8 +282,8 @@ def _mv_program(seed: int) -> tuple:
     """A C program calling mf_seq_mv_s8, mf_seq_mv_w16 and (G <= 8) mf_seq_mv_w16_g<G> on
     random rows and vectors (weights and vector entries at the int8 extremes included, the
     offset any negated zero point), comparing every output with numpy's int64 products."""
-    from codegen_c.kernels.seq import MV16_UNROLLED
-    from codegen_c.micro_seq import pack_rows4, pack_rows4_w16
+    from mcuforge.codegen_c.kernels.seq import MV16_UNROLLED
+    from mcuforge.codegen_c.micro_seq import pack_rows4, pack_rows4_w16
     rng = np.random.default_rng(seed)
     parts, calls, checks = [], [], 0
     for i, (rows, n) in enumerate(MV_SHAPES):

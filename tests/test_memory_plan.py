@@ -1,7 +1,7 @@
 """The arena planner: golden offsets worked out by hand, the overlap checker, determinism."""
 import random
 
-from optimizer.memory_plan import Request, arena_size, lower_bound, overlaps, plan
+from mcuforge.optimizer.memory_plan import Request, arena_size, lower_bound, overlaps, plan
 
 
 def small_requests():
@@ -43,9 +43,9 @@ def test_kernel_scratch_is_planned_with_the_tensors():
     never a tensor live at that step, and counts in the arena and the lower bound."""
     from onnx import TensorProto, helper
 
-    from frontend.onnx import load_onnx
-    from optimizer.memory_plan import plan_graph
-    from optimizer.pipeline import optimize
+    from mcuforge.frontend.onnx import load_onnx
+    from mcuforge.optimizer.memory_plan import plan_graph
+    from mcuforge.optimizer.pipeline import optimize
     nodes = [helper.make_node("Relu", ["x"], ["a"]), helper.make_node("Sigmoid", ["a"], ["b"]),
              helper.make_node("Tanh", ["b"], ["y"])]
     graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT,

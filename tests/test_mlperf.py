@@ -11,8 +11,8 @@ from conftest import MLPERF_INT8, mlperf_model
 from mcuforge import runner
 from mcuforge.tools import tflm
 from mcuforge.api import load
-from optimizer.memory_plan import overlaps, plan_graph
-from optimizer.pipeline import optimize
+from mcuforge.optimizer.memory_plan import overlaps, plan_graph
+from mcuforge.optimizer.pipeline import optimize
 
 N_INPUTS = 50
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from codegen_c import pack
+from mcuforge.codegen_c import pack
 from conftest import require_tools
 from tests.nn_bench import harness
 from tests.test_nn_gemm import c_array, conv_geometry, random_layer, tflm_conv

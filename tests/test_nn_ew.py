@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from codegen_c import pack_ew, qparams
+from mcuforge.codegen_c import pack_ew, qparams
 from conftest import require_tools
 
 _spec = importlib.util.spec_from_file_location(

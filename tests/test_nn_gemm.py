@@ -16,7 +16,7 @@ import math
 import numpy as np
 import pytest
 
-from codegen_c import pack
+from mcuforge.codegen_c import pack
 from tests.nn_bench import harness
 from conftest import require_tflm, require_tools
 

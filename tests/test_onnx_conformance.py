@@ -20,7 +20,7 @@ from onnx import TensorProto, helper
 
 from mcuforge.tools import conformance
 from mcuforge.tools.conformance import Case, Progress, Result, compare, report, run_cases, summary
-from ir.errors import McuforgeError
+from mcuforge.ir.errors import McuforgeError
 
 MIN_PASS_RATE = 0.95
 # one xdist worker runs this file (.ci/test: --dist loadgroup), so the module fixture's whole

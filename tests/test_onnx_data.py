@@ -10,11 +10,11 @@ import pytest
 from onnx import helper, numpy_helper
 from conftest import require
 
-from codegen_c.evaluate import run_graph
-from frontend.onnx import Unsupported, load_onnx
+from mcuforge.codegen_c.evaluate import run_graph
+from mcuforge.frontend.onnx import Unsupported, load_onnx
 from mcuforge import runner
-from ir.errors import UnsupportedOpError
-from optimizer.pipeline import optimize
+from mcuforge.ir.errors import UnsupportedOpError
+from mcuforge.optimizer.pipeline import optimize
 
 ort = require("onnxruntime")
 

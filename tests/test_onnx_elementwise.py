@@ -17,12 +17,12 @@ import pytest
 from onnx import TensorProto as TP
 from onnx import helper, numpy_helper
 
-from codegen_c.evaluate import run_graph
-from codegen_c.lower import LOWERINGS, _load_all
-from frontend.onnx import load_onnx
+from mcuforge.codegen_c.evaluate import run_graph
+from mcuforge.codegen_c.lower import LOWERINGS, _load_all
+from mcuforge.frontend.onnx import load_onnx
 from mcuforge import runner
-from ir.errors import ModelError, UnsupportedOpError
-from ir.graph import ALIAS_OPS
+from mcuforge.ir.errors import ModelError, UnsupportedOpError
+from mcuforge.ir.graph import ALIAS_OPS
 
 OPSET = 21
 IR_VERSION = 10  # onnxruntime reads IR versions up to 10 at least
@@ -78,7 +78,7 @@ def assert_close(ours: dict, ref: dict, rtol=RTOL, atol=ATOL):
 def evaluate(model, feeds: dict) -> dict:
     """The loop-IR evaluator (Python mirrors of the runtime) on sample 0 of the feeds."""
     g = load_onnx(model)
-    from optimizer.pipeline import optimize
+    from mcuforge.optimizer.pipeline import optimize
     g = optimize(g)
     return {o: v[None] for o, v in run_graph(g, {n: feeds[n][0] for n in g.inputs}).items()}
 
@@ -124,7 +124,7 @@ def _c_array(name: str, values, kind: str) -> str:
 
 
 def test_math_runtime_matches_its_mirrors(tmp_path):
-    from codegen_c import mathmirror
+    from mcuforge.codegen_c import mathmirror
     header = Path(__file__).resolve().parents[1] / "runtime_c" / "mcuforge_math.h"
     c_names = set(re.findall(r"static inline [\w\s]+?\b(mfm_\w+)\(", header.read_text()))
     assert c_names == set(MATH_SIGS) == set(mathmirror.INTRINSICS)

@@ -8,8 +8,8 @@ import onnx
 import pytest
 from onnx import TensorProto, helper
 
-from frontend.onnx import load_onnx
-from ir.errors import ModelError, ModelNote, UnsupportedOpError
+from mcuforge.frontend.onnx import load_onnx
+from mcuforge.ir.errors import ModelError, ModelNote, UnsupportedOpError
 
 
 def _model(shape, nodes=None, opset=17):

@@ -15,10 +15,10 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 from conftest import require, unavailable
 
-from codegen_c.evaluate import run_graph
-from frontend.onnx import CONVERTERS, load_onnx
+from mcuforge.codegen_c.evaluate import run_graph
+from mcuforge.frontend.onnx import CONVERTERS, load_onnx
 from mcuforge import runner
-from ir.errors import ModelError, UnsupportedOpError
+from mcuforge.ir.errors import ModelError, UnsupportedOpError
 
 ort = require("onnxruntime")
 

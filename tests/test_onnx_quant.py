@@ -37,9 +37,9 @@ import pytest
 from onnx import TensorProto as TP, helper, numpy_helper
 from conftest import require
 
-import codegen_c.model  # noqa: F401  (imported before onnxruntime.quantization, which puts
-import optimizer.pipeline  # noqa: F401  onnxruntime/transformers, with its optimizer.py, on sys.path)
-from frontend.onnx_quant import ORT_S8_TO_U8, fuse_qdq
+import mcuforge.codegen_c.model  # noqa: F401  (imported before onnxruntime.quantization, which puts
+import mcuforge.optimizer.pipeline  # noqa: F401  onnxruntime/transformers, with its optimizer.py, on sys.path)
+from mcuforge.frontend.onnx_quant import ORT_S8_TO_U8, fuse_qdq
 from mcuforge.runner import run
 
 ort = require("onnxruntime")
@@ -364,7 +364,7 @@ def test_three_convs_exact(tmp_path, fmt):
 
 def test_fused_qdq_runs_int8_kernels(tmp_path):
     from mcuforge.api import load
-    from optimizer.pipeline import optimize
+    from mcuforge.optimizer.pipeline import optimize
     m = fuse_qdq(_quantized(tmp_path, "conv_relu", *FORMATS[2]))
     assert [n.op_type for n in m.graph.node] == ["QuantizeLinear", "QLinearConv",
                                                  "DequantizeLinear"]
@@ -527,7 +527,7 @@ def test_float32_scales_only_where_float32_is_computed():
     that compute in float16 alone. The float32 ones match onnx's reference exactly."""
     from onnx.reference import ReferenceEvaluator
 
-    from frontend.onnx_quant import float32_scales
+    from mcuforge.frontend.onnx_quant import float32_scales
     s = numpy_helper.from_array(np.array(0.0137, np.float16), "s")
     z = numpy_helper.from_array(np.array(3, np.int8), "z")
     nodes = [helper.make_node("QuantizeLinear", ["x", "s", "z"], ["q"], precision=TP.FLOAT),
@@ -623,7 +623,7 @@ def _ort_table(op, dtype, scales, zps, **attrs):
 
 def _table(op, dtype, scales, zps, **attrs):
     """lut_ort's table as the (u)int8 values of the model's own types."""
-    from codegen_c.lower import lut_ort
+    from mcuforge.codegen_c.lower import lut_ort
     off = 128 if dtype == "uint8" else 0
     fn = lut_ort.mlas_logistic if op == "QLinearSigmoid" else lut_ort._leaky(attrs["alpha"])
     t = lut_ort.lookup_table(fn, (scales[0], zps[0] - off), (scales[1], zps[1] - off))
@@ -645,7 +645,7 @@ def test_lookup_tables_are_onnxruntimes(monkeypatch):
     points anywhere, softmax-like outputs 1/256 too). MLAS's logistic is its FMA kernel: the
     tables differ from the unfused arithmetic's in the FMA_SENSITIVE cases, and there
     onnxruntime (x86-64 FMA3, ARM64 NEON) is the fused one."""
-    from codegen_c.lower import lut_ort
+    from mcuforge.codegen_c.lower import lut_ort
     rng = np.random.default_rng(8)
     for k in range(120):
         dtype = ("int8", "uint8")[k % 2]

@@ -13,10 +13,10 @@ import numpy as np
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from frontend import load_model
-from frontend.onnx import load_onnx
+from mcuforge.frontend import load_model
+from mcuforge.frontend.onnx import load_onnx
 from mcuforge import runner
-from ir.errors import ModelError
+from mcuforge.ir.errors import ModelError
 
 ort = pytest.importorskip("onnxruntime")
 
@@ -427,7 +427,7 @@ def test_tflite_mismatched_operands_refused(k):
 def test_graph_verify_checks_shapes():
     """Graphs built directly (as passes and frontends do): each malformed node is a GraphError
     naming it; the well-formed twin passes."""
-    from ir.graph import Graph, GraphError, Node, Tensor, verify
+    from mcuforge.ir.graph import Graph, GraphError, Node, Tensor, verify
 
     def graph(op, shapes, attrs, consts=()):
         ts = {f"t{i}": Tensor(f"t{i}", s, "float32",

@@ -18,12 +18,12 @@ import onnx
 import pytest
 
 from conftest import mlperf_model, require  # tests/ has no __init__.py: pytest puts it on sys.path
-from frontend.onnx_writer import write_onnx
-from frontend.tflite_writer import write_tflite
+from mcuforge.frontend.onnx_writer import write_onnx
+from mcuforge.frontend.tflite_writer import write_tflite
 from mcuforge.api import load
-from ir.graph import Graph, Node, Quant, Tensor, verify
+from mcuforge.ir.graph import Graph, Node, Quant, Tensor, verify
 from mcuforge.runner import run_graph
-from optimizer.pipeline import optimize
+from mcuforge.optimizer.pipeline import optimize
 
 ort = require("onnxruntime")
 

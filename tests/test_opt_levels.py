@@ -34,9 +34,9 @@ from conftest import MLPERF_INT8, mlperf_model, require_tools
 from mcuforge import runner
 from mcuforge.tools import conformance, tflm
 from mcuforge.api import load
-from ir.graph import ALIAS_OPS, SUBGRAPH_ATTRS
-from optimizer.memory_plan import plan_graph
-from optimizer.pipeline import optimize
+from mcuforge.ir.graph import ALIAS_OPS, SUBGRAPH_ATTRS
+from mcuforge.optimizer.memory_plan import plan_graph
+from mcuforge.optimizer.pipeline import optimize
 
 ort = pytest.importorskip("onnxruntime")
 
@@ -149,7 +149,7 @@ def test_plan_aligns_8_byte_elements():
     """Random requests of 4- and 8-aligned tensors (odd sizes too): every offset is a multiple
     of its request's alignment, and live requests never overlap."""
     import random
-    from optimizer.memory_plan import Request, overlaps, plan
+    from mcuforge.optimizer.memory_plan import Request, overlaps, plan
     rng = random.Random(5)
     for _ in range(200):
         reqs = []

@@ -4,13 +4,13 @@ graphs through the lowering and the loop-IR evaluator."""
 import numpy as np
 import pytest
 
-from codegen_c.evaluate import run_graph
-from ir.graph import Graph, Node, Quant, Tensor, verify
-from optimizer.fold import fold_constants
-from optimizer.fuse import fold_batch_norms, fuse_activations
-from optimizer.layout import merge_transposes, sink_transposes, transposes_to_reshapes
-from optimizer.passes import remove_dead_nodes, remove_identities
-from optimizer.pipeline import PIPELINE, optimize
+from mcuforge.codegen_c.evaluate import run_graph
+from mcuforge.ir.graph import Graph, Node, Quant, Tensor, verify
+from mcuforge.optimizer.fold import fold_constants
+from mcuforge.optimizer.fuse import fold_batch_norms, fuse_activations
+from mcuforge.optimizer.layout import merge_transposes, sink_transposes, transposes_to_reshapes
+from mcuforge.optimizer.passes import remove_dead_nodes, remove_identities
+from mcuforge.optimizer.pipeline import PIPELINE, optimize
 
 RNG = np.random.default_rng(7)
 NCHW_TO_NHWC, NHWC_TO_NCHW = (0, 2, 3, 1), (0, 3, 1, 2)
@@ -296,7 +296,7 @@ def _conv_bn_relu_conv_onnx():
 def test_onnx_conv_bn_relu_conv_keeps_nhwc_between_layers():
     import onnxruntime as ort
 
-    from frontend.onnx import load_onnx
+    from mcuforge.frontend.onnx import load_onnx
     from mcuforge import runner
     model = _conv_bn_relu_conv_onnx()
     before = load_onnx(model)
@@ -323,7 +323,7 @@ def test_onnx_residual_block_transposes_only_at_the_input():
     import onnxruntime as ort
     from onnx import TensorProto, helper, numpy_helper
 
-    from frontend.onnx import load_onnx
+    from mcuforge.frontend.onnx import load_onnx
     from mcuforge import runner
     init = {"w0": f32(4, 3, 3, 3), "w1": f32(4, 4, 3, 3), "w2": f32(4, 4, 3, 3),
             "s": f32(4, lo=0.5, hi=2), "bb": f32(4), "m": f32(4), "v": f32(4, lo=0.5, hi=2),
@@ -365,8 +365,8 @@ def test_pipeline_is_flat_and_every_pass_documents_its_guarantee():
 
 def test_int8_tflite_graphs_come_out_unchanged():
     import op_models
-    from frontend.tflite import load_tflite
-    from frontend.tflite_writer import write_tflite
+    from mcuforge.frontend.tflite import load_tflite
+    from mcuforge.frontend.tflite_writer import write_tflite
     for name, g in op_models.all_cases():
         loaded = load_tflite(write_tflite(g))
         assert text(optimize(loaded)) == text(remove_dead_nodes(loaded)), name

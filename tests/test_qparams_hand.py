@@ -21,8 +21,8 @@ from onnx import helper
 from mcuforge.tools import tflm
 from mcuforge.api import load
 from mcuforge.runner import GraphRunner, run_graph
-from optimizer.pipeline import optimize
-from optimizer.quantize import quantize_for_compile, quantize_graph
+from mcuforge.optimizer.pipeline import optimize
+from mcuforge.optimizer.quantize import quantize_for_compile, quantize_graph
 from test_emit_tflite import onnx_model, ort_run
 
 RUN = GraphRunner()  # the quantizer's graph runner: builds each graph once

@@ -12,8 +12,8 @@ from onnx import helper
 from mcuforge.tools import tflm
 from mcuforge.api import load
 from mcuforge.runner import GraphRunner
-from optimizer.quantize import quantize_graph
-from optimizer.pipeline import optimize
+from mcuforge.optimizer.quantize import quantize_graph
+from mcuforge.optimizer.pipeline import optimize
 from test_emit_tflite import check_emitted, onnx_model
 
 RUN = GraphRunner()  # the quantizer's graph runner: builds each graph once

@@ -12,19 +12,19 @@ import numpy as np
 import pytest
 from conftest import mlperf_model, require_tflm
 
-from frontend.tflite_writer import write_tflite
+from mcuforge.frontend.tflite_writer import write_tflite
 from mcuforge.tools import tflm
 from mcuforge.api import load
 from mcuforge.cli import main
-from ir.errors import McuforgeError
-from ir.graph import Graph, Node, Quant, Tensor
+from mcuforge.ir.errors import McuforgeError
+from mcuforge.ir.graph import Graph, Node, Quant, Tensor
 from mcuforge.runner import GraphRunner, run_graph
-from optimizer import calibrate, int16
-from optimizer.calibrate import softmax_input_range
-from optimizer.memory_plan import plan_graph
-from optimizer.pipeline import optimize
-from optimizer.quantize import WEIGHTED, quantize_for_compile, quantize_graph
-from optimizer.rounding import gptq_round
+from mcuforge.optimizer import calibrate, int16
+from mcuforge.optimizer.calibrate import softmax_input_range
+from mcuforge.optimizer.memory_plan import plan_graph
+from mcuforge.optimizer.pipeline import optimize
+from mcuforge.optimizer.quantize import WEIGHTED, quantize_for_compile, quantize_graph
+from mcuforge.optimizer.rounding import gptq_round
 
 RUN = GraphRunner()  # the quantizer's graph runner: builds each graph once
 

@@ -21,11 +21,11 @@ import pytest
 import mcuforge.api
 from conftest import MLPERF_INT8, mlperf_model, require_tools
 from mcuforge import cli
-from codegen_c.kernels.budget import CODE_ALLOWANCE
+from mcuforge.codegen_c.kernels.budget import CODE_ALLOWANCE
 from mcuforge.api import check_fits, default_name
 from mcuforge.tools.info import model_info
-from mcuforge.boards import board_dir, load_board
-from ir.errors import McuforgeError
+from mcuforge.board import board_dir, load_board
+from mcuforge.ir.errors import McuforgeError
 
 REAL_BOARDS = ("nucleo-l4r5zi", "stm32f746g-disco", "nrf52840dk")
 SEMIHOSTING_MODELS = ("kws_ref_model", "vww_96_int8")  # `make SEMIHOSTING=1` too

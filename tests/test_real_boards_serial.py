@@ -17,9 +17,9 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from conftest import require, require_tools
-from ir.errors import BuildError, McuforgeError
+from mcuforge.ir.errors import BuildError, McuforgeError
 from mcuforge import cli
-from mcuforge.boards import board_dir, load_board
+from mcuforge.board import board_dir, load_board
 
 serial = require("serial")  # the `boards` extra (and the test extra): CI fails without it
 

@@ -7,9 +7,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from codegen_c import pack
-from codegen_c import qmath as m
-from codegen_c import qparams as qp
+from mcuforge.codegen_c import pack
+from mcuforge.codegen_c import qmath as m
+from mcuforge.codegen_c import qparams as qp
 
 
 def fast(acc: int, row, signfix: int) -> int:

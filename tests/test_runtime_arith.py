@@ -15,8 +15,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from codegen_c import qmath as m
-from codegen_c import qparams as qp
+from mcuforge.codegen_c import qmath as m
+from mcuforge.codegen_c import qparams as qp
 
 ROOT = Path(__file__).resolve().parents[1]
 HEADER = ROOT / "runtime_c" / "mcuforge_rt.h"
@@ -419,7 +419,7 @@ def make_cases(rng) -> list:
 def _int16_family_cases(rng, cases):
     """TFLite's 16x8 softmax: the 513-entry table lookup (TFLM's two tables and a random one)
     and the int16 and int8 -> int16 rows, with the tables and parameters of TFLM's Prepare."""
-    from codegen_c.lower.q_int16 import softmax_int16_luts, softmax_int16_params
+    from mcuforge.codegen_c.lower.q_int16 import softmax_int16_luts, softmax_int16_params
     exp_lut, recip_lut = (t.tolist() for t in softmax_int16_luts())
     for lut in (exp_lut, recip_lut, rng.integers(-32768, 32768, 513).tolist()):
         for v in list(range(-32768, 32768, 61)) + [-32768, -129, -128, -1, 0, 127, 32767]:
@@ -577,7 +577,7 @@ def test_every_c_function_is_mirrored_and_tested():
     # mcuforge_math.h's mfm_ mirrors join INTRINSICS too (codegen_c/mathmirror.py)
     # (the micro-kernels' mirrors, codegen_c/micro*.py, join it too: mcuforge_nn.h and friends)
     assert {n for n, f in m.INTRINSICS.items() if n.startswith("mf_")
-            and not f.__module__.startswith("codegen_c.micro")} == \
+            and not f.__module__.startswith("mcuforge.codegen_c.micro")} == \
         c_names - {"mf_get_reciprocal", "mf_inv_sqrt_multiplier_exp"}
 
 
@@ -689,8 +689,8 @@ def test_mean_params_folds_count():
 def tflm():
     from tflite_micro.python.tflite_micro import runtime
 
-    from frontend.tflite_writer import write_tflite
-    from ir.graph import Graph, Node, Quant, Tensor
+    from mcuforge.frontend.tflite_writer import write_tflite
+    from mcuforge.ir.graph import Graph, Node, Quant, Tensor
 
     def run(op, inputs, out, attrs, *arrays):
         """inputs: [(dtype, scale, zp)], out: (dtype, scale, zp); arrays share one shape."""

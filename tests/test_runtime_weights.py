@@ -54,8 +54,8 @@ def test_runtime_operands_match_onnxruntime(name):
 
 def test_integer_layer_with_runtime_weights_is_refused():
     """Run-time weights are float only: the error names the operand, no traceback."""
-    from codegen_c.lower import OpContext, operand
-    from ir.graph import Graph, Node, Quant, Tensor
+    from mcuforge.codegen_c.lower import OpContext, operand
+    from mcuforge.ir.graph import Graph, Node, Quant, Tensor
     q = Quant((0.1,), (0,))
     ts = {n: Tensor(n, (1, 1, 1, 1), "int8", None, q) for n in ("x", "w", "y")}
     node = Node("conv2d", ("x", "w"), ("y",), {})

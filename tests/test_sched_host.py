@@ -16,13 +16,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from codegen_c.evaluate import run_kernel
-from codegen_c.kernels import host as host_sched
-from codegen_c.kernels import lower_node
-from codegen_c.lower import reference_kernel
+from mcuforge.codegen_c.evaluate import run_kernel
+from mcuforge.codegen_c.kernels import host as host_sched
+from mcuforge.codegen_c.kernels import lower_node
+from mcuforge.codegen_c.lower import reference_kernel
 from conftest import require_tflm, require_tools
-from frontend.tflite import load_tflite
-from ir.target import HOST, Target
+from mcuforge.frontend.tflite import load_tflite
+from mcuforge.ir.target import HOST, Target
 from mcuforge import runner
 from mcuforge.tools import tflm
 from test_sched_layers import VALID, layer_model
@@ -116,7 +116,7 @@ def _harness(k) -> str:
     """A C program running kernel `k` alone: its constants as arrays, x read from stdin, y and
     the scratch on the heap, each exactly as large as the kernel declares (so AddressSanitizer
     sees any access past them, which inside the model's arena it could not)."""
-    from codegen_c.printer import print_array, print_kernel
+    from mcuforge.codegen_c.printer import print_array, print_kernel
     names = {b.name: f"k_{b.name}" for b in k.consts}
     arrays = "\n".join(print_array(names[b.name], b.dtype, b.data) for b in k.consts)
     params = {b.name: b for b in k.params}

@@ -16,13 +16,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from codegen_c.evaluate import run_kernel
-from codegen_c.kernels import lower_node
-from codegen_c.lower import reference_kernel
+from mcuforge.codegen_c.evaluate import run_kernel
+from mcuforge.codegen_c.kernels import lower_node
+from mcuforge.codegen_c.lower import reference_kernel
 from conftest import require_tflm, require_tools
 from mcuforge.tools import tflm
-from frontend.tflite import load_tflite
-from ir.target import HOST, Target
+from mcuforge.frontend.tflite import load_tflite
+from mcuforge.ir.target import HOST, Target
 from mcuforge import runner
 from tfl_build import Model
 
@@ -270,7 +270,7 @@ def test_tables_are_8_aligned_in_firmware(tmp_path, monkeypatch):
     import subprocess
 
     from conftest import mlperf_model
-    from mcuforge.boards import load_board
+    from mcuforge.board import load_board
     from mcuforge.target import build_firmware
     require_tools("arm-none-eabi-gcc")
     monkeypatch.setenv("MCUFORGE_OPT", "-Os")

@@ -14,14 +14,14 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from codegen_c import loop_ir as ir
+from mcuforge.codegen_c import loop_ir as ir
 
-from codegen_c.evaluate import run_kernel
-from codegen_c.kernels import lower_node
-from codegen_c.lower import reference_kernel
+from mcuforge.codegen_c.evaluate import run_kernel
+from mcuforge.codegen_c.kernels import lower_node
+from mcuforge.codegen_c.lower import reference_kernel
 from conftest import require_tflm, require_tools
-from frontend.tflite import load_tflite
-from ir.target import HOST, Target
+from mcuforge.frontend.tflite import load_tflite
+from mcuforge.ir.target import HOST, Target
 from mcuforge import runner
 from mcuforge.tools import tflm
 from tfl_build import Model

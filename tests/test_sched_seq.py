@@ -20,13 +20,13 @@ import os
 import numpy as np
 import pytest
 
-from codegen_c.evaluate import run_kernel
-from codegen_c.kernels import lower_node
-from codegen_c.kernels.seq import seq as seq_schedule
-from codegen_c.lower import OpContext, reference_kernel
+from mcuforge.codegen_c.evaluate import run_kernel
+from mcuforge.codegen_c.kernels import lower_node
+from mcuforge.codegen_c.kernels.seq import seq as seq_schedule
+from mcuforge.codegen_c.lower import OpContext, reference_kernel
 from conftest import require_tflm, require_tools
-from frontend.tflite import load_tflite
-from ir.target import HOST, Target
+from mcuforge.frontend.tflite import load_tflite
+from mcuforge.ir.target import HOST, Target
 from mcuforge import runner
 from mcuforge.tools import tflm
 from tfl_build import Model
@@ -201,14 +201,14 @@ def test_tflm_example_models_on_arm_equal_tflm(file, board):
 
 
 def _hoisted(body, consts):
-    from codegen_c.kernels import seq
+    from mcuforge.codegen_c.kernels import seq
     h = seq._Hoist({b.name: b for b in consts}, False)
     return h.body(seq._replace_dots(body)), h
 
 
 def _row_dot(acc, w, row, n, v, v0, k="k"):
     """acc = acc + w[row * n + k] * (v[v0 + k] + 3) over k < n, as state.py writes it."""
-    from codegen_c import loop_ir as ir
+    from mcuforge.codegen_c import loop_ir as ir
     kv = ir.Var(k)
     return ir.Loop(k, n, (ir.Assign(acc, ir.Var(acc) + ir.Load(w, row * n + kv, "int8")
                                     * (ir.Load(v, v0 + kv, "int8") + 3)),))
@@ -217,7 +217,7 @@ def _row_dot(acc, w, row, n, v, v0, k="k"):
 def test_hoisting_keeps_products_whose_vector_the_row_loop_changes_or_indexes():
     """Row products move out of the loop over rows only when their vector is the same for
     every row: not when it is indexed by an inner loop's variable or written in the loop."""
-    from codegen_c import loop_ir as ir
+    from mcuforge.codegen_c import loop_ir as ir
     w = ir.Buffer("w", "int8", 4 * 6, "const", np.arange(24, dtype=np.int8) - 12)
     j, r = ir.Var("j"), ir.Var("r")
     # 1: the vector row r of x, r an inner loop's variable: the call stays in the loop
@@ -238,7 +238,7 @@ def test_hoisting_keeps_products_whose_vector_the_row_loop_changes_or_indexes():
         calls = [s for s in ir.walk(new) if isinstance(s, ir.CallStmt)]
         assert len(calls) == (1 if hoists else 0)
         if hoists:  # evaluated: equal to the loops
-            from codegen_c.kernels.seq import SCRATCH, _set_work
+            from mcuforge.codegen_c.kernels.seq import SCRATCH, _set_work
             new = _set_work(new, h.words)
             bufs = (ir.Buffer("x", "int8", 12, "in"), ir.Buffer("y", "int32", 8, "out"), w,
                     *h.packed.values(), ir.Buffer(SCRATCH, "int32", h.words + h.work, "scratch"))
@@ -254,7 +254,7 @@ def test_flash_budget_keeps_sequence_weights_int8_and_m4_still_equals_tflm():
     (mf_seq_mv_s8, its DSP body), and the result is still tflite-micro's."""
     from dataclasses import replace
 
-    from codegen_c.kernels import budget
+    from mcuforge.codegen_c.kernels import budget
     model, x = _build("lstm_wide", lstm_model, dict(batch=1, steps=2, inputs=28, hidden=20))
     g = load_tflite(model)
     node = g.nodes[0]

@@ -22,12 +22,12 @@ import os
 import numpy as np
 import pytest
 
-from codegen_c.evaluate import run_kernel
-from codegen_c.kernels import lower_node
-from codegen_c.lower import reference_kernel
+from mcuforge.codegen_c.evaluate import run_kernel
+from mcuforge.codegen_c.kernels import lower_node
+from mcuforge.codegen_c.lower import reference_kernel
 from conftest import require_tflm, require_tools
-from frontend.tflite import load_tflite
-from ir.target import HOST, Target
+from mcuforge.frontend.tflite import load_tflite
+from mcuforge.ir.target import HOST, Target
 from mcuforge import runner
 from mcuforge.tools import tflm
 from tfl_build import Model
@@ -165,8 +165,8 @@ def test_memory_planned_in_place_without_copies():
     """The SVDF's next memory is planned at the memory's own address (no arena bytes, no copy
     at the end of the invocation); where the graph also reads the next memory (an output
     here), it keeps its own buffer and the copy."""
-    from codegen_c.model import generate
-    from optimizer.memory_plan import in_place_states, plan_graph
+    from mcuforge.codegen_c.model import generate
+    from mcuforge.optimizer.memory_plan import in_place_states, plan_graph
     model, _ = _build("m8", dict(inputs=16, units=12))
     g = load_tflite(model)
     (state, nxt), = g.state.items()
@@ -188,7 +188,7 @@ def test_flash_budget_keeps_feature_weights_int8_and_m4_still_equals_tflm():
     DSP extension), and the result is still tflite-micro's."""
     from dataclasses import replace
 
-    from codegen_c.kernels import budget
+    from mcuforge.codegen_c.kernels import budget
     model, x = _build("m32", dict(inputs=32, units=6, memory=32))
     g = load_tflite(model)
     node = g.nodes[0]

@@ -5,12 +5,12 @@ import numpy as np
 import pytest
 
 import op_models
-from codegen_c import loop_ir as ir
-from codegen_c import schedule
-from codegen_c.evaluate import run_kernel
-from codegen_c.lower import reference_kernel
-from frontend.tflite import load_tflite
-from frontend.tflite_writer import write_tflite
+from mcuforge.codegen_c import loop_ir as ir
+from mcuforge.codegen_c import schedule
+from mcuforge.codegen_c.evaluate import run_kernel
+from mcuforge.codegen_c.lower import reference_kernel
+from mcuforge.frontend.tflite import load_tflite
+from mcuforge.frontend.tflite_writer import write_tflite
 
 CASES = dict(op_models.all_cases())
 

@@ -104,7 +104,7 @@ def test_host_make_run_on_an_input_file_and_make_size(tmp_path):
 def test_emulated_make_run_prints_instructions_and_run_still_parses(tmp_path):
     require_tools("arm-none-eabi-gcc", "qemu-system-arm")
     from mcuforge.api import compile as compile_model
-    from mcuforge.boards import load_board
+    from mcuforge.board import load_board
     from mcuforge.target import parse_output
     model = matmul_model(batch=1)
     x = np.array([[0.5, -1.25, 2.0, 0.75]], np.float32)
@@ -294,7 +294,7 @@ def test_a_real_boards_firmware_says_cycles_not_instructions(tmp_path):
     """Not emulated: the counter ticks are processor cycles at the board's clock; no instruction
     figure is claimed (QEMU's one instruction per ns does not hold on silicon)."""
     from mcuforge.api import compile as compile_model
-    from mcuforge.boards import load_board
+    from mcuforge.board import load_board
     b = load_board("nucleo-l4r5zi")
     compile_model(matmul_model(1).SerializeToString(), tmp_path / "fw", board=b.name, name="mm")
     main = (tmp_path / "fw" / "main.c").read_text()

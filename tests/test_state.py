@@ -4,10 +4,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from codegen_c.model import generate
-from ir.graph import Graph, GraphError, Node, Tensor, verify
-from optimizer.memory_plan import overlaps, plan_graph
-from optimizer.pipeline import optimize
+from mcuforge.codegen_c.model import generate
+from mcuforge.ir.graph import Graph, GraphError, Node, Tensor, verify
+from mcuforge.optimizer.memory_plan import overlaps, plan_graph
+from mcuforge.optimizer.pipeline import optimize
 
 
 def accumulator(extra_dead: bool = False) -> Graph:
@@ -66,7 +66,7 @@ def test_board_ram_check_counts_the_state(monkeypatch):
     from dataclasses import replace
 
     from mcuforge import api
-    from ir.errors import McuforgeError
+    from mcuforge.ir.errors import McuforgeError
     t = {n: Tensor(n, (1000,), "float32") for n in ("x", "acc", "acc_next")}
     g = verify(Graph(t, [Node("binary", ("acc", "x"), ("acc_next",), {"fn": "add"})], ["x"],
                      ["acc_next"], state={"acc": "acc_next"}))

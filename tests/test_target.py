@@ -8,8 +8,8 @@ import subprocess
 
 import pytest
 
-from ir.target import HOST, Target
-from mcuforge.boards import board_names, load_board
+from mcuforge.ir.target import HOST, Target
+from mcuforge.board import board_names, load_board
 
 from conftest import require_tools
 

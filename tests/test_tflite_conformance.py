@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from frontend.tflite_flatbuffer import TflOp, TflSubgraph, write_model
+from mcuforge.frontend.tflite_flatbuffer import TflOp, TflSubgraph, write_model
 from mcuforge.tools import conformance, conformance_tflite
 from mcuforge.tools.tflite_cases import all_cases, q, single, tensor
 from conftest import require_tflm

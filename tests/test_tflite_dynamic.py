@@ -9,9 +9,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from frontend.tflite import load_tflite
+from mcuforge.frontend.tflite import load_tflite
 from mcuforge import runner
-from ir.errors import McuforgeError
+from mcuforge.ir.errors import McuforgeError
 
 from tfl_build import Model, litert
 
@@ -194,7 +194,7 @@ def test_shape_rules_reproduce_a_real_converters_shapes(stem):
     """MLPerf Tiny models (TF's converter, dynamic batch): every shape recomputed from the
     inputs equals the one the converter stored."""
     from conftest import mlperf_model
-    from frontend.tflite import _Reader
+    from mcuforge.frontend.tflite import _Reader
     path = mlperf_model(stem)
     r = _Reader(path.read_bytes(), str(path))
     assert r.shapes is not None  # their inputs have a dynamic batch

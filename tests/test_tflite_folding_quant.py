@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from mcuforge import runner
-from ir.errors import McuforgeError
+from mcuforge.ir.errors import McuforgeError
 
 from tfl_build import Model, litert
 

@@ -17,11 +17,11 @@ import numpy as np
 import pytest
 import tflite
 
-from frontend.tflite_flatbuffer import TflOp, TflSubgraph, TflTensor, write_model
-from frontend.tflite_writer import write_tflite
+from mcuforge.frontend.tflite_flatbuffer import TflOp, TflSubgraph, TflTensor, write_model
+from mcuforge.frontend.tflite_writer import write_tflite
 from mcuforge import runner
 from mcuforge.tools import tflm
-from ir.graph import Graph, Node, Tensor
+from mcuforge.ir.graph import Graph, Node, Tensor
 
 from tfl_build import Model, litert
 

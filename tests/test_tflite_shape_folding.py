@@ -5,12 +5,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from frontend.tflite import load_tflite
+from mcuforge.frontend.tflite import load_tflite
 from mcuforge.tools import conformance, conformance_tflite
-from ir.graph import Graph, Node, Tensor
+from mcuforge.ir.graph import Graph, Node, Tensor
 from mcuforge.tools.tflite_cases import shape as shape_cases
-from optimizer.fold import fold_constants
-from optimizer.pipeline import optimize
+from mcuforge.optimizer.fold import fold_constants
+from mcuforge.optimizer.pipeline import optimize
 from conftest import require_tflm
 
 CASES = [shape_cases.flatten_by_shape_case(), shape_cases.flatten_by_concat_case()]

@@ -10,10 +10,10 @@ import pytest
 import tflite
 from conftest import require
 
-from frontend.tflite import load_tflite
-from frontend.tflite_writer import write_tflite
+from mcuforge.frontend.tflite import load_tflite
+from mcuforge.frontend.tflite_writer import write_tflite
 from mcuforge.tools.demo import demo_model, demo_tflite_bytes
-from ir.graph import Graph, Node, Tensor
+from mcuforge.ir.graph import Graph, Node, Tensor
 import op_models  # tests/ has no __init__.py, so pytest puts tests/ on sys.path
 from op_models import random_inputs, run_tflm
 

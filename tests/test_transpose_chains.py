@@ -25,11 +25,11 @@ import numpy as np
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from codegen_c.evaluate import run_graph
+from mcuforge.codegen_c.evaluate import run_graph
 from mcuforge import runner
 from mcuforge.api import load
-from optimizer.layout import compose, inverse
-from optimizer.pipeline import optimize
+from mcuforge.optimizer.layout import compose, inverse
+from mcuforge.optimizer.pipeline import optimize
 
 ort = pytest.importorskip("onnxruntime")
 

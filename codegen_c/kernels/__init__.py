@@ -8,7 +8,7 @@ on random data and require equal outputs.
 Schedules register per op with `@schedules(op, ...)` and are tried in registration order."""
 from __future__ import annotations
 
-from ir.target import HOST, Target
+from mcuforge.ir.target import HOST, Target
 
 from ..lower import OpContext, reference_kernel
 

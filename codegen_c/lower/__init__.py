@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ir.graph import ALIAS_OPS, Graph, Node, Tensor
+from mcuforge.ir.graph import ALIAS_OPS, Graph, Node, Tensor
 
 from .. import loop_ir as ir
 

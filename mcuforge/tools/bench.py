@@ -8,7 +8,7 @@ import textwrap
 from pathlib import Path
 
 from . import tflm
-from ir.errors import BuildError, McuforgeError
+from mcuforge.ir.errors import BuildError, McuforgeError
 
 
 def static_ram_bytes(project: Path, name: str) -> int:
@@ -168,7 +168,7 @@ def bench_board(model: str, board_name: str, with_tflm: bool, per_layer: bool = 
     import numpy as np
 
     from ..api import load
-    from ..boards import load_board
+    from ..board import load_board
     from .info import model_info
     from ..runner import split_inputs
     from ..target import run_on_board

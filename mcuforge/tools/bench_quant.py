@@ -33,13 +33,13 @@ import numpy as np
 
 # mcuforge's own packages first: onnxruntime.quantization puts a folder with its own
 # optimizer.py on sys.path, which would hide the `optimizer` package if imported later
-import codegen_c.model  # noqa: F401,E402
-import frontend.onnx_writer  # noqa: F401,E402
-import optimizer.calibrate  # noqa: F401,E402
-import optimizer.pipeline  # noqa: F401,E402
-import optimizer.quantize  # noqa: F401,E402
+import mcuforge.codegen_c.model  # noqa: F401,E402
+import mcuforge.frontend.onnx_writer  # noqa: F401,E402
+import mcuforge.optimizer.calibrate  # noqa: F401,E402
+import mcuforge.optimizer.pipeline  # noqa: F401,E402
+import mcuforge.optimizer.quantize  # noqa: F401,E402
 
-from ir.errors import McuforgeError
+from mcuforge.ir.errors import McuforgeError
 
 MLPERF_INT8 = {"ad01_fp32": "ad01_int8", "kws_ref_model_float32": "kws_ref_model",
                "pretrainedResnet": "pretrainedResnet_quant", "vww_96_float": "vww_96_int8"}
@@ -107,7 +107,7 @@ def _int8_input_range(int8_model: Path) -> tuple:
 def user_data(data, graph, what: str) -> tuple:
     """(batch [N, *input shape] float32, labels or None) from the user's data: what `compile
     --calibration` takes (calibrate.load_samples), an eval .npz / dict may add `labels`."""
-    from optimizer.calibrate import _load, load_samples, stack_samples
+    from mcuforge.optimizer.calibrate import _load, load_samples, stack_samples
     name = graph.inputs[0]
     if isinstance(data, (str, os.PathLike)) and Path(data).is_file():
         data = _load(Path(data))
@@ -193,7 +193,7 @@ def float_reference(model: Path, graph, x: np.ndarray) -> np.ndarray:
 def mcuforge_int8(model: Path, cal: np.ndarray, x: np.ndarray, int16_budget=0) -> np.ndarray:
     """mcuforge's int8 model (default calibration method, float32 edges so the output is the
     dequantized int8 output) built as C and run on `x`."""
-    from optimizer.quantize import quantize_for_compile
+    from mcuforge.optimizer.quantize import quantize_for_compile
 
     from ..api import load
     from ..api import GraphRunner
@@ -242,8 +242,8 @@ def export_onnx(model: Path, folder: Path) -> str:
     """The float TFLite `model` written as `folder`/<stem>.onnx; returns the path. The graph
     goes through mcuforge's optimizer pipeline first: that is the graph mcuforge quantizes,
     and it turns a hybrid model's int8 weights into float32 ones."""
-    from frontend.onnx_writer import write_onnx
-    from optimizer.pipeline import optimize
+    from mcuforge.frontend.onnx_writer import write_onnx
+    from mcuforge.optimizer.pipeline import optimize
 
     from ..api import load
     path = folder / f"{model.stem}.onnx"
@@ -269,7 +269,7 @@ def mlcommons_int8(int8_model: Path, x: np.ndarray) -> np.ndarray:
 
 
 def _row(model: Path) -> dict:
-    from optimizer.quantize import DEFAULT_METHOD
+    from mcuforge.optimizer.quantize import DEFAULT_METHOD
     return {"model": model.name, "inputs": None, "random_inputs": False, "calibration": None,
             "eval": None, "labels": False, "method": DEFAULT_METHOD, "float": None,
             "mcuforge": None, "onnxruntime": None,

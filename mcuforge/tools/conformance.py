@@ -26,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ir.errors import McuforgeError
+from mcuforge.ir.errors import McuforgeError
 
 KINDS = ("node", "simple", "pytorch-converted", "pytorch-operator")
 CFLAGS = ["-O0", "-std=c99", "-Wall", "-Wextra", "-Werror", "-pedantic"]
@@ -156,7 +156,7 @@ def _all_supported(model, ops) -> bool:
     """Every op has a converter and every graph input and output an element type mcuforge
     has and at least one element (the denominator of the pass rate: float16, float64,
     strings and zero-size tensors are out of scope)."""
-    from frontend.onnx import _DTYPES, _load_converters, converter
+    from mcuforge.frontend.onnx import _DTYPES, _load_converters, converter
     _load_converters()
     opset = max((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")),
                 default=1)
@@ -208,7 +208,7 @@ def run_batch(cases: list) -> list:
 
 
 def _run_batch(cases: list, work: Path) -> list:
-    from codegen_c.resources import data_dir
+    from mcuforge.codegen_c.resources import data_dir
     results, ready, frozen = {}, [], {}  # ready: [_Built]
     t0 = {}
     for i, case in enumerate(cases):
@@ -227,8 +227,8 @@ def _run_batch(cases: list, work: Path) -> list:
         ready.append(_Built(case, prefix, graph, names))
     from ..api import RUNTIME_FILES  # every runtime header: scheduled kernels include theirs
     for f in RUNTIME_FILES:
-        if (data_dir("runtime_c") / f).is_file():
-            shutil.copy(data_dir("runtime_c") / f, work / f)
+        if (data_dir("mcuforge.runtime_c") / f).is_file():
+            shutil.copy(data_dir("mcuforge.runtime_c") / f, work / f)
     if ready:
         ready = _build(work, ready, results)
     for index, b in enumerate(ready):
@@ -311,14 +311,14 @@ def _freeze(model, names: list, case: Case) -> bytes:
 
 
 def _compile(model: bytes, case: Case, names: list, prefix: str):
-    from codegen_c.model import generate
-    from frontend.onnx import load_onnx
-    from optimizer.pipeline import optimize
+    from mcuforge.codegen_c.model import generate
+    from mcuforge.frontend.onnx import load_onnx
+    from mcuforge.optimizer.pipeline import optimize
 
-    from ir.errors import ModelError, UnsupportedOpError
+    from mcuforge.ir.errors import ModelError, UnsupportedOpError
     try:
         if case.kind == "tflite":
-            from frontend.tflite import load_tflite
+            from mcuforge.frontend.tflite import load_tflite
             g = load_tflite(model, name=case.name)
         else:
             shapes = {n: tuple(a.shape) for n, a in zip(names, case.data_sets[0][0])}
@@ -598,11 +598,11 @@ def pool_map(fn, items: list, jobs: int, timeout: float = POOL_TIMEOUT, initiali
 def _warm_up():
     """Import the compiler once per worker, before the first batch is timed."""
     warnings.simplefilter("ignore")
-    import codegen_c.model  # noqa: F401
-    import frontend.onnx
-    import frontend.tflite  # noqa: F401
-    import optimizer.pipeline  # noqa: F401
-    frontend.onnx._load_converters()
+    import mcuforge.codegen_c.model  # noqa: F401
+    import mcuforge.frontend.tflite  # noqa: F401
+    import mcuforge.optimizer.pipeline  # noqa: F401
+    from mcuforge.frontend.onnx import _load_converters
+    _load_converters()
 
 
 # ---- the report -----------------------------------------------------------------------------

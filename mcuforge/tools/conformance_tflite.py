@@ -44,7 +44,7 @@ def _litert(model: bytes, inputs: list, reference_kernels: bool = False) -> list
 def load_cases(filter: str | None = None) -> list:
     """The registered cases as conformance.Case, references computed; a case whose reference
     cannot run it is a bug in the case and fails loudly here."""
-    from frontend.tflite import CONVERTERS
+    from mcuforge.frontend.tflite import CONVERTERS
     from .tflite_cases import all_cases, random_inputs
     out = []
     for c in all_cases(filter):

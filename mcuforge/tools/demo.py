@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ir.graph import Graph, Node, Quant, Tensor, verify
+from mcuforge.ir.graph import Graph, Node, Quant, Tensor, verify
 
 SEED = 20240601
 INPUT_SHAPE = (1, 16, 16, 3)
@@ -32,7 +32,7 @@ def demo_model() -> Graph:
 
 def demo_tflite_bytes() -> bytes:
     """The demo network as a .tflite flatbuffer."""
-    from frontend.tflite_writer import write_tflite
+    from mcuforge.frontend.tflite_writer import write_tflite
 
     return write_tflite(demo_model())
 

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ir.errors import McuforgeError
+from mcuforge.ir.errors import McuforgeError
 
 MODEL = Path(__file__).resolve().parent / "data" / "digits_cnn.onnx"  # package data
 HELD_OUT = 360  # the last 360 images of the data set: the test split
@@ -37,7 +37,7 @@ def digits_data():
         from sklearn.datasets import load_digits
     except ImportError:
         raise McuforgeError("the digits demo needs scikit-learn for its data set: "
-                            "pip install scikit-learn") from None
+                            "pip install 'mcuforge[demo]' (scikit-learn)") from None
     d = load_digits()
     x = (d.data.reshape(-1, 1, 8, 8) / 16.0).astype(np.float32)
     y = d.target.astype(np.int64)
@@ -53,7 +53,7 @@ def quantizer_available() -> bool:
     import importlib.util
 
     from ..api import compile as compile_model
-    if importlib.util.find_spec("optimizer.quantize") is None:
+    if importlib.util.find_spec("mcuforge.optimizer.quantize") is None:
         return False
     return "quantize" in inspect.signature(compile_model).parameters
 

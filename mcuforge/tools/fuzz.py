@@ -67,7 +67,7 @@ class Outcome:
 
 
 def _classify(e: BaseException) -> tuple:
-    from ir.errors import BuildError, McuforgeError
+    from mcuforge.ir.errors import BuildError, McuforgeError
     if isinstance(e, McuforgeError) and not isinstance(e, BuildError):
         return "refused", f"{type(e).__name__}: {e}"
     tb = "".join(traceback.format_exception(e))

@@ -243,17 +243,17 @@ def _mutate_onnx(data: bytes, kind: str, rng) -> bytes:
 
 def exercise(data: bytes) -> None:
     """What `mcuforge compile` does with a model, short of writing files."""
-    from codegen_c.model import generate
-    from optimizer.pipeline import optimize
+    from mcuforge.codegen_c.model import generate
+    from mcuforge.optimizer.pipeline import optimize
 
-    from frontend import load_model
+    from mcuforge.frontend import load_model
     g = optimize(load_model(data))
     generate(g, "model")
 
 
 def _child(data: bytes, wfd: int) -> None:
     import warnings
-    from ir.errors import McuforgeError
+    from mcuforge.ir.errors import McuforgeError
     resource.setrlimit(resource.RLIMIT_AS, (MEMORY_LIMIT, MEMORY_LIMIT))
     try:
         with warnings.catch_warnings():
@@ -385,9 +385,9 @@ def fuzz(cases: int, seed: int = 0, timeout: float = 20.0, models=(), formats=("
 
 def _warm_up() -> None:
     """Import what a case needs once, so every forked child starts warm."""
-    import codegen_c.model  # noqa: F401
-    import frontend  # noqa: F401
+    import mcuforge.codegen_c.model  # noqa: F401
+    import mcuforge.frontend  # noqa: F401
     import onnx.reference  # noqa: F401
-    import optimizer.pipeline  # noqa: F401
-    from frontend.onnx import _load_converters
+    import mcuforge.optimizer.pipeline  # noqa: F401
+    from mcuforge.frontend.onnx import _load_converters
     _load_converters()

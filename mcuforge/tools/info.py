@@ -9,11 +9,11 @@ def model_info(model, input_shapes: dict | None = None, board: str = "host",
                flash_budget: int | None = None) -> dict:
     """The figures of the model as compiled for `board` (its schedules decide the packed
     weights' size and the kernels' scratch)."""
-    from codegen_c.model import generate
-    from optimizer.pipeline import optimize
+    from mcuforge.codegen_c.model import generate
+    from mcuforge.optimizer.pipeline import optimize
 
     from ..api import load
-    from ..boards import load_board
+    from ..board import load_board
     g = optimize(load(model, input_shapes))
     gen = generate(g, "model", load_board(board).target(flash_budget))
     plan = gen.plan
@@ -43,7 +43,7 @@ def model_info(model, input_shapes: dict | None = None, board: str = "host",
 
 def _ops(g) -> list:
     """Every node's op, those inside IF/WHILE subgraphs too."""
-    from ir.graph import subgraphs
+    from mcuforge.ir.graph import subgraphs
     out = []
     for n in g.nodes:
         out.append(n.op)

@@ -8,7 +8,7 @@ import time
 
 import numpy as np
 
-from ir.errors import McuforgeError
+from mcuforge.ir.errors import McuforgeError
 
 
 def available() -> bool:

@@ -34,7 +34,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ir.errors import McuforgeError
+from mcuforge.ir.errors import McuforgeError
 
 from .bench_quant import accuracy, sqnr_db, top1_agreement
 
@@ -172,7 +172,7 @@ def _tflite_names(data: bytes) -> tuple:
     """(mcuforge's name of each tensor of subgraph 0, operator output tensor indices): the
     frontend's own naming, so names match the graph's."""
     import tflite
-    from frontend.tflite import _decode, unique_names
+    from mcuforge.frontend.tflite import _decode, unique_names
     sg = tflite.Model.GetRootAsModel(data, 0).Subgraphs(0)
     names = unique_names([_decode(sg.Tensors(i).Name()) for i in range(sg.TensorsLength())])
     produced = [sg.Operators(k).Outputs(j) for k in range(sg.OperatorsLength())
@@ -192,7 +192,7 @@ def model_nodes(src: Path) -> dict:
     data = src.read_bytes()
     model = tflite.Model.GetRootAsModel(data, 0)
     sg = model.Subgraphs(0)
-    from frontend.tflite import _decode
+    from mcuforge.frontend.tflite import _decode
     names, _ = _tflite_names(data)
     found = {}
     for k in range(sg.OperatorsLength()):
@@ -332,7 +332,7 @@ def validate(model, data, labels=None, board: str = "host", quantize: str | None
     """Run the compiled model and its reference on `data` (a .npz path); returns the report
     as a dict (format_report prints it). `labels`: a .npy path, or None for the .npz's own
     `labels` array if it has one."""
-    from optimizer.quantize import quantize_for_compile
+    from mcuforge.optimizer.quantize import quantize_for_compile
 
     from ..api import GraphRunner, load
     model = Path(model)

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from codegen_c import pack
+from mcuforge.codegen_c import pack
 from tests.nn_bench import harness
 
 # name, kind, geometry, O, reps

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from codegen_c import pack
+from mcuforge.codegen_c import pack
 from tests.nn_bench import harness
 
 # name, mf_conv_geom, O

@@ -19,7 +19,7 @@ import numpy as np
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
 sys.path.insert(0, str(ROOT))
-from codegen_c import pack_dw  # noqa: E402
+from mcuforge.codegen_c import pack_dw  # noqa: E402
 
 ARM = ["arm-none-eabi-gcc", "-mthumb", "-mfloat-abi=soft", "--specs=nano.specs", "-nostartfiles",
        "-Wa,--fatal-warnings", "-T", str(HERE / "dw_link.ld")]

@@ -18,8 +18,8 @@ ROOT = HERE.parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(HERE))
 import dw_bench  # noqa: E402  (the toolchain, QEMU and start-up files the depthwise bench uses)
-from codegen_c import pack_ew, qparams  # noqa: E402
-from codegen_c.micro_ew import POOL_GEOM  # noqa: E402
+from mcuforge.codegen_c import pack_ew, qparams  # noqa: E402
+from mcuforge.codegen_c.micro_ew import POOL_GEOM  # noqa: E402
 
 TICK = dw_bench.TICK
 

@@ -26,7 +26,7 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
 sys.path.insert(0, str(REPO))
 
-from mcuforge.boards import load_board  # noqa: E402  (board flags and QEMU command line)
+from mcuforge.board import load_board  # noqa: E402  (board flags and QEMU command line)
 
 # the source trees and their folder names under --sources
 SOURCE_DIRS = {"tflm": "tflite-micro", "cmsis": "cmsis", "cortex-dfp": "cmsis/Cortex_DFP",

@@ -19,8 +19,8 @@ from typing import Callable, Optional
 
 import numpy as np
 
-from frontend.tflite_flatbuffer import TflOp, TflSubgraph, TflTensor, write_model
-from ir.graph import Quant
+from mcuforge.frontend.tflite_flatbuffer import TflOp, TflSubgraph, TflTensor, write_model
+from mcuforge.ir.graph import Quant
 
 FAMILIES = ("math", "binary", "reduce", "shape", "data", "layers", "int16", "state", "stateful",
             "control", "uint8")

@@ -16,8 +16,8 @@ import zlib
 import numpy as np
 import tflite
 
-from frontend.tflite_ops import resolve_padding
-from ir.graph import Quant
+from mcuforge.frontend.tflite_ops import resolve_padding
+from mcuforge.ir.graph import Quant
 
 from . import cases, integers, q, single, tensor, uniform
 

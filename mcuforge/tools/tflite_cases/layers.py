@@ -11,7 +11,7 @@ import zlib
 
 import numpy as np
 
-from ir.graph import Quant
+from mcuforge.ir.graph import Quant
 
 from . import cases, q, single, tensor, uniform
 

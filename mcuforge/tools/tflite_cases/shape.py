@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from frontend.tflite_flatbuffer import TflOp, TflSubgraph
+from mcuforge.frontend.tflite_flatbuffer import TflOp, TflSubgraph
 
 from . import TflCase, cases, q, single, tensor
 

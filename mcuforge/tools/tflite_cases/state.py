@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from frontend.tflite_flatbuffer import TflOp, TflSubgraph
+from mcuforge.frontend.tflite_flatbuffer import TflOp, TflSubgraph
 
 from . import TflCase, cases, q, tensor
 

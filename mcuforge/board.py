@@ -10,9 +10,9 @@ import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ir.errors import McuforgeError
-from ir.target import Target
-from codegen_c.resources import data_dir
+from mcuforge.ir.errors import McuforgeError
+from mcuforge.ir.target import Target
+from mcuforge.codegen_c.resources import data_dir
 
 _FIRMWARE = {"main.c": "firmware/main.c.j2", "inputs.h": "firmware/inputs.h.j2",
              "mf_board.h": "firmware/mf_board.h.j2", "Makefile": "firmware/Makefile.j2"}
@@ -114,11 +114,11 @@ class Board:
 
 
 def board_names() -> list:
-    return sorted(p.parent.name for p in data_dir("boards").glob("*/board.toml"))
+    return sorted(p.parent.name for p in data_dir("mcuforge.boards").glob("*/board.toml"))
 
 
 def board_dir(name: str) -> Path:
-    return data_dir("boards") / name
+    return data_dir("mcuforge.boards") / name
 
 
 def load_board(name: str) -> Board:
