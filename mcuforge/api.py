@@ -95,7 +95,7 @@ def generate_project(graph: Graph, name: str, board: str = "host", vectors=None,
     wanted = [RUNTIME_FILES[0]]  # the others only when the model (or one of them) includes them
     while wanted:
         f = wanted.pop()
-        files[f] = (data_dir("mcuforge.runtime_c") / f).read_text()
+        files[f] = (data_dir("runtime_c") / f).read_text()
         wanted += [h for h in RUNTIME_FILES if h not in files and h not in wanted
                    and any(f'#include "{h}"' in files[k] for k in (f, f"{name}.c"))]
     if "mcuforge_math.h" in files and b.family == "riscv":

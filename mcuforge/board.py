@@ -114,11 +114,11 @@ class Board:
 
 
 def board_names() -> list:
-    return sorted(p.parent.name for p in data_dir("mcuforge.boards").glob("*/board.toml"))
+    return sorted(p.parent.name for p in data_dir("boards").glob("*/board.toml"))
 
 
 def board_dir(name: str) -> Path:
-    return data_dir("mcuforge.boards") / name
+    return data_dir("boards") / name
 
 
 def load_board(name: str) -> Board:

@@ -54,7 +54,7 @@ int main(void) {{
     (tmp_path / "t.c").write_text(src)
     subprocess.run(["gcc", "-std=c99", "-Wall", "-Wextra", "-Werror", "-pedantic",
                     "-fsanitize=address,undefined", "-fno-sanitize-recover=all",
-                    "-I", str(data_dir("mcuforge.runtime_c")), "-o", str(tmp_path / "t"), str(tmp_path / "t.c")],
+                    "-I", str(data_dir("runtime_c")), "-o", str(tmp_path / "t"), str(tmp_path / "t.c")],
                    check=True)
     out = subprocess.run([str(tmp_path / "t")], capture_output=True, text=True, check=True).stdout
     assert [int(v) for v in out.split()] == y.tolist()

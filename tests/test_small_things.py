@@ -284,9 +284,12 @@ def test_wheel_builds_without_package_warnings_and_holds_the_boards(tmp_path):
     assert absent == [], f"setuptools warns about {absent}"
     (wheel,) = (tmp_path / "dist").glob("mcuforge-*.whl")
     names = set(zipfile.ZipFile(wheel).namelist())
-    boards = {p.relative_to(src).as_posix() for p in (src / "boards").rglob("*") if p.is_file()}
+    # (the layers install as mcuforge.<layer>: boards/ is mcuforge/boards/ in the wheel)
+    boards = {"mcuforge/" + p.relative_to(src).as_posix() for p in (src / "boards").rglob("*")
+              if p.is_file() and "__pycache__" not in p.parts}
     assert len(boards) > 10 and boards - names == set(), sorted(boards - names)
-    templates = {p.relative_to(src).as_posix() for p in (src / "templates").rglob("*.j2")}
+    templates = {"mcuforge/" + p.relative_to(src).as_posix()
+                 for p in (src / "templates").rglob("*.j2")}
     assert templates - names == set(), sorted(templates - names)
 
 

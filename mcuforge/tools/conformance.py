@@ -227,8 +227,8 @@ def _run_batch(cases: list, work: Path) -> list:
         ready.append(_Built(case, prefix, graph, names))
     from ..api import RUNTIME_FILES  # every runtime header: scheduled kernels include theirs
     for f in RUNTIME_FILES:
-        if (data_dir("mcuforge.runtime_c") / f).is_file():
-            shutil.copy(data_dir("mcuforge.runtime_c") / f, work / f)
+        if (data_dir("runtime_c") / f).is_file():
+            shutil.copy(data_dir("runtime_c") / f, work / f)
     if ready:
         ready = _build(work, ready, results)
     for index, b in enumerate(ready):
