@@ -262,6 +262,16 @@ def _add_input_shape(p) -> None:
     p.set_defaults(input_shapes=None)
 
 
+def _cmd_report(a) -> int:
+    from .tools.report import analyze, write_report
+    out = a.output or ("report.json" if a.json else "report.html")
+    r = analyze(a.model, board=a.board, input_shapes=a.input_shapes,
+                flash_budget=a.flash_budget, progress=sys.stderr)
+    write_report(r, out, as_json=a.json)
+    print(f"wrote {out}")
+    return 0
+
+
 def _cmd_demo(a) -> int:
     if a.synthetic:
         from .tools.demo import run_demo
@@ -404,6 +414,23 @@ def parser() -> argparse.ArgumentParser:
     f.add_argument("--save", metavar="DIR", help="write the first file of each failure here")
     f.add_argument("--json", action="store_true", help="print JSON")
     f.set_defaults(fn=_cmd_fuzz_files)
+
+    e = command("report", "analyse a model layer by layer into one self-contained HTML file "
+                "(or JSON): op, shapes, quantization, MACs, weight bytes, arena offsets, a "
+                "picture of the arena over time and a per-layer cost chart; with an emulated "
+                "--board also each layer's instructions under QEMU and the totals against the "
+                "board's flash and RAM. Example: mcuforge report kws.tflite --board mps2-an386 "
+                "-o kws.html")
+    e.add_argument("model", help="the model (.onnx or .tflite)")
+    e.add_argument("--board", help="compile for this board (and on an emulated one, run the "
+                   "per-layer profile under QEMU)")
+    e.add_argument("-o", "--output", help="the file to write (default: report.html, with "
+                   "--json report.json)")
+    e.add_argument("--json", action="store_true", help="write the same data as JSON (no "
+                   "pictures)")
+    e.add_argument("--flash-budget", type=_bytes, metavar="BYTES", help="as compile's")
+    _add_input_shape(e)
+    e.set_defaults(fn=_cmd_report)
 
     d = command("demo", "a CNN trained on 8x8 digits, quantized to int8, compiled, run in C on "
                         "held-out images; accuracy beside float, bytes checked against TFLM")
