@@ -367,3 +367,25 @@ def test_a_board_without_emulator_gives_an_estimate(tmp_path):
     assert all(x["instructions"] is None for x in r["layers"])
     assert r["macs"] == sum(m for _, m, _ in _tflite_layers(model))
     _check_html(page)
+
+
+def test_control_flow_model_on_a_board(tmp_path):
+    """An IF with a float FC in its then-branch (tests/test_bench_per_layer.py's model): the
+    if is one layer with its branches' MACs and weights, its subgraph memory one hatched
+    scratch buffer; its bool condition input is fed to the board run (bench's inputs used to
+    fail on bool: np.iinfo)."""
+    require_tools("arm-none-eabi-gcc", "qemu-system-arm")
+    from test_bench_per_layer import _if_model
+    path = tmp_path / "if.tflite"
+    path.write_bytes(_if_model())
+    r, page = _report(tmp_path, path, "--board", BOARD)
+    fc, cond = r["layers"]
+    assert (fc["op"], fc["macs"], fc["weight_bytes"]) == ("fully_connected", 4 * 8, 4 * 8 * 4)
+    assert (cond["op"], cond["macs"], cond["weight_bytes"]) == ("if", 4 * 4, 4 * 4 * 4)
+    [s] = cond["scratch"]
+    assert {"name": "y/scratch", "kind": "scratch", "offset": s["offset"], "bytes": s["bytes"],
+            "first": 1, "last": 1} in r["arena"]
+    assert fc["instructions"] > 0 and cond["instructions"] > 0
+    assert abs(r["profile"]["instructions"] - fc["instructions"] - cond["instructions"]) \
+        <= 2 * TICK
+    _check_html(page)

@@ -142,11 +142,21 @@ def _layer(g, plan, i: int, node, calls: dict) -> dict:
         "macs": int(macs),
         # the model's constants this layer reads (weights, biases, tables), as the model
         # stores them; an alias (reshape) reads none at run time
-        "weight_bytes": 0 if node.op in ALIAS_OPS else sum(g.tensors[t].nbytes for t in consts),
+        "weight_bytes": 0 if node.op in ALIAS_OPS else _const_bytes(g, node),
         "flash_bytes": int(flash),  # the generated constant arrays of its kernel
         "scratch": [{"offset": plan.offsets[q.name], "bytes": q.size} for q in mine],
         "instructions": None,
     }
+
+
+def _const_bytes(g, node) -> int:
+    """Bytes of the constants a node reads; a control-flow node's include its subgraphs'."""
+    from ir.graph import ALIAS_OPS, subgraphs
+    total = sum(g.tensors[t].nbytes for t in dict.fromkeys(node.inputs)
+                if t and g.tensors[t].is_const)
+    for sg in subgraphs(node):
+        total += sum(_const_bytes(sg, n) for n in sg.nodes if n.op not in ALIAS_OPS)
+    return total
 
 
 def _buffer(g, r, offset: int) -> dict:
