@@ -27,6 +27,7 @@ def analyze(model, board: str | None = None, input_shapes: dict | None = None,
 
     from ..api import load
     from ..boards import load_board
+    board = None if board == "host" else board  # the host has no flash or RAM to fill
     b = load_board(board or "host")
     g = optimize(load(model, input_shapes))
     gen = generate(g, "model", b.target(flash_budget))
