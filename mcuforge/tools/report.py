@@ -254,7 +254,12 @@ def _fmt_quant(q) -> str:
 
 
 def render_html(r: dict) -> str:
+    import importlib.util
+
     import jinja2
+    if importlib.util.find_spec("matplotlib") is None:  # a --no-deps install may lack it
+        raise McuforgeError("the HTML report draws its pictures with matplotlib, which is not "
+                            "installed: pip install matplotlib (or write --json)") from None
 
     from codegen_c.names import printable
     from codegen_c.resources import data_dir
