@@ -57,8 +57,14 @@ def analyze(model, board: str | None = None, input_shapes: dict | None = None,
         if progress:
             print(f"report: building {out['model']} for {b.name} and running it under QEMU "
                   f"(a plain and a profiled build)...", file=progress, flush=True)
+        import inspect
+        shapes = {"input_shapes": input_shapes} if input_shapes else {}
+        if shapes and "input_shapes" not in inspect.signature(bench_board).parameters:
+            raise McuforgeError("report --board runs bench's board build, which takes no "
+                                "--input-shape yet: give a model with fixed input shapes, or "
+                                "leave out --board")
         row = bench_board(model, b.name, with_tflm=False, per_layer=True,
-                          flash_budget=flash_budget)
+                          flash_budget=flash_budget, **shapes)
         if progress:
             print(f"report: {row['instructions']:,} instructions per inference", file=progress,
                   flush=True)
