@@ -398,3 +398,14 @@ def test_control_flow_model_on_a_board(tmp_path):
     assert abs(r["profile"]["instructions"] - fc["instructions"] - cond["instructions"]) \
         <= 2 * TICK
     _check_html(page)
+
+
+def test_the_report_is_deterministic(tmp_path):
+    """The same model gives the same bytes (the pictures carry no date)."""
+    path = _hostile_model(tmp_path, "t", "small.tflite")
+    pages = []
+    for k in range(2):
+        res = _cli("report", str(path), "-o", str(tmp_path / f"{k}.html"))
+        assert res.returncode == 0, res.stderr
+        pages.append((tmp_path / f"{k}.html").read_bytes())
+    assert pages[0] == pages[1]
