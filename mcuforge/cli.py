@@ -5,6 +5,7 @@ import argparse
 import json
 import os
 import sys
+import textwrap
 import warnings
 import zipfile
 from collections import Counter
@@ -16,20 +17,30 @@ from mcuforge.codegen_c.names import printable
 
 from mcuforge.ir.errors import McuforgeError, ModelNote
 
-DESCRIPTION = """\
-Compile a neural network (int8 TFLite today) into a standalone C project: no interpreter,
-no malloc, one static arena whose size is known at compile time.
+from .board import board_names
 
-  mcuforge compile model.tflite -o out/     write the C project; then: make -C out/
+DESCRIPTION = """\
+Compile a neural network into a standalone C project: no interpreter, no malloc, one static
+arena whose size is known at compile time. Takes ONNX (.onnx) and TFLite (.tflite) models:
+float32, int8, and TFLite's 16x8 (int16 activations, int8 weights); a float model can be
+quantized to int8 by mcuforge (compile --quantize int8 --calibration DATA).
+
+  mcuforge compile model.onnx -o out/       write the C project; then: make -C out/
   mcuforge run model.tflite --input x.npy --output y.npy
   mcuforge info model.tflite                ops, MACs, weights, planned arena
+  mcuforge report model.tflite --board mps2-an386 -o report.html
+                                            per-layer analysis: memory picture, costs
   mcuforge bench model.tflite ...           arena, RAM and latency beside TFLM's
   mcuforge validate model.tflite --data x.npz   the C vs the reference runtime on your data
+  mcuforge cache info                       the build cache's location and size (cache clean)
+  mcuforge bench-quant model.onnx ...       int8 quantization quality of float models
   mcuforge demo                             a digits CNN: float vs int8 accuracy in C, TFLM check
   mcuforge conformance onnx                 ONNX's backend test cases, per operator
   mcuforge conformance tflite               single-op TFLite models vs tflite-micro, per operator
   mcuforge fuzz --seed 0 --count 200        random ONNX graphs vs onnxruntime (--int8: TFLM)
   mcuforge fuzz-files --cases 500           mutated model files: clean errors, never tracebacks
+
+Run `mcuforge COMMAND --help` for a command's options and an example.
 """
 
 
@@ -246,6 +257,9 @@ options and mcuforge's own sources, so a repeated run does not rebuild.
 
   mcuforge cache info     location, entries and size
   mcuforge cache clean    remove every entry (those in use by a running mcuforge stay)
+
+example:
+  mcuforge cache info
 """
 
 
@@ -314,6 +328,16 @@ def _add_input_shape(p) -> None:
     p.set_defaults(input_shapes=None)
 
 
+def _cmd_report(a) -> int:
+    from .tools.report import analyze, write_report
+    out = a.output or ("report.json" if a.json else "report.html")
+    r = analyze(a.model, board=a.board, input_shapes=a.input_shapes,
+                flash_budget=a.flash_budget, progress=sys.stderr)
+    write_report(r, out, as_json=a.json)
+    print(f"wrote {out}")
+    return 0
+
+
 def _cmd_demo(a) -> int:
     if a.synthetic:
         from .tools.demo import run_demo
@@ -329,14 +353,27 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--version", action="version", version=f"mcuforge {version()}")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    def command(name, help):
-        """A subcommand whose own --help says what it does, too."""
-        return sub.add_parser(name, help=help, description=help[0].upper() + help[1:] + ".")
+    def command(name, help, example=None):
+        """A subcommand whose own --help says what it does, too, with an example."""
+        text = textwrap.fill(help[0].upper() + help[1:] + ".", 90)
+        if example:
+            text += "\n\nexample:\n  " + example
+        return sub.add_parser(name, help=help, description=text,
+                              formatter_class=argparse.RawDescriptionHelpFormatter)
 
-    c = command("compile", "write a C project for a model")
-    c.add_argument("model", help="the .tflite model")
+    boards = ", ".join(board_names())
+
+    def board_help(default):
+        return (f"target board, one of: {boards} (boards/<name>/board.toml)"
+                + (f"; default: {default}" if default else ""))
+
+    c = command("compile", "write a C project for a model: the model's C source and header, the "
+                "runtime headers, a main program, and a Makefile for the board (a host "
+                "executable, or firmware with start-up code and linker script)",
+                "mcuforge compile kws.tflite --board mps2-an386 -o kws/ && make -C kws/ run")
+    c.add_argument("model", help="the model (.onnx or .tflite)")
     c.add_argument("-o", "--output", required=True, help="directory of the C project")
-    c.add_argument("--board", default="host", help="target board (default: host)")
+    c.add_argument("--board", default="host", help=board_help("host"))
     c.add_argument("--force", action="store_true",
                    help="overwrite files in the output folder that mcuforge did not write (or "
                         "that were changed since); without it they are an error")
@@ -374,15 +411,17 @@ def parser() -> argparse.ArgumentParser:
                         "the default then)")
     c.set_defaults(fn=_cmd_compile)
 
-    r = command("run", "compile, build and run a model on inputs from a .npy/.npz")
-    r.add_argument("model", help="the .tflite model")
+    r = command("run", "compile, build and run a model on inputs from a .npy/.npz, on the host "
+                "or an emulated board, and write its outputs",
+                "mcuforge run model.onnx --input x.npy --output y.npy")
+    r.add_argument("model", help="the model (.onnx or .tflite)")
     r.add_argument("--input", required=True,
                    help=".npy with one input, or a batch along a new leading axis; "
                         ".npz keyed by input name for several inputs")
     r.add_argument("--output", required=True,
                    help="where to write the outputs, exactly this file: a .npy (one output), or a "
                         ".npz keyed by output name (any number of outputs)")
-    r.add_argument("--board", default="host", help="target board (default: host)")
+    r.add_argument("--board", default="host", help=board_help("host"))
     r.add_argument("--port", metavar="DEV",
                    help="a real board's serial port (/dev/ttyACM0): build, flash (pyOCD / "
                         "nrfjprog), read the results from its UART (needs pyserial: pip "
@@ -395,15 +434,19 @@ def parser() -> argparse.ArgumentParser:
     _add_input_shape(r)
     r.set_defaults(fn=_cmd_run)
 
-    i = command("info", "show a model's ops, tensors, MACs, weight bytes and planned arena")
-    i.add_argument("model", help="the .tflite model")
+    i = command("info", "show a model's ops, tensors, MACs, weight bytes and planned arena on "
+                "one screen (mcuforge report: the same layer by layer)",
+                "mcuforge info model.tflite --json")
+    i.add_argument("model", help="the model (.onnx or .tflite)")
     i.add_argument("--json", action="store_true", help="print JSON")
     _add_input_shape(i)
     i.set_defaults(fn=_cmd_info)
 
-    b = command("bench", "measure arena, RAM and latency of the generated code beside TFLM")
-    b.add_argument("models", nargs="+", help="the .tflite models")
-    b.add_argument("--board", default="host", help="target board (default: host)")
+    b = command("bench", "measure arena, RAM and latency of the generated code beside TFLM "
+                "(host: microseconds; emulated board: instructions under QEMU)",
+                "mcuforge bench kws.tflite --board mps2-an386 --per-layer")
+    b.add_argument("models", nargs="+", help="the models (.onnx or .tflite)")
+    b.add_argument("--board", default="host", help=board_help("host"))
     b.add_argument("--iterations", type=int, default=50, help="inferences per timing round")
     b.add_argument("--json", action="store_true", help="print a JSON list, one object per model")
     b.add_argument("--no-tflm", action="store_true", help="skip TFLM's figures")
@@ -417,8 +460,9 @@ def parser() -> argparse.ArgumentParser:
     q = command("bench-quant", "measure int8 quantization quality of float models: SQNR and "
                 "top-1 agreement with float, beside onnxruntime's quantize_static on the same "
                 "model (TFLite models exported to ONNX by mcuforge) and, for the MLPerf Tiny "
-                "float models, MLCommons' own int8 model")
-    q.add_argument("models", nargs="+", help="the float .onnx / .tflite models")
+                "float models, MLCommons' own int8 model",
+                "mcuforge bench-quant resnet.tflite --calibration cal.npz --eval eval.npz")
+    q.add_argument("models", nargs="+", help="the float models (.onnx or .tflite)")
     q.add_argument("--calibration", type=_count_or_data, default=200, metavar="N|DATA",
                    help="calibration data as compile takes it, or a number of random inputs "
                         "(default: 200, with a warning: figures on noise)")
@@ -433,14 +477,16 @@ def parser() -> argparse.ArgumentParser:
 
     v = command("validate", "run the compiled model and its reference runtime (onnxruntime, "
                 "LiteRT for float TFLite, tflite-micro for int8) on your data and compare "
-                "each output: max/mean error, SQNR, top-1 agreement, accuracy with labels")
-    v.add_argument("model", help="the .tflite / .onnx model")
+                "each output: max/mean error, SQNR, top-1 agreement, accuracy with labels",
+                "mcuforge validate resnet.tflite --data eval.npz --labels y.npy --quantize int8 "
+                "--calibration cal.npz")
+    v.add_argument("model", help="the model (.onnx or .tflite)")
     v.add_argument("--data", required=True, metavar="NPZ",
                    help=".npz with one array per model input (by input name, or arr_0 for a "
                         "one-input model), first axis = samples; a `labels` array is used as "
                         "--labels")
     v.add_argument("--labels", metavar="NPY", help="class index per sample: accuracy too")
-    v.add_argument("--board", default="host", help="target board (default: host)")
+    v.add_argument("--board", default="host", help=board_help("host"))
     v.add_argument("--quantize", choices=["int8"], help="quantize a float model as compile "
                    "does (with --calibration); compared against the float model")
     v.add_argument("--calibration", metavar="DATA", help="as compile's")
@@ -456,7 +502,8 @@ def parser() -> argparse.ArgumentParser:
     v.set_defaults(fn=_cmd_validate)
 
     k = command("conformance", "run a framework's own operator test suite through mcuforge "
-                "and report passed / failed / unsupported per operator")
+                "and report passed / failed / unsupported per operator",
+                "mcuforge conformance onnx --filter conv --json results.json")
     k.add_argument("suite", choices=["onnx", "tflite"], help="the test suite (onnx: the ONNX "
                    "backend test cases shipped with the onnx package; tflite: mcuforge's "
                    "single-operator TFLite models, bit-exact against tflite-micro)")
@@ -471,7 +518,8 @@ def parser() -> argparse.ArgumentParser:
 
     f = command("fuzz", "random ONNX graphs: mcuforge's C against onnxruntime (float), or the "
                 "int8 C against its own --emit-tflite model in tflite-micro (--int8); prints "
-                "passed / mismatched / refused / crashed")
+                "passed / mismatched / refused / crashed",
+                "mcuforge fuzz --seed 0 --count 200 --int8 --save failures/")
     f.add_argument("--seed", type=int, default=0, help="first graph's seed (default: 0)")
     f.add_argument("--count", type=_positive, default=100, help="graphs (default: 100)")
     f.add_argument("--int8", action="store_true", help="quantize each graph with mcuforge and "
@@ -488,8 +536,10 @@ def parser() -> argparse.ArgumentParser:
 
     f = command("fuzz-files", "compile mutated model files (truncated, flipped bytes, bad "
                 "offsets, quantization and shapes; TFLite and ONNX) and count clean errors, "
-                "successes, tracebacks, crashes and hangs")
-    f.add_argument("models", nargs="*", help="more seed models (default: built-in small ones)")
+                "successes, tracebacks, crashes and hangs",
+                "mcuforge fuzz-files my_model.onnx --cases 500 --format onnx")
+    f.add_argument("models", nargs="*", help="more seed models, .onnx or .tflite (default: "
+                   "built-in small ones)")
     f.add_argument("--cases", type=_positive, default=500, help="mutated files (default: 500)")
     f.add_argument("--seed", type=int, default=0, help="random seed (default: 0)")
     f.add_argument("--timeout", type=float, default=20.0, help="seconds per case (default: 20)")
@@ -505,8 +555,26 @@ def parser() -> argparse.ArgumentParser:
                    "size; clean: remove the entries")
     k.set_defaults(fn=_cmd_cache)
 
+    e = command("report", "analyse a model layer by layer into one self-contained HTML file "
+                "(or JSON): op, shapes, quantization, MACs, weight bytes, arena offsets, a "
+                "picture of the arena over time and a per-layer cost chart; with an emulated "
+                "--board also each layer's instructions under QEMU and the totals against the "
+                "board's flash and RAM", "mcuforge report kws.tflite --board mps2-an386 "
+                "-o kws.html")
+    e.add_argument("model", help="the model (.onnx or .tflite)")
+    e.add_argument("--board", help=board_help(None) + "; on an emulated board the "
+                   "per-layer profile runs under QEMU (default: the host, no instructions)")
+    e.add_argument("-o", "--output", help="the file to write (default: report.html, with "
+                   "--json report.json)")
+    e.add_argument("--json", action="store_true", help="write the same data as JSON (no "
+                   "pictures)")
+    e.add_argument("--flash-budget", type=_bytes, metavar="BYTES", help="as compile's")
+    _add_input_shape(e)
+    e.set_defaults(fn=_cmd_report)
+
     d = command("demo", "a CNN trained on 8x8 digits, quantized to int8, compiled, run in C on "
-                        "held-out images; accuracy beside float, bytes checked against TFLM")
+                        "held-out images; accuracy beside float, bytes checked against TFLM",
+                "mcuforge demo -o mcuforge-demo")
     d.add_argument("-o", "--output", default="mcuforge-demo", help="where to write the C project")
     d.add_argument("--synthetic", action="store_true", help="instead: a random-weight int8 model "
                    "written as .tflite, checked bit-exact against TFLM")

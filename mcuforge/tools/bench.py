@@ -180,9 +180,12 @@ def bench_board(model: str, board_name: str, with_tflm: bool, per_layer: bool = 
     xs = []
     for name in g.inputs:  # one fixed input: counts depend on data only through branches
         t = g.tensors[name]
-        lim = np.iinfo(t.dtype) if t.dtype != "float32" else None
-        xs.append(rng.integers(lim.min, lim.max + 1, size=t.shape).astype(t.dtype) if lim
-                  else rng.standard_normal(t.shape).astype(np.float32))
+        if np.dtype(t.dtype).kind == "f":
+            xs.append(rng.standard_normal(t.shape).astype(t.dtype))
+        else:  # integers over their range; bool (an if's condition) 0 or 1
+            lo, hi = (0, 1) if t.dtype == "bool" else (np.iinfo(t.dtype).min,
+                                                       np.iinfo(t.dtype).max)
+            xs.append(rng.integers(lo, hi + 1, size=t.shape).astype(t.dtype))
     arrays, _ = split_inputs(g, dict(zip(g.inputs, xs)))
     run = run_on_board(model, arrays, board_name, flash_budget=flash_budget,
                        input_shapes=input_shapes)
