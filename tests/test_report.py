@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import mlperf_model, require, require_tools
+from conftest import mlperf_model, require, require_tools, unavailable
 from test_frontend_tflite import T, build, conv_opts
 
 BOARD = "mps2-an386"
@@ -331,7 +331,7 @@ def test_a_browser_renders_it_without_running_model_strings(tmp_path):
     table, the hostile name as text and no script; the page title is the report's."""
     browser = shutil.which("chromium") or shutil.which("chromium-browser")
     if browser is None:
-        pytest.skip("no Chromium installed (apt-get install chromium)")
+        unavailable("no Chromium installed (apt-get install chromium; .ci/setup does)")
     path = _hostile_model(tmp_path, HOSTILE, HOSTILE_FILE)
     _report(tmp_path, path)
     page = tmp_path / "r.html"
