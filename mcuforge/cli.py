@@ -7,7 +7,6 @@ import os
 import sys
 import textwrap
 import warnings
-import zipfile
 from collections import Counter
 from pathlib import Path
 
@@ -16,6 +15,8 @@ import numpy as np
 from mcuforge.codegen_c.names import printable
 
 from mcuforge.ir.errors import McuforgeError, ModelNote
+
+from .arrays import load_arrays
 
 from .board import board_names
 
@@ -79,28 +80,6 @@ def _cmd_compile(a) -> int:
     return 0
 
 
-def _load_npy(path: str):
-    try:
-        with open(path, "rb") as f:
-            head = f.read(6)
-        if head != b"\x93NUMPY" and head[:4] != b"PK\x03\x04":
-            raise McuforgeError(f"cannot read inputs from {path}: not a .npy or .npz file")
-        data = np.load(path, allow_pickle=False)
-        if isinstance(data, np.lib.npyio.NpzFile):
-            with data:
-                data = {k: data[k] for k in data.files}
-    except (OSError, ValueError, zipfile.BadZipFile) as e:
-        why = e.strerror if isinstance(e, OSError) and e.strerror else e
-        raise McuforgeError(f"cannot read inputs from {path}: {why}") from None
-    for k, v in (data.items() if isinstance(data, dict) else [(None, data)]):
-        if not isinstance(v, np.ndarray):  # a .zip member that is no .npy
-            raise McuforgeError(f"cannot read inputs from {path}: '{k}' is not a .npy array")
-        if v.size == 0:
-            what = f"input '{k}' in {path}" if k is not None else f"the input in {path}"
-            raise McuforgeError(f"{what} is empty (shape {v.shape})")
-    return data
-
-
 def _cmd_run(a) -> int:
     from .api import load
     from .runner import run
@@ -113,7 +92,7 @@ def _cmd_run(a) -> int:
     if suffix == ".npy" and len(graph.outputs) > 1:
         raise McuforgeError(f"the model has {len(graph.outputs)} outputs: give --output a .npz "
                             f"file name (a .npy holds one array)")
-    inputs = _load_npy(a.input)
+    inputs = load_arrays(a.input)
     for line in nonfinite_warnings(graph, inputs):
         print(f"mcuforge: warning: {printable(line)}", file=sys.stderr)
     if a.port:  # a real board: build, flash, read its UART

@@ -6,7 +6,7 @@ import pytest
 
 import op_models
 from op_models import random_inputs, run_tflm
-from mcuforge.codegen_c.evaluate import run_graph
+from mcuforge.codegen_c.evaluate_graph import run_graph
 from mcuforge.frontend.tflite import load_tflite
 from mcuforge.frontend.tflite_writer import write_tflite
 from mcuforge import runner

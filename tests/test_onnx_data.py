@@ -10,7 +10,7 @@ import pytest
 from onnx import helper, numpy_helper
 from conftest import require
 
-from mcuforge.codegen_c.evaluate import run_graph
+from mcuforge.codegen_c.evaluate_graph import run_graph
 from mcuforge.frontend.onnx import Unsupported, load_onnx
 from mcuforge import runner
 from mcuforge.ir.errors import UnsupportedOpError

@@ -17,7 +17,7 @@ import pytest
 from onnx import TensorProto as TP
 from onnx import helper, numpy_helper
 
-from mcuforge.codegen_c.evaluate import run_graph
+from mcuforge.codegen_c.evaluate_graph import run_graph
 from mcuforge.codegen_c.lower import LOWERINGS, _load_all
 from mcuforge.frontend.onnx import load_onnx
 from mcuforge import runner

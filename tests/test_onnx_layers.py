@@ -15,7 +15,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 from conftest import require, unavailable
 
-from mcuforge.codegen_c.evaluate import run_graph
+from mcuforge.codegen_c.evaluate_graph import run_graph
 from mcuforge.frontend.onnx import CONVERTERS, load_onnx
 from mcuforge import runner
 from mcuforge.ir.errors import ModelError, UnsupportedOpError

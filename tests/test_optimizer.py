@@ -4,7 +4,7 @@ graphs through the lowering and the loop-IR evaluator."""
 import numpy as np
 import pytest
 
-from mcuforge.codegen_c.evaluate import run_graph
+from mcuforge.codegen_c.evaluate_graph import run_graph
 from mcuforge.ir.graph import Graph, Node, Quant, Tensor, verify
 from mcuforge.optimizer.fold import fold_constants
 from mcuforge.optimizer.fuse import fold_batch_norms, fuse_activations

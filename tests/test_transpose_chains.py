@@ -25,7 +25,7 @@ import numpy as np
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from mcuforge.codegen_c.evaluate import run_graph
+from mcuforge.codegen_c.evaluate_graph import run_graph
 from mcuforge import runner
 from mcuforge.api import load
 from mcuforge.optimizer.layout import compose, inverse

@@ -46,8 +46,8 @@ FLOAT_TOLERANCE = 1e-4  # per-layer: relative error of a float tensor that count
 
 
 def _read_npz(path) -> dict:
-    from ..cli import _load_npy
-    data = _load_npy(str(path))
+    from ..arrays import load_arrays
+    data = load_arrays(str(path))
     return data if isinstance(data, dict) else {"arr_0": data}
 
 
