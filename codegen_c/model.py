@@ -15,6 +15,7 @@ from mcuforge.ir.graph import SUBGRAPH_ATTRS, Graph, Tensor, subgraphs
 from .resources import render
 from mcuforge.ir.target import HOST, Target
 from mcuforge.optimizer.memory_plan import MemoryPlan, plan_graph
+from mcuforge.optimizer.plan_check import check_plan
 
 from . import printer
 from .names import c_comment, c_identifier
@@ -130,6 +131,7 @@ def generate(g: Graph, name: str, target: Target = HOST, profile: bool = False,
         k = kernels.get(id(node))
         return (k.scratch_bytes, 8) if k is not None and k.scratch else None
     plan = plan_graph(g, scratch_of)
+    check_plan(g, plan)  # a wrong plan stops here, before any C is written
     em = _Emitter(name, kernels)
     calls = em.calls(g, plan, 0, "")
     kernels, consts = em.kernels, em.definitions

@@ -1,0 +1,143 @@
+"""An independent proof of a memory plan (optimizer/memory_plan.py): no two buffers live at the
+same step share a byte, every offset is aligned, every buffer lies inside its arena.
+
+Lifetimes are recomputed from the graph's nodes, not read from the planner's requests, so a
+planner bug shows: a buffer is live from the step that writes it (graph inputs: step 0) to the
+last step that reads it (graph outputs and next state values: the end); kernel scratch during
+its node only. The overlaps allowed are the planner's rules only: an alias (ALIAS_OPS, e.g.
+reshape) is its source's buffer, and an in-place state's next value (in_place_states) is the
+state's own bytes. State tensors live in a block of their own, always live.
+"""
+from __future__ import annotations
+
+import bisect
+
+from mcuforge.ir.errors import McuforgeError
+from mcuforge.ir.graph import ALIAS_OPS, Graph, subgraphs
+from mcuforge.optimizer import memory_plan as mp
+
+
+class PlanError(McuforgeError):
+    """The memory plan is wrong: an internal error of the compiler, never of the model."""
+
+
+def _fail(msg: str):
+    raise PlanError(f"internal error: memory plan: {msg} (please report this bug)")
+
+
+def check_plan(g: Graph, plan, in_place: dict | None = None) -> None:
+    """Raises PlanError on the first violation. `in_place`: {next value: state} pairs allowed to
+    share bytes (default: the planner's rule, memory_plan.in_place_states)."""
+    in_place = mp.in_place_states(g) if in_place is None else in_place
+    root = {}
+    for n in g.nodes:
+        if n.op in ALIAS_OPS:
+            root[n.outputs[0]] = root.get(n.inputs[0], n.inputs[0])
+    end = len(g.nodes)
+    first, last = {}, {}
+    for t in g.inputs:
+        first[t] = last[t] = 0
+    for i, n in enumerate(g.nodes):
+        for t in n.inputs:
+            if t and not g.tensors[t].is_const:
+                first.setdefault(t, i)
+                last[t] = max(last.get(t, i), i)
+        for t in n.outputs:
+            first.setdefault(t, i)
+            last[t] = max(last.get(t, i), i)
+    for t in list(g.outputs) + list(g.state.values()):
+        first.setdefault(t, 0)
+        last[t] = end
+    sizes = {r.name: r.size for r in plan.requests}
+
+    # state block: states always live, their in-place next values and aliases at their bytes
+    state_of = {nxt: st for nxt, st in in_place.items()}
+    buffers = []  # (name, lo, hi, first, last, group)
+    for t in g.state:
+        _place(g, t, plan.state_offsets, plan.state_size, "state block")
+        o = plan.state_offsets[t]
+        buffers.append((t, o, o + g.tensors[t].nbytes, 0, end, t))
+    for t, o in plan.state_offsets.items():
+        if t in g.state:
+            continue
+        src = state_of.get(t) or root.get(t)
+        if src is None or plan.state_offsets.get(src) != o:
+            _fail(f"'{t}' is in the state block at {o} but is neither an in-place next value "
+                  f"nor an alias of a state there")
+    _disjoint(buffers, 0, end, "state block")
+
+    # arena: every non-state, non-constant tensor, with its alias group's lifetime
+    arena = []
+    for t in sorted(first):
+        if t in g.state or t in plan.state_offsets:
+            continue
+        if t not in plan.offsets:
+            _fail(f"'{t}' (live at steps {first[t]}..{last[t]}) has no offset")
+        _place(g, t, plan.offsets, plan.arena_size, "arena")
+        r = root.get(t, t)
+        if r in plan.offsets and plan.offsets[r] != plan.offsets[t]:
+            _fail(f"alias '{t}' at {plan.offsets[t]}, its source '{r}' at {plan.offsets[r]}")
+        o = plan.offsets[t]
+        arena.append((t, o, o + g.tensors[t].nbytes, first[t], last[t], r))
+    for i, n in enumerate(g.nodes):
+        for kind in ("kernel", "scratch"):
+            name = mp._scratch_name(g, n, kind)
+            if name not in plan.offsets:
+                continue
+            o, size = plan.offsets[name], sizes.get(name, 0)
+            align = mp.ALIGN if kind == "scratch" else 8
+            if o % align or o < 0 or o + size > plan.arena_size:
+                _fail(f"scratch '{name}' at [{o}, {o + size}) is misaligned (to {align}) or "
+                      f"outside the arena of {plan.arena_size} bytes")
+            arena.append((name, o, o + size, i, i, name))
+        if i in plan.subplans:
+            offset, subs = plan.subplans[i]
+            for sub, sub_plan in zip(subgraphs(n), subs):
+                if sub_plan.arena_size > sizes.get(mp._scratch_name(g, n), 0):
+                    _fail(f"subgraph of node {i} needs {sub_plan.arena_size} bytes, "
+                          f"its scratch has {sizes.get(mp._scratch_name(g, n), 0)}")
+                check_plan(sub, sub_plan)
+    _disjoint(arena, 0, end, "arena")
+
+
+def _place(g: Graph, t: str, offsets: dict, size: int, where: str) -> None:
+    o, n = offsets[t], g.tensors[t].nbytes
+    align = mp.alignment(g.tensors[t].dtype)
+    if o % align:
+        _fail(f"'{t}' at offset {o} in the {where} is not a multiple of {align}")
+    if o < 0 or o + n > size:
+        _fail(f"'{t}' at [{o}, {o + n}) lies outside the {where} of {size} bytes")
+
+
+def _disjoint(buffers: list, start: int, end: int, where: str) -> None:
+    """Sweep the steps: the buffers live at a step are kept sorted by offset and disjoint, so
+    a buffer coming alive only needs checking against its two neighbours (O(n log n))."""
+    groups = {}  # an alias group is one buffer: its members' union lifetime
+    for name, lo, hi, f, la, grp in buffers:
+        if hi <= lo:
+            continue
+        if grp in groups:
+            g0 = groups[grp]
+            groups[grp] = (g0[0], min(g0[1], lo), max(g0[2], hi), min(g0[3], f), max(g0[4], la))
+        else:
+            groups[grp] = (name, lo, hi, f, la)
+    born = {}
+    for b in groups.values():
+        born.setdefault(b[3], []).append(b)
+    dies = {}
+    for b in groups.values():
+        dies.setdefault(b[4] + 1, []).append(b)
+    los, live = [], []  # sorted by (lo, name)
+    for step in range(start, end + 1):
+        for b in dies.get(step, ()):
+            k = bisect.bisect_left(los, (b[1], b[0]))
+            del los[k], live[k]
+        for b in sorted(born.get(step, ())):
+            key = (b[1], b[0])
+            k = bisect.bisect_left(los, key)
+            for other in live[max(k - 1, 0):k + 1]:
+                if other[1] < b[2] and b[1] < other[2]:
+                    _fail(f"'{b[0]}' [{b[1]}, {b[2]}) and '{other[0]}' [{other[1]}, {other[2]}) "
+                          f"share bytes in the {where} while both are live at step {step}")
+            los.insert(k, key)
+            live.insert(k, b)
