@@ -49,6 +49,7 @@ def check_plan(g: Graph, plan, in_place: dict | None = None) -> None:
         first.setdefault(t, 0)
         last[t] = end
     sizes = {r.name: r.size for r in plan.requests}
+    aligns = {r.name: r.align for r in plan.requests}  # the alignment each scratch asked for
 
     # state block: states always live, their in-place next values and aliases at their bytes
     state_of = {nxt: st for nxt, st in in_place.items()}
@@ -85,7 +86,7 @@ def check_plan(g: Graph, plan, in_place: dict | None = None) -> None:
             if name not in plan.offsets:
                 continue
             o, size = plan.offsets[name], sizes.get(name, 0)
-            align = mp.ALIGN if kind == "scratch" else 8
+            align = max(aligns.get(name, mp.ALIGN), mp.ALIGN)
             if o % align or o < 0 or o + size > plan.arena_size:
                 _fail(f"scratch '{name}' at [{o}, {o + size}) is misaligned (to {align}) or "
                       f"outside the arena of {plan.arena_size} bytes")
