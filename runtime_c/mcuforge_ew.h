@@ -240,19 +240,6 @@ MF_INLINE int8_t mf_ew_pool_out(int32_t sum, int32_t count, int32_t half, int32_
 }
 
 #if MF_USE_DSP
-#ifndef MF_HAVE_SXTAB16_ROR8 /* (mcuforge_seq.h defines the same: a model may use both) */
-#define MF_HAVE_SXTAB16_ROR8
-static inline int32_t mf_sxtab16_ror8(int32_t acc, int32_t v) {
-#if defined(__GNUC__)
-    int32_t r;
-    __asm__("sxtab16 %0, %1, %2, ror #8" : "=r"(r) : "r"(acc), "r"(v));
-    return r;
-#else
-    return (int32_t)__sxtab16(acc, __ror((uint32_t)v, 8));
-#endif
-}
-#endif
-
 /* acc[0..3] = the sums of 8 channels over a window of rows x cols pixels starting at p (rows
  * `stride` bytes apart, pixels C bytes apart), as int16 lane pairs (c0,c2) (c1,c3) (c4,c6)
  * (c5,c7). */

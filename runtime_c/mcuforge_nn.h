@@ -153,6 +153,17 @@ static inline int32_t mf_sxtb16_ror8(int32_t v) {
     return (int32_t)__sxtb16(__ror((uint32_t)v, 8));
 #endif
 }
+
+/* acc + the sign-extended bytes 1 and 3 of v (SXTAB16 with the rotation folded in) */
+static inline int32_t mf_sxtab16_ror8(int32_t acc, int32_t v) {
+#if defined(__GNUC__)
+    int32_t r;
+    __asm__("sxtab16 %0, %1, %2, ror #8" : "=r"(r) : "r"(acc), "r"(v));
+    return r;
+#else
+    return (int32_t)__sxtab16((uint32_t)acc, __ror((uint32_t)v, 8));
+#endif
+}
 #endif
 
 /* Four consecutive int32 (a bias block, one mf_rq) by one LDM: gcc would issue 2-4 loads. */

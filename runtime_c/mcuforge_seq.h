@@ -63,19 +63,6 @@ static inline int32_t mf_seq_sat16(int32_t v) {
 #endif
 }
 
-#if MF_USE_DSP && !defined(MF_HAVE_SXTAB16_ROR8) /* (as in mcuforge_ew.h: a model may use both) */
-#define MF_HAVE_SXTAB16_ROR8
-static inline int32_t mf_sxtab16_ror8(int32_t a, int32_t v) {
-#if defined(__GNUC__)
-    int32_t r;
-    __asm__("sxtab16 %0, %1, %2, ror #8" : "=r"(r) : "r"(a), "r"(v));
-    return r;
-#else
-    return (int32_t)__sxtab16((uint32_t)a, __ror((uint32_t)v, 8));
-#endif
-}
-#endif
-
 MF_INLINE int32_t mf_seq_dot_s8(const int8_t *w, const int8_t *v, int32_t n, int32_t off) {
     int32_t acc = 0, k = 0;
 #if MF_USE_DSP
@@ -154,20 +141,9 @@ MF_MICRO void mf_seq_mv_s8(const int8_t *w4, const int8_t *v, int32_t n, int32_t
  * block loop's state in memory operands (gcc 12 spills around an asm block of 13 registers).
  * Registers: r0-r3 accumulators, r4/r5 vector words, r6 vector pointer, r8-r11 weight words,
  * r12 weight pointer, lr the group count; r7 (the Thumb frame pointer) is left alone. */
-#if MF_USE_DSP && defined(__GNUC__) && defined(__OPTIMIZE__) && defined(__thumb2__)
+#if MF_GEMM_ASM /* (mcuforge_nn.h: DSP, optimised Thumb-2 gcc builds; 0 forces intrinsics) */
 #define MF_SEQ_ASM 1
-#define MF_S_G16                                                                            \
-    "ldrd r4, r5, [r6], #8\n\t"                                                             \
-    "ldmia r12!, {r8, r9, r10, r11}\n\t"                                                    \
-    "smlad r0, r4, r8, r0\n\t"                                                              \
-    "smlad r0, r5, r9, r0\n\t"                                                              \
-    "smlad r1, r4, r10, r1\n\t"                                                             \
-    "smlad r1, r5, r11, r1\n\t"                                                             \
-    "ldmia r12!, {r8, r9, r10, r11}\n\t"                                                    \
-    "smlad r2, r4, r8, r2\n\t"                                                              \
-    "smlad r2, r5, r9, r2\n\t"                                                              \
-    "smlad r3, r4, r10, r3\n\t"                                                             \
-    "smlad r3, r5, r11, r3\n\t"
+/* a block's first group; the others are mcuforge_nn.h's MF_A_G16 (the same registers) */
 #define MF_S_G16_FIRST                                                                      \
     "ldrd r4, r5, [r6], #8\n\t"                                                             \
     "ldmia r12!, {r8, r9, r10, r11}\n\t"                                                    \
@@ -189,11 +165,11 @@ static inline void mf_seq_mv_w16_blocks(const int16_t *w16, const int32_t *vw, i
         "ldr r6, %[vw]\n\t" MF_S_G16_FIRST
         "ldr lr, %[G1]\n\t"
         "lsrs lr, lr, #1\n\t" /* G - 1 = 4q + r: r's low bit, its high bit, then q x 4 */
-        "bcc 5f\n\t" MF_S_G16 "5:\n\t"
+        "bcc 5f\n\t" MF_A_G16 "5:\n\t"
         "lsrs lr, lr, #1\n\t"
-        "bcc 6f\n\t" MF_S_G16 MF_S_G16 "6:\n\t"
+        "bcc 6f\n\t" MF_A_G16 MF_A_G16 "6:\n\t"
         "beq 7f\n"
-        "8:\n\t" MF_S_G16 MF_S_G16 MF_S_G16 MF_S_G16 "subs lr, lr, #1\n\t"
+        "8:\n\t" MF_A_G16 MF_A_G16 MF_A_G16 MF_A_G16 "subs lr, lr, #1\n\t"
         "bne 8b\n"
         "7:\n\t"
         "ldr r4, %[out]\n\t"
@@ -219,7 +195,7 @@ MF_INLINE void mf_seq_mv_w16_blocks_g(const int16_t *w16, const int32_t *vw, con
         "ldr r12, %[wp]\n\t"
         "ldr lr, %[out]\n"
         "9:\n\t" MF_S_G16_FIRST
-        ".rept %c[G] - 1\n\t" MF_S_G16 ".endr\n\t"
+        ".rept %c[G] - 1\n\t" MF_A_G16 ".endr\n\t"
         "sub r6, r6, %[G8]\n\t"
         "stmia lr!, {r0, r1, r2, r3}\n\t"
         "ldr r4, %[wend]\n\t"
