@@ -23,7 +23,8 @@ import pytest
 from mcuforge.codegen_c import pack
 from conftest import require_tools
 from tests.nn_bench import harness
-from tests.test_nn_gemm import c_array, conv_geometry, random_layer, tflm_conv
+from tests.test_nn_gemm import (CHECK_MAIN, MAIN_END, c_array, conv_geometry, random_layer,
+                                 tflm_conv)
 
 SENTINEL = 0x55
 
@@ -118,29 +119,9 @@ def c_program(cases) -> str:
                          f"    {fn}(x{i}, &g{i}, {c['x_zp']}, p{i}, {c['o']}, "
                          f"{c['sf']}, y{i}, scratch);\n"
                          f"    bad += check({i}, y{i}, e{i}, (int32_t)sizeof y{i}, {need});\n")
-    out.append("""
-static int32_t check(int32_t id, const int8_t *y, const int8_t *e, int32_t n, int32_t need) {
-    int32_t j, bad = 0, first = -1;
-    for (j = 0; j < n; ++j) {
-        if (y[j] != e[j]) { if (first < 0) first = j; ++bad; }
-    }
-    for (j = need; j < SCRATCH + 8; ++j) {
-        if (scratch[j] != 0x1234) { bench_puts("scratch overrun\\n"); ++bad; break; }
-    }
-    if (bad) {
-        bench_puts("case "); bench_put_i64(id); bench_puts(": "); bench_put_i64(bad);
-        bench_puts(" bad, first "); bench_put_i64(first); bench_puts(" got ");
-        bench_put_i64(y[first]); bench_puts(" want "); bench_put_i64(e[first]); bench_puts("\\n");
-    }
-    return bad != 0;
-}
-
-int main(void) {
-    int32_t j, bad = 0;
-""")
+    out.append(CHECK_MAIN)
     out.extend(calls)
-    out.append('    bench_puts(bad ? "FAIL " : "OK "); bench_put_i64(bad); bench_puts("\\n");\n'
-               "    (void)j;\n    return 0;\n}\n")
+    out.append(MAIN_END)
     return "".join(out)
 
 

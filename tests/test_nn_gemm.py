@@ -332,6 +332,32 @@ def scratch_bytes(c) -> int:
     return pack.conv_scratch_bytes(kh, kw, ch, sw, ow)
 
 
+# the C harness's byte check (outputs against the expected, the scratch past its documented
+# need untouched) and main's frame around the calls; tests/test_nn_convrp.py uses them too
+CHECK_MAIN = """
+static int32_t check(int32_t id, const int8_t *y, const int8_t *e, int32_t n, int32_t need) {
+    int32_t j, bad = 0, first = -1;
+    for (j = 0; j < n; ++j) {
+        if (y[j] != e[j]) { if (first < 0) first = j; ++bad; }
+    }
+    for (j = need; j < SCRATCH + 8; ++j) {
+        if (scratch[j] != 0x1234) { bench_puts("scratch overrun\\n"); ++bad; break; }
+    }
+    if (bad) {
+        bench_puts("case "); bench_put_i64(id); bench_puts(": "); bench_put_i64(bad);
+        bench_puts(" bad, first "); bench_put_i64(first); bench_puts(" got ");
+        bench_put_i64(y[first]); bench_puts(" want "); bench_put_i64(e[first]); bench_puts("\\n");
+    }
+    return bad != 0;
+}
+
+int main(void) {
+    int32_t j, bad = 0;
+"""
+MAIN_END = ('    bench_puts(bad ? "FAIL " : "OK "); bench_put_i64(bad); bench_puts("\\n");\n'
+            "    (void)j;\n    return 0;\n}\n")
+
+
 def c_program(cases) -> str:
     scratch = (max(scratch_bytes(c) for c in cases) + 1) // 2
     out = ["#include <string.h>\n#include \"mcuforge_nn.h\"\n#include \"bench.h\"\n",
@@ -367,29 +393,9 @@ def c_program(cases) -> str:
                      f"    for (j = {need}; j < SCRATCH + 8; ++j) scratch[j] = 0x1234;\n"
                      f"    {call};\n"
                      f"    bad += check({i}, y{i}, e{i}, (int32_t)sizeof y{i}, {need});\n")
-    out.append("""
-static int32_t check(int32_t id, const int8_t *y, const int8_t *e, int32_t n, int32_t need) {
-    int32_t j, bad = 0, first = -1;
-    for (j = 0; j < n; ++j) {
-        if (y[j] != e[j]) { if (first < 0) first = j; ++bad; }
-    }
-    for (j = need; j < SCRATCH + 8; ++j) {
-        if (scratch[j] != 0x1234) { bench_puts("scratch overrun\\n"); ++bad; break; }
-    }
-    if (bad) {
-        bench_puts("case "); bench_put_i64(id); bench_puts(": "); bench_put_i64(bad);
-        bench_puts(" bad, first "); bench_put_i64(first); bench_puts(" got ");
-        bench_put_i64(y[first]); bench_puts(" want "); bench_put_i64(e[first]); bench_puts("\\n");
-    }
-    return bad != 0;
-}
-
-int main(void) {
-    int32_t j, bad = 0;
-""")
+    out.append(CHECK_MAIN)
     out.extend(calls)
-    out.append('    bench_puts(bad ? "FAIL " : "OK "); bench_put_i64(bad); bench_puts("\\n");\n'
-               "    (void)j;\n    return 0;\n}\n")
+    out.append(MAIN_END)
     return "".join(out)
 
 
