@@ -129,7 +129,7 @@ def run(model, inputs, board: str, port: str, do_flash: bool = True, timeout: fl
     import hashlib
     from .api import load
     from .build import cache_lock, cache_root
-    from .runner import split_inputs
+    from .runner import shape_outputs, split_inputs
     graph = load(model)
     arrays, batched = split_inputs(graph, inputs)  # bad inputs fail before any build
     data = Path(model).read_bytes() if not isinstance(model, bytes) else model
@@ -138,8 +138,4 @@ def run(model, inputs, board: str, port: str, do_flash: bool = True, timeout: fl
     with cache_lock(workdir):
         outs = run_on_hardware(model, arrays, board, port, workdir, do_flash, timeout,
                                wait_message=wait_message).outputs
-    if not batched:
-        outs = [o[0] for o in outs]
-    if len(outs) == 1:
-        return outs[0]
-    return {name: o for name, o in zip(graph.outputs, outs)}
+    return shape_outputs(graph, outs, batched)

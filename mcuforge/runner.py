@@ -116,6 +116,12 @@ def run(model, inputs, board: str = "host", sanitize: bool = False,
         from .target import run_on_board
         outs = run_on_board(model, arrays, board, flash_budget=flash_budget,
                             input_shapes=input_shapes).outputs
+    return shape_outputs(graph, outs, batched)
+
+
+def shape_outputs(graph, outs: list, batched: bool):
+    """What run returns: per output its array (the batch axis dropped when the inputs had
+    none), the only one alone, or a dict by output name."""
     if not batched:
         outs = [o[0] for o in outs]
     if len(outs) == 1:
