@@ -79,24 +79,32 @@ MF_INLINE int32_t mf_seq_dot_s8(const int8_t *w, const int8_t *v, int32_t n, int
     return acc;
 }
 
-MF_MICRO void mf_seq_mv_s8(const int8_t *w4, const int8_t *v, int32_t n, int32_t off,
-                           int32_t rows, int32_t *out, int16_t *work) {
-    int32_t n4 = (n + 3) & ~3, r, k;
 #if MF_USE_DSP
-    int32_t off2 = (int32_t)(((uint32_t)off & 0xFFFFu) * 0x10001u);
-    int32_t *vw = (int32_t *)(void *)work; /* [x0 x2] [x1 x3] [x4 x6] ... */
+/* v[0..n) + off widened into int16 pairs in SMLAD's lane order, [x0 x2] [x1 x3] [x4 x6] ...,
+ * the last partial group padded with zeros (MF_KPAD(n) / 2 words at vw) */
+MF_INLINE void mf_seq_widen(const int8_t *v, int32_t n, int32_t off, int32_t *vw) {
+    int32_t off2 = (int32_t)(((uint32_t)off & 0xFFFFu) * 0x10001u), k;
     for (k = 0; k + 4 <= n; k += 4) {
         int32_t vq;
         memcpy(&vq, v + k, 4);
         vw[k / 2] = (int32_t)__sxtab16(off2, vq);
         vw[k / 2 + 1] = mf_sxtab16_ror8(off2, vq);
     }
-    if (k < n) { /* the last, partial group: zeros past n */
+    if (k < n) {
         int16_t t[4] = {0, 0, 0, 0};
         for (int32_t i = 0; k + i < n; i++) t[i] = (int16_t)(v[k + i] + off);
         vw[k / 2] = (int32_t)(((uint32_t)(uint16_t)t[2] << 16) | (uint16_t)t[0]);
         vw[k / 2 + 1] = (int32_t)(((uint32_t)(uint16_t)t[3] << 16) | (uint16_t)t[1]);
     }
+}
+#endif
+
+MF_MICRO void mf_seq_mv_s8(const int8_t *w4, const int8_t *v, int32_t n, int32_t off,
+                           int32_t rows, int32_t *out, int16_t *work) {
+    int32_t n4 = (n + 3) & ~3, r;
+#if MF_USE_DSP
+    int32_t *vw = (int32_t *)(void *)work;
+    mf_seq_widen(v, n, off, vw);
     const int32_t *xend = vw + n4 / 2;
     for (r = 0; r < rows; r += 4) {
         int32_t a0 = 0, a1 = 0, a2 = 0, a3 = 0;
@@ -128,7 +136,7 @@ MF_MICRO void mf_seq_mv_s8(const int8_t *w4, const int8_t *v, int32_t n, int32_t
     for (r = 0; r < rows; r++) {
         const int8_t *blk = w4 + (r / 4) * 4 * n4 + (r % 4) * 4;
         int32_t acc = 0;
-        for (k = 0; k < n; k++) acc += (int32_t)blk[(k / 4) * 16 + k % 4] * ((int32_t)v[k] + off);
+        for (int32_t k = 0; k < n; k++) acc += (int32_t)blk[(k / 4) * 16 + k % 4] * ((int32_t)v[k] + off);
         out[r] = acc;
     }
 #endif
@@ -215,23 +223,11 @@ MF_INLINE void mf_seq_mv_w16_blocks_g(const int16_t *w16, const int32_t *vw, con
  * unrolled asm), 0: any n. */
 MF_INLINE void mf_seq_mv_w16_body(const int16_t *w16, const int8_t *v, int32_t n, int32_t off,
                                   int32_t rows, int32_t *out, int16_t *work, const int32_t G0) {
-    int32_t n4 = (n + 3) & ~3, r, k;
+    int32_t n4 = (n + 3) & ~3, r;
     (void)G0; /* (portable and -O0 builds: the general body) */
 #if MF_USE_DSP
-    int32_t off2 = (int32_t)(((uint32_t)off & 0xFFFFu) * 0x10001u);
-    int32_t *vw = (int32_t *)(void *)work; /* [x0 x2] [x1 x3] [x4 x6] ... */
-    for (k = 0; k + 4 <= n; k += 4) {
-        int32_t vq;
-        memcpy(&vq, v + k, 4);
-        vw[k / 2] = (int32_t)__sxtab16(off2, vq);
-        vw[k / 2 + 1] = mf_sxtab16_ror8(off2, vq);
-    }
-    if (k < n) { /* the last, partial group: zeros past n */
-        int16_t t[4] = {0, 0, 0, 0};
-        for (int32_t i = 0; k + i < n; i++) t[i] = (int16_t)(v[k + i] + off);
-        vw[k / 2] = (int32_t)(((uint32_t)(uint16_t)t[2] << 16) | (uint16_t)t[0]);
-        vw[k / 2 + 1] = (int32_t)(((uint32_t)(uint16_t)t[3] << 16) | (uint16_t)t[1]);
-    }
+    int32_t *vw = (int32_t *)(void *)work;
+    mf_seq_widen(v, n, off, vw);
     const int32_t *xend = vw + n4 / 2;
     r = 0;
 #if MF_SEQ_ASM
@@ -273,7 +269,7 @@ MF_INLINE void mf_seq_mv_w16_body(const int16_t *w16, const int8_t *v, int32_t n
     for (r = 0; r < rows; r++) {
         const int16_t *blk = w16 + (r / 4) * 4 * n4 + (r % 4) * 4;
         int32_t acc = 0;
-        for (k = 0; k < n; k++)
+        for (int32_t k = 0; k < n; k++)
             acc += (int32_t)blk[(k / 4) * 16 + lane[k % 4]] * ((int32_t)v[k] + off);
         out[r] = acc;
     }
