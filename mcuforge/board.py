@@ -6,6 +6,8 @@ machine that emulates it, if any. C files in the board's folder (a UART driver) 
 into the project."""
 from __future__ import annotations
 
+import math
+
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -107,6 +109,14 @@ class Board:
         """What the compiler generates code for on this board."""
         return Target(self.name, self.cpu, frozenset(self.features), 4, self.flash_size,
                       self.ram_size, flash_budget)
+
+    def tick_ratio(self) -> tuple | None:
+        """(num, shift) with instructions per tick = num / 2^shift (1e9 / clock_hz), or None
+        where the clock is no power-of-two fraction of 1 GHz: the firmware then converts by a
+        multiply and a shift, not a 64-bit division (a 700-byte libgcc routine)."""
+        g = math.gcd(1_000_000_000, self.clock_hz)
+        num, den = 1_000_000_000 // g, self.clock_hz // g
+        return (num, den.bit_length() - 1) if den & (den - 1) == 0 else None
 
     def instructions(self, ticks: int) -> int:
         """Counter ticks -> executed instructions under QEMU -icount shift=0 (1 ns each)."""

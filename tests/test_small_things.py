@@ -303,3 +303,17 @@ def test_a_real_boards_firmware_says_cycles_not_instructions(tmp_path):
     main = (tmp_path / "fw" / "main.c").read_text()
     assert f'mf_puts(" processor cycles at {b.clock_hz / 1e6:g} MHz' in main
     assert "instructions" not in main.split("int main(void)")[1]
+
+
+def test_tick_ratio_is_one_ghz_over_the_clock():
+    """The firmware converts ticks by num / 2^shift (no 64-bit division): that is exactly
+    1e9 / clock_hz where the denominator is a power of two, and None elsewhere."""
+    from fractions import Fraction
+    from mcuforge.board import Board
+    for hz, want in ((25_000_000, (40, 0)), (32_000_000, (125, 2)), (64_000_000, (125, 3)),
+                     (120_000_000, None), (16_000_000, (125, 1))):
+        b = Board(name="x", description="", family="cortex_m", cpu="cortex-m4", clock_hz=hz)
+        got = b.tick_ratio()
+        assert got == want, (hz, got)
+        if got:
+            assert Fraction(got[0], 2 ** got[1]) == Fraction(10 ** 9, hz)
