@@ -23,7 +23,10 @@ TARGETS = {
     "m4-nodsp": (["-mcpu=cortex-m4", "-mthumb", "-mfloat-abi=soft", "-DMF_USE_DSP=0"],
                  "mps2-an386"),
     "m3": (["-mcpu=cortex-m3", "-mthumb", "-mfloat-abi=soft"], "mps2-an385"),
+    # Cortex-M55 with Helium (MVE); startup.c enables the FPU/MVE coprocessors
+    "m55": (["-mcpu=cortex-m55", "-mthumb", "-mfloat-abi=hard"], "mps3-an547"),
 }
+LINK = {"m55": "link_an547.ld"}  # the linker script where not link.ld (mps2's memory map)
 TICK = 40  # instructions per SysTick tick on mps2 under -icount shift=0
 
 
@@ -41,7 +44,7 @@ def build(main_c: Path, target: str, opt: str, workdir: Path, extra=()) -> Path:
     else:
         cmd = ["arm-none-eabi-gcc", *WARN, *flags, opt.split()[0], *opt.split()[1:], *extra,
                *inc, "--specs=nano.specs", "-nostartfiles", "-ffunction-sections",
-               f"-T{HERE / 'link.ld'}", "-Wl,--gc-sections", str(main_c),
+               f"-T{HERE / LINK.get(target, 'link.ld')}", "-Wl,--gc-sections", str(main_c),
                str(HERE / "startup.c"), "-o", str(exe)]
     p = subprocess.run(cmd, capture_output=True, text=True)
     if p.returncode != 0:

@@ -97,6 +97,11 @@ uint64_t bench_counter_read(void) {
 
 void Reset_Handler(void) {
     uint32_t *src = &__data_load__, *dst = &__data_start__;
+#if defined(__ARM_FP) || defined(__ARM_FEATURE_MVE)
+    /* CPACR: coprocessors 10 and 11 (FPU, and MVE on the M55) before any vector instruction */
+    *(volatile uint32_t *)0xE000ED88u |= 0xFu << 20;
+    __asm__ volatile("dsb\n\tisb" ::: "memory");
+#endif
     while (dst < &__data_end__) {
         *dst++ = *src++;
     }

@@ -1,0 +1,258 @@
+/* mcuforge_mve.h: GEMM micro-kernels for Helium (the Arm M-profile Vector Extension, MVE:
+ * Cortex-M55, M85): int8 1x1 convolutions and fully connected layers over rows of
+ * activations (mf_mve_gemm) and im2col convolutions (mf_mve_conv), TFLM's int8 numerics.
+ *
+ * For r < rows, o < O (the input zero point folded into the bias, pack.fold_bias):
+ *   y[r * y_stride + o] = clamp(mf_rq_apply(bias[o] + sum_{k<K} x_r[k] * w[o][k], rq[o],
+ *                                           signfix), lo, hi)
+ * with x_r the raw int8 values of row r (mcuforge_nn.h's mf_rq_apply, exact vs TFLM's
+ * MultiplyByQuantizedMultiplier under the bounds pack.requant_params proves).
+ *
+ * Layout (codegen_c/pack.py: pack_mve builds it, mve_words sizes it): one int32 stream, per
+ * block of 4 output channels (the last block padded with zero channels) MF_MVE_BLOCK_WORDS(K)
+ * words:
+ *   bias[4]                    int32, input zero point folded in
+ *   weights[C][4][16]          int8: chunk c of channel j is w[4b + j][16c .. 16c + 15],
+ *                              C = MF_MVE_CHUNKS(K) = ceil(K / 16), taps K..16C-1 are 0
+ *   mult[4], add[4]            mf_rq's mult and add
+ *   shl[4]                     mf_rq's pre - 1 (VQRDMULH doubles: SMMLAR(a << pre, m) =
+ *                              VQRDMULH(a << (pre - 1), m), exact while a << pre fits)
+ *   nshr[4]                    -post (VSHL by a negative count: arithmetic right shift)
+ *   sfm[4]                     -1 where the sign term applies (signfix and post >= 1), else 0
+ * Weights stay int8 (1x flash). The activations are read as they are (any alignment); the
+ * last chunk of a row is loaded under a VCTP predicate, so no byte past x_r[K-1] is read.
+ *
+ * flags (the `signfix` argument): bit 0: some channel has the sign term (sfm), bit 1: some
+ * channel has shl != 0. Both only skip work that would compute the same values.
+ *
+ * The MVE body (MF_USE_MVE, default: the compiler's __ARM_FEATURE_MVE) runs 4 channels x 1
+ * row: VMLADAVA.S8 (16 MACs into a scalar; its accumulator must be an even-numbered register,
+ * r0 r2 r4 r6 here), the K loop as inline asm (low-overhead loop WLS/LE; gcc 12 spills Q
+ * registers and re-materialises VLDRB offsets in intrinsics loops), the 4 accumulators moved
+ * into one Q register and requantized together (mf_mve_rq4: VQRDMULH, VADD,
+ * sign term, VSHL, VMAX, VMIN, narrowing VSTRB.32). At -O0 (gcc keeps r7 for the frame) or
+ * with MF_MVE_ASM 0 the intrinsics body is used. The portable C body (MF_USE_MVE 0: host,
+ * tests, other cores) reads the same stream.
+ *
+ * Measured (QEMU mps3-an547, -icount, arm-none-eabi-gcc 12.2): see the end of this comment
+ * block and the report of issue 13:
+ *   MEASURED_FIGURES
+ */
+#ifndef MCUFORGE_MVE_H
+#define MCUFORGE_MVE_H
+
+#include <stdint.h>
+#include <string.h>
+
+#include "mcuforge_nn.h"
+
+#ifndef MF_USE_MVE
+#if defined(__ARM_FEATURE_MVE) && (__ARM_FEATURE_MVE & 1)
+#define MF_USE_MVE 1
+#else
+#define MF_USE_MVE 0
+#endif
+#endif
+
+#if MF_USE_MVE
+#include <arm_mve.h>
+#if defined(__ARMEB__)
+#error "mcuforge_mve.h: the MVE kernels assume little-endian memory; build with -DMF_USE_MVE=0"
+#endif
+#endif
+
+#if MF_USE_MVE && defined(__GNUC__) && defined(__OPTIMIZE__) && defined(__thumb2__)
+#ifndef MF_MVE_ASM
+#define MF_MVE_ASM 1
+#endif
+#else
+#undef MF_MVE_ASM
+#define MF_MVE_ASM 0
+#endif
+
+#define MF_MVE_CHUNKS(K) (((K) + 15) >> 4)
+#define MF_MVE_BLOCK_WORDS(K) (24 + 16 * MF_MVE_CHUNKS(K))
+#define MF_MVE_SIGN 1 /* flags: some channel has the sign term */
+#define MF_MVE_SHL 2  /* flags: some channel shifts left before the multiply */
+
+#if MF_USE_MVE
+/* Requantization of 4 accumulators (mf_rq_apply + clamp, lane by lane); p: mult, add, shl,
+ * nshr, sfm of the 4 channels (4 words each). */
+MF_INLINE int32x4_t mf_mve_rq4(int32x4_t acc, const int32_t *p, int32_t flags, int32x4_t lo,
+                               int32x4_t hi) {
+    int32x4_t h, v;
+    if (flags & MF_MVE_SHL) acc = vshlq_s32(acc, vldrwq_s32(p + 8));
+    h = vqrdmulhq_s32(acc, vldrwq_s32(p));
+    v = vaddq_s32(h, vldrwq_s32(p + 4));
+    if (flags & MF_MVE_SIGN) v = vaddq_s32(v, vandq_s32(vshrq_n_s32(h, 31), vldrwq_s32(p + 16)));
+    v = vshlq_s32(v, vldrwq_s32(p + 12));
+    return vminq_s32(vmaxq_s32(v, lo), hi);
+}
+
+/* The accumulators of 4 channels x 1 row: bias + x . w over K taps; *pk advances to the
+ * block's requantization words. */
+MF_INLINE int32x4_t mf_mve_dot4(const int8_t *x, int32_t k, const int32_t **pk) {
+#if MF_MVE_ASM
+    const int8_t *w = (const int8_t *)(*pk + 4);
+    const int32_t *b = *pk;
+    int32_t full = MF_MVE_CHUNKS(k) - 1, tail = k - 16 * full;
+    register int32_t a0 __asm__("r0");
+    register int32_t a1 __asm__("r2");
+    register int32_t a2 __asm__("r4");
+    register int32_t a3 __asm__("r6");
+    int8x16_t a, u, v;
+    int32x4_t o;
+#define MF_MVE_CHUNK(LOAD)                                                                 \
+    LOAD "\n\t"                                                                             \
+    "vldrb.u8 %q[u], [%[w]], #16\n\t"                                                       \
+    "vmladava.s8 %[a0], %q[a], %q[u]\n\t"                                                   \
+    "vldrb.u8 %q[v], [%[w]], #16\n\t"                                                       \
+    "vmladava.s8 %[a1], %q[a], %q[v]\n\t"                                                   \
+    "vldrb.u8 %q[u], [%[w]], #16\n\t"                                                       \
+    "vmladava.s8 %[a2], %q[a], %q[u]\n\t"                                                   \
+    "vldrb.u8 %q[v], [%[w]], #16\n\t"                                                       \
+    "vmladava.s8 %[a3], %q[a], %q[v]\n\t"
+    /* the accumulators in fixed even registers (VMLADAVA's Rda); lr counts the chunks. The
+     * 4 lanes are then set by single-lane moves (the two-lane VMOV's lane order differs
+     * between QEMU 7.2 and LLVM's reading of the architecture) */
+    __asm__("ldm %[b], {%[a0], %[a1], %[a2], %[a3]}\n\t"
+            "wls lr, %[n], 2f\n"
+            "1:\n\t" MF_MVE_CHUNK("vldrb.u8 %q[a], [%[x]], #16")
+            "le lr, 1b\n"
+            "2:\n\t"
+            "vctp.8 %[t]\n\t"
+            "vpst\n\t" MF_MVE_CHUNK("vldrbt.u8 %q[a], [%[x]]")
+            : [a0] "=&r"(a0), [a1] "=&r"(a1), [a2] "=&r"(a2), [a3] "=&r"(a3), [a] "=&w"(a),
+              [u] "=&w"(u), [v] "=&w"(v), [x] "+r"(x), [w] "+r"(w)
+            : [b] "r"(b), [n] "r"(full), [t] "r"(tail)
+            : "lr", "memory");
+#undef MF_MVE_CHUNK
+    *pk = (const int32_t *)(const void *)w;
+    o = vdupq_n_s32(a0);
+    o = vsetq_lane_s32(a1, o, 1);
+    o = vsetq_lane_s32(a2, o, 2);
+    return vsetq_lane_s32(a3, o, 3);
+#else
+    const int32_t *b = *pk;
+    const int8_t *w = (const int8_t *)(b + 4);
+    int32_t a0 = b[0], a1 = b[1], a2 = b[2], a3 = b[3], n = k;
+    int32_t t[4];
+    while (n > 0) {
+        mve_pred16_t p = vctp8q((uint32_t)n);
+        int8x16_t xv = vldrbq_z_s8(x, p);
+        a0 = vmladavaq_s8(a0, xv, vldrbq_s8(w));
+        a1 = vmladavaq_s8(a1, xv, vldrbq_s8(w + 16));
+        a2 = vmladavaq_s8(a2, xv, vldrbq_s8(w + 32));
+        a3 = vmladavaq_s8(a3, xv, vldrbq_s8(w + 48));
+        x += 16;
+        w += 64;
+        n -= 16;
+    }
+    t[0] = a0;
+    t[1] = a1;
+    t[2] = a2;
+    t[3] = a3;
+    *pk = (const int32_t *)(const void *)w;
+    return vldrwq_s32(t);
+#endif
+}
+#endif
+
+/* One row of K activations through every block: y[0..O-1]. */
+MF_INLINE void mf_mve_row(const int8_t *x, int32_t k, const int32_t *pk, int32_t o,
+                          int32_t lo, int32_t hi, int32_t flags, int8_t *y) {
+#if MF_USE_MVE
+    int32x4_t vlo = vdupq_n_s32(lo), vhi = vdupq_n_s32(hi);
+    for (; o > 0; o -= 4, y += 4) {
+        int32x4_t v = mf_mve_dot4(x, k, &pk);
+        v = mf_mve_rq4(v, pk, flags, vlo, vhi);
+        if (o >= 4)
+            vstrbq_s32(y, v);
+        else
+            vstrbq_p_s32(y, v, vctp32q((uint32_t)o));
+        pk += 20;
+    }
+#else
+    int32_t c = MF_MVE_CHUNKS(k);
+    for (; o > 0; o -= 4, y += 4, pk += MF_MVE_BLOCK_WORDS(k)) {
+        const int8_t *w = (const int8_t *)(pk + 4);
+        const int32_t *p = pk + 4 + 16 * c;
+        int32_t j, i;
+        for (j = 0; j < 4 && j < o; ++j) {
+            int32_t acc = pk[j], h, v;
+            for (i = 0; i < k; ++i) acc += x[i] * w[(i >> 4) * 64 + j * 16 + (i & 15)];
+            /* mf_rq_apply: SMMLAR(acc << pre, mult) with pre = shl + 1 */
+            h = mf_smmlar((int32_t)((uint32_t)acc << (p[8 + j] + 1)), p[j]);
+            v = h + p[4 + j];
+            if (flags & MF_MVE_SIGN) v += (h >> 31) & p[16 + j];
+            v >>= -p[12 + j];
+            y[j] = (int8_t)(v < lo ? lo : v > hi ? hi : v);
+        }
+    }
+#endif
+}
+
+/* 1x1 convolution / fully connected layer: `rows` rows of K int8 activations, row r at
+ * x + r * x_stride, output row r at y + r * y_stride (O bytes). pk: the stream above. */
+MF_MICRO void mf_mve_gemm(const int8_t *x, int32_t rows, int32_t x_stride, int32_t k,
+                          const int32_t *pk, int32_t o, int32_t lo, int32_t hi, int32_t flags,
+                          int8_t *y, int32_t y_stride) {
+    for (; rows > 0; --rows, x += x_stride, y += y_stride) mf_mve_row(x, k, pk, o, lo, hi, flags, y);
+}
+
+/* Byte copy and fill of the im2col patch (vector loops: newlib-nano's are byte-wise). */
+MF_INLINE void mf_mve_copy(int8_t *d, const int8_t *s, int32_t n) {
+#if MF_USE_MVE
+    for (; n > 0; n -= 16, d += 16, s += 16) {
+        mve_pred16_t p = vctp8q((uint32_t)n);
+        vstrbq_p_s8(d, vldrbq_z_s8(s, p), p);
+    }
+#else
+    if (n > 0) memcpy(d, s, (size_t)n);
+#endif
+}
+
+MF_INLINE void mf_mve_fill(int8_t *d, int32_t v, int32_t n) {
+#if MF_USE_MVE
+    int8x16_t f = vdupq_n_s8((int8_t)v);
+    for (; n > 0; n -= 16, d += 16) vstrbq_p_s8(d, f, vctp8q((uint32_t)n));
+#else
+    if (n > 0) memset(d, v, (size_t)n);
+#endif
+}
+
+/* The patch of output pixel (oy, ox): [k_h][k_w][in_c] int8, x_zp where outside the image. */
+MF_INLINE void mf_mve_im2col(const int8_t *x, const mf_conv_geom *g, int32_t x_zp, int32_t oy,
+                             int32_t ox, int8_t *patch) {
+    int32_t c = g->in_c, seg = g->k_w * c, ky;
+    int32_t ix0 = ox * g->stride_w - g->pad_l, iy0 = oy * g->stride_h - g->pad_t;
+    int32_t left = ix0 < 0 ? -ix0 : 0;
+    int32_t right = ix0 + g->k_w > g->in_w ? ix0 + g->k_w - g->in_w : 0;
+    int32_t mid = g->k_w - left - right;
+    for (ky = 0; ky < g->k_h; ++ky, patch += seg) {
+        int32_t iy = iy0 + ky;
+        if (iy < 0 || iy >= g->in_h || mid <= 0) {
+            mf_mve_fill(patch, x_zp, seg);
+            continue;
+        }
+        mf_mve_fill(patch, x_zp, left * c);
+        mf_mve_copy(patch + left * c, x + (iy * g->in_w + ix0 + left) * c, mid * c);
+        mf_mve_fill(patch + (left + mid) * c, x_zp, right * c);
+    }
+}
+
+/* im2col convolution (groups 1, dilation 1, batch 1): per output pixel its patch in scratch
+ * (k_h * k_w * in_c bytes, any alignment), then one row through every block. y: NHWC. */
+MF_MICRO void mf_mve_conv(const int8_t *x, const mf_conv_geom *g, int32_t x_zp,
+                          const int32_t *pk, int32_t o, int32_t lo, int32_t hi, int32_t flags,
+                          int8_t *y, int8_t *scratch) {
+    int32_t k = g->k_h * g->k_w * g->in_c, oy, ox;
+    for (oy = 0; oy < g->out_h; ++oy) {
+        for (ox = 0; ox < g->out_w; ++ox, y += o) {
+            mf_mve_im2col(x, g, x_zp, oy, ox, scratch);
+            mf_mve_row(scratch, k, pk, o, lo, hi, flags, y);
+        }
+    }
+}
+
+#endif
