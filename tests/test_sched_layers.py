@@ -27,6 +27,7 @@ from mcuforge import runner
 from tfl_build import Model
 
 M4 = Target("mps2-an386", "cortex-m4", frozenset({"dsp"}))
+M55 = Target("mps3-an547", "cortex-m55", frozenset({"dsp", "mve"}))
 ACTS = {"none": 0, "relu": 1, "relu6": 3}
 SAME, VALID = 0, 1
 
@@ -210,6 +211,29 @@ def test_scheduled_kernel_equals_reference(name, op, kw):
         run_kernel(k, {"x": x[0].reshape(-1).copy(), "y": y})
         ys.append(y)
     assert ys[1].tolist() == ys[0].tolist() and ys[2].tolist() == ys[0].tolist()
+
+
+@pytest.mark.parametrize("name,op,kw", CASES, ids=[c[0] for c in CASES])
+def test_mve_scheduled_kernel_equals_reference(name, op, kw):
+    """Helium targets: convolutions, fully connected layers and one-channel depthwise layers on
+    mf_mve_gemm / mf_mve_conv (runtime_c/mcuforge_mve.h), equal to the reference kernel."""
+    model, x = layer_model(sum(map(ord, name)), op, **kw)
+    g = load_tflite(model)
+    node = g.nodes[0]
+    ref = reference_kernel(node, g, "k")
+    k = lower_node(node, g, "k", M55)
+    gemm_shaped = op != "DEPTHWISE_CONV_2D" or name.startswith("dw1_")
+    if gemm_shaped and kw.get("dilation", (1, 1)) == (1, 1):
+        pointwise = op == "FULLY_CONNECTED" or kw.get("k") == (1, 1) and kw.get("pad") != VALID
+        assert k.schedule == ("mf_mve_gemm" if pointwise and op == "CONV_2D" and kw.get(
+            "stride", (1, 1)) == (1, 1) or op == "FULLY_CONNECTED" else k.schedule)
+        assert k.schedule in ("mf_mve_gemm", "mf_mve_conv"), k.schedule
+    ys = []
+    for kern in (ref, k):
+        y = np.zeros(g.tensors[g.outputs[0]].size, np.int8)
+        run_kernel(kern, {"x": x[0].reshape(-1).copy(), "y": y})
+        ys.append(y)
+    assert ys[1].tolist() == ys[0].tolist()
 
 
 @pytest.mark.parametrize("name,op,kw", CASES, ids=[c[0] for c in CASES])

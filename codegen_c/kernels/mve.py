@@ -1,0 +1,71 @@
+"""int8 convolutions and fully connected layers on Helium (MVE) targets: the GEMM micro-kernels
+of runtime_c/mcuforge_mve.h (mirrors in codegen_c/micro_mve.py). A 1x1 stride-1 convolution or
+a fully connected layer is one mf_mve_gemm call over its rows (a single row too: AD's layers),
+a strided 1x1 convolution without padding one call per output row, any other convolution
+(groups 1, dilation 1; also a depthwise convolution of one input channel, which gemm_layer maps
+to the convolution 1 -> M) one mf_mve_conv call per image (im2col, the patch in scratch).
+
+Same proofs as gemm.py (gemm_layer: the input zero point folded into the bias, constant
+channels, requant_params' int32 bounds); the schedule declines where they fail, and the DSP
+schedules (gemm.py) or the reference loops stay. Weights stay int8 in the stream (1x flash:
+the flash budget, budget.py, never narrows these layers)."""
+from __future__ import annotations
+
+from .. import loop_ir as ir
+from .. import micro_mve  # noqa: F401  (registers the mirrors)
+from .. import pack_mve
+from ..lower import OpContext
+from . import conv_geometry, schedules
+
+
+@schedules("conv2d", "fully_connected", "depthwise_conv2d")
+def mve_gemm(ctx: OpContext, ref: ir.Kernel, target) -> ir.Kernel | None:
+    if not target.mve:
+        return None
+    from .gemm import gemm_layer  # (here: importing gemm first would register it first)
+    layer = gemm_layer(ctx)
+    if layer is None:
+        return None
+    x, y = ctx.input(0), ctx.output()
+    rows = layer["rows"]
+    o, k = rows.shape
+    stream, flags = pack_mve.pack_mve(rows, layer["bias"], layer["rq"],
+                                      1 if layer["signfix"] else 0)
+    consts = [ir.Buffer("pk", "int32", stream.size, "const", stream,
+                        "per 4 channels: bias (x_zp folded in), int8 weights in 16-tap chunks, "
+                        "mult, add, pre - 1, -post, sign mask")]
+    tail = (ir.Ptr("pk", ir.Const(0)), ir.Const(o), ir.Const(layer["lo"]),
+            ir.Const(layer["hi"]), ir.Const(flags))
+    padded = ctx.node.op != "fully_connected" and any(ctx.attrs["padding"])
+    pointwise = ctx.node.op == "fully_connected" or (k == x.shape[-1] and not padded)
+    if pointwise and (ctx.node.op == "fully_connected" or tuple(ctx.attrs["stride"]) == (1, 1)):
+        n_rows = x.size // k
+        name, scratch = "mf_mve_gemm", 0
+        body = (ir.CallStmt(name, (ir.Ptr("x", ir.Const(0)), ir.Const(n_rows), ir.Const(k),
+                                   ir.Const(k), *tail, ir.Ptr("y", ir.Const(0)), ir.Const(o))),)
+        how = f"{n_rows} rows x {k} taps"
+    elif pointwise:  # strided 1x1: per output row, every stride_w-th pixel
+        n, h, w_, c = x.shape
+        _, oh, ow, _ = y.shape
+        sh, sw = ctx.attrs["stride"]
+        name, scratch = "mf_mve_gemm", 0
+        body = ir.loops([("n", n), ("oy", oh)], lambda b, oy: [ir.CallStmt(name, (
+            ir.Ptr("x", b * (h * w_ * c) + oy * (sh * w_ * c)), ir.Const(ow), ir.Const(sw * c),
+            ir.Const(k), *tail, ir.Ptr("y", b * (oh * ow * o) + oy * (ow * o)), ir.Const(o)))])
+        how = f"{oh} output rows x {ow} pixels x {k} taps, input stride {sw} pixels"
+    else:
+        n, geom, gbuf = conv_geometry(ctx)
+        h, w_, c, _, _, _, _, _, _, oh, ow = (int(v) for v in geom)
+        consts.append(gbuf)
+        name, scratch = "mf_mve_conv", k
+        body = ir.loops([("n", n)], lambda b: [ir.CallStmt(name, (
+            ir.Ptr("x", b * (h * w_ * c)), ir.Ptr("geom", ir.Const(0), ctype="const mf_conv_geom *"),
+            ir.Const(layer["x_zp"]), *tail, ir.Ptr("y", b * (oh * ow * o)),
+            ir.Ptr("scratch", ir.Const(0))))])
+        how = f"im2col, {oh * ow} patches x {k} taps"
+    bufs = [b for b in ref.params if b.kind != "scratch"] + consts
+    if scratch:
+        bufs.append(ir.Buffer("scratch", "int8", scratch, "scratch"))
+    doc = (f"{ref.doc}\nscheduled: {name} (Helium, {how}), 4 channels x 1 row, int8 weights in "
+           f"one stream ({stream.nbytes} bytes){f', {scratch} bytes scratch' if scratch else ''}")
+    return ir.Kernel(ctx.name, tuple(bufs), tuple(body), doc, ref.macs, name)
