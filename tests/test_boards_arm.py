@@ -38,7 +38,14 @@ def test_mlperf_on_cortex_m4(stem):
     _check(mlperf_model(stem), "mps2-an386")
 
 
-@pytest.mark.parametrize("board", ("mps2-an385", "mps2-an500", "mps3-an547"))
+@pytest.mark.parametrize("stem", MLPERF_INT8)
+def test_mlperf_on_cortex_m55(stem):
+    """The Helium kernels (runtime_c/mcuforge_mve.h: every convolution and fully connected
+    layer of these models) bit-exact with tflite-micro."""
+    _check(mlperf_model(stem), "mps3-an547")
+
+
+@pytest.mark.parametrize("board", ("mps2-an385", "mps2-an500"))
 def test_kws_on_other_cortex_m(board):
     _check(mlperf_model("kws_ref_model"), board)
 
