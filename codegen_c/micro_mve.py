@@ -47,7 +47,7 @@ def _gemm(x, rows, x_stride, k, pk, o, lo, hi, flags, y, y_stride):
 def _conv(x, geom, x_zp, pk, o, lo, hi, flags, y, scratch):
     g = dict(zip(GEOM_FIELDS, (int(v) for v in geom[:len(GEOM_FIELDS)])))
     k = g["k_h"] * g["k_w"] * g["in_c"]
-    _scratch(scratch, k, "mf_mve_conv")  # the patch
+    _scratch(scratch, 2 * k, "mf_mve_conv")  # two patches
     out = _outputs(im2col(x, g, int(x_zp)), pk, o, k, lo, hi, flags)
     y[:out.size] = out.reshape(-1)
 

@@ -156,6 +156,77 @@ MF_INLINE int32x4_t mf_mve_dot4(const int8_t *x, int32_t k, const int32_t **pk) 
     return vldrwq_s32(t);
 #endif
 }
+
+/* The accumulators of 4 channels x 2 rows (x0, x1): VMLADAVA's 8 even registers r0-r12 and
+ * lr (no low-overhead loop then: SUBS/BGT on the taps left), 4 more registers for the
+ * pointers and the count (at -fno-omit-frame-pointer gcc has r1 r3 r5 r9 r11 left). */
+MF_INLINE void mf_mve_dot4x2(const int8_t *x0, const int8_t *x1, int32_t k, const int32_t **pk,
+                             int32x4_t *y0, int32x4_t *y1) {
+#if MF_MVE_ASM
+    const int32_t *w = *pk;
+    int32_t r = k; /* taps left: full chunks while more than 16, then the VCTP tail */
+    register int32_t a0 __asm__("r0");
+    register int32_t a1 __asm__("r2");
+    register int32_t a2 __asm__("r4");
+    register int32_t a3 __asm__("r6");
+    register int32_t b0 __asm__("r8");
+    register int32_t b1 __asm__("r10");
+    register int32_t b2 __asm__("r12");
+    register int32_t b3 __asm__("lr");
+    int8x16_t a, b, u, v;
+    int32x4_t o;
+#define MF_MVE_CHUNK2(LOAD)                                                                \
+    LOAD                                                                                    \
+    "vldrb.u8 %q[u], [%[w]], #16\n\t"                                                       \
+    "vmladava.s8 %[a0], %q[a], %q[u]\n\t"                                                   \
+    "vmladava.s8 %[b0], %q[b], %q[u]\n\t"                                                   \
+    "vldrb.u8 %q[v], [%[w]], #16\n\t"                                                       \
+    "vmladava.s8 %[a1], %q[a], %q[v]\n\t"                                                   \
+    "vmladava.s8 %[b1], %q[b], %q[v]\n\t"                                                   \
+    "vldrb.u8 %q[u], [%[w]], #16\n\t"                                                       \
+    "vmladava.s8 %[a2], %q[a], %q[u]\n\t"                                                   \
+    "vmladava.s8 %[b2], %q[b], %q[u]\n\t"                                                   \
+    "vldrb.u8 %q[v], [%[w]], #16\n\t"                                                       \
+    "vmladava.s8 %[a3], %q[a], %q[v]\n\t"                                                   \
+    "vmladava.s8 %[b3], %q[b], %q[v]\n\t"
+    __asm__("ldm %[w]!, {%[a0], %[a1], %[a2], %[a3]}\n\t"
+            "mov %[b0], %[a0]\n\t"
+            "mov %[b1], %[a1]\n\t"
+            "mov %[b2], %[a2]\n\t"
+            "mov %[b3], %[a3]\n\t"
+            "subs %[r], %[r], #16\n\t"
+            "ble 2f\n"
+            "1:\n\t" MF_MVE_CHUNK2("vldrb.u8 %q[a], [%[x0]], #16\n\t"
+                                   "vldrb.u8 %q[b], [%[x1]], #16\n\t")
+            "subs %[r], %[r], #16\n\t"
+            "bgt 1b\n"
+            "2:\n\t"
+            "adds %[r], %[r], #16\n\t"
+            "vctp.8 %[r]\n\t"
+            "vpstt\n\t" MF_MVE_CHUNK2("vldrbt.u8 %q[a], [%[x0]]\n\t"
+                                      "vldrbt.u8 %q[b], [%[x1]]\n\t")
+            : [a0] "=&r"(a0), [a1] "=&r"(a1), [a2] "=&r"(a2), [a3] "=&r"(a3),
+              [b0] "=&r"(b0), [b1] "=&r"(b1), [b2] "=&r"(b2), [b3] "=&r"(b3),
+              [a] "=&w"(a), [b] "=&w"(b), [u] "=&w"(u), [v] "=&w"(v),
+              [x0] "+r"(x0), [x1] "+r"(x1), [w] "+r"(w), [r] "+r"(r)
+            :
+            : "cc", "memory");
+#undef MF_MVE_CHUNK2
+    *pk = w;
+    o = vdupq_n_s32(a0);
+    o = vsetq_lane_s32(a1, o, 1);
+    o = vsetq_lane_s32(a2, o, 2);
+    *y0 = vsetq_lane_s32(a3, o, 3);
+    o = vdupq_n_s32(b0);
+    o = vsetq_lane_s32(b1, o, 1);
+    o = vsetq_lane_s32(b2, o, 2);
+    *y1 = vsetq_lane_s32(b3, o, 3);
+#else
+    const int32_t *p = *pk;
+    *y0 = mf_mve_dot4(x0, k, &p);
+    *y1 = mf_mve_dot4(x1, k, pk);
+#endif
+}
 #endif
 
 /* One row of K activations through every block: y[0..O-1]. */
@@ -192,12 +263,42 @@ MF_INLINE void mf_mve_row(const int8_t *x, int32_t k, const int32_t *pk, int32_t
 #endif
 }
 
+/* Two rows (x0 -> y0, x1 -> y1) through every block: the weights and the requantization
+ * vectors loaded once for both. */
+MF_INLINE void mf_mve_row2(const int8_t *x0, const int8_t *x1, int32_t k, const int32_t *pk,
+                           int32_t o, int32_t lo, int32_t hi, int32_t flags, int8_t *y0,
+                           int8_t *y1) {
+#if MF_USE_MVE
+    int32x4_t vlo = vdupq_n_s32(lo), vhi = vdupq_n_s32(hi);
+    for (; o > 0; o -= 4, y0 += 4, y1 += 4) {
+        int32x4_t v0, v1;
+        mf_mve_dot4x2(x0, x1, k, &pk, &v0, &v1);
+        v0 = mf_mve_rq4(v0, pk, flags, vlo, vhi);
+        v1 = mf_mve_rq4(v1, pk, flags, vlo, vhi);
+        if (o >= 4) {
+            vstrbq_s32(y0, v0);
+            vstrbq_s32(y1, v1);
+        } else {
+            mve_pred16_t p = vctp32q((uint32_t)o);
+            vstrbq_p_s32(y0, v0, p);
+            vstrbq_p_s32(y1, v1, p);
+        }
+        pk += 20;
+    }
+#else
+    mf_mve_row(x0, k, pk, o, lo, hi, flags, y0);
+    mf_mve_row(x1, k, pk, o, lo, hi, flags, y1);
+#endif
+}
+
 /* 1x1 convolution / fully connected layer: `rows` rows of K int8 activations, row r at
  * x + r * x_stride, output row r at y + r * y_stride (O bytes). pk: the stream above. */
 MF_MICRO void mf_mve_gemm(const int8_t *x, int32_t rows, int32_t x_stride, int32_t k,
                           const int32_t *pk, int32_t o, int32_t lo, int32_t hi, int32_t flags,
                           int8_t *y, int32_t y_stride) {
-    for (; rows > 0; --rows, x += x_stride, y += y_stride) mf_mve_row(x, k, pk, o, lo, hi, flags, y);
+    for (; rows >= 2; rows -= 2, x += 2 * x_stride, y += 2 * y_stride)
+        mf_mve_row2(x, x + x_stride, k, pk, o, lo, hi, flags, y, y + y_stride);
+    if (rows) mf_mve_row(x, k, pk, o, lo, hi, flags, y);
 }
 
 /* Byte copy and fill of the im2col patch (vector loops: newlib-nano's are byte-wise). */
@@ -241,17 +342,23 @@ MF_INLINE void mf_mve_im2col(const int8_t *x, const mf_conv_geom *g, int32_t x_z
     }
 }
 
-/* im2col convolution (groups 1, dilation 1, batch 1): per output pixel its patch in scratch
- * (k_h * k_w * in_c bytes, any alignment), then one row through every block. y: NHWC. */
+/* im2col convolution (groups 1, dilation 1, batch 1): output pixels in pairs, their two
+ * patches in scratch (2 * k_h * k_w * in_c bytes, any alignment), then both rows through every
+ * block (the last pixel of an odd count alone). y: NHWC. */
 MF_MICRO void mf_mve_conv(const int8_t *x, const mf_conv_geom *g, int32_t x_zp,
                           const int32_t *pk, int32_t o, int32_t lo, int32_t hi, int32_t flags,
                           int8_t *y, int8_t *scratch) {
-    int32_t k = g->k_h * g->k_w * g->in_c, oy, ox;
-    for (oy = 0; oy < g->out_h; ++oy) {
-        for (ox = 0; ox < g->out_w; ++ox, y += o) {
-            mf_mve_im2col(x, g, x_zp, oy, ox, scratch);
-            mf_mve_row(scratch, k, pk, o, lo, hi, flags, y);
-        }
+    int32_t k = g->k_h * g->k_w * g->in_c, n = g->out_h * g->out_w, oy = 0, ox = 0;
+    for (; n >= 2; n -= 2, y += 2 * o) {
+        mf_mve_im2col(x, g, x_zp, oy, ox, scratch);
+        if (++ox == g->out_w) ox = 0, ++oy;
+        mf_mve_im2col(x, g, x_zp, oy, ox, scratch + k);
+        if (++ox == g->out_w) ox = 0, ++oy;
+        mf_mve_row2(scratch, scratch + k, k, pk, o, lo, hi, flags, y, y + o);
+    }
+    if (n) {
+        mf_mve_im2col(x, g, x_zp, oy, ox, scratch);
+        mf_mve_row(scratch, k, pk, o, lo, hi, flags, y);
     }
 }
 

@@ -97,7 +97,7 @@ def all_cases(seed=0):
 
 
 def c_program(cases) -> str:
-    scratch = max([c["k"] for c in cases if c["kind"] == "conv"] + [1])
+    scratch = max([2 * c["k"] for c in cases if c["kind"] == "conv"] + [1])
     out = ["#include <string.h>\n#include \"mcuforge_mve.h\"\n#include \"bench.h\"\n",
            f"#define SCRATCH {scratch}\n", "static int8_t scratch[SCRATCH + 32];\n"]
     calls = []
@@ -113,7 +113,7 @@ def c_program(cases) -> str:
         else:
             out.append(f"static const mf_conv_geom g{i} = {{{','.join(map(str, c['geom']))}}};\n")
             call = f"mf_mve_conv(x{i}, &g{i}, {c['x_zp']}, {tail}, scratch)"
-            need = c["k"]
+            need = 2 * c["k"]
         calls.append(f"    memset(y{i}, {SENTINEL}, sizeof y{i});\n"
                      f"    memset(scratch + {need}, 0x5a, SCRATCH + 32 - {need});\n"
                      f"    {call};\n"

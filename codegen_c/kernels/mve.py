@@ -57,7 +57,7 @@ def mve_gemm(ctx: OpContext, ref: ir.Kernel, target) -> ir.Kernel | None:
         n, geom, gbuf = conv_geometry(ctx)
         h, w_, c, _, _, _, _, _, _, oh, ow = (int(v) for v in geom)
         consts.append(gbuf)
-        name, scratch = "mf_mve_conv", k
+        name, scratch = "mf_mve_conv", 2 * k  # two patches
         body = ir.loops([("n", n)], lambda b: [ir.CallStmt(name, (
             ir.Ptr("x", b * (h * w_ * c)), ir.Ptr("geom", ir.Const(0), ctype="const mf_conv_geom *"),
             ir.Const(layer["x_zp"]), *tail, ir.Ptr("y", b * (oh * ow * o)),
