@@ -53,3 +53,17 @@ def _conv(x, geom, x_zp, pk, o, lo, hi, flags, y, scratch):
 
 
 INTRINSICS.update({"mf_mve_gemm": _gemm, "mf_mve_conv": _conv})
+
+
+def _entry(fn, flags: int):
+    """mf_mve_<kind>_f<F>: the code of flags F, whatever the flags argument says."""
+    def run(*a):
+        a = list(a)
+        a[8 if fn is _gemm else 7] = flags
+        fn(*a)
+    return run
+
+
+for _f in range(4):
+    INTRINSICS[f"mf_mve_gemm_f{_f}"] = _entry(_gemm, _f)
+    INTRINSICS[f"mf_mve_conv_f{_f}"] = _entry(_conv, _f)

@@ -125,7 +125,7 @@ MF_INLINE int32x4_t mf_mve_dot4(const int8_t *x, int32_t k, const int32_t **pk) 
             : [a0] "=&r"(a0), [a1] "=&r"(a1), [a2] "=&r"(a2), [a3] "=&r"(a3), [a] "=&w"(a),
               [u] "=&w"(u), [v] "=&w"(v), [x] "+r"(x), [w] "+r"(w)
             : [b] "r"(b), [n] "r"(full), [t] "r"(tail)
-            : "lr", "memory");
+            : "lr", "p0", "memory"); /* p0: VPR, which VCTP sets */
 #undef MF_MVE_CHUNK
     *pk = (const int32_t *)(const void *)w;
     o = vdupq_n_s32(a0);
@@ -210,7 +210,7 @@ MF_INLINE void mf_mve_dot4x2(const int8_t *x0, const int8_t *x1, int32_t k, cons
               [a] "=&w"(a), [b] "=&w"(b), [u] "=&w"(u), [v] "=&w"(v),
               [x0] "+r"(x0), [x1] "+r"(x1), [w] "+r"(w), [r] "+r"(r)
             :
-            : "cc", "memory");
+            : "cc", "p0", "memory");
 #undef MF_MVE_CHUNK2
     *pk = w;
     o = vdupq_n_s32(a0);
@@ -293,17 +293,51 @@ MF_INLINE void mf_mve_row2(const int8_t *x0, const int8_t *x1, int32_t k, const 
 
 /* 1x1 convolution / fully connected layer: `rows` rows of K int8 activations, row r at
  * x + r * x_stride, output row r at y + r * y_stride (O bytes). pk: the stream above. */
-MF_MICRO void mf_mve_gemm(const int8_t *x, int32_t rows, int32_t x_stride, int32_t k,
-                          const int32_t *pk, int32_t o, int32_t lo, int32_t hi, int32_t flags,
-                          int8_t *y, int32_t y_stride) {
+MF_INLINE void mf_mve_gemm_body(const int8_t *x, int32_t rows, int32_t x_stride, int32_t k,
+                                const int32_t *pk, int32_t o, int32_t lo, int32_t hi,
+                                int32_t flags, int8_t *y, int32_t y_stride) {
     for (; rows >= 2; rows -= 2, x += 2 * x_stride, y += 2 * y_stride)
         mf_mve_row2(x, x + x_stride, k, pk, o, lo, hi, flags, y, y + y_stride);
     if (rows) mf_mve_row(x, k, pk, o, lo, hi, flags, y);
 }
 
-/* Byte copy and fill of the im2col patch (vector loops: newlib-nano's are byte-wise). */
+MF_MICRO void mf_mve_gemm(const int8_t *x, int32_t rows, int32_t x_stride, int32_t k,
+                          const int32_t *pk, int32_t o, int32_t lo, int32_t hi, int32_t flags,
+                          int8_t *y, int32_t y_stride) {
+    mf_mve_gemm_body(x, rows, x_stride, k, pk, o, lo, hi, flags, y, y_stride);
+}
+
+/* The entries of one value of flags (the schedule calls these: no test of the flags per block,
+ * and only the code of the layer's variant is linked); the flags argument is ignored. */
+#define MF_MVE_GEMM_ENTRY(F)                                                                \
+    MF_MICRO void mf_mve_gemm_f##F(const int8_t *x, int32_t rows, int32_t x_stride,        \
+                                   int32_t k, const int32_t *pk, int32_t o, int32_t lo,     \
+                                   int32_t hi, int32_t flags, int8_t *y, int32_t y_stride) { \
+        (void)flags;                                                                        \
+        mf_mve_gemm_body(x, rows, x_stride, k, pk, o, lo, hi, F, y, y_stride);              \
+    }
+MF_MVE_GEMM_ENTRY(0)
+MF_MVE_GEMM_ENTRY(1)
+MF_MVE_GEMM_ENTRY(2)
+MF_MVE_GEMM_ENTRY(3)
+#undef MF_MVE_GEMM_ENTRY
+
+/* Byte copy and fill of the im2col patch: tail-predicated low-overhead loops (WLSTP/LETP: 3
+ * instructions per 16 bytes, none per call beyond the setup); newlib-nano's are byte-wise. */
 MF_INLINE void mf_mve_copy(int8_t *d, const int8_t *s, int32_t n) {
-#if MF_USE_MVE
+#if MF_MVE_ASM
+    /* (mf_mve_im2col passes n >= 1) */
+    int8x16_t t;
+    __asm__ volatile("wlstp.8 lr, %[n], 2f\n"
+                     "1:\n\t"
+                     "vldrb.u8 %q[t], [%[s]], #16\n\t"
+                     "vstrb.8 %q[t], [%[d]], #16\n\t"
+                     "letp lr, 1b\n"
+                     "2:"
+                     : [t] "=&w"(t), [s] "+r"(s), [d] "+r"(d)
+                     : [n] "r"(n)
+                     : "lr", "memory");
+#elif MF_USE_MVE
     for (; n > 0; n -= 16, d += 16, s += 16) {
         mve_pred16_t p = vctp8q((uint32_t)n);
         vstrbq_p_s8(d, vldrbq_z_s8(s, p), p);
@@ -314,7 +348,18 @@ MF_INLINE void mf_mve_copy(int8_t *d, const int8_t *s, int32_t n) {
 }
 
 MF_INLINE void mf_mve_fill(int8_t *d, int32_t v, int32_t n) {
-#if MF_USE_MVE
+#if MF_MVE_ASM
+    int8x16_t t;
+    __asm__ volatile("vdup.8 %q[t], %[v]\n\t"
+                     "wlstp.8 lr, %[n], 2f\n"
+                     "1:\n\t"
+                     "vstrb.8 %q[t], [%[d]], #16\n\t"
+                     "letp lr, 1b\n"
+                     "2:"
+                     : [t] "=&w"(t), [d] "+r"(d)
+                     : [n] "r"(n), [v] "r"(v)
+                     : "lr", "memory");
+#elif MF_USE_MVE
     int8x16_t f = vdupq_n_s8((int8_t)v);
     for (; n > 0; n -= 16, d += 16) vstrbq_p_s8(d, f, vctp8q((uint32_t)n));
 #else
@@ -322,32 +367,33 @@ MF_INLINE void mf_mve_fill(int8_t *d, int32_t v, int32_t n) {
 #endif
 }
 
-/* The patch of output pixel (oy, ox): [k_h][k_w][in_c] int8, x_zp where outside the image. */
+/* The patch of output pixel (oy, ox): [k_h][k_w][in_c] int8, x_zp where outside the image.
+ * The columns inside the image are the same for every kernel row: left (padding), mid (copied),
+ * right (padding) bytes. */
 MF_INLINE void mf_mve_im2col(const int8_t *x, const mf_conv_geom *g, int32_t x_zp, int32_t oy,
                              int32_t ox, int8_t *patch) {
     int32_t c = g->in_c, seg = g->k_w * c, ky;
-    int32_t ix0 = ox * g->stride_w - g->pad_l, iy0 = oy * g->stride_h - g->pad_t;
+    int32_t ix0 = ox * g->stride_w - g->pad_l, iy = oy * g->stride_h - g->pad_t;
     int32_t left = ix0 < 0 ? -ix0 : 0;
     int32_t right = ix0 + g->k_w > g->in_w ? ix0 + g->k_w - g->in_w : 0;
-    int32_t mid = g->k_w - left - right;
-    for (ky = 0; ky < g->k_h; ++ky, patch += seg) {
-        int32_t iy = iy0 + ky;
-        if (iy < 0 || iy >= g->in_h || mid <= 0) {
+    int32_t lb = left * c, mb = (g->k_w - left - right) * c, rb = right * c;
+    for (ky = 0; ky < g->k_h; ++ky, ++iy, patch += seg) {
+        if ((uint32_t)iy >= (uint32_t)g->in_h || mb <= 0) {
             mf_mve_fill(patch, x_zp, seg);
             continue;
         }
-        mf_mve_fill(patch, x_zp, left * c);
-        mf_mve_copy(patch + left * c, x + (iy * g->in_w + ix0 + left) * c, mid * c);
-        mf_mve_fill(patch + (left + mid) * c, x_zp, right * c);
+        if (lb) mf_mve_fill(patch, x_zp, lb);
+        mf_mve_copy(patch + lb, x + (iy * g->in_w + ix0 + left) * c, mb);
+        if (rb) mf_mve_fill(patch + lb + mb, x_zp, rb);
     }
 }
 
 /* im2col convolution (groups 1, dilation 1, batch 1): output pixels in pairs, their two
  * patches in scratch (2 * k_h * k_w * in_c bytes, any alignment), then both rows through every
  * block (the last pixel of an odd count alone). y: NHWC. */
-MF_MICRO void mf_mve_conv(const int8_t *x, const mf_conv_geom *g, int32_t x_zp,
-                          const int32_t *pk, int32_t o, int32_t lo, int32_t hi, int32_t flags,
-                          int8_t *y, int8_t *scratch) {
+MF_INLINE void mf_mve_conv_body(const int8_t *x, const mf_conv_geom *g, int32_t x_zp,
+                               const int32_t *pk, int32_t o, int32_t lo, int32_t hi,
+                               int32_t flags, int8_t *y, int8_t *scratch) {
     int32_t k = g->k_h * g->k_w * g->in_c, n = g->out_h * g->out_w, oy = 0, ox = 0;
     for (; n >= 2; n -= 2, y += 2 * o) {
         mf_mve_im2col(x, g, x_zp, oy, ox, scratch);
@@ -361,5 +407,24 @@ MF_MICRO void mf_mve_conv(const int8_t *x, const mf_conv_geom *g, int32_t x_zp,
         mf_mve_row(scratch, k, pk, o, lo, hi, flags, y);
     }
 }
+
+MF_MICRO void mf_mve_conv(const int8_t *x, const mf_conv_geom *g, int32_t x_zp,
+                          const int32_t *pk, int32_t o, int32_t lo, int32_t hi, int32_t flags,
+                          int8_t *y, int8_t *scratch) {
+    mf_mve_conv_body(x, g, x_zp, pk, o, lo, hi, flags, y, scratch);
+}
+
+#define MF_MVE_CONV_ENTRY(F)                                                                \
+    MF_MICRO void mf_mve_conv_f##F(const int8_t *x, const mf_conv_geom *g, int32_t x_zp,   \
+                                   const int32_t *pk, int32_t o, int32_t lo, int32_t hi,    \
+                                   int32_t flags, int8_t *y, int8_t *scratch) {             \
+        (void)flags;                                                                        \
+        mf_mve_conv_body(x, g, x_zp, pk, o, lo, hi, F, y, scratch);                         \
+    }
+MF_MVE_CONV_ENTRY(0)
+MF_MVE_CONV_ENTRY(1)
+MF_MVE_CONV_ENTRY(2)
+MF_MVE_CONV_ENTRY(3)
+#undef MF_MVE_CONV_ENTRY
 
 #endif

@@ -107,12 +107,14 @@ def c_program(cases) -> str:
         out.append(c_array("int8_t", f"e{i}", c["want"]))
         out.append(f"static int8_t y{i}[{len(c['want'])}];\n")
         tail = f"w{i}, {c['o']}, {c['lo']}, {c['hi']}, {c['flags']}, y{i}"
+        # every other case through the entry of its flags (what the schedule calls)
+        suffix = f"_f{c['flags']}" if i % 2 else ""
         if c["kind"] == "gemm":
-            call = f"mf_mve_gemm(x{i}, {c['rows']}, {c['xs']}, {c['k']}, {tail}, {c['ys']})"
+            call = f"mf_mve_gemm{suffix}(x{i}, {c['rows']}, {c['xs']}, {c['k']}, {tail}, {c['ys']})"
             need = 0
         else:
             out.append(f"static const mf_conv_geom g{i} = {{{','.join(map(str, c['geom']))}}};\n")
-            call = f"mf_mve_conv(x{i}, &g{i}, {c['x_zp']}, {tail}, scratch)"
+            call = f"mf_mve_conv{suffix}(x{i}, &g{i}, {c['x_zp']}, {tail}, scratch)"
             need = 2 * c["k"]
         calls.append(f"    memset(y{i}, {SENTINEL}, sizeof y{i});\n"
                      f"    memset(scratch + {need}, 0x5a, SCRATCH + 32 - {need});\n"

@@ -3,7 +3,8 @@ of runtime_c/mcuforge_mve.h (mirrors in codegen_c/micro_mve.py). A 1x1 stride-1 
 a fully connected layer is one mf_mve_gemm call over its rows (a single row too: AD's layers),
 a strided 1x1 convolution without padding one call per output row, any other convolution
 (groups 1, dilation 1; also a depthwise convolution of one input channel, which gemm_layer maps
-to the convolution 1 -> M) one mf_mve_conv call per image (im2col, the patch in scratch).
+to the convolution 1 -> M) one mf_mve_conv call per image (im2col, two patches in scratch).
+The entries called are those of the layer's flags (mf_mve_gemm_f<F>: sign term, left shift).
 
 Same proofs as gemm.py (gemm_layer: the input zero point folded into the bias, constant
 channels, requant_params' int32 bounds); the schedule declines where they fail, and the DSP
@@ -40,7 +41,7 @@ def mve_gemm(ctx: OpContext, ref: ir.Kernel, target) -> ir.Kernel | None:
     pointwise = ctx.node.op == "fully_connected" or (k == x.shape[-1] and not padded)
     if pointwise and (ctx.node.op == "fully_connected" or tuple(ctx.attrs["stride"]) == (1, 1)):
         n_rows = x.size // k
-        name, scratch = "mf_mve_gemm", 0
+        name, scratch = f"mf_mve_gemm_f{flags}", 0
         body = (ir.CallStmt(name, (ir.Ptr("x", ir.Const(0)), ir.Const(n_rows), ir.Const(k),
                                    ir.Const(k), *tail, ir.Ptr("y", ir.Const(0)), ir.Const(o))),)
         how = f"{n_rows} rows x {k} taps"
@@ -48,7 +49,7 @@ def mve_gemm(ctx: OpContext, ref: ir.Kernel, target) -> ir.Kernel | None:
         n, h, w_, c = x.shape
         _, oh, ow, _ = y.shape
         sh, sw = ctx.attrs["stride"]
-        name, scratch = "mf_mve_gemm", 0
+        name, scratch = f"mf_mve_gemm_f{flags}", 0
         body = ir.loops([("n", n), ("oy", oh)], lambda b, oy: [ir.CallStmt(name, (
             ir.Ptr("x", b * (h * w_ * c) + oy * (sh * w_ * c)), ir.Const(ow), ir.Const(sw * c),
             ir.Const(k), *tail, ir.Ptr("y", b * (oh * ow * o) + oy * (ow * o)), ir.Const(o)))])
@@ -57,7 +58,7 @@ def mve_gemm(ctx: OpContext, ref: ir.Kernel, target) -> ir.Kernel | None:
         n, geom, gbuf = conv_geometry(ctx)
         h, w_, c, _, _, _, _, _, _, oh, ow = (int(v) for v in geom)
         consts.append(gbuf)
-        name, scratch = "mf_mve_conv", 2 * k  # two patches
+        name, scratch = f"mf_mve_conv_f{flags}", 2 * k  # two patches
         body = ir.loops([("n", n)], lambda b: [ir.CallStmt(name, (
             ir.Ptr("x", b * (h * w_ * c)), ir.Ptr("geom", ir.Const(0), ctype="const mf_conv_geom *"),
             ir.Const(layer["x_zp"]), *tail, ir.Ptr("y", b * (oh * ow * o)),
