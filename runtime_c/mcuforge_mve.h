@@ -158,8 +158,9 @@ MF_INLINE int32x4_t mf_mve_dot4(const int8_t *x, int32_t k, const int32_t **pk) 
 }
 
 /* The accumulators of 4 channels x 2 rows (x0, x1): VMLADAVA's 8 even registers r0-r12 and
- * lr (no low-overhead loop then: SUBS/BGT on the taps left), 4 more registers for the
- * pointers and the count (at -fno-omit-frame-pointer gcc has r1 r3 r5 r9 r11 left). */
+ * lr (no low-overhead loop then: SUBS/BGT on the taps left), 5 more registers for the
+ * pointers and the count (at -fno-omit-frame-pointer gcc has r1 r3 r5 r9 r11 left). The bias
+ * is loaded into both rows' accumulators by two LDMs; the 8 sums leave by one STM. */
 MF_INLINE void mf_mve_dot4x2(const int8_t *x0, const int8_t *x1, int32_t k, const int32_t **pk,
                              int32x4_t *y0, int32x4_t *y1) {
 #if MF_MVE_ASM
@@ -173,8 +174,9 @@ MF_INLINE void mf_mve_dot4x2(const int8_t *x0, const int8_t *x1, int32_t k, cons
     register int32_t b1 __asm__("r10");
     register int32_t b2 __asm__("r12");
     register int32_t b3 __asm__("lr");
+    int32_t acc[8] __attribute__((aligned(8)));
+    int32_t *sp = acc;
     int8x16_t a, b, u, v;
-    int32x4_t o;
 #define MF_MVE_CHUNK2(LOAD)                                                                \
     LOAD                                                                                    \
     "vldrb.u8 %q[u], [%[w]], #16\n\t"                                                       \
@@ -189,11 +191,8 @@ MF_INLINE void mf_mve_dot4x2(const int8_t *x0, const int8_t *x1, int32_t k, cons
     "vldrb.u8 %q[v], [%[w]], #16\n\t"                                                       \
     "vmladava.s8 %[a3], %q[a], %q[v]\n\t"                                                   \
     "vmladava.s8 %[b3], %q[b], %q[v]\n\t"
-    __asm__("ldm %[w]!, {%[a0], %[a1], %[a2], %[a3]}\n\t"
-            "mov %[b0], %[a0]\n\t"
-            "mov %[b1], %[a1]\n\t"
-            "mov %[b2], %[a2]\n\t"
-            "mov %[b3], %[a3]\n\t"
+    __asm__("ldm %[w], {%[a0], %[a1], %[a2], %[a3]}\n\t"
+            "ldm %[w]!, {%[b0], %[b1], %[b2], %[b3]}\n\t"
             "subs %[r], %[r], #16\n\t"
             "ble 2f\n"
             "1:\n\t" MF_MVE_CHUNK2("vldrb.u8 %q[a], [%[x0]], #16\n\t"
@@ -205,22 +204,18 @@ MF_INLINE void mf_mve_dot4x2(const int8_t *x0, const int8_t *x1, int32_t k, cons
             "vctp.8 %[r]\n\t"
             "vpstt\n\t" MF_MVE_CHUNK2("vldrbt.u8 %q[a], [%[x0]]\n\t"
                                       "vldrbt.u8 %q[b], [%[x1]]\n\t")
+            "stm %[s], {%[a0], %[a1], %[a2], %[a3], %[b0], %[b1], %[b2], %[b3]}"
             : [a0] "=&r"(a0), [a1] "=&r"(a1), [a2] "=&r"(a2), [a3] "=&r"(a3),
               [b0] "=&r"(b0), [b1] "=&r"(b1), [b2] "=&r"(b2), [b3] "=&r"(b3),
               [a] "=&w"(a), [b] "=&w"(b), [u] "=&w"(u), [v] "=&w"(v),
               [x0] "+r"(x0), [x1] "+r"(x1), [w] "+r"(w), [r] "+r"(r)
-            :
+            : [s] "r"(sp)
             : "cc", "p0", "memory");
 #undef MF_MVE_CHUNK2
+    (void)a0, (void)a1, (void)a2, (void)a3, (void)b0, (void)b1, (void)b2, (void)b3;
     *pk = w;
-    o = vdupq_n_s32(a0);
-    o = vsetq_lane_s32(a1, o, 1);
-    o = vsetq_lane_s32(a2, o, 2);
-    *y0 = vsetq_lane_s32(a3, o, 3);
-    o = vdupq_n_s32(b0);
-    o = vsetq_lane_s32(b1, o, 1);
-    o = vsetq_lane_s32(b2, o, 2);
-    *y1 = vsetq_lane_s32(b3, o, 3);
+    *y0 = vldrwq_s32(acc); /* one STM and two loads instead of eight lane moves */
+    *y1 = vldrwq_s32(acc + 4);
 #else
     const int32_t *p = *pk;
     *y0 = mf_mve_dot4(x0, k, &p);
