@@ -2,7 +2,9 @@
 double a layer's weight bytes. When the whole model (every kernel's constant data plus an
 allowance for the code) would not fit the target's flash budget, layers go back to int8
 weights widened in the loop, cheapest first: the fewest extra instructions per byte saved,
-estimated from the micro-kernels' measured costs. The choice is reported per layer."""
+estimated from the micro-kernels' measured costs. The choice is reported per layer.
+On Helium targets the GEMM layers run mcuforge_mve.h's kernels on int8 weights (kernels/mve.py,
+schedules mf_mve_*): 1x flash, nothing to narrow (fit only considers the "_w16" schedules)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
