@@ -27,7 +27,7 @@
  *
  * The MVE body (MF_USE_MVE, default: the compiler's __ARM_FEATURE_MVE) runs 4 channels x 1
  * row: VMLADAVA.S8 (16 MACs into a scalar; its accumulator must be an even-numbered register,
- * r0 r2 r4 r6 here), the K loop as inline asm (low-overhead loop WLS/LE; gcc 12 spills Q
+ * r0 r2 r4 r6 here), the K loop as inline asm (gcc 12 spills Q
  * registers and re-materialises VLDRB offsets in intrinsics loops), the 4 accumulators moved
  * into one Q register and requantized together (mf_mve_rq4: VQRDMULH, VADD,
  * sign term, VSHL, VMAX, VMIN, narrowing VSTRB.32). At -O0 (gcc keeps r7 for the frame) or
@@ -93,9 +93,8 @@ MF_INLINE int32x4_t mf_mve_rq4(int32x4_t acc, const int32_t *p, int32_t flags, i
  * block's requantization words. */
 MF_INLINE int32x4_t mf_mve_dot4(const int8_t *x, int32_t k, const int32_t **pk) {
 #if MF_MVE_ASM
-    const int8_t *w = (const int8_t *)(*pk + 4);
-    const int32_t *b = *pk;
-    int32_t full = MF_MVE_CHUNKS(k) - 1, tail = k - 16 * full;
+    const int32_t *w = *pk;
+    int32_t r = k;
     register int32_t a0 __asm__("r0");
     register int32_t a1 __asm__("r2");
     register int32_t a2 __asm__("r4");
@@ -112,22 +111,28 @@ MF_INLINE int32x4_t mf_mve_dot4(const int8_t *x, int32_t k, const int32_t **pk) 
     "vmladava.s8 %[a2], %q[a], %q[u]\n\t"                                                   \
     "vldrb.u8 %q[v], [%[w]], #16\n\t"                                                       \
     "vmladava.s8 %[a3], %q[a], %q[v]\n\t"
-    /* the accumulators in fixed even registers (VMLADAVA's Rda); lr counts the chunks. The
-     * 4 lanes are then set by single-lane moves (the two-lane VMOV's lane order differs
-     * between QEMU 7.2 and LLVM's reading of the architecture) */
-    __asm__("ldm %[b], {%[a0], %[a1], %[a2], %[a3]}\n\t"
-            "wls lr, %[n], 2f\n"
+    /* the accumulators in fixed even registers (VMLADAVA's Rda). The 4 lanes are then set by
+     * single-lane moves (the two-lane VMOV's lane order differs between QEMU 7.2 and LLVM's
+     * reading of the architecture) */
+    /* lr counts the full chunks ((K - 1) / 16, low-overhead loop WLS/LE), r the tail's taps
+     * ((K - 1) % 16 + 1) */
+    __asm__("ldm %[w]!, {%[a0], %[a1], %[a2], %[a3]}\n\t"
+            "subs %[r], %[r], #1\n\t"
+            "lsr lr, %[r], #4\n\t"
+            "and %[r], %[r], #15\n\t"
+            "add %[r], %[r], #1\n\t"
+            "wls lr, lr, 2f\n"
             "1:\n\t" MF_MVE_CHUNK("vldrb.u8 %q[a], [%[x]], #16")
             "le lr, 1b\n"
             "2:\n\t"
-            "vctp.8 %[t]\n\t"
+            "vctp.8 %[r]\n\t"
             "vpst\n\t" MF_MVE_CHUNK("vldrbt.u8 %q[a], [%[x]]")
             : [a0] "=&r"(a0), [a1] "=&r"(a1), [a2] "=&r"(a2), [a3] "=&r"(a3), [a] "=&w"(a),
-              [u] "=&w"(u), [v] "=&w"(v), [x] "+r"(x), [w] "+r"(w)
-            : [b] "r"(b), [n] "r"(full), [t] "r"(tail)
-            : "lr", "p0", "memory"); /* p0: VPR, which VCTP sets */
+              [u] "=&w"(u), [v] "=&w"(v), [x] "+r"(x), [w] "+r"(w), [r] "+r"(r)
+            :
+            : "cc", "lr", "p0", "memory"); /* p0: VPR, which VCTP sets */
 #undef MF_MVE_CHUNK
-    *pk = (const int32_t *)(const void *)w;
+    *pk = w;
     o = vdupq_n_s32(a0);
     o = vsetq_lane_s32(a1, o, 1);
     o = vsetq_lane_s32(a2, o, 2);
@@ -160,7 +165,8 @@ MF_INLINE int32x4_t mf_mve_dot4(const int8_t *x, int32_t k, const int32_t **pk) 
 /* The accumulators of 4 channels x 2 rows (x0, x1): VMLADAVA's 8 even registers r0-r12 and
  * lr (no low-overhead loop then: SUBS/BGT on the taps left), 5 more registers for the
  * pointers and the count (at -fno-omit-frame-pointer gcc has r1 r3 r5 r9 r11 left). The bias
- * is loaded into both rows' accumulators by two LDMs; the 8 sums leave by one STM. */
+ * is loaded into both rows' accumulators by two LDMs; the 8 sums leave through the stack (one
+ * PUSH, two VLDRW: a buffer of our own would need a sixth register). */
 MF_INLINE void mf_mve_dot4x2(const int8_t *x0, const int8_t *x1, int32_t k, const int32_t **pk,
                              int32x4_t *y0, int32x4_t *y1) {
 #if MF_MVE_ASM
@@ -174,9 +180,7 @@ MF_INLINE void mf_mve_dot4x2(const int8_t *x0, const int8_t *x1, int32_t k, cons
     register int32_t b1 __asm__("r10");
     register int32_t b2 __asm__("r12");
     register int32_t b3 __asm__("lr");
-    int32_t acc[8] __attribute__((aligned(8)));
-    int32_t *sp = acc;
-    int8x16_t a, b, u, v;
+    int32x4_t a, b, u, v;
 #define MF_MVE_CHUNK2(LOAD)                                                                \
     LOAD                                                                                    \
     "vldrb.u8 %q[u], [%[w]], #16\n\t"                                                       \
@@ -204,18 +208,21 @@ MF_INLINE void mf_mve_dot4x2(const int8_t *x0, const int8_t *x1, int32_t k, cons
             "vctp.8 %[r]\n\t"
             "vpstt\n\t" MF_MVE_CHUNK2("vldrbt.u8 %q[a], [%[x0]]\n\t"
                                       "vldrbt.u8 %q[b], [%[x1]]\n\t")
-            "stm %[s], {%[a0], %[a1], %[a2], %[a3], %[b0], %[b1], %[b2], %[b3]}"
+            "push {%[a0], %[a1], %[a2], %[a3], %[b0], %[b1], %[b2], %[b3]}\n\t"
+            "vldrw.u32 %q[a], [sp]\n\t"
+            "vldrw.u32 %q[b], [sp, #16]\n\t"
+            "add sp, sp, #32"
             : [a0] "=&r"(a0), [a1] "=&r"(a1), [a2] "=&r"(a2), [a3] "=&r"(a3),
               [b0] "=&r"(b0), [b1] "=&r"(b1), [b2] "=&r"(b2), [b3] "=&r"(b3),
               [a] "=&w"(a), [b] "=&w"(b), [u] "=&w"(u), [v] "=&w"(v),
               [x0] "+r"(x0), [x1] "+r"(x1), [w] "+r"(w), [r] "+r"(r)
-            : [s] "r"(sp)
+            :
             : "cc", "p0", "memory");
 #undef MF_MVE_CHUNK2
     (void)a0, (void)a1, (void)a2, (void)a3, (void)b0, (void)b1, (void)b2, (void)b3;
     *pk = w;
-    *y0 = vldrwq_s32(acc); /* one STM and two loads instead of eight lane moves */
-    *y1 = vldrwq_s32(acc + 4);
+    *y0 = a; /* one PUSH and two loads instead of eight lane moves */
+    *y1 = b;
 #else
     const int32_t *p = *pk;
     *y0 = mf_mve_dot4(x0, k, &p);
