@@ -370,24 +370,31 @@ MF_INLINE void mf_mve_fill(int8_t *d, int32_t v, int32_t n) {
 }
 
 /* The patch of output pixel (oy, ox): [k_h][k_w][in_c] int8, x_zp where outside the image.
- * The columns inside the image are the same for every kernel row: left (padding), mid (copied),
- * right (padding) bytes. */
+ * The kernel rows above and below the image are one fill each (contiguous in the patch); the
+ * columns inside the image are the same for every row: left (padding), mid (copied), right
+ * (padding) bytes. */
 MF_INLINE void mf_mve_im2col(const int8_t *x, const mf_conv_geom *g, int32_t x_zp, int32_t oy,
                              int32_t ox, int8_t *patch) {
-    int32_t c = g->in_c, seg = g->k_w * c, ky;
-    int32_t ix0 = ox * g->stride_w - g->pad_l, iy = oy * g->stride_h - g->pad_t;
+    int32_t c = g->in_c, seg = g->k_w * c, kh = g->k_h;
+    int32_t ix0 = ox * g->stride_w - g->pad_l, iy0 = oy * g->stride_h - g->pad_t;
     int32_t left = ix0 < 0 ? -ix0 : 0;
     int32_t right = ix0 + g->k_w > g->in_w ? ix0 + g->k_w - g->in_w : 0;
     int32_t lb = left * c, mb = (g->k_w - left - right) * c, rb = right * c;
-    for (ky = 0; ky < g->k_h; ++ky, ++iy, patch += seg) {
-        if ((uint32_t)iy >= (uint32_t)g->in_h || mb <= 0) {
-            mf_mve_fill(patch, x_zp, seg);
-            continue;
-        }
-        if (lb) mf_mve_fill(patch, x_zp, lb);
-        mf_mve_copy(patch + lb, x + (iy * g->in_w + ix0 + left) * c, mb);
-        if (rb) mf_mve_fill(patch + lb + mb, x_zp, rb);
+    int32_t ky0 = iy0 < 0 ? -iy0 : 0, ky1 = g->in_h - iy0 < kh ? g->in_h - iy0 : kh, ky;
+    const int8_t *src;
+    if (mb <= 0 || ky1 <= ky0) { /* the window misses the image */
+        mf_mve_fill(patch, x_zp, kh * seg);
+        return;
     }
+    if (ky0) mf_mve_fill(patch, x_zp, ky0 * seg);
+    src = x + ((iy0 + ky0) * g->in_w + ix0 + left) * c;
+    for (ky = ky0; ky < ky1; ++ky, src += g->in_w * c) {
+        int8_t *row = patch + ky * seg;
+        if (lb) mf_mve_fill(row, x_zp, lb);
+        mf_mve_copy(row + lb, src, mb);
+        if (rb) mf_mve_fill(row + lb + mb, x_zp, rb);
+    }
+    if (ky1 < kh) mf_mve_fill(patch + ky1 * seg, x_zp, (kh - ky1) * seg);
 }
 
 /* im2col convolution (groups 1, dilation 1, batch 1): output pixels in pairs, their two
