@@ -8,7 +8,7 @@
  * with x_r the raw int8 values of row r (mcuforge_nn.h's mf_rq_apply, exact vs TFLM's
  * MultiplyByQuantizedMultiplier under the bounds pack.requant_params proves).
  *
- * Layout (codegen_c/pack.py: pack_mve builds it, mve_words sizes it): one int32 stream, per
+ * Layout (codegen_c/pack_mve.py: pack_mve builds it, words sizes it): one int32 stream, per
  * block of 4 output channels (the last block padded with zero channels) MF_MVE_BLOCK_WORDS(K)
  * words:
  *   bias[4]                    int32, input zero point folded in
@@ -22,21 +22,37 @@
  * Weights stay int8 (1x flash). The activations are read as they are (any alignment); the
  * last chunk of a row is loaded under a VCTP predicate, so no byte past x_r[K-1] is read.
  *
- * flags (the `signfix` argument): bit 0: some channel has the sign term (sfm), bit 1: some
- * channel has shl != 0. Both only skip work that would compute the same values.
+ * flags (the `signfix` argument): bit 0 (MF_MVE_SIGN): some channel has the sign term (sfm),
+ * bit 1 (MF_MVE_SHL): some channel has shl != 0. Both only skip work that would compute the
+ * same values. mf_mve_gemm_f<F> / mf_mve_conv_f<F> are the code of flags F (what the schedule,
+ * codegen_c/kernels/mve.py, calls); mf_mve_gemm / mf_mve_conv test the flags at run time.
  *
- * The MVE body (MF_USE_MVE, default: the compiler's __ARM_FEATURE_MVE) runs 4 channels x 1
- * row: VMLADAVA.S8 (16 MACs into a scalar; its accumulator must be an even-numbered register,
- * r0 r2 r4 r6 here), the K loop as inline asm (gcc 12 spills Q
- * registers and re-materialises VLDRB offsets in intrinsics loops), the 4 accumulators moved
- * into one Q register and requantized together (mf_mve_rq4: VQRDMULH, VADD,
- * sign term, VSHL, VMAX, VMIN, narrowing VSTRB.32). At -O0 (gcc keeps r7 for the frame) or
- * with MF_MVE_ASM 0 the intrinsics body is used. The portable C body (MF_USE_MVE 0: host,
- * tests, other cores) reads the same stream.
+ * The MVE body (MF_USE_MVE, default: the compiler's __ARM_FEATURE_MVE): VMLADAVA.S8 (16 MACs
+ * into a scalar whose register must be even-numbered: r0-r12 and lr, 8 of them), register
+ * blocks of 4 channels x 2 rows (mf_mve_dot4x2: per 16 taps 2 + 4 loads and 8 VMLADAVA; the
+ * odd last row 4 x 1, mf_mve_dot4: WLS/LE loop), the K loop as inline asm (gcc 12's
+ * intrinsics loops spill Q registers and cannot hold 8 accumulators), the accumulators moved
+ * into Q registers and requantized 4 at a time (mf_mve_rq4: VQRDMULH, VADD, sign term, VSHL,
+ * VMAX, VMIN, narrowing VSTRB.32; the weights' and requantization vectors loaded once for two
+ * rows). im2col (mf_mve_conv): two patches at a time in scratch (2 * K bytes), copies and
+ * fills as tail-predicated loops (WLSTP/LETP). At -O0 (gcc keeps r7 for the frame) or with
+ * MF_MVE_ASM 0 the intrinsics body is used. The portable C body (MF_USE_MVE 0: host, tests,
+ * other cores) reads the same stream. tests/test_nn_mve.py checks every body and -O level.
  *
- * Measured (QEMU mps3-an547, -icount, arm-none-eabi-gcc 12.2): see the end of this comment
- * block and the report of issue 13:
- *   MEASURED_FIGURES
+ * Measured on QEMU mps3-an547 (-icount, arm-none-eabi-gcc 12.2 -O2, the generated firmware:
+ * `mcuforge bench MODEL --board mps3-an547 --per-layer`), per layer incl. im2col,
+ * requantization and the call, MAC per instruction:
+ *   KWS: 1x1 64->64 over 125 px 5.21, first conv 10x4 s2 1->64 (im2col) 3.00, FC 64->12 3.43;
+ *     its GEMM layers 0.500 M instructions for 2.37 M MACs (4.74)
+ *   ResNet-8: 3x3 16->16 (im2col, K = 144) 4.5-4.7, 3x3 s2 / 32->32 / 64->64 5.4-7.1,
+ *     first conv 3x3 3->16 1.71, strided 1x1 shortcuts (K = 16, 32) 2.0 / 3.2, FC 64->10 2.24;
+ *     GEMM layers 2.50 M for 12.5 M MACs (4.99)
+ *   VWW: 1x1 with K = 8 / 16 / 32 1.12 / 2.39 / 3.7, K >= 64 5.1-6.8, first conv 3x3 s2
+ *     3->8 1.61; GEMM layers 1.71 M for 6.69 M MACs (3.91)
+ *   AD (single-row FC): 640->128 5.97, 128->128 4.7, 128->8 4.0, 8->128 0.82, 128->640 4.6
+ * A block of 4 channels x 2 rows costs about 40 instructions beside its 14 per 16 taps
+ * (requantization, moves, loop and spills), so layers with K <= 32 stay below 4. -Os costs
+ * 2-6 % more instructions, -O3 1-2 % fewer for twice the code (see the issue-13 report).
  */
 #ifndef MCUFORGE_MVE_H
 #define MCUFORGE_MVE_H
