@@ -1,0 +1,251 @@
+"""The Helium kernels of runtime_c/mcuforge_mve_dw.h against numpy models of TFLM's int8
+reference kernels written here (DepthwiseConv2D; the depthwise model also against tflite-micro
+itself): every output byte, on the host (portable body, ASan/UBSan), on QEMU mps3-an547 with the
+MVE body at -O0/-O2/-Os/-O3 and with the portable body (-DMF_USE_MVE=0); random shapes (channel
+counts not a multiple of 4, odd sizes, strides 1 and 2 and mixed, SAME and VALID, kernels 3x3
+and others incl. more than 16 taps), random zero points, none/relu/relu6 clamps, rounding ties.
+"""
+from __future__ import annotations
+
+import importlib.util
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from mcuforge.codegen_c import pack, pack_mve_dw
+from conftest import require_tools
+
+_spec = importlib.util.spec_from_file_location(
+    "mve_harness", Path(__file__).parent / "nn_bench" / "mve_harness.py")
+H = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(H)
+
+
+# ---- TFLM's reference integer arithmetic, independent of the kernels' packing ---------------
+def mbqm(acc, mult, shift):
+    """tflite::MultiplyByQuantizedMultiplier on int64 arrays (per-channel values last)."""
+    acc, mult, shift = (np.asarray(v, np.int64) for v in (acc, mult, shift))
+    left, right = np.maximum(shift, 0), np.maximum(-shift, 0)
+    a = acc * (np.int64(1) << left)
+    assert (np.abs(a) < 2**31).all()
+    ab = a * mult  # SaturatingRoundingDoublingHighMul: (ab + nudge) / 2^31, C division
+    num = ab + np.where(ab >= 0, 1 << 30, 1 - (1 << 30))
+    high = np.where(num >= 0, num // 2**31, -((-num) // 2**31))
+    mask = (np.int64(1) << right) - 1  # RoundingDivideByPOT
+    threshold = (mask >> 1) + (high < 0)
+    return (high >> right) + ((high & mask) > threshold)
+
+
+def tflm_depthwise(x, w, bias, x_zp, mult, shift, y_zp, lo, hi, sh, sw, pt, pl, oh, ow):
+    """x [H, W, C] int8, w [kh, kw, C]: taps outside the image are skipped, as in TFLM."""
+    h, wd, c = x.shape
+    kh, kw = w.shape[:2]
+    acc = np.zeros((oh, ow, c), np.int64) + np.asarray(bias, np.int64)
+    for ky in range(kh):
+        iy = np.arange(oh) * sh - pt + ky
+        for kx in range(kw):
+            ix = np.arange(ow) * sw - pl + kx
+            ok = ((iy >= 0) & (iy < h))[:, None] & ((ix >= 0) & (ix < wd))[None, :]
+            v = x[np.clip(iy, 0, h - 1)][:, np.clip(ix, 0, wd - 1)].astype(np.int64) - x_zp
+            acc += np.where(ok[..., None], v * w[ky, kx].astype(np.int64), 0)
+    assert (np.abs(acc) < 2**31).all()
+    return np.clip(mbqm(acc, mult, shift) + y_zp, lo, hi).astype(np.int8)
+
+
+def tflm_padding(size, k, s, same):
+    """(output size, padding before) as TFLM's ComputePaddingHeightWidth gives them."""
+    out = -(-size // s) if same else (size - k) // s + 1
+    return out, max((out - 1) * s + k - size, 0) // 2
+
+
+# ---- depthwise cases --------------------------------------------------------------------------
+def dw_case(rng, h, w, c, k=(3, 3), s=(1, 1), same=True, act="none", small=False):
+    kh, kw = k
+    oh, pt = tflm_padding(h, kh, s[0], same)
+    ow, pl = tflm_padding(w, kw, s[1], same)
+    wmax = 1 if small else int(rng.choice([3, 40, 127]))
+    wts = rng.integers(-wmax, wmax + 1, (kh, kw, c))
+    bias = rng.integers(-20, 20, c) if small else rng.integers(-30000, 30000, c)
+    x_zp, y_zp = (int(v) for v in rng.integers(-128, 128, 2))
+    if small:
+        x_zp, y_zp = int(rng.integers(-20, 20)), int(rng.integers(-20, 20))
+    mult = rng.integers(2**30, 2**31, c)
+    shift = rng.integers(-14, 2, c)
+    tie = rng.random(c) < 0.3  # power-of-two scales: many accumulators round half way
+    mult[tie], shift[tie] = 2**30, rng.integers(-7, 0, tie.sum())
+    if small:  # channels with post = 0 (no rounding shift) beside others, outputs not clamped
+        shift = np.where(np.arange(c) % 3 == 0, 0, rng.integers(-3, 0, c))
+    lo, hi = -128, 127
+    if act == "relu":
+        lo = max(-128, y_zp)
+    elif act == "relu6":
+        lo, hi = max(-128, y_zp), min(127, y_zp + int(rng.integers(5, 120)))
+    x = rng.integers(-128, 128, (h, w, c))
+    if small:
+        x = np.clip(x_zp + rng.integers(-6, 7, (h, w, c)), -128, 127)
+    want = tflm_depthwise(x, wts, bias, x_zp, mult, shift, y_zp, lo, hi, s[0], s[1], pt, pl,
+                          oh, ow)
+    return dict(x=x, wts=wts, bias=bias, x_zp=x_zp, mult=mult, shift=shift, y_zp=y_zp, lo=lo,
+                hi=hi, s=s, pt=pt, pl=pl, oh=oh, ow=ow, want=want)
+
+
+def dw_c(i, case, transpose=None):
+    """The harness case calling mf_mve_dw_conv_s8 (packing with pack_mve_dw)."""
+    h, w, c = case["x"].shape
+    kh, kw = case["wts"].shape[:2]
+    g = pack_mve_dw.geometry(h, w, c, case["oh"], case["ow"], (kh, kw), case["s"], case["pt"],
+                             case["pl"])
+    assert g is not None
+    if transpose is not None and transpose != g["transpose"]:  # force the other view
+        g2 = dict(g, transpose=transpose)
+        v = pack_mve_dw._view(h, w, case["oh"], case["ow"], kh, kw, *case["s"], case["pt"],
+                              case["pl"], c, transpose)
+        assert v is not None
+        g = dict(g2, ph=v["ph"], pw=v["pw"])
+    pk = pack_mve_dw.pack_dw(case["wts"], case["bias"], case["x_zp"], case["mult"],
+                             case["shift"], case["y_zp"], g["transpose"])
+    assert pk is not None
+    sf = pack.needs_signfix(case["y_zp"], case["lo"])
+    geom = ", ".join(str(int(g[f])) for f in pack_mve_dw.GEOM_FIELDS)
+    decls = (H.arr(f"x{i}", "int8_t", case["x"]) + H.arr(f"k{i}", "int32_t", pk, 8)
+             + f"static const mf_mve_dw_geom g{i} = {{{geom}}};\n")
+    call = (f"mf_mve_dw_conv_s8(x{i}, y, k{i}, &g{i}, {case['x_zp']}, {case['lo']}, "
+            f"{case['hi']}, {sf}, s8)")
+    return dict(decls=decls, call=call, want=case["want"], n=case["want"].size,
+                sn=pack_mve_dw.scratch_bytes(g), geom=g, pk=pk, sf=sf)
+
+
+def dw_cases(seed=0, n=30):
+    rng = np.random.default_rng(seed)
+    acts = ["none", "relu", "relu6"]
+    fixed = [  # h, w, c, kernel, stride, same
+        (1, 1, 1, (3, 3), (1, 1), True), (3, 3, 4, (3, 3), (1, 1), False),
+        (5, 7, 5, (3, 3), (2, 2), True), (7, 9, 3, (3, 3), (2, 2), False),
+        (25, 5, 13, (3, 3), (1, 1), True), (6, 6, 17, (3, 3), (1, 1), True),
+        (9, 11, 6, (3, 3), (2, 2), True), (2, 3, 9, (3, 3), (2, 2), True),
+        (10, 4, 7, (5, 5), (1, 1), True), (11, 9, 5, (5, 3), (2, 1), True),
+        (8, 13, 6, (1, 7), (1, 2), False), (12, 10, 3, (7, 7), (1, 1), True),
+        (9, 9, 4, (2, 2), (2, 2), False), (6, 40, 3, (3, 3), (1, 1), True),
+        (48, 6, 9, (3, 3), (2, 2), True), (17, 17, 20, (4, 4), (3, 3), True)]
+    shapes = fixed + [(int(rng.integers(1, 15)), int(rng.integers(1, 15)),
+                       int(rng.integers(1, 21)), (3, 3), (int(rng.integers(1, 3)),) * 2,
+                       bool(rng.random() < .6)) for _ in range(n - len(fixed))]
+    out = []
+    for i, (h, w, c, k, s, same) in enumerate(shapes):
+        if not same and (h < k[0] or w < k[1]):
+            same = True
+        out.append(dw_case(rng, h, w, c, k, s, same, acts[i % 3]))
+    out += [dw_case(rng, 7, 6, 7, (3, 3), (s, s), True, "none", small=True) for s in (1, 2)]
+    return out
+
+
+@pytest.fixture(scope="module")
+def dwc():
+    cases = dw_cases()
+    hs = [dw_c(i, c) for i, c in enumerate(cases)]
+    # both views of a few layers: walked by rows and by columns
+    hs += [dw_c(len(hs) + j, cases[k], transpose=t)
+           for j, (k, t) in enumerate([(4, 0), (4, 1), (9, 1), (10, 1), (13, 0), (14, 1)])]
+    return hs
+
+
+def check(cases, kind, flags, tmp_path):
+    exe = H.build(cases, kind, flags, tmp_path)
+    rows, ok, log = H.run(exe, kind)
+    assert len(rows) == len(cases), log[-2000:]
+    bad = [(i, b) for i, (_, b) in enumerate(rows) if b]
+    assert not bad and ok, (bad, log[-500:])
+    return rows
+
+
+def test_dw_cases_cover_the_edges(dwc):
+    gs = [c["geom"] for c in dwc]
+    assert any(g["c"] % 4 for g in gs) and any(g["ow"] % 4 == 0 for g in gs)
+    assert {g["ow"] % 4 for g in gs if not g["transpose"]} == {0, 1, 2, 3}
+    assert any(g["transpose"] for g in gs) and not all(g["transpose"] for g in gs)
+    assert any(g["kh"] * g["kw"] > 16 for g in gs) and any(g["kh"] * g["kw"] > 32 for g in gs)
+    assert any(g["sh"] != g["sw"] for g in gs) and any(g["sh"] == 3 for g in gs)
+    assert any(c["sf"] for c in dwc) and any(not c["sf"] for c in dwc)
+    # a sign term with channels of post = 0 beside others, outputs mostly unclamped
+    assert any(c["sf"] and (c["pk"][:, -2] == 0).any() and (c["pk"][:, -2] != 0).any()
+               and (np.abs(c["want"].astype(int)) < 100).mean() > .5 for c in dwc)
+    assert any((c["pk"][:, -1] > 1).any() for c in dwc)  # pre > 1: a left shift before VQRDMULH
+
+
+@pytest.mark.parametrize("opt", ["-O0", "-O2"])
+def test_dw_host_portable(dwc, opt, tmp_path):
+    require_tools("gcc")
+    check(dwc, "host", [opt, "-fsanitize=address,undefined", "-fno-sanitize-recover=all"],
+          tmp_path)
+
+
+M55 = [("m55", "-O0"), ("m55", "-O2"), ("m55", "-Os"), ("m55", "-O3"), ("m55-portable", "-O2")]
+
+
+@pytest.mark.parametrize("kind,opt", M55, ids=[f"{k}{o}" for k, o in M55])
+def test_dw_m55_qemu(dwc, kind, opt, tmp_path):
+    require_tools("arm-none-eabi-gcc", "qemu-system-arm")
+    check(dwc, kind, [opt], tmp_path)
+
+
+def test_dw_geometry_refusals():
+    assert pack_mve_dw.geometry(8, 8, 4, 8, 8, (3, 3), 1, 1, 1) is not None
+    assert pack_mve_dw.geometry(8, 8, 4, 8, 8, (3, 3), 1, 1, 1, dilation=(2, 2)) is None
+    assert pack_mve_dw.geometry(8, 8, 4, 8, 8, (3, 3), 1, 1, 1, depth_multiplier=2) is None
+    assert pack_mve_dw.geometry(20, 20, 4, 20, 20, (9, 9), 1, 4, 4) is None  # 81 taps
+    # a 3x3 gather reaches 2 * pw + 2 bytes: planes wider than 126 in both views decline
+    assert pack_mve_dw.geometry(200, 200, 4, 200, 200, (3, 3), 1, 1, 1) is None
+    g = pack_mve_dw.geometry(200, 20, 4, 200, 20, (3, 3), 1, 1, 1)
+    assert g is not None and g["pw"] <= 126
+    w = np.ones((3, 3, 4), np.int64)
+    assert pack_mve_dw.pack_dw(w, None, 0, [2**30] * 4, [0] * 4, 0) is not None
+    assert pack_mve_dw.pack_dw(w, [2**31 - 10] * 4, -100, [2**30] * 4, [0] * 4, 0) is None
+    assert pack_mve_dw.pack_dw(w * 200, None, 0, [2**30] * 4, [0] * 4, 0) is None  # not int8
+
+
+# ---- the numpy model against tflite-micro --------------------------------------------------
+def test_dw_model_against_tflite_micro(tmp_path):
+    runtime = pytest.importorskip("tflite_micro.python.tflite_micro.runtime")
+    from mcuforge.codegen_c import qparams
+    from tests import tfl_build as tb
+    rng = np.random.default_rng(7)
+    hs = []
+    for h, w, c, k, s, same, act in [(9, 7, 6, (3, 3), (1, 1), True, "relu6"),
+                                     (11, 8, 5, (3, 3), (2, 2), True, "none"),
+                                     (10, 9, 3, (5, 3), (2, 1), False, "relu")]:
+        sx, sy = 0.05, 0.09
+        ws = rng.uniform(0.002, 0.02, c).astype(np.float32)
+        x_zp, y_zp = -7, 11
+        wts = rng.integers(-127, 128, (1, *k, c)).astype(np.int8)
+        bias = rng.integers(-2000, 2000, c).astype(np.int32)
+        m = tb.Model()
+        x = m.tensor("x", (1, h, w, c), "int8", scale=sx, zero_point=x_zp)
+        wt = m.tensor("w", (1, *k, c), "int8", data=wts, scale=list(ws), zero_point=[0] * c,
+                      axis=3)
+        b = m.tensor("b", (c,), "int32", data=bias, scale=list(ws * np.float32(sx)),
+                     zero_point=[0] * c)
+        oh, pt = tflm_padding(h, k[0], s[0], same)
+        ow, pl = tflm_padding(w, k[1], s[1], same)
+        y = m.tensor("y", (1, oh, ow, c), "int8", scale=sy, zero_point=y_zp)
+        m.op("DEPTHWISE_CONV_2D", [x, wt, b], [y], "DepthwiseConv2DOptions",
+             Padding=0 if same else 1, StrideW=s[1], StrideH=s[0], DepthMultiplier=1,
+             FusedActivationFunction={"none": 0, "relu": 1, "relu6": 3}[act], version=2)
+        m.io([x], [y])
+        mult, shift = qparams.conv_output_multipliers(sx, ws, sy)
+        lo, hi = qparams.activation_range_int8(act, sy, y_zp)
+        xv = rng.integers(-128, 128, (h, w, c)).astype(np.int8)
+        it = runtime.Interpreter.from_bytes(m.build(), arena_size=1 << 20)
+        it.set_input(xv[None], 0)
+        it.invoke()
+        got = np.asarray(it.get_output(0))[0]
+        ref = tflm_depthwise(xv, wts[0], bias, x_zp, mult, shift, y_zp, lo, hi, s[0], s[1], pt,
+                             pl, oh, ow)
+        assert (ref == got).all()
+        case = dict(x=xv, wts=wts[0], bias=bias, x_zp=x_zp, mult=mult, shift=shift, y_zp=y_zp,
+                    lo=lo, hi=hi, s=s, pt=pt, pl=pl, oh=oh, ow=ow, want=got)
+        hs.append(dw_c(len(hs), case))
+    check(hs, "host", ["-O2"], tmp_path / "host")
+    if shutil.which("arm-none-eabi-gcc") and shutil.which("qemu-system-arm"):
+        check(hs, "m55", ["-O2"], tmp_path / "m55")
