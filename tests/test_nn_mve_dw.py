@@ -249,3 +249,83 @@ def test_dw_model_against_tflite_micro(tmp_path):
     check(hs, "host", ["-O2"], tmp_path / "host")
     if shutil.which("arm-none-eabi-gcc") and shutil.which("qemu-system-arm"):
         check(hs, "m55", ["-O2"], tmp_path / "m55")
+
+
+# ---- the schedules: loop-IR evaluator, scheduled == reference, for the Cortex-M55 -------------
+M55_TARGET = None
+
+
+def m55():
+    from mcuforge.ir.target import Target
+    return Target("mps3-an547", "cortex-m55", frozenset({"dsp", "mve"}))
+
+
+def sched_dw_cases():
+    out = []
+    for i in range(10):
+        rng = np.random.default_rng(300 + i)
+        hw = (int(rng.integers(1, 12)), int(rng.integers(1, 12)))
+        k = ((3, 3), (3, 3), (5, 5), (1, 3), (3, 3))[i % 5]
+        valid = (i // 2) % 2 == 1 and hw[0] >= k[0] and hw[1] >= k[1]
+        out.append((f"dw_{i}", dict(hw=hw, c=int(rng.integers(1, 11)), k=k,
+                                    stride=((1, 1), (2, 2), (2, 1))[i % 3], pad=int(valid),
+                                    act=("none", "relu", "relu6")[i % 3], per_channel=i != 5)))
+    out += [("dw_kws", dict(hw=(25, 5), c=8, act="relu")),
+            ("dw_vww_s2", dict(hw=(12, 12), c=6, stride=(2, 2), act="relu", y_zp=-128)),
+            ("dw_dead", dict(hw=(6, 7), c=5, stride=(2, 2), dead=True)),
+            ("dw_wide", dict(hw=(5, 6), c=70, act="relu"))]
+    return out
+
+
+SCHED_DW = sched_dw_cases()
+
+
+@pytest.mark.parametrize("name,kw", SCHED_DW, ids=[c[0] for c in SCHED_DW])
+def test_dw_schedule_equals_reference(name, kw):
+    from mcuforge.codegen_c.evaluate import run_kernel
+    from mcuforge.codegen_c.kernels import lower_node
+    from mcuforge.codegen_c.lower import reference_kernel
+    from mcuforge.frontend.tflite import load_tflite
+    from test_sched_layers import layer_model
+    model, x = layer_model(sum(map(ord, name)), "DEPTHWISE_CONV_2D", **kw)
+    g = load_tflite(model)
+    node = g.nodes[0]
+    ref = reference_kernel(node, g, "k")
+    k = lower_node(node, g, "k", m55())
+    assert k.schedule == "mf_mve_dw_conv_s8", k.schedule
+    ys = []
+    for kern in (ref, k):
+        y = np.zeros(g.tensors[g.outputs[0]].size, np.int8)
+        run_kernel(kern, {"x": x[0].reshape(-1).copy(), "y": y})
+        ys.append(y)
+    assert ys[1].tolist() == ys[0].tolist()
+
+
+def test_dw_schedule_only_for_mve():
+    from mcuforge.codegen_c.kernels import lower_node
+    from mcuforge.frontend.tflite import load_tflite
+    from mcuforge.ir.target import Target
+    from test_sched_layers import layer_model
+    model, _ = layer_model(5, "DEPTHWISE_CONV_2D", hw=(6, 6), c=4)
+    g = load_tflite(model)
+    m4 = Target("mps2-an386", "cortex-m4", frozenset({"dsp"}))
+    assert lower_node(g.nodes[0], g, "k", m4).schedule.startswith("mf_dw3x3_s8")
+    assert lower_node(g.nodes[0], g, "k", m55()).schedule == "mf_mve_dw_conv_s8"
+
+
+# ---- end to end on QEMU mps3-an547 against tflite-micro ------------------------------------
+E2E_DW = [c for c in SCHED_DW if c[0] in ("dw_0", "dw_2", "dw_4", "dw_kws", "dw_vww_s2",
+                                           "dw_dead")]
+
+
+@pytest.mark.parametrize("name,kw", E2E_DW, ids=[c[0] for c in E2E_DW])
+def test_dw_layer_m55_equals_tflm(name, kw):
+    from conftest import require_tflm
+    from mcuforge import runner
+    from mcuforge.tools import tflm
+    from test_sched_layers import layer_model
+    require_tflm()
+    require_tools("arm-none-eabi-gcc", "qemu-system-arm")
+    model, x = layer_model(sum(map(ord, name)), "DEPTHWISE_CONV_2D", **kw)
+    np.testing.assert_array_equal(runner.run(model, x, board="mps3-an547"),
+                                  tflm.run(model, [x])[0])

@@ -1,0 +1,60 @@
+"""Python mirrors of the Helium kernels in runtime_c/mcuforge_mve_dw.h for the loop-IR evaluator
+(see micro.py): the C arguments in, outputs written in place; they decode the packed layouts of
+pack_mve_dw.py / pack_mve_ew.py and compute the kernels' integers (mf_rq_apply's requantization)
+on whole arrays, raising UndefinedBehaviour where the C would overflow int32 or reach past its
+scratch. Registered into qmath.INTRINSICS on import."""
+from __future__ import annotations
+
+import numpy as np
+
+from . import pack_mve_dw
+from .loop_ir import UndefinedBehaviour
+from .qmath import INTRINSICS
+
+I32 = (-2**31, 2**31 - 1)
+
+
+def _fits(a, what):
+    if a.size and (a.min() < I32[0] or a.max() > I32[1]):
+        raise UndefinedBehaviour(f"int32 overflow in {what}")
+    return a
+
+
+def rq(acc, mult, add, post, pre, sf, lo, hi):
+    """mf_rq_apply (the sign term on channels with post > 0 when sf) and the clamp, int64."""
+    _fits(acc, "the accumulator")
+    h = (_fits(acc << pre, "acc << pre") * mult + (1 << 31)) >> 32
+    v = _fits(h + add, "h + add")
+    v = v + np.where((h < 0) & (post > 0) & (sf != 0), -1, 0)
+    return np.clip(v >> post, lo, hi)
+
+
+def _dw(x, y, pk, geom, x_zp, lo, hi, signfix, scratch):
+    """mf_mve_dw_conv_s8: per channel G groups of 16 int8 weights (the view's taps in order),
+    then bias, mult, add, post, pre; the view is the image's columns when `transpose`."""
+    g = dict(zip(pack_mve_dw.GEOM_FIELDS, (int(v) for v in geom[:len(pack_mve_dw.GEOM_FIELDS)])))
+    if scratch.nbytes < g["ph"] * g["pw"]:
+        raise UndefinedBehaviour("mf_mve_dw_conv_s8: scratch smaller than the plane")
+    h, w, c, t = g["h"], g["w"], g["c"], g["transpose"]
+    kh, kw = (g["kw"], g["kh"]) if t else (g["kh"], g["kw"])  # the view's kernel
+    taps, ng = kh * kw, pack_mve_dw.groups(kh * kw)
+    rec = np.asarray(pk[:c * pack_mve_dw.rec(taps)], np.int64).reshape(c, -1)
+    b = rec[:, :4 * ng].astype(np.uint32).view(np.uint8).reshape(c, 16 * ng).view(np.int8)
+    k = b[:, :taps].astype(np.int64).T.reshape(kh, kw, c)
+    if t:
+        k = k.transpose(1, 0, 2)
+    img = np.asarray(x[:h * w * c], np.int64).reshape(h, w, c)
+    oh, ow, sh, sw = g["oh"], g["ow"], g["sh"], g["sw"]
+    kh, kw = g["kh"], g["kw"]
+    pad = np.full((g["pad_t"] + h + kh + sh * oh, g["pad_l"] + w + kw + sw * ow, c), x_zp,
+                  np.int64)
+    pad[g["pad_t"]:g["pad_t"] + h, g["pad_l"]:g["pad_l"] + w] = img
+    q = rec[:, 4 * ng:]
+    acc = np.broadcast_to(q[:, 0], (oh, ow, c)).copy()
+    for ky in range(kh):
+        for kx in range(kw):
+            acc += pad[ky:ky + sh * oh:sh, kx:kx + sw * ow:sw] * k[ky, kx]
+    y[:acc.size] = rq(acc, q[:, 1], q[:, 2], q[:, 3], q[:, 4], signfix, lo, hi).reshape(-1)
+
+
+INTRINSICS["mf_mve_dw_conv_s8"] = _dw
