@@ -37,10 +37,16 @@ def _dw(x, y, pk, geom, x_zp, lo, hi, signfix, scratch):
         raise UndefinedBehaviour("mf_mve_dw_conv_s8: scratch smaller than the plane")
     h, w, c, t = g["h"], g["w"], g["c"], g["transpose"]
     kh, kw = (g["kw"], g["kh"]) if t else (g["kh"], g["kw"])  # the view's kernel
-    taps, ng = kh * kw, pack_mve_dw.groups(kh * kw)
-    rec = np.asarray(pk[:c * pack_mve_dw.rec(taps)], np.int64).reshape(c, -1)
+    taps, pair = kh * kw, g["pair"]
+    ng = 2 if pair else pack_mve_dw.groups(taps)  # weight vectors of 16 lanes
+    rec = np.asarray(pk[:c * pack_mve_dw.rec(taps, pair)], np.int64).reshape(c, -1)
     b = rec[:, :4 * ng].astype(np.uint32).view(np.uint8).reshape(c, 16 * ng).view(np.int8)
-    k = b[:, :taps].astype(np.int64).T.reshape(kh, kw, c)
+    if pair:  # wa: kh rows of kw + sw lanes, the first kw of each the taps (wb mirrors them)
+        n = kw + pack_mve_dw.view_kernel(g)[2]
+        k = np.stack([b[:, ky * n:ky * n + kw] for ky in range(kh)]).astype(np.int64)
+        k = k.transpose(0, 2, 1)  # [kh, kw, c]
+    else:
+        k = b[:, :taps].astype(np.int64).T.reshape(kh, kw, c)
     if t:
         k = k.transpose(1, 0, 2)
     img = np.asarray(x[:h * w * c], np.int64).reshape(h, w, c)

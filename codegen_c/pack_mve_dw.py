@@ -9,7 +9,8 @@ beyond the 16-bit offsets of the plane copy) or where the fast integers cannot b
 next schedule (the DSP kernel of pack_dw.py, or the reference loops).
 
     g = geometry(h, w, c, oh, ow, (kh, kw), (sh, sw), pad_t, pad_l)
-    pk = pack(weights [kh, kw, C], bias, x_zp, mults, shifts, y_zp, g["transpose"])
+    pk = pack_dw(weights [kh, kw, C], bias, x_zp, mults, shifts, y_zp, g["transpose"],
+                 g["pair"], view_kernel(g)[2])
     # C: static const mf_mve_dw_geom G = {<g[f] for f in GEOM_FIELDS>};
     #    mf_mve_dw_conv_s8(x, y, PK, &G, x_zp, lo, hi, pack.needs_signfix(y_zp, lo), scratch)
     # with scratch_bytes(g) bytes of int8 scratch (any alignment).
@@ -22,16 +23,22 @@ from mcuforge.codegen_c import pack
 
 GMAX = 4  # MF_MVDW_GMAX: groups of 16 taps
 GEOM_FIELDS = ("h", "w", "c", "oh", "ow", "kh", "kw", "sh", "sw", "pad_t", "pad_l",
-               "transpose", "ph", "pw")  # mf_mve_dw_geom, in struct order
+               "transpose", "ph", "pw", "pair")  # mf_mve_dw_geom, in struct order
 
 
 def groups(taps: int) -> int:
     return (taps + 15) // 16
 
 
-def rec(taps: int) -> int:
-    """int32 words per channel: MF_MVDW_REC(G)."""
-    return 4 * groups(taps) + 5
+def rec(taps: int, pair: int = 0) -> int:
+    """int32 words per channel: MF_MVDW_REC(pair, G)."""
+    return 13 if pair else 4 * groups(taps) + 5
+
+
+def view_kernel(geom: dict) -> tuple:
+    """(kh, kw, sw) of the kernel's view."""
+    t = geom["transpose"]
+    return (geom["kw"], geom["kh"], geom["sh"]) if t else (geom["kh"], geom["kw"], geom["sw"])
 
 
 def _view(h, w, oh, ow, kh, kw, sh, sw, pt, pl, c, t):
@@ -50,8 +57,11 @@ def _view(h, w, oh, ow, kh, kw, sh, sw, pt, pl, c, t):
     xp = h * c if t else c  # pixel stride along a view row (original W = the view's h)
     if 7 * xp > 65535:
         return None
-    cost = oh * (-(-ow // 4)) * (6 * groups(taps) + 17) + h * (3 + 2 * -(-w // 8))
-    return dict(ph=ph, pw=pw, cost=cost)
+    # two neighbours' windows in one gather of 16 byte offsets
+    pair = int(kh * (kw + sw) <= 16 and (kh - 1) * pw + kw + sw - 1 <= 255)
+    cost = oh * (-(-ow // 4)) * ((10 if pair else 6 * groups(taps)) + 12) \
+        + h * (3 + 2 * -(-w // 8)) + 10 * oh
+    return dict(ph=ph, pw=pw, cost=cost, pair=pair)
 
 
 def geometry(h: int, w: int, c: int, oh: int, ow: int, kernel=(3, 3), stride=(1, 1),
@@ -73,7 +83,7 @@ def geometry(h: int, w: int, c: int, oh: int, ow: int, kernel=(3, 3), stride=(1,
         return None
     t, v = best
     g = dict(h=h, w=w, c=c, oh=oh, ow=ow, kh=kh, kw=kw, sh=sh, sw=sw, pad_t=pad_t,
-             pad_l=pad_l, transpose=t, ph=v["ph"], pw=v["pw"])
+             pad_l=pad_l, transpose=t, ph=v["ph"], pw=v["pw"], pair=v["pair"])
     if max(g.values()) > 2**15 - 1 or g["ph"] * g["pw"] > 2**31 - 1 \
             or oh * ow * c > 2**31 - 1 or h * w * c > 2**31 - 1:
         return None
@@ -85,11 +95,12 @@ def scratch_bytes(geom: dict) -> int:
     return geom["ph"] * geom["pw"]
 
 
-def pack_dw(weights, bias, x_zp: int, mults, shifts, y_zp: int,
-            transpose: int = 0) -> np.ndarray | None:
-    """[C, rec(kh * kw)] int32 constants, or None when the integers are outside the kernel's
-    exact range. weights: int [kh, kw, C] (TFLite's [1, kh, kw, C] accepted), bias [C] or None,
-    mults/shifts TFLM's per-channel (or per-tensor) multiplier and shift."""
+def pack_dw(weights, bias, x_zp: int, mults, shifts, y_zp: int, transpose: int = 0,
+            pair: int = 0, sw: int = 1) -> np.ndarray | None:
+    """[C, rec(kh * kw, pair)] int32 constants, or None when the integers are outside the
+    kernel's exact range. weights: int [kh, kw, C] (TFLite's [1, kh, kw, C] accepted), bias [C]
+    or None, mults/shifts TFLM's per-channel (or per-tensor) multiplier and shift; transpose,
+    pair: the geometry's; sw: the stride along the kernel's view rows (pair layout)."""
     w = np.asarray(weights, np.int64)
     if w.ndim == 4 and w.shape[0] == 1:
         w = w[0]
@@ -110,11 +121,19 @@ def pack_dw(weights, bias, x_zp: int, mults, shifts, y_zp: int,
                              int(y_zp), pack.acc_bounds(folded, rows))
     if rq is None:
         return None
-    g = groups(taps)
+    g = 2 if pair else groups(taps)  # vectors of 16 int8
     wb = np.zeros((c, 16 * g), np.int64)
-    wb[:, :taps] = rows
+    if pair:
+        n = kw + sw
+        if kh * n > 16:
+            return None
+        for ky in range(kh):
+            wb[:, ky * n:ky * n + kw] = w[ky].T
+            wb[:, 16 + ky * n + sw:16 + ky * n + sw + kw] = w[ky].T
+    else:
+        wb[:, :taps] = rows
     words = (wb & 0xFF).reshape(c, 4 * g, 4) << np.array([0, 8, 16, 24], np.int64)
-    out = np.zeros((c, rec(taps)), np.int64)
+    out = np.zeros((c, 4 * g + 5), np.int64)
     out[:, :4 * g] = words.sum(axis=2)
     out[:, 4 * g] = folded
     out[:, 4 * g + 1:4 * g + 5] = rq[:, [0, 1, 3, 2]]  # mult, add, post, pre

@@ -16,7 +16,9 @@
  * byte offsets ky * pw + kx, 16 taps a group; 3x3 needs pw <= 126) and one VMLADAV.S8 against
  * the channel's 16 int8 weights (unused lanes 0); four outputs go to the lanes of a vector and
  * are requantized together (mf_mve_dw_rq4) and stored with one scatter (VSTRB.32 by offsets
- * of the output pixel stride; the row's last vector predicated).
+ * of the output pixel stride; the row's last vector predicated). Where kh * (kw + sw) <= 16
+ * (3x3 at stride 1 or 2) one gather holds the windows of two neighbouring outputs, weighed by
+ * two weight vectors: 2 gathers and 4 VMLADAV per 4 outputs.
  *
  * Requantization (mf_mve_dw_rq4) is mf_rq_apply's (mcuforge_nn.h): h = SMMLAR(acc << pre, mult)
  * is VQRDMULH(acc << (pre - 1), mult) (pre >= 1: the doubling is the last left shift; it
@@ -60,13 +62,16 @@
  * kernel's view), ph >= pad_t + h and (oh - 1) * sh + kh, pw >= pad_l + w and
  * (ow rounded up to 4 - 1) * sw + kw. */
 typedef struct {
-    int16_t h, w, c, oh, ow, kh, kw, sh, sw, pad_t, pad_l, transpose, ph, pw;
+    int16_t h, w, c, oh, ow, kh, kw, sh, sw, pad_t, pad_l, transpose, ph, pw, pair;
 } mf_mve_dw_geom;
 
-/* Packed per channel (codegen_c/pack_mve_dw.pack): G = ceil(kh * kw / 16) groups of 16 int8
- * weights (tap t = ky * kw + kx of the view at lane t mod 16, unused lanes 0) as 4 G int32
- * words, then the folded bias (bias - x_zp * sum w), mult, add, post, pre. */
-#define MF_MVDW_REC(G) (4 * (G) + 5)
+/* Packed per channel (codegen_c/pack_mve_dw.pack_dw), as int32 words: the int8 weights, then
+ * the folded bias (bias - x_zp * sum w), mult, add, post, pre. The weights: with geom.pair
+ * (kh * (kw + sw) <= 16: one gather holds the windows of two neighbouring outputs) two vectors
+ * of 16, wa with w[ky][kx] at lane ky * (kw + sw) + kx and wb at lane ky * (kw + sw) + kx + sw
+ * (8 words); else G = ceil(kh * kw / 16) groups of 16 (tap t = ky * kw + kx at lane t mod 16 of
+ * group t / 16; 4 G words). Unused lanes 0; kh, kw, sw of the kernel's view. */
+#define MF_MVDW_REC(PAIR, G) ((PAIR) ? 13 : 4 * (G) + 5)
 
 /* the portable requantization of one accumulator (mf_rq_apply, then the clamp) */
 MF_MVDW_INLINE int32_t mf_mve_dw_rq1(int32_t acc, int32_t mult, int32_t add, int32_t post,
@@ -95,7 +100,7 @@ MF_MVDW_INLINE int32x4_t mf_mve_dw_rq4(int32x4_t acc, int32_t mult, int32_t add,
 
 /* The kernel's view of the geometry. */
 typedef struct {
-    int h, w, oh, ow, kh, kw, sh, sw, pt, pl, xr, xp, yr, yp, ph, pw, c, taps, groups;
+    int h, w, oh, ow, kh, kw, sh, sw, pt, pl, xr, xp, yr, yp, ph, pw, c, taps, groups, pair;
 } mf_mve_dw_view;
 
 MF_MVDW_INLINE void mf_mve_dw_viewof(const mf_mve_dw_geom *g, mf_mve_dw_view *v) {
@@ -108,13 +113,20 @@ MF_MVDW_INLINE void mf_mve_dw_viewof(const mf_mve_dw_geom *g, mf_mve_dw_view *v)
     v->xr = t ? c : g->w * c, v->xp = t ? g->w * c : c;   /* input row / pixel stride */
     v->yr = t ? c : g->ow * c, v->yp = t ? g->ow * c : c; /* output row / pixel stride */
     v->ph = g->ph, v->pw = g->pw, v->c = c;
-    v->taps = v->kh * v->kw, v->groups = (v->taps + 15) / 16;
+    v->taps = v->kh * v->kw, v->groups = (v->taps + 15) / 16, v->pair = g->pair;
 }
 
 /* The gather offsets of tap group k (byte offsets in the plane from its base row) and the base
  * rows: off[k * 16 + lane], base[k] (unused lanes 0). */
 MF_MVDW_INLINE void mf_mve_dw_offsets(const mf_mve_dw_view *v, uint8_t *off, int32_t *base) {
     int k, l;
+    if (v->pair) { /* kh rows of kw + sw taps: the windows of two neighbouring outputs */
+        const int n = v->kw + v->sw;
+        base[0] = 0;
+        for (l = 0; l < 16; ++l)
+            off[l] = (uint8_t)(l < v->kh * n ? (l / n) * v->pw + l % n : 0);
+        return;
+    }
     for (k = 0; k < v->groups; ++k) {
         const int ky0 = (16 * k) / v->kw;
         base[k] = ky0 * v->pw;
@@ -137,131 +149,136 @@ MF_MVDW_INLINE void mf_mve_dw_fill(int8_t *d, int32_t b, int n) {
 #endif
 }
 
-/* Copy channel ch's input rows into the plane at its padding offset. */
+/* Copy one channel's input rows (x: its first byte) into the plane at its padding offset. The
+ * view's fields go to locals first: the int8 stores could alias *v and force reloads. */
 MF_MVDW_INLINE void mf_mve_dw_plane(const int8_t *x, const mf_mve_dw_view *v, int8_t *plane) {
+    const int h = v->h, w = v->w, xr = v->xr, xp = v->xp, pw = v->pw;
+    int8_t *d = plane + v->pt * pw + v->pl;
     int r;
-    for (r = 0; r < v->h; ++r) {
-        const int8_t *s = x + r * v->xr;
-        int8_t *d = plane + (v->pt + r) * v->pw + v->pl;
-        int i = 0;
 #if MF_USE_MVE
-        const uint16x8_t off = vmulq_n_u16(vidupq_n_u16(0, 1), (uint16_t)v->xp);
-        for (; i + 8 <= v->w; i += 8) vstrbq_s16(d + i, vldrbq_gather_offset_s16(s + i * v->xp, off));
-        if (i < v->w) {
-            const mve_pred16_t p = vctp16q((uint32_t)(v->w - i));
-            vstrbq_p_s16(d + i, vldrbq_gather_offset_z_s16(s + i * v->xp, off, p), p);
-        }
+    const uint16x8_t off = vmulq_n_u16(vidupq_n_u16(0, 1), (uint16_t)xp);
+    const int full = w >> 3, tail = w & 7, step = 8 * xp;
+    const mve_pred16_t p = vctp16q((uint32_t)tail);
+    for (r = h; r > 0; --r, x += xr, d += pw) {
+        const int8_t *s = x;
+        int8_t *e = d;
+        int n;
+        for (n = full; n > 0; --n, s += step, e += 8)
+            vstrbq_s16(e, vldrbq_gather_offset_s16(s, off));
+        if (tail) vstrbq_p_s16(e, vldrbq_gather_offset_z_s16(s, off, p), p);
+    }
 #else
-        for (; i < v->w; ++i) d[i] = s[i * v->xp];
-#endif
+    for (r = h; r > 0; --r, x += xr, d += pw) {
+        int i;
+        for (i = 0; i < w; ++i) d[i] = x[i * xp];
     }
+#endif
 }
 
 #if MF_USE_MVE
-/* Four outputs of one channel, one tap group (kh * kw <= 16), requantized: lanes 0..3. */
-MF_MVDW_INLINE int32x4_t mf_mve_dw_quad1(const int8_t *p, int sw, uint8x16_t off, int8x16_t wv,
-                                         int32_t bias, int32_t mult, int32_t add,
-                                         int32_t npost, int32_t pre1, int32_t sf, int32x4_t lo,
-                                         int32x4_t hi) {
-    int32x4_t acc = vdupq_n_s32(vmladavq_s8(vldrbq_gather_offset_s8(p, off), wv));
-    acc = vsetq_lane_s32(vmladavq_s8(vldrbq_gather_offset_s8(p + sw, off), wv), acc, 1);
-    acc = vsetq_lane_s32(vmladavq_s8(vldrbq_gather_offset_s8(p + 2 * sw, off), wv), acc, 2);
-    acc = vsetq_lane_s32(vmladavq_s8(vldrbq_gather_offset_s8(p + 3 * sw, off), wv), acc, 3);
-    return mf_mve_dw_rq4(vaddq_n_s32(acc, bias), mult, add, npost, pre1, sf, lo, hi);
+/* lanes 0..3 of a vector from four registers. Single-lane moves: the two-lane VMOV
+ * (Qd[2], Qd[0], Rt, Rt2) would save two instructions a quad, but gcc 12 (vcreateq: lane 2 from
+ * Rt) and QEMU 7.2 (lane 0 from Rt) disagree about its lane order. */
+MF_MVDW_INLINE int32x4_t mf_mve_dw_lanes(int32_t a0, int32_t a1, int32_t a2, int32_t a3) {
+    int32x4_t v = vdupq_n_s32(a0);
+    v = vsetq_lane_s32(a1, v, 1);
+    v = vsetq_lane_s32(a2, v, 2);
+    return vsetq_lane_s32(a3, v, 3);
 }
 
-/* One output row of one channel, one tap group: four outputs a vector, the last predicated. */
-MF_MVDW_INLINE void mf_mve_dw_row1(const int8_t *p, int ow, int sw, uint8x16_t off, int8x16_t wv,
-                                   int32_t bias, int32_t mult, int32_t add, int32_t npost,
-                                   int32_t pre1, int32_t sf, int32x4_t lo, int32x4_t hi,
-                                   int8_t *y, uint32x4_t yoff, int yp) {
-    int n;
-    for (n = ow >> 2; n > 0; --n, p += 4 * sw, y += 4 * yp)
-        vstrbq_scatter_offset_s32(y, yoff, mf_mve_dw_quad1(p, sw, off, wv, bias, mult, add,
-                                                           npost, pre1, sf, lo, hi));
-    if (ow & 3)
-        vstrbq_scatter_offset_p_s32(y, yoff, mf_mve_dw_quad1(p, sw, off, wv, bias, mult, add,
-                                                             npost, pre1, sf, lo, hi),
-                                    vctp32q((uint32_t)(ow & 3)));
+/* Four outputs of one channel from p (the first one's window), before requantization.
+ * pair: one gather holds the windows of two neighbours (kh rows of kw + sw taps), weighed by wa
+ * (the first's taps) and wb (the second's); else one gather a window and group (off, base, w:
+ * the groups' offsets, base rows, weights). */
+MF_MVDW_INLINE int32x4_t mf_mve_dw_quad_pair(const int8_t *p, int sw, uint8x16_t o, int8x16_t wa,
+                                             int8x16_t wb) {
+    const int8x16_t g0 = vldrbq_gather_offset_s8(p, o);
+    const int8x16_t g1 = vldrbq_gather_offset_s8(p + 2 * sw, o);
+    return mf_mve_dw_lanes(vmladavq_s8(g0, wa), vmladavq_s8(g0, wb), vmladavq_s8(g1, wa),
+                           vmladavq_s8(g1, wb));
 }
 
-/* The same for any number of tap groups (weights wv[k], offsets off[k], base rows base[k]). */
-MF_MVDW_INLINE int32_t mf_mve_dw_dot(const int8_t *p, int groups, const uint8_t *off,
-                                     const int32_t *base, const int8_t *w) {
-    int32_t a = 0;
-    int k;
-    for (k = 0; k < groups; ++k)
-        a = vmladavaq_s8(a, vldrbq_gather_offset_s8(p + base[k], vld1q_u8(off + 16 * k)),
-                         vld1q_s8(w + 16 * k));
-    return a;
+MF_MVDW_INLINE int32x4_t mf_mve_dw_quad_groups(const int8_t *p, int sw, int groups,
+                                               const uint8_t *off, const int32_t *base,
+                                               const int8_t *w) {
+    int32_t a[4] = {0, 0, 0, 0};
+    int j, k;
+    for (j = 0; j < 4; ++j)
+        for (k = 0; k < groups; ++k)
+            a[j] = vmladavaq_s8(a[j], vldrbq_gather_offset_s8(p + j * sw + base[k],
+                                                              vld1q_u8(off + 16 * k)),
+                                vld1q_s8(w + 16 * k));
+    return mf_mve_dw_lanes(a[0], a[1], a[2], a[3]);
 }
 
-MF_MVDW_INLINE void mf_mve_dw_rowg(const int8_t *p, int ow, int sw, int groups,
-                                   const uint8_t *off, const int32_t *base, const int8_t *w,
-                                   int32_t bias, int32_t mult, int32_t add, int32_t npost,
-                                   int32_t pre1, int32_t sf, int32x4_t lo, int32x4_t hi,
-                                   int8_t *y, uint32x4_t yoff, int yp) {
-    int ox;
-    for (ox = 0; ox < ow; ox += 4, p += 4 * sw, y += 4 * yp) {
-        int32x4_t acc = vdupq_n_s32(mf_mve_dw_dot(p, groups, off, base, w));
-        acc = vsetq_lane_s32(mf_mve_dw_dot(p + sw, groups, off, base, w), acc, 1);
-        acc = vsetq_lane_s32(mf_mve_dw_dot(p + 2 * sw, groups, off, base, w), acc, 2);
-        acc = vsetq_lane_s32(mf_mve_dw_dot(p + 3 * sw, groups, off, base, w), acc, 3);
-        acc = mf_mve_dw_rq4(vaddq_n_s32(acc, bias), mult, add, npost, pre1, sf, lo, hi);
-        if (ow - ox >= 4)
-            vstrbq_scatter_offset_s32(y, yoff, acc);
-        else
-            vstrbq_scatter_offset_p_s32(y, yoff, acc, vctp32q((uint32_t)(ow - ox)));
-    }
-}
-
-/* A channel's rows with constant flags (sign term, pre > 1): one instance per combination. */
-MF_MVDW_INLINE void mf_mve_dw_rows(const mf_mve_dw_view *v, const int8_t *plane,
-                                   const uint8_t *off, const int32_t *base, const int32_t *pk,
-                                   int8_t *y, int32_t lo, int32_t hi, int32_t sf, int32_t pre1) {
-    const int32_t *q = pk + 4 * v->groups; /* bias mult add post pre */
-    const int32_t bias = q[0], mult = q[1], add = q[2], npost = -q[3];
+/* nch channels from x (planes copied one at a time), records pk, outputs y: four outputs a
+ * vector, each row's last vector predicated. pair layouts with stride sw (1 or 2 in the fast
+ * instances), the sign term sf and pre = 1 constant there; `gen` (the general instance):
+ * any layout, sf and pre per channel. */
+MF_MVDW_INLINE void mf_mve_dw_chans(const mf_mve_dw_view *v, const int8_t *x, int8_t *y,
+                                    const int32_t *pk, int nch, int8_t *plane,
+                                    const uint8_t *off, const int32_t *base, int32_t lo,
+                                    int32_t hi, int32_t signfix, int gen, int sw, int32_t sf) {
+    const int pair = gen ? v->pair : 1, words = pair ? 8 : 4 * v->groups;
+    const uint8x16_t o = vld1q_u8(off);
     const int32x4_t vlo = vdupq_n_s32(lo), vhi = vdupq_n_s32(hi);
     const uint32x4_t yoff = vmulq_n_u32(vidupq_n_u32(0, 1), (uint32_t)v->yp);
-    int oy;
-    if (v->groups == 1) {
-        const uint8x16_t o = vld1q_u8(off);
-        const int8x16_t wv = vld1q_s8((const int8_t *)pk);
-        for (oy = 0; oy < v->oh; ++oy)
-            mf_mve_dw_row1(plane + oy * v->sh * v->pw, v->ow, v->sw, o, wv, bias, mult, add,
-                           npost, pre1, sf, vlo, vhi, y + oy * v->yr, yoff, v->yp);
-    } else {
-        for (oy = 0; oy < v->oh; ++oy)
-            mf_mve_dw_rowg(plane + oy * v->sh * v->pw, v->ow, v->sw, v->groups, off, base,
-                           (const int8_t *)pk, bias, mult, add, npost, pre1, sf, vlo, vhi,
-                           y + oy * v->yr, yoff, v->yp);
+    const int ow = v->ow, ystep = 4 * v->yp, step = v->sh * v->pw, nq = ow >> 2, tail = ow & 3;
+    int k;
+    if (gen) sw = v->sw;
+    for (k = 0; k < nch; ++k, pk += words + 5, ++x, ++y) {
+        const int8x16_t wa = vld1q_s8((const int8_t *)pk);
+        const int8x16_t wb = vld1q_s8((const int8_t *)pk + 16);
+        const int32_t *q = pk + words; /* bias mult add post pre */
+        const int32_t bias = q[0], mult = q[1], add = q[2], npost = -q[3];
+        const int32_t csf = gen ? signfix && q[3] != 0 : sf, pre1 = gen ? q[4] - 1 : 0;
+        const int8_t *row = plane;
+        int8_t *yr = y;
+        int oy;
+        mf_mve_dw_plane(x, v, plane);
+        for (oy = v->oh; oy > 0; --oy, row += step, yr += v->yr) {
+            const int8_t *p = row;
+            int8_t *yy = yr;
+            int n;
+            for (n = nq; n > 0; --n, p += 4 * sw, yy += ystep) {
+                int32x4_t acc = pair ? mf_mve_dw_quad_pair(p, sw, o, wa, wb)
+                                     : mf_mve_dw_quad_groups(p, sw, v->groups, off, base,
+                                                             (const int8_t *)pk);
+                acc = mf_mve_dw_rq4(vaddq_n_s32(acc, bias), mult, add, npost, pre1, csf, vlo,
+                                    vhi);
+                vstrbq_scatter_offset_s32(yy, yoff, acc);
+            }
+            if (tail) {
+                int32x4_t acc = pair ? mf_mve_dw_quad_pair(p, sw, o, wa, wb)
+                                     : mf_mve_dw_quad_groups(p, sw, v->groups, off, base,
+                                                             (const int8_t *)pk);
+                acc = mf_mve_dw_rq4(vaddq_n_s32(acc, bias), mult, add, npost, pre1, csf, vlo,
+                                    vhi);
+                vstrbq_scatter_offset_p_s32(yy, yoff, acc, vctp32q((uint32_t)tail));
+            }
+        }
     }
 }
 
-MF_MICRO void mf_mve_dw_chan00(const mf_mve_dw_view *v, const int8_t *plane, const uint8_t *off,
-                               const int32_t *base, const int32_t *pk, int8_t *y, int32_t lo,
-                               int32_t hi) {
-    mf_mve_dw_rows(v, plane, off, base, pk, y, lo, hi, 0, 0);
-}
-MF_MICRO void mf_mve_dw_chan10(const mf_mve_dw_view *v, const int8_t *plane, const uint8_t *off,
-                               const int32_t *base, const int32_t *pk, int8_t *y, int32_t lo,
-                               int32_t hi) {
-    mf_mve_dw_rows(v, plane, off, base, pk, y, lo, hi, 1, 0);
-}
-MF_MICRO void mf_mve_dw_chanp(const mf_mve_dw_view *v, const int8_t *plane, const uint8_t *off,
-                              const int32_t *base, const int32_t *pk, int8_t *y, int32_t lo,
-                              int32_t hi, int32_t sf) {
-    const int32_t pre1 = pk[4 * v->groups + 4] - 1;
-    if (sf)
-        mf_mve_dw_rows(v, plane, off, base, pk, y, lo, hi, 1, pre1);
-    else
-        mf_mve_dw_rows(v, plane, off, base, pk, y, lo, hi, 0, pre1);
-}
+typedef void (*mf_mve_dw_chans_fn)(const mf_mve_dw_view *, const int8_t *, int8_t *,
+                                   const int32_t *, int, int8_t *, const uint8_t *,
+                                   const int32_t *, int32_t, int32_t, int32_t);
+#define MF_MVDW_CHANS(NAME, GEN, SW, SF)                                                       \
+    MF_MICRO void NAME(const mf_mve_dw_view *v, const int8_t *x, int8_t *y, const int32_t *pk,   \
+                       int nch, int8_t *plane, const uint8_t *off, const int32_t *base,         \
+                       int32_t lo, int32_t hi, int32_t signfix) {                               \
+        mf_mve_dw_chans(v, x, y, pk, nch, plane, off, base, lo, hi, signfix, GEN, SW, SF);      \
+    }
+MF_MVDW_CHANS(mf_mve_dw_chans_gen, 1, 1, 0)
+MF_MVDW_CHANS(mf_mve_dw_chans_p1, 0, 1, 0)
+MF_MVDW_CHANS(mf_mve_dw_chans_p1f, 0, 1, 1)
+MF_MVDW_CHANS(mf_mve_dw_chans_p2, 0, 2, 0)
+MF_MVDW_CHANS(mf_mve_dw_chans_p2f, 0, 2, 1)
 #endif
 
 /* mf_mve_dw_conv_s8: y = DepthwiseConv2D(x), TFLM reference int8 numerics, batch 1.
  *   x       input [g->h][g->w][g->c] int8 NHWC; y output [g->oh][g->ow][g->c], not over x
- *   pk      const int32 [g->c][MF_MVDW_REC(G)] (codegen_c/pack_mve_dw.pack)
+ *   pk      const int32 [g->c][MF_MVDW_REC(g->pair, G)] (codegen_c/pack_mve_dw.pack_dw)
  *   x_zp    the input zero point (the plane's border)
  *   lo, hi  the activation's clamp, -128 <= lo <= hi <= 127
  *   signfix pack.needs_signfix(y_zp, lo): the sign term on channels with post > 0
@@ -272,25 +289,38 @@ MF_MICRO void mf_mve_dw_conv_s8(const int8_t *x, int8_t *y, const int32_t *pk,
     mf_mve_dw_view v;
     uint8_t off[16 * MF_MVDW_GMAX];
     int32_t base[MF_MVDW_GMAX];
-    int ch, rec;
+    int ch, rec, words;
     mf_mve_dw_viewof(g, &v);
-    rec = MF_MVDW_REC(v.groups);
+    words = v.pair ? 8 : 4 * v.groups;
+    rec = words + 5;
     mf_mve_dw_offsets(&v, off, base);
     mf_mve_dw_fill(scratch, x_zp, v.ph * v.pw); /* the borders stay x_zp */
+#if MF_USE_MVE
+    /* runs of channels of one instance: pair layout, pre = 1 and stride 1 or 2 take the fast
+     * ones (sign term by channel: signfix and post > 0), the rest the general one */
+    for (ch = 0; ch < v.c;) {
+        const int32_t *q = pk + words;
+        const int fast = v.pair && q[4] == 1 && (v.sw == 1 || v.sw == 2);
+        const int sf = signfix && q[3] != 0;
+        mf_mve_dw_chans_fn fn = !fast ? mf_mve_dw_chans_gen
+                              : v.sw == 1 ? (sf ? mf_mve_dw_chans_p1f : mf_mve_dw_chans_p1)
+                                          : (sf ? mf_mve_dw_chans_p2f : mf_mve_dw_chans_p2);
+        int n = 1;
+        while (ch + n < v.c) {
+            const int32_t *r = pk + n * rec + words;
+            if ((v.pair && r[4] == 1 && (v.sw == 1 || v.sw == 2)) != fast
+                || (fast && (signfix && r[3] != 0) != sf))
+                break;
+            ++n;
+        }
+        fn(&v, x + ch, y + ch, pk, n, scratch, off, base, lo, hi, signfix);
+        ch += n, pk += n * rec;
+    }
+#else
     for (ch = 0; ch < v.c; ++ch, pk += rec) {
-        const int32_t *q = pk + 4 * v.groups;
+        const int32_t *q = pk + words; /* bias mult add post pre */
         const int32_t sf = signfix && q[3] != 0;
         mf_mve_dw_plane(x + ch, &v, scratch);
-#if MF_USE_MVE
-        if (q[4] == 1) {
-            if (sf)
-                mf_mve_dw_chan10(&v, scratch, off, base, pk, y + ch, lo, hi);
-            else
-                mf_mve_dw_chan00(&v, scratch, off, base, pk, y + ch, lo, hi);
-        } else {
-            mf_mve_dw_chanp(&v, scratch, off, base, pk, y + ch, lo, hi, sf);
-        }
-#else
         {
             const int8_t *w = (const int8_t *)(const void *)pk;
             int oy, ox, k, l;
@@ -298,7 +328,7 @@ MF_MICRO void mf_mve_dw_conv_s8(const int8_t *x, int8_t *y, const int32_t *pk,
                 for (ox = 0; ox < v.ow; ++ox) {
                     const int8_t *p = scratch + oy * v.sh * v.pw + ox * v.sw;
                     uint32_t acc = (uint32_t)q[0]; /* wraps as VMLADAV does; the sum fits */
-                    for (k = 0; k < v.groups; ++k)
+                    for (k = 0; k < (v.pair ? 1 : v.groups); ++k)
                         for (l = 0; l < 16; ++l)
                             acc += (uint32_t)((int32_t)p[base[k] + off[16 * k + l]]
                                               * w[16 * k + l]);
@@ -306,8 +336,8 @@ MF_MICRO void mf_mve_dw_conv_s8(const int8_t *x, int8_t *y, const int32_t *pk,
                         (int32_t)acc, q[1], q[2], q[3], q[4], sf, lo, hi);
                 }
         }
-#endif
     }
+#endif
 }
 
 #endif /* MCUFORGE_MVE_DW_H */

@@ -103,9 +103,10 @@ def dw_c(i, case, transpose=None):
         v = pack_mve_dw._view(h, w, case["oh"], case["ow"], kh, kw, *case["s"], case["pt"],
                               case["pl"], c, transpose)
         assert v is not None
-        g = dict(g2, ph=v["ph"], pw=v["pw"])
+        g = dict(g2, ph=v["ph"], pw=v["pw"], pair=v["pair"])
     pk = pack_mve_dw.pack_dw(case["wts"], case["bias"], case["x_zp"], case["mult"],
-                             case["shift"], case["y_zp"], g["transpose"])
+                             case["shift"], case["y_zp"], g["transpose"], g["pair"],
+                             pack_mve_dw.view_kernel(g)[2])
     assert pk is not None
     sf = pack.needs_signfix(case["y_zp"], case["lo"])
     geom = ", ".join(str(int(g[f])) for f in pack_mve_dw.GEOM_FIELDS)
@@ -172,6 +173,8 @@ def test_dw_cases_cover_the_edges(dwc):
     assert any(c["sf"] and (c["pk"][:, -2] == 0).any() and (c["pk"][:, -2] != 0).any()
                and (np.abs(c["want"].astype(int)) < 100).mean() > .5 for c in dwc)
     assert any((c["pk"][:, -1] > 1).any() for c in dwc)  # pre > 1: a left shift before VQRDMULH
+    assert any(g["pair"] for g in gs) and any(not g["pair"] for g in gs)
+    assert any(g["pair"] and g["transpose"] for g in gs) and any(g["pair"] and g["sw"] == 2 for g in gs)
 
 
 @pytest.mark.parametrize("opt", ["-O0", "-O2"])

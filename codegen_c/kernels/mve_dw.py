@@ -45,10 +45,11 @@ def depthwise(ctx: OpContext, ref: ir.Kernel, target) -> ir.Kernel | None:
     const = pack.constant_channels(folded, rows, mults, shifts, y_zp, lo, hi)
     for ch in const:  # computed as 0 and set by the constant (see gemm.py)
         weights[:, :, ch], b[ch], mults[ch], shifts[ch] = 0, 0, 0, 0
-    packed = pack_mve_dw.pack_dw(weights, b, x_zp, mults, shifts, y_zp, geom["transpose"])
+    packed = pack_mve_dw.pack_dw(weights, b, x_zp, mults, shifts, y_zp, geom["transpose"],
+                                 geom["pair"], pack_mve_dw.view_kernel(geom)[2])
     if packed is None:
         return None
-    q = 4 * pack_mve_dw.groups(kh * kw)
+    q = packed.shape[1] - 5
     for ch, value in const.items():  # bias 0, mult 0, add = the constant, post 0, pre 1
         packed[ch, q:] = (0, 0, value, 0, 1)
     g = np.array([geom[f] for f in pack_mve_dw.GEOM_FIELDS], np.int16)
@@ -56,7 +57,7 @@ def depthwise(ctx: OpContext, ref: ir.Kernel, target) -> ir.Kernel | None:
     signfix = pack.needs_signfix(y_zp, int(lo))
     fn = "mf_mve_dw_conv_s8"
     consts = [ir.Buffer("pk", "int32", packed.size, "const", packed.reshape(-1),
-                        "per channel: int8 weights in groups of 16 taps, bias', mult, add, "
+                        "per channel: int8 weights (vectors of 16 lanes), bias', mult, add, "
                         "post, pre"),
               ir.Buffer("geom", "int16", g.size, "const", g,
                         "mf_mve_dw_geom: " + " ".join(pack_mve_dw.GEOM_FIELDS))]
