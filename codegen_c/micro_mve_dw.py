@@ -64,3 +64,24 @@ def _dw(x, y, pk, geom, x_zp, lo, hi, signfix, scratch):
 
 
 INTRINSICS["mf_mve_dw_conv_s8"] = _dw
+
+
+def _add(*args):
+    """mf_mve_dw_add_s8: the arithmetic of mf_ew_add_s8 (micro_ew), four elements a vector."""
+    from . import micro_ew
+    micro_ew.INTRINSICS["mf_ew_add_s8"](*args)
+
+
+INTRINSICS["mf_mve_dw_add_s8"] = _add
+
+
+def _pool(name):
+    def run(*args):
+        """mf_mve_dw_avgpool_s8 / maxpool: mf_ew_avgpool_s8's / maxpool's integers."""
+        from . import micro_ew
+        micro_ew.INTRINSICS[name](*args)
+    return run
+
+
+INTRINSICS["mf_mve_dw_avgpool_s8"] = _pool("mf_ew_avgpool_s8")
+INTRINSICS["mf_mve_dw_maxpool_s8"] = _pool("mf_ew_maxpool_s8")

@@ -340,4 +340,198 @@ MF_MICRO void mf_mve_dw_conv_s8(const int8_t *x, int8_t *y, const int32_t *pk,
 #endif
 }
 
+/* ---- int8 ADD, same-shape inputs: mf_mve_dw_add_s8 ------------------------------------------
+ * The arithmetic of mf_ew_add_s8 (mcuforge_ew.h; constants from pack_ew.add_constants, which
+ * proves them on all 65536 input pairs): s2 = T[small byte] + (big << 20), h = SMMLAR(s2, mult),
+ * y = clamp((h + add + sf * (h >> 31)) >> post, lo, hi) with the int8 saturation. On MVE four
+ * elements a step: VLDRB.S32 (big), VLDRB.U32 (small: the table index), VLDRW gather of the
+ * table, VMLA by 2^20, VRMULH, VADD, VSHL by -post, VMAX, VMIN, VSTRB.32 (the sign term 2 more);
+ * the last step predicated. y may be one of the inputs. */
+#if MF_USE_MVE
+MF_MVDW_INLINE int32x4_t mf_mve_dw_add4(int32x4_t tb, int32x4_t b, int32x4_t vm, int32_t add,
+                                        int32_t npost, int32_t sf, int32x4_t lo, int32x4_t hi) {
+    const int32x4_t h = vrmulhq_s32(vmlaq_n_s32(tb, b, 1 << 20), vm);
+    int32x4_t v = vaddq_n_s32(h, add);
+    if (sf) v = vaddq_s32(v, vshrq_n_s32(h, 31));
+    return vminq_s32(vmaxq_s32(vshlq_r_s32(v, npost), lo), hi);
+}
+
+/* the loop with the sign term constant (one instance each) */
+MF_MVDW_INLINE void mf_mve_dw_add_loop(const int8_t *big, const uint8_t *u, int8_t *y, int32_t n,
+                                       const int32_t *tab, int32_t mult, int32_t add,
+                                       int32_t post, int32_t sf, int32_t lo, int32_t hi) {
+    const int32x4_t vm = vdupq_n_s32(mult), vlo = vdupq_n_s32(lo), vhi = vdupq_n_s32(hi);
+    const int32_t npost = -post;
+    int32_t k;
+    for (k = n >> 2; k > 0; --k, big += 4, u += 4, y += 4)
+        vstrbq_s32(y, mf_mve_dw_add4(vldrwq_gather_shifted_offset_s32(tab, vldrbq_u32(u)),
+                                     vldrbq_s32(big), vm, add, npost, sf, vlo, vhi));
+    if (n & 3) {
+        const mve_pred16_t pr = vctp32q((uint32_t)(n & 3));
+        vstrbq_p_s32(y, mf_mve_dw_add4(vldrwq_gather_shifted_offset_z_s32(
+                                           tab, vldrbq_z_u32(u, pr), pr),
+                                       vldrbq_z_s32(big, pr), vm, add, npost, sf, vlo, vhi),
+                     pr);
+    }
+}
+#endif
+
+MF_MICRO void mf_mve_dw_add_s8(const int8_t *big, const int8_t *small, int8_t *y, int32_t n,
+                               const int32_t *tab, int32_t mult, int32_t add, int32_t post,
+                               int32_t signfix, int32_t lo, int32_t hi) {
+    const uint8_t *u = (const uint8_t *)small; /* the table's index: the byte */
+    const int32_t l = lo < -128 ? -128 : lo, m = hi > 127 ? 127 : hi;
+#if MF_USE_MVE
+    if (signfix)
+        mf_mve_dw_add_loop(big, u, y, n, tab, mult, add, post, 1, l, m);
+    else
+        mf_mve_dw_add_loop(big, u, y, n, tab, mult, add, post, 0, l, m);
+#else
+    int32_t i;
+    for (i = 0; i < n; ++i) {
+        const int32_t s2 = (int32_t)((uint32_t)tab[u[i]] + ((uint32_t)(int32_t)big[i] << 20));
+        const int32_t h = mf_smmlar(s2, mult);
+        int32_t v = h + add;
+        if (signfix) v += h >> 31;
+        v >>= post;
+        y[i] = (int8_t)(v < l ? l : (v > m ? m : v));
+    }
+#endif
+}
+
+/* ---- AVERAGE_POOL_2D and MAX_POOL_2D: mf_mve_dw_avgpool_s8, mf_mve_dw_maxpool_s8 -----------
+ * TFLM's int8 reference: per output pixel and channel the window clipped to the image; average:
+ * the sum divided by the number of taps inside, rounding half away from zero, then the clamp;
+ * max: the largest input, then the clamp. Channels in lanes. Average: 16 channels a step into
+ * int16 lanes (two VLDRB.S16 and two VADD a pixel; exact while a window has at most 255 taps:
+ * |sum| <= 128 * 255), then per 4 lanes the division as a multiply: |q| = (|sum| + count / 2) *
+ * ceil(2^32 / count) >> 32 (VMULH.U32; exact for every |sum| + count / 2 < 2^16 and count <= 255,
+ * tests/test_nn_mve_dw.py checks them all), the sign back, the clamp, a narrowing scatter
+ * store; larger windows take the portable loop. Max: 16 channels a VLDRB.S8 and a VMAX.S8 a
+ * pixel. The geometry is mf_pool_geom's (mcuforge_ew.h), fields in the same order. */
+typedef struct {
+    int16_t h, w, c, fh, fw, sh, sw, pt, pl, oh, ow;
+} mf_mve_dw_pool_geom;
+
+/* the window of output (oy, ox) clipped to the image: first pixel, rows, columns */
+MF_MVDW_INLINE const int8_t *mf_mve_dw_window(const int8_t *x, const mf_mve_dw_pool_geom *g,
+                                              int oy, int ox, int *rows, int *cols) {
+    int y0 = oy * g->sh - g->pt, x0 = ox * g->sw - g->pl;
+    int y1 = y0 + g->fh, x1 = x0 + g->fw;
+    y0 = y0 < 0 ? 0 : y0, x0 = x0 < 0 ? 0 : x0;
+    y1 = y1 > g->h ? g->h : y1, x1 = x1 > g->w ? g->w : x1;
+    *rows = y1 - y0, *cols = x1 - x0;
+    return x + (y0 * g->w + x0) * g->c;
+}
+
+/* TFLM's rounding division of one sum, then the clamp */
+MF_MVDW_INLINE int8_t mf_mve_dw_avg1(int32_t sum, int32_t count, int32_t lo, int32_t hi) {
+    int32_t v = (sum > 0 ? sum + count / 2 : sum - count / 2) / count;
+    return (int8_t)(v < lo ? lo : (v > hi ? hi : v));
+}
+
+#if MF_USE_MVE
+/* (s rounded-divided by count, as TFLM), clamped; recip = ceil(2^32 / count), count >= 2 */
+MF_MVDW_INLINE int32x4_t mf_mve_dw_div4(int32x4_t s, int32_t half, uint32_t recip,
+                                        int32x4_t lo, int32x4_t hi) {
+    const int32x4_t m = vshrq_n_s32(s, 31);
+    const uint32x4_t a = vreinterpretq_u32_s32(vaddq_n_s32(vabsq_s32(s), half));
+    const int32x4_t q = vreinterpretq_s32_u32(vmulhq_u32(a, vdupq_n_u32(recip)));
+    return vminq_s32(vmaxq_s32(vsubq_s32(veorq_s32(q, m), m), lo), hi);
+}
+#endif
+
+MF_MICRO void mf_mve_dw_avgpool_s8(const int8_t *x, int8_t *y, const mf_mve_dw_pool_geom *g,
+                                   int32_t lo, int32_t hi) {
+    const int C = g->c, stride = g->w * g->c;
+    int oy, ox;
+    for (oy = 0; oy < g->oh; ++oy)
+        for (ox = 0; ox < g->ow; ++ox, y += C) {
+            int rows, cols, c = 0, r, k;
+            const int8_t *p = mf_mve_dw_window(x, g, oy, ox, &rows, &cols);
+            const int32_t count = rows * cols;
+            if (cols == g->w) /* whole rows: one run of pixels */
+                cols *= rows, rows = 1;
+#if MF_USE_MVE
+            if (count <= 255) {
+                const int32_t half = count / 2;
+                const uint32_t recip = count > 1 ? 0xFFFFFFFFu / (uint32_t)count + 1u : 0u;
+                const int32x4_t vlo = vdupq_n_s32(lo), vhi = vdupq_n_s32(hi);
+                const uint32x4_t even = vidupq_n_u32(0, 2);
+                for (; c < C; c += 16) {
+                    const int n = C - c < 16 ? C - c : 16;
+                    const mve_pred16_t p0 = vctp16q((uint32_t)n);
+                    const mve_pred16_t p1 = vctp16q((uint32_t)(n > 8 ? n - 8 : 0));
+                    int16x8_t a0 = vdupq_n_s16(0), a1 = vdupq_n_s16(0);
+                    int32x4_t s;
+                    for (r = 0; r < rows; ++r) {
+                        const int8_t *q = p + r * stride + c;
+                        for (k = cols; k > 0; --k, q += C) {
+                            a0 = vaddq_s16(a0, vldrbq_z_s16(q, p0));
+                            a1 = vaddq_s16(a1, vldrbq_z_s16(q + 8, p1));
+                        }
+                    }
+                    /* channels c + 2j (bottom halves) and c + 2j + 1 (top) of each 8 */
+#define MF_MVDW_AVG_OUT(A, MOV, OFS, N)                                                         \
+    s = MOV(A);                                                                                \
+    if (count > 1) s = mf_mve_dw_div4(s, half, recip, vlo, vhi);                               \
+    else s = vminq_s32(vmaxq_s32(s, vlo), vhi);                                                \
+    vstrbq_scatter_offset_p_s32(y + c + (OFS), even, s, vctp32q((uint32_t)(N)));
+                    MF_MVDW_AVG_OUT(a0, vmovlbq_s16, 0, (n + 1) / 2)
+                    MF_MVDW_AVG_OUT(a0, vmovltq_s16, 1, n / 2)
+                    if (n > 8) {
+                        MF_MVDW_AVG_OUT(a1, vmovlbq_s16, 8, (n - 7) / 2)
+                        MF_MVDW_AVG_OUT(a1, vmovltq_s16, 9, (n - 8) / 2)
+                    }
+#undef MF_MVDW_AVG_OUT
+                }
+            }
+#endif
+            for (; c < C; ++c) {
+                int32_t sum = 0;
+                for (r = 0; r < rows; ++r) {
+                    const int8_t *q = p + r * stride + c;
+                    for (k = 0; k < cols; ++k, q += C) sum += *q;
+                }
+                y[c] = mf_mve_dw_avg1(sum, count, lo, hi);
+            }
+        }
+}
+
+MF_MICRO void mf_mve_dw_maxpool_s8(const int8_t *x, int8_t *y, const mf_mve_dw_pool_geom *g,
+                                   int32_t lo, int32_t hi) {
+    const int C = g->c, stride = g->w * g->c;
+    int oy, ox;
+    for (oy = 0; oy < g->oh; ++oy)
+        for (ox = 0; ox < g->ow; ++ox, y += C) {
+            int rows, cols, c = 0, r, k;
+            const int8_t *p = mf_mve_dw_window(x, g, oy, ox, &rows, &cols);
+            if (cols == g->w) /* whole rows: one run of pixels */
+                cols *= rows, rows = 1;
+#if MF_USE_MVE
+            {
+                const int8x16_t vlo = vdupq_n_s8((int8_t)lo), vhi = vdupq_n_s8((int8_t)hi);
+                for (; c < C; c += 16) {
+                    const mve_pred16_t pr = vctp8q((uint32_t)(C - c));
+                    int8x16_t m = vdupq_n_s8(-128);
+                    for (r = 0; r < rows; ++r) {
+                        const int8_t *q = p + r * stride + c;
+                        for (k = cols; k > 0; --k, q += C) m = vmaxq_s8(m, vldrbq_z_s8(q, pr));
+                    }
+                    vstrbq_p_s8(y + c, vminq_s8(vmaxq_s8(m, vlo), vhi), pr);
+                }
+            }
+#else
+            for (; c < C; ++c) {
+                int32_t m = -128;
+                for (r = 0; r < rows; ++r) {
+                    const int8_t *q = p + r * stride + c;
+                    for (k = 0; k < cols; ++k, q += C) m = *q > m ? *q : m;
+                }
+                y[c] = (int8_t)(m < lo ? lo : (m > hi ? hi : m));
+            }
+#endif
+        }
+}
+
 #endif /* MCUFORGE_MVE_DW_H */

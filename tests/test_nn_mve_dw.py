@@ -332,3 +332,300 @@ def test_dw_layer_m55_equals_tflm(name, kw):
     model, x = layer_model(sum(map(ord, name)), "DEPTHWISE_CONV_2D", **kw)
     np.testing.assert_array_equal(runner.run(model, x, board="mps3-an547"),
                                   tflm.run(model, [x])[0])
+
+
+# ---- int8 ADD -------------------------------------------------------------------------------
+def quantize_multiplier(real: float):
+    """tflite::QuantizeMultiplier: (q in [2^30, 2^31), shift) with real = q * 2^(shift - 31)."""
+    if real == 0:
+        return 0, 0
+    frac, exp = np.frexp(real)
+    q = int(round(frac * 2**31))
+    if q == 2**31:
+        q, exp = q // 2, exp + 1
+    return q, int(exp)
+
+
+def srdhm(a, b):
+    ab = np.asarray(a, np.int64) * np.int64(b)
+    num = ab + np.where(ab >= 0, 1 << 30, 1 - (1 << 30))
+    return np.where(num >= 0, num // 2**31, -((-num) // 2**31))
+
+
+def rdbpot(x, e):
+    x = np.asarray(x, np.int64)
+    mask = (np.int64(1) << e) - 1
+    return (x >> e) + ((x & mask) > (mask >> 1) + (x < 0))
+
+
+def tflm_add_params(s1, z1, s2, z2, so, zo, lo, hi):
+    """TFLM's CalculateOpDataAdd for int8 (scales as float32, arithmetic in double)."""
+    s1, s2, so = (float(np.float32(v)) for v in (s1, s2, so))
+    twice = 2 * max(s1, s2)
+    m1, e1 = quantize_multiplier(s1 / twice)
+    m2, e2 = quantize_multiplier(s2 / twice)
+    mo, eo = quantize_multiplier(twice / ((1 << 20) * so))
+    return dict(input1_offset=-z1, input2_offset=-z2, left_shift=20, input1_multiplier=m1,
+                input1_shift=e1, input2_multiplier=m2, input2_shift=e2, output_multiplier=mo,
+                output_shift=eo, output_offset=zo, act_min=lo, act_max=hi)
+
+
+def tflm_add(a, b, p):
+    """reference_integer_ops::AddElementwise (int8)."""
+    def scaled(x, off, m, e):
+        return rdbpot(srdhm((np.asarray(x, np.int64) + off) << p["left_shift"], m), -e)
+    s = scaled(a, p["input1_offset"], p["input1_multiplier"], p["input1_shift"]) \
+        + scaled(b, p["input2_offset"], p["input2_multiplier"], p["input2_shift"])
+    out = rdbpot(srdhm(s, p["output_multiplier"]), -p["output_shift"]) + p["output_offset"]
+    return np.clip(out, p["act_min"], p["act_max"]).astype(np.int8)
+
+
+def add_case(rng, n, act="none", ties=False):
+    from mcuforge.codegen_c import pack_ew
+    for _ in range(100):
+        s1, s2 = rng.uniform(0.01, 0.2, 2)
+        if ties:  # power-of-two scale ratios: many sums land half way
+            s2, so = s1 * 2.0 ** int(rng.integers(-2, 3)), s1 * 2.0 ** int(rng.integers(-1, 3))
+        else:
+            so = float(rng.uniform(0.02, 0.4))
+        z1, z2, zo = (int(v) for v in rng.integers(-128, 128, 3))
+        lo, hi = -128, 127
+        if act == "relu":
+            lo = zo
+        elif act == "relu6":
+            lo, hi = zo, min(127, zo + int(rng.integers(5, 100)))
+        p = tflm_add_params(s1, z1, s2, z2, so, zo, lo, hi)
+        c = pack_ew.add_constants(p)
+        if c is not None:
+            break
+    a, b = rng.integers(-128, 128, (2, n))
+    return dict(a=a, b=b, p=p, c=c, want=tflm_add(a, b, p))
+
+
+def add_c(i, case):
+    c = case["c"]
+    big, small = ("a", "b") if c["big"] == 0 else ("b", "a")
+    n = case["a"].size
+    decls = (H.arr(f"a{i}", "int8_t", case["a"]) + H.arr(f"b{i}", "int8_t", case["b"])
+             + H.arr(f"tab{i}", "int32_t", c["tab"], 8))
+    call = (f"mf_mve_dw_add_s8({big}{i}, {small}{i}, y, {n}, tab{i}, {c['mult']}, {c['add']}, "
+            f"{c['post']}, {c['signfix']}, {c['lo']}, {c['hi']})")
+    return dict(decls=decls, call=call, want=case["want"], n=n, sn=0, c=c, case=case)
+
+
+@pytest.fixture(scope="module")
+def addc():
+    rng = np.random.default_rng(5)
+    acts = ["none", "relu", "relu6"]
+    cases = [add_case(rng, n, acts[i % 3], ties=i % 4 == 3)
+             for i, n in enumerate([1, 2, 3, 4, 5, 7, 16, 33, 100, 257, 1000, 4099, 64, 31, 8,
+                                    12])]
+    cases += [add_case(rng, 999, "none", ties=True) for _ in range(3)]  # the sign term bites
+    return [add_c(i, c) for i, c in enumerate(cases)]
+
+
+def test_add_cases_cover_the_edges(addc):
+    cs = [c["c"] for c in addc]
+    assert {c["n"] % 4 for c in addc} == {0, 1, 2, 3}
+    assert any(c["signfix"] for c in cs) and any(not c["signfix"] for c in cs)
+    assert {c["big"] for c in cs} == {0, 1} and any(c["lo"] > -128 for c in cs)
+    assert any(c["hi"] < 127 for c in cs)
+    # ties below zero: outputs that only the sign term gets right (TFLM rounds half away from 0)
+    assert any(c["signfix"] and not np.array_equal(_add_without_sign(t), t["want"])
+               for c, t in zip(cs, addc))
+
+
+def _add_without_sign(t):
+    """The kernel's arithmetic (pack_ew.add_fast) on the case's inputs with the sign term off."""
+    from mcuforge.codegen_c import pack_ew
+    c = t["c"]
+    a, b = t["case"]["a"] & 0xFF, t["case"]["b"] & 0xFF
+    big, small = (a, b) if c["big"] == 0 else (b, a)
+    return pack_ew.add_fast(big, small, dict(c, signfix=0)).astype(np.int8)
+
+
+@pytest.mark.parametrize("opt", ["-O0", "-O2"])
+def test_add_host_portable(addc, opt, tmp_path):
+    require_tools("gcc")
+    check(addc, "host", [opt, "-fsanitize=address,undefined", "-fno-sanitize-recover=all"],
+          tmp_path)
+
+
+@pytest.mark.parametrize("kind,opt", M55, ids=[f"{k}{o}" for k, o in M55])
+def test_add_m55_qemu(addc, kind, opt, tmp_path):
+    require_tools("arm-none-eabi-gcc", "qemu-system-arm")
+    check(addc, kind, [opt], tmp_path)
+
+
+def test_add_model_against_tflite_micro():
+    """The numpy ADD above (and its parameters) equal tflite-micro's int8 ADD."""
+    runtime = pytest.importorskip("tflite_micro.python.tflite_micro.runtime")
+    from tests import tfl_build as tb
+    rng = np.random.default_rng(3)
+    for act in ("none", "relu"):
+        (s1, s2, so), (z1, z2, zo) = rng.uniform(0.01, 0.2, 3), rng.integers(-100, 100, 3)
+        m = tb.Model()
+        a = m.tensor("a", (1, 4, 5, 6), "int8", scale=float(s1), zero_point=int(z1))
+        b = m.tensor("b", (1, 4, 5, 6), "int8", scale=float(s2), zero_point=int(z2))
+        y = m.tensor("y", (1, 4, 5, 6), "int8", scale=float(so), zero_point=int(zo))
+        m.op("ADD", [a, b], [y], "AddOptions",
+             FusedActivationFunction={"none": 0, "relu": 1}[act])
+        m.io([a, b], [y])
+        xa, xb = rng.integers(-128, 128, (2, 1, 4, 5, 6)).astype(np.int8)
+        it = runtime.Interpreter.from_bytes(m.build(), arena_size=1 << 16)
+        it.set_input(xa, 0)
+        it.set_input(xb, 1)
+        it.invoke()
+        got = np.asarray(it.get_output(0))
+        lo = max(-128, int(zo)) if act == "relu" else -128
+        p = tflm_add_params(s1, int(z1), s2, int(z2), so, int(zo), lo, 127)
+        assert (tflm_add(xa, xb, p) == got).all()
+
+
+# ---- AVERAGE_POOL_2D and MAX_POOL_2D ----------------------------------------------------------
+def tflm_pool(x, fh, fw, sh, sw, pt, pl, oh, ow, lo, hi, op):
+    """reference_integer_ops::AveragePool / MaxPool (int8): windows clipped to the image;
+    the average rounds half away from zero (C division of sum +- count / 2)."""
+    h, w, c = x.shape
+    out = np.zeros((oh, ow, c), np.int64)
+    for oy in range(oh):
+        for ox in range(ow):
+            y0, x0 = oy * sh - pt, ox * sw - pl
+            win = x[max(y0, 0):min(y0 + fh, h), max(x0, 0):min(x0 + fw, w)].astype(np.int64)
+            win = win.reshape(-1, c)
+            if op == "max":
+                out[oy, ox] = win.max(axis=0)
+            else:
+                n, sm = len(win), win.sum(axis=0)
+                q = np.where(sm > 0, sm + n // 2, sm - n // 2)
+                out[oy, ox] = np.sign(q) * (np.abs(q) // n)
+    return np.clip(out, lo, hi).astype(np.int8)
+
+
+def pool_case(rng, h, w, c, f=None, s=(1, 1), same=False, act="none", op="avg"):
+    fh, fw = f or (h, w)
+    oh, pt = tflm_padding(h, fh, s[0], same)
+    ow, pl = tflm_padding(w, fw, s[1], same)
+    zo = int(rng.integers(-128, 100))
+    lo, hi = -128, 127
+    if act == "relu":
+        lo = zo
+    elif act == "relu6":
+        lo, hi = zo, min(127, zo + int(rng.integers(5, 100)))
+    x = rng.integers(-128, 128, (h, w, c))
+    if rng.random() < 0.3:  # sums of one sign, ties of the rounding
+        x = np.minimum(np.abs(x), 127) * (1 if rng.random() < 0.5 else -1)
+    return dict(x=x, g=(h, w, c, fh, fw, s[0], s[1], pt, pl, oh, ow), lo=lo, hi=hi, op=op,
+                want=tflm_pool(x, fh, fw, s[0], s[1], pt, pl, oh, ow, lo, hi, op))
+
+
+def pool_c(i, case):
+    geom = ", ".join(str(int(v)) for v in case["g"])
+    decls = (H.arr(f"x{i}", "int8_t", case["x"])
+             + f"static const mf_mve_dw_pool_geom g{i} = {{{geom}}};\n")
+    call = f"mf_mve_dw_{case['op']}pool_s8(x{i}, y, &g{i}, {case['lo']}, {case['hi']})"
+    return dict(decls=decls, call=call, want=case["want"], n=case["want"].size, sn=0,
+                case=case)
+
+
+@pytest.fixture(scope="module")
+def poolc():
+    rng = np.random.default_rng(9)
+    acts = ["none", "relu", "relu6"]
+    shapes = [(25, 5, 64, None, (1, 1), False), (8, 8, 64, None, (1, 1), False),
+              (3, 3, 256, None, (1, 1), False), (1, 1, 1, None, (1, 1), False),
+              (5, 7, 13, (3, 3), (2, 2), True), (6, 9, 8, (2, 3), (2, 1), False),
+              (7, 6, 17, (4, 2), (1, 1), True), (16, 17, 9, None, (1, 1), False),  # 272 taps
+              (4, 4, 31, (2, 2), (2, 2), False), (9, 5, 7, (3, 3), (1, 1), True),
+              (2, 3, 25, None, (1, 1), False), (15, 17, 3, None, (1, 1), False)]  # 255 taps
+    out = []
+    for i, (h, w, c, f, st, same) in enumerate(shapes):
+        for op in ("avg", "max"):
+            out.append(pool_c(len(out), pool_case(rng, h, w, c, f, st, same, acts[i % 3], op)))
+    return out
+
+
+def test_pool_division_by_multiply_is_exact():
+    """|q| = (|sum| + count / 2) * ceil(2^32 / count) >> 32 equals the C division for every
+    count 2..255 and every |sum| <= 128 * count (the MVE average pool's division)."""
+    for count in range(2, 256):
+        a = np.arange(0, 128 * count + count // 2 + 1, dtype=np.uint64)
+        recip = np.uint64((2**32 - 1) // count + 1)
+        assert ((a * recip) >> np.uint64(32) == a // np.uint64(count)).all(), count
+
+
+def test_pool_cases_cover_the_edges(poolc):
+    gs = [c["case"]["g"] for c in poolc]
+    assert any(g[2] % 16 and g[2] % 16 <= 8 for g in gs) and any(g[2] % 16 > 8 for g in gs)
+    assert any(g[3] * g[4] > 255 for g in gs) and any(g[3] * g[4] == 255 for g in gs)
+    assert any(g[9] * g[10] > 1 for g in gs) and any(c["case"]["lo"] > -128 for c in poolc)
+
+
+@pytest.mark.parametrize("opt", ["-O0", "-O2"])
+def test_pool_host_portable(poolc, opt, tmp_path):
+    require_tools("gcc")
+    check(poolc, "host", [opt, "-fsanitize=address,undefined", "-fno-sanitize-recover=all"],
+          tmp_path)
+
+
+@pytest.mark.parametrize("kind,opt", M55, ids=[f"{k}{o}" for k, o in M55])
+def test_pool_m55_qemu(poolc, kind, opt, tmp_path):
+    require_tools("arm-none-eabi-gcc", "qemu-system-arm")
+    check(poolc, kind, [opt], tmp_path)
+
+
+# ---- ADD and pools through their schedules (the models of test_sched_eltwise) ----------------
+def _ew_cases():
+    import test_sched_eltwise as te
+    return [c for c in te.CASES if not c[0].startswith("mul")]
+
+
+EW = _ew_cases()
+MVE_FN = {"add": "mf_mve_dw_add_s8", "avg_pool2d": "mf_mve_dw_avgpool_s8",
+          "max_pool2d": "mf_mve_dw_maxpool_s8"}
+
+
+@pytest.mark.parametrize("name,kind,kw", EW, ids=[c[0] for c in EW])
+def test_ew_schedule_equals_reference(name, kind, kw):
+    import test_sched_eltwise as te
+    from mcuforge.codegen_c.evaluate import run_kernel
+    from mcuforge.codegen_c.kernels import lower_node
+    from mcuforge.codegen_c.lower import reference_kernel
+    from mcuforge.frontend.tflite import load_tflite
+    model, inputs = te.build(name, kind, kw)
+    g = load_tflite(model)
+    node = g.nodes[0]
+    ref = reference_kernel(node, g, "k")
+    k = lower_node(node, g, "k", m55())
+    want_fn = MVE_FN.get(node.op)
+    if want_fn and name not in te.DECLINED:
+        assert k.schedule == want_fn, k.schedule
+    arrays = {p.name: inputs[g.tensors[t].name] for p, t in
+              zip([b for b in ref.params if b.kind == "in"], node.inputs)}
+    for row in range(2):
+        ys = []
+        for kern in (ref, k):
+            y = np.zeros(g.tensors[g.outputs[0]].size, np.int8)
+            run_kernel(kern, {**{n: a[row].reshape(-1).copy() for n, a in arrays.items()},
+                              "y": y})
+            ys.append(y)
+        assert ys[1].tolist() == ys[0].tolist()
+
+
+E2E_EW = [c for c in EW if c[0] in ("add_1", "add_2", "add_resnet", "add_tail", "pool_kws",
+                                      "pool_big", "pool_same", "max_pool_same", "max_pool_vww",
+                                      "pool_resnet")]
+
+
+@pytest.mark.parametrize("name,kind,kw", E2E_EW, ids=[c[0] for c in E2E_EW])
+def test_ew_m55_equals_tflm(name, kind, kw):
+    import test_sched_eltwise as te
+    from conftest import require_tflm
+    from mcuforge import runner
+    require_tflm()
+    require_tools("arm-none-eabi-gcc", "qemu-system-arm")
+    model, inputs = te.build(name, kind, kw)
+    want = te.tflm_run(model, inputs)
+    got = runner.run(model, inputs if len(inputs) > 1 else next(iter(inputs.values())),
+                     board="mps3-an547")
+    np.testing.assert_array_equal(got, want)

@@ -1,10 +1,12 @@
 """Helium (MVE) schedules for the Cortex-M55: int8 depthwise convolution on mf_mve_dw_conv_s8
 (runtime_c/mcuforge_mve_dw.h; any kh x kw and stride, depth multiplier 1: per channel a
-zero-point-bordered int8 plane, one tap gather and one VMLADAV per output, four outputs
-requantized a vector). Registered before the DSP schedules (depthwise.py, eltwise.py) and tried
-only when the target has `mve`; each declines (None) where its packing cannot prove the fast
+zero-point-bordered int8 plane, tap gathers and VMLADAV, four outputs requantized a vector)
+and int8 ADD on mf_mve_dw_add_s8. Registered before the DSP schedules (depthwise.py,
+eltwise.py) and tried only when the target has `mve`; each declines (None) where its packing cannot prove the fast
 form exact, and the next schedule (the DSP kernel, then the reference loops) takes the layer."""
 from __future__ import annotations
+
+import dataclasses
 
 import numpy as np
 
@@ -71,3 +73,60 @@ def depthwise(ctx: OpContext, ref: ir.Kernel, target) -> ir.Kernel | None:
     doc = (f"{ref.doc}\nscheduled: {fn} (Helium), a {geom['ph']}x{geom['pw']} int8 plane per "
            f"channel ({scratch} bytes scratch), one tap gather + VMLADAV per output")
     return ir.Kernel(ctx.name, tuple(bufs), tuple(body), doc, ref.macs, fn)
+
+
+@schedules("add")
+def add(ctx: OpContext, ref: ir.Kernel, target) -> ir.Kernel | None:
+    """int8 ADD of same-shape activations on mf_mve_dw_add_s8: the constants and the proof of
+    the DSP schedule (eltwise.add: pack_ew.add_constants, all 65536 input pairs), four elements
+    a vector."""
+    if not target.mve:
+        return None
+    from . import eltwise
+    k = eltwise.add(ctx, ref, target)
+    if k is None or k.schedule != "mf_ew_add_s8":
+        return None
+    fn = "mf_mve_dw_add_s8"
+    body = tuple(dataclasses.replace(s, fn=fn) if isinstance(s, ir.CallStmt) else s
+                 for s in k.body)
+    doc = k.doc.replace("scheduled: mf_ew_add_s8", f"scheduled: {fn} (Helium)")
+    return dataclasses.replace(k, body=body, doc=doc, schedule=fn)
+
+
+def _pool(ctx: OpContext, ref: ir.Kernel, target, dsp, fn: str) -> ir.Kernel | None:
+    """The DSP schedule's pool kernel (eltwise.py: same checks, same geometry) calling fn."""
+    if not target.mve:
+        return None
+    k = dsp(ctx, ref, target)
+    if k is None:
+        return None
+
+    def call(s):
+        if not isinstance(s, ir.CallStmt):
+            return s
+        args = tuple(dataclasses.replace(a, ctype="const mf_mve_dw_pool_geom *")
+                     if isinstance(a, ir.Ptr) and a.buf == "geom" else a for a in s.args)
+        return dataclasses.replace(s, fn=fn, args=args)
+
+    body = tuple(_walk_replace(s, call) for s in k.body)
+    doc = k.doc.split("\nscheduled:")[0] + f"\nscheduled: {fn} (Helium: channels in lanes)"
+    return dataclasses.replace(k, body=body, doc=doc, schedule=fn)
+
+
+def _walk_replace(s, f):
+    """s with f applied to every statement inside loops (the batch loop of the pool calls)."""
+    if isinstance(s, ir.Loop):
+        return dataclasses.replace(s, body=tuple(_walk_replace(b, f) for b in s.body))
+    return f(s)
+
+
+@schedules("avg_pool2d")
+def avg_pool(ctx: OpContext, ref: ir.Kernel, target) -> ir.Kernel | None:
+    from . import eltwise
+    return _pool(ctx, ref, target, eltwise.avg_pool, "mf_mve_dw_avgpool_s8")
+
+
+@schedules("max_pool2d")
+def max_pool(ctx: OpContext, ref: ir.Kernel, target) -> ir.Kernel | None:
+    from . import eltwise
+    return _pool(ctx, ref, target, eltwise.max_pool, "mf_mve_dw_maxpool_s8")
