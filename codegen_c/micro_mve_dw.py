@@ -38,10 +38,14 @@ def _dw(x, y, pk, geom, x_zp, lo, hi, signfix, scratch):
     h, w, c, t = g["h"], g["w"], g["c"], g["transpose"]
     kh, kw = (g["kw"], g["kh"]) if t else (g["kh"], g["kw"])  # the view's kernel
     taps, pair = kh * kw, g["pair"]
-    ng = 2 if pair else pack_mve_dw.groups(taps)  # weight vectors of 16 lanes
+    ng = 1 if pair else pack_mve_dw.groups(taps)  # weight vectors of 16 lanes
     rec = np.asarray(pk[:c * pack_mve_dw.rec(taps, pair)], np.int64).reshape(c, -1)
-    b = rec[:, :4 * ng].astype(np.uint32).view(np.uint8).reshape(c, 16 * ng).view(np.int8)
-    if pair:  # wa: kh rows of kw + sw lanes, the first kw of each the taps (wb mirrors them)
+    at = pack_mve_dw.weights_at(pair)
+    if pair and (rec[:, 5] != 0).any():
+        raise UndefinedBehaviour("mf_mve_dw_conv_s8: the word before the weights must be 0")
+    b = rec[:, at:at + 4 * ng].astype(np.uint32).view(np.uint8).reshape(c, 16 * ng)
+    b = b.view(np.int8)
+    if pair:  # kh rows of kw + sw lanes, the first kw of each the taps
         n = kw + pack_mve_dw.view_kernel(g)[2]
         k = np.stack([b[:, ky * n:ky * n + kw] for ky in range(kh)]).astype(np.int64)
         k = k.transpose(0, 2, 1)  # [kh, kw, c]
@@ -55,7 +59,7 @@ def _dw(x, y, pk, geom, x_zp, lo, hi, signfix, scratch):
     pad = np.full((g["pad_t"] + h + kh + sh * oh, g["pad_l"] + w + kw + sw * ow, c), x_zp,
                   np.int64)
     pad[g["pad_t"]:g["pad_t"] + h, g["pad_l"]:g["pad_l"] + w] = img
-    q = rec[:, 4 * ng:]
+    q = rec[:, :5]  # bias mult add post pre
     acc = np.broadcast_to(q[:, 0], (oh, ow, c)).copy()
     for ky in range(kh):
         for kx in range(kw):

@@ -32,7 +32,12 @@ def groups(taps: int) -> int:
 
 def rec(taps: int, pair: int = 0) -> int:
     """int32 words per channel: MF_MVDW_REC(pair, G)."""
-    return 13 if pair else 4 * groups(taps) + 5
+    return 10 if pair else 4 * groups(taps) + 5
+
+
+def weights_at(pair: int) -> int:
+    """The first word of a channel's weights: MF_MVDW_W(pair)."""
+    return 6 if pair else 5
 
 
 def view_kernel(geom: dict) -> tuple:
@@ -58,7 +63,7 @@ def _view(h, w, oh, ow, kh, kw, sh, sw, pt, pl, c, t):
     if 7 * xp > 65535:
         return None
     # two neighbours' windows in one gather of 16 byte offsets
-    pair = int(kh * (kw + sw) <= 16 and (kh - 1) * pw + kw + sw - 1 <= 255)
+    pair = int(kh * (kw + sw) <= 16 and sw <= 4 and (kh - 1) * pw + kw + sw - 1 <= 255)
     cost = oh * (-(-ow // 4)) * ((10 if pair else 6 * groups(taps)) + 12) \
         + h * (3 + 2 * -(-w // 8)) + 10 * oh
     return dict(ph=ph, pw=pw, cost=cost, pair=pair)
@@ -121,20 +126,20 @@ def pack_dw(weights, bias, x_zp: int, mults, shifts, y_zp: int, transpose: int =
                              int(y_zp), pack.acc_bounds(folded, rows))
     if rq is None:
         return None
-    g = 2 if pair else groups(taps)  # vectors of 16 int8
+    g = 1 if pair else groups(taps)  # vectors of 16 int8
     wb = np.zeros((c, 16 * g), np.int64)
-    if pair:
+    if pair:  # kh rows of kw + sw lanes (the kernel loads the second output's sw bytes earlier)
         n = kw + sw
-        if kh * n > 16:
+        if kh * n > 16 or sw > 4:
             return None
         for ky in range(kh):
             wb[:, ky * n:ky * n + kw] = w[ky].T
-            wb[:, 16 + ky * n + sw:16 + ky * n + sw + kw] = w[ky].T
     else:
         wb[:, :taps] = rows
     words = (wb & 0xFF).reshape(c, 4 * g, 4) << np.array([0, 8, 16, 24], np.int64)
-    out = np.zeros((c, 4 * g + 5), np.int64)
-    out[:, :4 * g] = words.sum(axis=2)
-    out[:, 4 * g] = folded
-    out[:, 4 * g + 1:4 * g + 5] = rq[:, [0, 1, 3, 2]]  # mult, add, post, pre
+    at = weights_at(pair)
+    out = np.zeros((c, at + 4 * g), np.int64)  # bias, mult, add, post, pre, [0], weights
+    out[:, 0] = folded
+    out[:, 1:5] = rq[:, [0, 1, 3, 2]]  # mult, add, post, pre
+    out[:, at:] = words.sum(axis=2)
     return ((out + 2**31) % 2**32 - 2**31).astype(np.int32)

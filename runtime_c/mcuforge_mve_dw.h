@@ -65,13 +65,15 @@ typedef struct {
     int16_t h, w, c, oh, ow, kh, kw, sh, sw, pad_t, pad_l, transpose, ph, pw, pair;
 } mf_mve_dw_geom;
 
-/* Packed per channel (codegen_c/pack_mve_dw.pack_dw), as int32 words: the int8 weights, then
- * the folded bias (bias - x_zp * sum w), mult, add, post, pre. The weights: with geom.pair
- * (kh * (kw + sw) <= 16: one gather holds the windows of two neighbouring outputs) two vectors
- * of 16, wa with w[ky][kx] at lane ky * (kw + sw) + kx and wb at lane ky * (kw + sw) + kx + sw
- * (8 words); else G = ceil(kh * kw / 16) groups of 16 (tap t = ky * kw + kx at lane t mod 16 of
- * group t / 16; 4 G words). Unused lanes 0; kh, kw, sw of the kernel's view. */
-#define MF_MVDW_REC(PAIR, G) ((PAIR) ? 13 : 4 * (G) + 5)
+/* Packed per channel (codegen_c/pack_mve_dw.pack_dw), as int32 words: the folded bias
+ * (bias - x_zp * sum w), mult, add, post, pre, then the int8 weights. With geom.pair
+ * (kh * (kw + sw) <= 16, sw <= 4: one gather holds the windows of two neighbouring outputs) a
+ * zero word and one vector of 16, w[ky][kx] at lane ky * (kw + sw) + kx (the second output's
+ * weights are the same 16 bytes loaded sw bytes earlier: lane ky * (kw + sw) + kx + sw, zeros
+ * from the zero word); 10 words. Else G = ceil(kh * kw / 16) groups of 16 (tap t = ky * kw + kx
+ * at lane t mod 16 of group t / 16); 5 + 4 G words. Unused lanes 0; kh, kw, sw of the view. */
+#define MF_MVDW_REC(PAIR, G) ((PAIR) ? 10 : 4 * (G) + 5)
+#define MF_MVDW_W(PAIR) ((PAIR) ? 6 : 5) /* the weights' first word */
 
 /* the portable requantization of one accumulator (mf_rq_apply, then the clamp) */
 MF_MVDW_INLINE int32_t mf_mve_dw_rq1(int32_t acc, int32_t mult, int32_t add, int32_t post,
@@ -219,17 +221,17 @@ MF_MVDW_INLINE void mf_mve_dw_chans(const mf_mve_dw_view *v, const int8_t *x, in
                                     const int32_t *pk, int nch, int8_t *plane,
                                     const uint8_t *off, const int32_t *base, int32_t lo,
                                     int32_t hi, int32_t signfix, int gen, int sw, int32_t sf) {
-    const int pair = gen ? v->pair : 1, words = pair ? 8 : 4 * v->groups;
+    const int pair = gen ? v->pair : 1, rec = MF_MVDW_REC(pair, v->groups);
     const uint8x16_t o = vld1q_u8(off);
     const int32x4_t vlo = vdupq_n_s32(lo), vhi = vdupq_n_s32(hi);
     const uint32x4_t yoff = vmulq_n_u32(vidupq_n_u32(0, 1), (uint32_t)v->yp);
     const int ow = v->ow, ystep = 4 * v->yp, step = v->sh * v->pw, nq = ow >> 2, tail = ow & 3;
     int k;
     if (gen) sw = v->sw;
-    for (k = 0; k < nch; ++k, pk += words + 5, ++x, ++y) {
-        const int8x16_t wa = vld1q_s8((const int8_t *)pk);
-        const int8x16_t wb = vld1q_s8((const int8_t *)pk + 16);
-        const int32_t *q = pk + words; /* bias mult add post pre */
+    for (k = 0; k < nch; ++k, pk += rec, ++x, ++y) {
+        const int8_t *w = (const int8_t *)(pk + MF_MVDW_W(pair));
+        const int8x16_t wa = vld1q_s8(w), wb = pair ? vld1q_s8(w - sw) : wa; /* MF_MVDW_REC */
+        const int32_t *q = pk; /* bias mult add post pre */
         const int32_t bias = q[0], mult = q[1], add = q[2], npost = -q[3];
         const int32_t csf = gen ? signfix && q[3] != 0 : sf, pre1 = gen ? q[4] - 1 : 0;
         const int8_t *row = plane;
@@ -242,16 +244,14 @@ MF_MVDW_INLINE void mf_mve_dw_chans(const mf_mve_dw_view *v, const int8_t *x, in
             int n;
             for (n = nq; n > 0; --n, p += 4 * sw, yy += ystep) {
                 int32x4_t acc = pair ? mf_mve_dw_quad_pair(p, sw, o, wa, wb)
-                                     : mf_mve_dw_quad_groups(p, sw, v->groups, off, base,
-                                                             (const int8_t *)pk);
+                                     : mf_mve_dw_quad_groups(p, sw, v->groups, off, base, w);
                 acc = mf_mve_dw_rq4(vaddq_n_s32(acc, bias), mult, add, npost, pre1, csf, vlo,
                                     vhi);
                 vstrbq_scatter_offset_s32(yy, yoff, acc);
             }
             if (tail) {
                 int32x4_t acc = pair ? mf_mve_dw_quad_pair(p, sw, o, wa, wb)
-                                     : mf_mve_dw_quad_groups(p, sw, v->groups, off, base,
-                                                             (const int8_t *)pk);
+                                     : mf_mve_dw_quad_groups(p, sw, v->groups, off, base, w);
                 acc = mf_mve_dw_rq4(vaddq_n_s32(acc, bias), mult, add, npost, pre1, csf, vlo,
                                     vhi);
                 vstrbq_scatter_offset_p_s32(yy, yoff, acc, vctp32q((uint32_t)tail));
@@ -289,17 +289,16 @@ MF_MICRO void mf_mve_dw_conv_s8(const int8_t *x, int8_t *y, const int32_t *pk,
     mf_mve_dw_view v;
     uint8_t off[16 * MF_MVDW_GMAX];
     int32_t base[MF_MVDW_GMAX];
-    int ch, rec, words;
+    int ch, rec;
     mf_mve_dw_viewof(g, &v);
-    words = v.pair ? 8 : 4 * v.groups;
-    rec = words + 5;
+    rec = MF_MVDW_REC(v.pair, v.groups);
     mf_mve_dw_offsets(&v, off, base);
     mf_mve_dw_fill(scratch, x_zp, v.ph * v.pw); /* the borders stay x_zp */
 #if MF_USE_MVE
     /* runs of channels of one instance: pair layout, pre = 1 and stride 1 or 2 take the fast
      * ones (sign term by channel: signfix and post > 0), the rest the general one */
     for (ch = 0; ch < v.c;) {
-        const int32_t *q = pk + words;
+        const int32_t *q = pk;
         const int fast = v.pair && q[4] == 1 && (v.sw == 1 || v.sw == 2);
         const int sf = signfix && q[3] != 0;
         mf_mve_dw_chans_fn fn = !fast ? mf_mve_dw_chans_gen
@@ -307,7 +306,7 @@ MF_MICRO void mf_mve_dw_conv_s8(const int8_t *x, int8_t *y, const int32_t *pk,
                                           : (sf ? mf_mve_dw_chans_p2f : mf_mve_dw_chans_p2);
         int n = 1;
         while (ch + n < v.c) {
-            const int32_t *r = pk + n * rec + words;
+            const int32_t *r = pk + n * rec;
             if ((v.pair && r[4] == 1 && (v.sw == 1 || v.sw == 2)) != fast
                 || (fast && (signfix && r[3] != 0) != sf))
                 break;
@@ -318,11 +317,11 @@ MF_MICRO void mf_mve_dw_conv_s8(const int8_t *x, int8_t *y, const int32_t *pk,
     }
 #else
     for (ch = 0; ch < v.c; ++ch, pk += rec) {
-        const int32_t *q = pk + words; /* bias mult add post pre */
+        const int32_t *q = pk; /* bias mult add post pre */
         const int32_t sf = signfix && q[3] != 0;
         mf_mve_dw_plane(x + ch, &v, scratch);
         {
-            const int8_t *w = (const int8_t *)(const void *)pk;
+            const int8_t *w = (const int8_t *)(const void *)(pk + MF_MVDW_W(v.pair));
             int oy, ox, k, l;
             for (oy = 0; oy < v.oh; ++oy)
                 for (ox = 0; ox < v.ow; ++ox) {

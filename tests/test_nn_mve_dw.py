@@ -129,7 +129,8 @@ def dw_cases(seed=0, n=30):
         (10, 4, 7, (5, 5), (1, 1), True), (11, 9, 5, (5, 3), (2, 1), True),
         (8, 13, 6, (1, 7), (1, 2), False), (12, 10, 3, (7, 7), (1, 1), True),
         (9, 9, 4, (2, 2), (2, 2), False), (6, 40, 3, (3, 3), (1, 1), True),
-        (48, 6, 9, (3, 3), (2, 2), True), (17, 17, 20, (4, 4), (3, 3), True)]
+        (48, 6, 9, (3, 3), (2, 2), True), (17, 17, 20, (4, 4), (3, 3), True),
+        (13, 14, 5, (2, 2), (3, 4), False), (9, 16, 6, (1, 3), (1, 4), True)]  # pairs, sw > 2
     shapes = fixed + [(int(rng.integers(1, 15)), int(rng.integers(1, 15)),
                        int(rng.integers(1, 21)), (3, 3), (int(rng.integers(1, 3)),) * 2,
                        bool(rng.random() < .6)) for _ in range(n - len(fixed))]
@@ -170,10 +171,11 @@ def test_dw_cases_cover_the_edges(dwc):
     assert any(g["sh"] != g["sw"] for g in gs) and any(g["sh"] == 3 for g in gs)
     assert any(c["sf"] for c in dwc) and any(not c["sf"] for c in dwc)
     # a sign term with channels of post = 0 beside others, outputs mostly unclamped
-    assert any(c["sf"] and (c["pk"][:, -2] == 0).any() and (c["pk"][:, -2] != 0).any()
+    assert any(c["sf"] and (c["pk"][:, 3] == 0).any() and (c["pk"][:, 3] != 0).any()
                and (np.abs(c["want"].astype(int)) < 100).mean() > .5 for c in dwc)
-    assert any((c["pk"][:, -1] > 1).any() for c in dwc)  # pre > 1: a left shift before VQRDMULH
+    assert any((c["pk"][:, 4] > 1).any() for c in dwc)  # pre > 1: a left shift before VQRDMULH
     assert any(g["pair"] for g in gs) and any(not g["pair"] for g in gs)
+    assert any(g["pair"] and pack_mve_dw.view_kernel(g)[2] > 2 for g in gs)
     assert any(g["pair"] and g["transpose"] for g in gs) and any(g["pair"] and g["sw"] == 2 for g in gs)
 
 
@@ -629,3 +631,34 @@ def test_ew_m55_equals_tflm(name, kind, kw):
     got = runner.run(model, inputs if len(inputs) > 1 else next(iter(inputs.values())),
                      board="mps3-an547")
     np.testing.assert_array_equal(got, want)
+
+
+# ---- the MLPerf models on QEMU mps3-an547 against tflite-micro -------------------------------
+@pytest.mark.parametrize("stem", ["kws_ref_model", "vww_96_int8", "pretrainedResnet_quant"])
+def test_mlperf_m55_equals_tflm(stem):
+    """KWS and VWW (depthwise, average pool) and ResNet-8 (ADD, average pool) on the emulated
+    Cortex-M55 through the Helium kernels: every output byte of random inputs (3; VWW one, its
+    inputs are firmware constants and 512 KB of flash hold one beside the weights) equals
+    tflite-micro's, and the kernels are the ones linked."""
+    from conftest import mlperf_model, require_tflm
+    from mcuforge import runner
+    from mcuforge.api import load
+    from mcuforge.codegen_c.kernels import lower_node
+    from mcuforge.optimizer.pipeline import optimize
+    from mcuforge.tools import tflm
+    require_tflm()
+    require_tools("arm-none-eabi-gcc", "qemu-system-arm")
+    path = mlperf_model(stem)
+    g = optimize(load(path))
+    used = {lower_node(n, g, "k", m55()).schedule for n in g.nodes
+            if n.op in ("depthwise_conv2d", "add", "avg_pool2d")}
+    want = {"kws_ref_model": {"mf_mve_dw_conv_s8", "mf_mve_dw_avgpool_s8"},
+            "vww_96_int8": {"mf_mve_dw_conv_s8", "mf_mve_dw_avgpool_s8"},
+            "pretrainedResnet_quant": {"mf_mve_dw_add_s8", "mf_mve_dw_avgpool_s8"}}[stem]
+    assert used == want, used
+    t = g.tensors[g.inputs[0]]
+    n = 1 if stem == "vww_96_int8" else 3
+    x = np.random.default_rng(21).integers(-128, 128, (n, *t.shape)).astype(np.int8)
+    y = runner.run(path, x, board="mps3-an547")
+    ref = tflm.run(path.read_bytes(), [x])[0]
+    assert np.array_equal(y, ref), f"{np.sum(y != ref)} of {y.size} bytes differ"

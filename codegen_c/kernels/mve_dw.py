@@ -51,16 +51,15 @@ def depthwise(ctx: OpContext, ref: ir.Kernel, target) -> ir.Kernel | None:
                                  geom["pair"], pack_mve_dw.view_kernel(geom)[2])
     if packed is None:
         return None
-    q = packed.shape[1] - 5
     for ch, value in const.items():  # bias 0, mult 0, add = the constant, post 0, pre 1
-        packed[ch, q:] = (0, 0, value, 0, 1)
+        packed[ch, :5] = (0, 0, value, 0, 1)
     g = np.array([geom[f] for f in pack_mve_dw.GEOM_FIELDS], np.int16)
     scratch = pack_mve_dw.scratch_bytes(geom)
     signfix = pack.needs_signfix(y_zp, int(lo))
     fn = "mf_mve_dw_conv_s8"
     consts = [ir.Buffer("pk", "int32", packed.size, "const", packed.reshape(-1),
-                        "per channel: int8 weights (vectors of 16 lanes), bias', mult, add, "
-                        "post, pre"),
+                        "per channel: bias', mult, add, post, pre, int8 weights (vectors of "
+                        "16 lanes)"),
               ir.Buffer("geom", "int16", g.size, "const", g,
                         "mf_mve_dw_geom: " + " ".join(pack_mve_dw.GEOM_FIELDS))]
     body = ir.loops([("n", n)], lambda i: [ir.CallStmt(fn, (
