@@ -23,7 +23,9 @@ from mcuforge.codegen_c import pack
 
 GMAX = 4  # MF_MVDW_GMAX: groups of 16 taps
 GEOM_FIELDS = ("h", "w", "c", "oh", "ow", "kh", "kw", "sh", "sw", "pad_t", "pad_l",
-               "transpose", "ph", "pw", "pair")  # mf_mve_dw_geom, in struct order
+               "transpose", "ph", "pw", "pair", "cg")  # mf_mve_dw_geom, in struct order
+CG = 8  # channels a pass where CG planes fit in PLANES8 bytes: copied 8 channels a load
+PLANES8 = 4096
 
 
 def groups(taps: int) -> int:
@@ -88,7 +90,8 @@ def geometry(h: int, w: int, c: int, oh: int, ow: int, kernel=(3, 3), stride=(1,
         return None
     t, v = best
     g = dict(h=h, w=w, c=c, oh=oh, ow=ow, kh=kh, kw=kw, sh=sh, sw=sw, pad_t=pad_t,
-             pad_l=pad_l, transpose=t, ph=v["ph"], pw=v["pw"], pair=v["pair"])
+             pad_l=pad_l, transpose=t, ph=v["ph"], pw=v["pw"], pair=v["pair"],
+             cg=CG if c > 1 and CG * v["ph"] * v["pw"] <= PLANES8 else 1)
     if max(g.values()) > 2**15 - 1 or g["ph"] * g["pw"] > 2**31 - 1 \
             or oh * ow * c > 2**31 - 1 or h * w * c > 2**31 - 1:
         return None
@@ -96,8 +99,8 @@ def geometry(h: int, w: int, c: int, oh: int, ow: int, kernel=(3, 3), stride=(1,
 
 
 def scratch_bytes(geom: dict) -> int:
-    """Bytes of the int8 plane mf_mve_dw_conv_s8 needs."""
-    return geom["ph"] * geom["pw"]
+    """Bytes of the int8 planes mf_mve_dw_conv_s8 needs."""
+    return geom["cg"] * geom["ph"] * geom["pw"]
 
 
 def pack_dw(weights, bias, x_zp: int, mults, shifts, y_zp: int, transpose: int = 0,

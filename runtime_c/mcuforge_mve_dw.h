@@ -60,9 +60,10 @@
  * (the rest is implied by the output size). transpose: the kernel walks the image's columns
  * (then kh/kw, sh/sw, pad_t/pad_l and the plane are in that view). ph x pw: the plane (the
  * kernel's view), ph >= pad_t + h and (oh - 1) * sh + kh, pw >= pad_l + w and
- * (ow rounded up to 4 - 1) * sw + kw. */
+ * (ow rounded up to 4 - 1) * sw + kw. pair: see MF_MVDW_REC. cg: channels a pass (1, or 8
+ * where 8 planes are small: they are copied together, 8 channels of a pixel a load). */
 typedef struct {
-    int16_t h, w, c, oh, ow, kh, kw, sh, sw, pad_t, pad_l, transpose, ph, pw, pair;
+    int16_t h, w, c, oh, ow, kh, kw, sh, sw, pad_t, pad_l, transpose, ph, pw, pair, cg;
 } mf_mve_dw_geom;
 
 /* Packed per channel (codegen_c/pack_mve_dw.pack_dw), as int32 words: the folded bias
@@ -102,7 +103,7 @@ MF_MVDW_INLINE int32x4_t mf_mve_dw_rq4(int32x4_t acc, int32_t mult, int32_t add,
 
 /* The kernel's view of the geometry. */
 typedef struct {
-    int h, w, oh, ow, kh, kw, sh, sw, pt, pl, xr, xp, yr, yp, ph, pw, c, taps, groups, pair;
+    int h, w, oh, ow, kh, kw, sh, sw, pt, pl, xr, xp, yr, yp, ph, pw, c, taps, groups, pair, cg;
 } mf_mve_dw_view;
 
 MF_MVDW_INLINE void mf_mve_dw_viewof(const mf_mve_dw_geom *g, mf_mve_dw_view *v) {
@@ -116,6 +117,7 @@ MF_MVDW_INLINE void mf_mve_dw_viewof(const mf_mve_dw_geom *g, mf_mve_dw_view *v)
     v->yr = t ? c : g->ow * c, v->yp = t ? g->ow * c : c; /* output row / pixel stride */
     v->ph = g->ph, v->pw = g->pw, v->c = c;
     v->taps = v->kh * v->kw, v->groups = (v->taps + 15) / 16, v->pair = g->pair;
+    v->cg = g->cg;
 }
 
 /* The gather offsets of tap group k (byte offsets in the plane from its base row) and the base
@@ -173,6 +175,36 @@ MF_MVDW_INLINE void mf_mve_dw_plane(const int8_t *x, const mf_mve_dw_view *v, in
     for (r = h; r > 0; --r, x += xr, d += pw) {
         int i;
         for (i = 0; i < w; ++i) d[i] = x[i * xp];
+    }
+#endif
+}
+
+/* Copy nc <= 8 channels' input rows (x: the first channel's first byte) into nc planes of
+ * ph * pw bytes from plane: a pixel's channels one load, one scatter store (offsets of a plane). */
+MF_MVDW_INLINE void mf_mve_dw_planes8(const int8_t *x, const mf_mve_dw_view *v, int8_t *plane,
+                                      int nc) {
+    const int h = v->h, w = v->w, xr = v->xr, xp = v->xp, pw = v->pw, size = v->ph * v->pw;
+    int8_t *d = plane + v->pt * pw + v->pl;
+    int r;
+#if MF_USE_MVE
+    const uint16x8_t off = vmulq_n_u16(vidupq_n_u16(0, 1), (uint16_t)size);
+    const mve_pred16_t p = vctp16q((uint32_t)nc);
+    for (r = h; r > 0; --r, x += xr, d += pw) {
+        const int8_t *s = x;
+        int8_t *e = d;
+        int n;
+        if (nc == 8)
+            for (n = w; n > 0; --n, s += xp, ++e)
+                vstrbq_scatter_offset_s16(e, off, vldrbq_s16(s));
+        else
+            for (n = w; n > 0; --n, s += xp, ++e)
+                vstrbq_scatter_offset_p_s16(e, off, vldrbq_z_s16(s, p), p);
+    }
+#else
+    for (r = h; r > 0; --r, x += xr, d += pw) {
+        int i, k;
+        for (i = 0; i < w; ++i)
+            for (k = 0; k < nc; ++k) d[k * size + i] = x[i * xp + k];
     }
 #endif
 }
@@ -276,7 +308,7 @@ MF_MVDW_INLINE void mf_mve_dw_pairs_asm(const int8_t *p, int n, int sw, uint8x16
  * instances), the sign term sf and pre = 1 constant there; `gen` (the general instance):
  * any layout, sf and pre per channel. */
 MF_MVDW_INLINE void mf_mve_dw_chans(const mf_mve_dw_view *v, const int8_t *x, int8_t *y,
-                                    const int32_t *pk, int nch, int8_t *plane,
+                                    const int32_t *pk, int nch, int8_t *plane, int pstep,
                                     const uint8_t *off, const int32_t *base, int32_t lo,
                                     int32_t hi, int32_t signfix, int gen, int sw, int32_t sf) {
     const int pair = gen ? v->pair : 1, rec = MF_MVDW_REC(pair, v->groups);
@@ -286,7 +318,7 @@ MF_MVDW_INLINE void mf_mve_dw_chans(const mf_mve_dw_view *v, const int8_t *x, in
     const int ow = v->ow, ystep = 4 * v->yp, step = v->sh * v->pw, nq = ow >> 2, tail = ow & 3;
     int k;
     if (gen) sw = v->sw;
-    for (k = 0; k < nch; ++k, pk += rec, ++x, ++y) {
+    for (k = 0; k < nch; ++k, pk += rec, ++x, ++y, plane += pstep) {
         const int8_t *w = (const int8_t *)(pk + MF_MVDW_W(pair));
         const int8x16_t wa = vld1q_s8(w), wb = pair ? vld1q_s8(w - sw) : wa; /* MF_MVDW_REC */
         const int32_t *q = pk; /* bias mult add post pre */
@@ -295,7 +327,7 @@ MF_MVDW_INLINE void mf_mve_dw_chans(const mf_mve_dw_view *v, const int8_t *x, in
         const int8_t *row = plane;
         int8_t *yr = y;
         int oy;
-        mf_mve_dw_plane(x, v, plane);
+        if (!pstep) mf_mve_dw_plane(x, v, plane); /* one plane: copied here */
         for (oy = v->oh; oy > 0; --oy, row += step, yr += v->yr) {
             const int8_t *p = row;
             int8_t *yy = yr;
@@ -330,13 +362,14 @@ MF_MVDW_INLINE void mf_mve_dw_chans(const mf_mve_dw_view *v, const int8_t *x, in
 }
 
 typedef void (*mf_mve_dw_chans_fn)(const mf_mve_dw_view *, const int8_t *, int8_t *,
-                                   const int32_t *, int, int8_t *, const uint8_t *,
+                                   const int32_t *, int, int8_t *, int, const uint8_t *,
                                    const int32_t *, int32_t, int32_t, int32_t);
 #define MF_MVDW_CHANS(NAME, GEN, SW, SF)                                                       \
     MF_MICRO void NAME(const mf_mve_dw_view *v, const int8_t *x, int8_t *y, const int32_t *pk,   \
-                       int nch, int8_t *plane, const uint8_t *off, const int32_t *base,         \
-                       int32_t lo, int32_t hi, int32_t signfix) {                               \
-        mf_mve_dw_chans(v, x, y, pk, nch, plane, off, base, lo, hi, signfix, GEN, SW, SF);      \
+                       int nch, int8_t *plane, int pstep, const uint8_t *off,                   \
+                       const int32_t *base, int32_t lo, int32_t hi, int32_t signfix) {          \
+        mf_mve_dw_chans(v, x, y, pk, nch, plane, pstep, off, base, lo, hi, signfix, GEN, SW,    \
+                        SF);                                                                   \
     }
 MF_MVDW_CHANS(mf_mve_dw_chans_gen, 1, 1, 0)
 MF_MVDW_CHANS(mf_mve_dw_chans_p1, 0, 1, 0)
@@ -351,61 +384,71 @@ MF_MVDW_CHANS(mf_mve_dw_chans_p2f, 0, 2, 1)
  *   x_zp    the input zero point (the plane's border)
  *   lo, hi  the activation's clamp, -128 <= lo <= hi <= 127
  *   signfix pack.needs_signfix(y_zp, lo): the sign term on channels with post > 0
- *   scratch int8 [g->ph][g->pw] (pack_mve_dw.scratch_bytes), any alignment; free on return */
+ *   scratch int8 [g->cg][g->ph][g->pw] (pack_mve_dw.scratch_bytes), any alignment; free on
+ *           return */
 MF_MICRO void mf_mve_dw_conv_s8(const int8_t *x, int8_t *y, const int32_t *pk,
                                 const mf_mve_dw_geom *g, int32_t x_zp, int32_t lo, int32_t hi,
                                 int32_t signfix, int8_t *scratch) {
     mf_mve_dw_view v;
     uint8_t off[16 * MF_MVDW_GMAX];
     int32_t base[MF_MVDW_GMAX];
-    int ch, rec;
+    int c0, rec, size;
     mf_mve_dw_viewof(g, &v);
     rec = MF_MVDW_REC(v.pair, v.groups);
+    size = v.ph * v.pw;
     mf_mve_dw_offsets(&v, off, base);
-    mf_mve_dw_fill(scratch, x_zp, v.ph * v.pw); /* the borders stay x_zp */
+    mf_mve_dw_fill(scratch, x_zp, v.cg * size); /* the borders stay x_zp */
+    /* cg > 1: passes of cg channels whose planes are copied together; else one pass of all
+     * channels, each plane copied by its channel's loop */
+    for (c0 = 0; c0 < v.c; c0 += v.cg > 1 ? v.cg : v.c) {
+        const int pstep = v.cg > 1 ? size : 0;
+        const int nc = !pstep ? v.c : v.c - c0 < v.cg ? v.c - c0 : v.cg;
+        int ch;
+        if (pstep) mf_mve_dw_planes8(x + c0, &v, scratch, nc);
 #if MF_USE_MVE
-    /* runs of channels of one instance: pair layout, pre = 1 and stride 1 or 2 take the fast
-     * ones (sign term by channel: signfix and post > 0), the rest the general one */
-    for (ch = 0; ch < v.c;) {
-        const int32_t *q = pk;
-        const int fast = v.pair && q[4] == 1 && (v.sw == 1 || v.sw == 2);
-        const int sf = signfix && q[3] != 0;
-        mf_mve_dw_chans_fn fn = !fast ? mf_mve_dw_chans_gen
-                              : v.sw == 1 ? (sf ? mf_mve_dw_chans_p1f : mf_mve_dw_chans_p1)
-                                          : (sf ? mf_mve_dw_chans_p2f : mf_mve_dw_chans_p2);
-        int n = 1;
-        while (ch + n < v.c) {
-            const int32_t *r = pk + n * rec;
-            if ((v.pair && r[4] == 1 && (v.sw == 1 || v.sw == 2)) != fast
-                || (fast && (signfix && r[3] != 0) != sf))
-                break;
-            ++n;
+        /* runs of channels of one instance: pair layout, pre = 1 and stride 1 or 2 take the
+         * fast ones (sign term by channel: signfix and post > 0), the rest the general one */
+        for (ch = 0; ch < nc;) {
+            const int32_t *q = pk;
+            const int fast = v.pair && q[4] == 1 && (v.sw == 1 || v.sw == 2);
+            const int sf = signfix && q[3] != 0;
+            mf_mve_dw_chans_fn fn = !fast ? mf_mve_dw_chans_gen
+                                  : v.sw == 1 ? (sf ? mf_mve_dw_chans_p1f : mf_mve_dw_chans_p1)
+                                              : (sf ? mf_mve_dw_chans_p2f : mf_mve_dw_chans_p2);
+            int n = 1;
+            while (ch + n < nc) {
+                const int32_t *r = pk + n * rec;
+                if ((v.pair && r[4] == 1 && (v.sw == 1 || v.sw == 2)) != fast
+                    || (fast && (signfix && r[3] != 0) != sf))
+                    break;
+                ++n;
+            }
+            fn(&v, x + c0 + ch, y + c0 + ch, pk, n, scratch + ch * pstep, pstep, off, base, lo,
+               hi, signfix);
+            ch += n, pk += n * rec;
         }
-        fn(&v, x + ch, y + ch, pk, n, scratch, off, base, lo, hi, signfix);
-        ch += n, pk += n * rec;
-    }
 #else
-    for (ch = 0; ch < v.c; ++ch, pk += rec) {
-        const int32_t *q = pk; /* bias mult add post pre */
-        const int32_t sf = signfix && q[3] != 0;
-        mf_mve_dw_plane(x + ch, &v, scratch);
-        {
+        for (ch = 0; ch < nc; ++ch, pk += rec) {
+            const int32_t *q = pk; /* bias mult add post pre */
+            const int32_t sf = signfix && q[3] != 0;
             const int8_t *w = (const int8_t *)(const void *)(pk + MF_MVDW_W(v.pair));
+            const int8_t *plane = scratch + ch * pstep;
             int oy, ox, k, l;
+            if (!pstep) mf_mve_dw_plane(x + c0 + ch, &v, scratch);
             for (oy = 0; oy < v.oh; ++oy)
                 for (ox = 0; ox < v.ow; ++ox) {
-                    const int8_t *p = scratch + oy * v.sh * v.pw + ox * v.sw;
+                    const int8_t *p = plane + oy * v.sh * v.pw + ox * v.sw;
                     uint32_t acc = (uint32_t)q[0]; /* wraps as VMLADAV does; the sum fits */
                     for (k = 0; k < (v.pair ? 1 : v.groups); ++k)
                         for (l = 0; l < 16; ++l)
                             acc += (uint32_t)((int32_t)p[base[k] + off[16 * k + l]]
                                               * w[16 * k + l]);
-                    y[ch + oy * v.yr + ox * v.yp] = (int8_t)mf_mve_dw_rq1(
+                    y[c0 + ch + oy * v.yr + ox * v.yp] = (int8_t)mf_mve_dw_rq1(
                         (int32_t)acc, q[1], q[2], q[3], q[4], sf, lo, hi);
                 }
         }
-    }
 #endif
+    }
 }
 
 /* ---- int8 ADD, same-shape inputs: mf_mve_dw_add_s8 ------------------------------------------

@@ -104,6 +104,8 @@ def dw_c(i, case, transpose=None):
                               case["pl"], c, transpose)
         assert v is not None
         g = dict(g2, ph=v["ph"], pw=v["pw"], pair=v["pair"])
+        g["cg"] = (pack_mve_dw.CG if c > 1 and pack_mve_dw.CG * g["ph"] * g["pw"]
+                   <= pack_mve_dw.PLANES8 else 1)
     pk = pack_mve_dw.pack_dw(case["wts"], case["bias"], case["x_zp"], case["mult"],
                              case["shift"], case["y_zp"], g["transpose"], g["pair"],
                              pack_mve_dw.view_kernel(g)[2])
@@ -176,6 +178,9 @@ def test_dw_cases_cover_the_edges(dwc):
     assert any((c["pk"][:, 4] > 1).any() for c in dwc)  # pre > 1: a left shift before VQRDMULH
     assert any(g["pair"] for g in gs) and any(not g["pair"] for g in gs)
     assert any(g["pair"] and pack_mve_dw.view_kernel(g)[2] > 2 for g in gs)
+    # passes of 8 planes copied together, a last pass of fewer; passes of one plane
+    assert any(g["cg"] == 8 and g["c"] > 8 and g["c"] % 8 for g in gs)
+    assert any(g["cg"] == 8 and g["c"] < 8 for g in gs) and any(g["cg"] == 1 for g in gs)
     assert any(g["pair"] and g["transpose"] for g in gs) and any(g["pair"] and g["sw"] == 2 for g in gs)
 
 
