@@ -577,10 +577,16 @@ MF_MICRO void mf_mve_dw_avgpool_s8(const int8_t *x, int8_t *y, const mf_mve_dw_p
                     int32x4_t s;
                     for (r = 0; r < rows; ++r) {
                         const int8_t *q = p + r * stride + c;
-                        for (k = cols; k > 0; --k, q += C) {
-                            a0 = vaddq_s16(a0, vldrbq_z_s16(q, p0));
-                            a1 = vaddq_s16(a1, vldrbq_z_s16(q + 8, p1));
-                        }
+                        if (n == 16) /* unpredicated: a VPST less per load */
+                            for (k = cols; k > 0; --k, q += C) {
+                                a0 = vaddq_s16(a0, vldrbq_s16(q));
+                                a1 = vaddq_s16(a1, vldrbq_s16(q + 8));
+                            }
+                        else
+                            for (k = cols; k > 0; --k, q += C) {
+                                a0 = vaddq_s16(a0, vldrbq_z_s16(q, p0));
+                                a1 = vaddq_s16(a1, vldrbq_z_s16(q + 8, p1));
+                            }
                     }
                     /* channels c + 2j (bottom halves) and c + 2j + 1 (top) of each 8 */
 #define MF_MVDW_AVG_OUT(A, MOV, OFS, N)                                                         \
@@ -627,7 +633,11 @@ MF_MICRO void mf_mve_dw_maxpool_s8(const int8_t *x, int8_t *y, const mf_mve_dw_p
                     int8x16_t m = vdupq_n_s8(-128);
                     for (r = 0; r < rows; ++r) {
                         const int8_t *q = p + r * stride + c;
-                        for (k = cols; k > 0; --k, q += C) m = vmaxq_s8(m, vldrbq_z_s8(q, pr));
+                        if (C - c >= 16)
+                            for (k = cols; k > 0; --k, q += C) m = vmaxq_s8(m, vldrbq_s8(q));
+                        else
+                            for (k = cols; k > 0; --k, q += C)
+                                m = vmaxq_s8(m, vldrbq_z_s8(q, pr));
                     }
                     vstrbq_p_s8(y + c, vminq_s8(vmaxq_s8(m, vlo), vhi), pr);
                 }
