@@ -33,7 +33,7 @@ def _dw(x, y, pk, geom, x_zp, lo, hi, signfix, scratch):
     """mf_mve_dw_conv_s8: per channel G groups of 16 int8 weights (the view's taps in order),
     then bias, mult, add, post, pre; the view is the image's columns when `transpose`."""
     g = dict(zip(pack_mve_dw.GEOM_FIELDS, (int(v) for v in geom[:len(pack_mve_dw.GEOM_FIELDS)])))
-    if scratch.nbytes < g["cg"] * g["ph"] * g["pw"]:
+    if scratch.nbytes < pack_mve_dw.scratch_bytes(g):
         raise UndefinedBehaviour("mf_mve_dw_conv_s8: scratch smaller than its planes")
     h, w, c, t = g["h"], g["w"], g["c"], g["transpose"]
     kh, kw = (g["kw"], g["kh"]) if t else (g["kh"], g["kw"])  # the view's kernel

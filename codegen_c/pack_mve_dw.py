@@ -23,7 +23,8 @@ from mcuforge.codegen_c import pack
 
 GMAX = 4  # MF_MVDW_GMAX: groups of 16 taps
 GEOM_FIELDS = ("h", "w", "c", "oh", "ow", "kh", "kw", "sh", "sw", "pad_t", "pad_l",
-               "transpose", "ph", "pw", "pair", "cg")  # mf_mve_dw_geom, in struct order
+               "transpose", "ph", "pw", "pair", "cg", "flat")  # mf_mve_dw_geom, in order
+FLATMAX = 256  # outputs a channel up to which a layer may walk them flat (a table of <= 1 KB)
 CG = 8  # channels a pass where CG planes fit in PLANES8 bytes: copied 8 channels a load
 PLANES8 = 4096
 
@@ -66,9 +67,15 @@ def _view(h, w, oh, ow, kh, kw, sh, sw, pt, pl, c, t):
         return None
     # two neighbours' windows in one gather of 16 byte offsets
     pair = int(kh * (kw + sw) <= 16 and sw <= 4 and (kh - 1) * pw + kw + sw - 1 <= 255)
-    cost = oh * (-(-ow // 4)) * ((10 if pair else 6 * groups(taps)) + 12) \
-        + h * (3 + 2 * -(-w // 8)) + 10 * oh
-    return dict(ph=ph, pw=pw, cost=cost, pair=pair)
+    quad = 22 if pair else 6 * groups(taps) + 18  # instructions per 4 outputs, roughly
+    cost = oh * (-(-ow // 4) * quad + 20) + h * (3 + 2 * -(-w // 8))
+    flat = 0
+    if not t and oh * ow <= FLATMAX:  # one walk over all outputs (contiguous in NHWC)
+        fcost = -(-(oh * ow) // 4) * (quad + (3 if pair and ow % 2 == 0 else 10)) + 30 \
+            + h * (3 + 2 * -(-w // 8))
+        if fcost < cost:
+            cost, flat = fcost, 1
+    return dict(ph=ph, pw=pw, cost=cost, pair=pair, flat=flat)
 
 
 def geometry(h: int, w: int, c: int, oh: int, ow: int, kernel=(3, 3), stride=(1, 1),
@@ -91,7 +98,7 @@ def geometry(h: int, w: int, c: int, oh: int, ow: int, kernel=(3, 3), stride=(1,
     t, v = best
     g = dict(h=h, w=w, c=c, oh=oh, ow=ow, kh=kh, kw=kw, sh=sh, sw=sw, pad_t=pad_t,
              pad_l=pad_l, transpose=t, ph=v["ph"], pw=v["pw"], pair=v["pair"],
-             cg=CG if c > 1 and CG * v["ph"] * v["pw"] <= PLANES8 else 1)
+             cg=CG if c > 1 and CG * v["ph"] * v["pw"] <= PLANES8 else 1, flat=v["flat"])
     if max(g.values()) > 2**15 - 1 or g["ph"] * g["pw"] > 2**31 - 1 \
             or oh * ow * c > 2**31 - 1 or h * w * c > 2**31 - 1:
         return None
@@ -100,7 +107,10 @@ def geometry(h: int, w: int, c: int, oh: int, ow: int, kernel=(3, 3), stride=(1,
 
 def scratch_bytes(geom: dict) -> int:
     """Bytes of the int8 planes mf_mve_dw_conv_s8 needs."""
-    return geom["cg"] * geom["ph"] * geom["pw"]
+    planes = geom["cg"] * geom["ph"] * geom["pw"]
+    if not geom.get("flat"):
+        return planes
+    return planes + 3 + 16 * (-(-(geom["oh"] * geom["ow"]) // 4))  # aligned int32 table
 
 
 def pack_dw(weights, bias, x_zp: int, mults, shifts, y_zp: int, transpose: int = 0,

@@ -61,9 +61,11 @@
  * (then kh/kw, sh/sw, pad_t/pad_l and the plane are in that view). ph x pw: the plane (the
  * kernel's view), ph >= pad_t + h and (oh - 1) * sh + kh, pw >= pad_l + w and
  * (ow rounded up to 4 - 1) * sw + kw. pair: see MF_MVDW_REC. cg: channels a pass (1, or 8
- * where 8 planes are small: they are copied together, 8 channels of a pixel a load). */
+ * where 8 planes are small: they are copied together, 8 channels of a pixel a load). flat (small
+ * images, transpose 0): the outputs walked as one sequence, four a vector whatever their rows,
+ * their windows from a table in the scratch (no per-row cost, no per-row tail). */
 typedef struct {
-    int16_t h, w, c, oh, ow, kh, kw, sh, sw, pad_t, pad_l, transpose, ph, pw, pair, cg;
+    int16_t h, w, c, oh, ow, kh, kw, sh, sw, pad_t, pad_l, transpose, ph, pw, pair, cg, flat;
 } mf_mve_dw_geom;
 
 /* Packed per channel (codegen_c/pack_mve_dw.pack_dw), as int32 words: the folded bias
@@ -104,6 +106,7 @@ MF_MVDW_INLINE int32x4_t mf_mve_dw_rq4(int32x4_t acc, int32_t mult, int32_t add,
 /* The kernel's view of the geometry. */
 typedef struct {
     int h, w, oh, ow, kh, kw, sh, sw, pt, pl, xr, xp, yr, yp, ph, pw, c, taps, groups, pair, cg;
+    int flat, units2; /* units2: the flat walk's table holds pairs of neighbours (ow even) */
 } mf_mve_dw_view;
 
 MF_MVDW_INLINE void mf_mve_dw_viewof(const mf_mve_dw_geom *g, mf_mve_dw_view *v) {
@@ -117,7 +120,20 @@ MF_MVDW_INLINE void mf_mve_dw_viewof(const mf_mve_dw_geom *g, mf_mve_dw_view *v)
     v->yr = t ? c : g->ow * c, v->yp = t ? g->ow * c : c; /* output row / pixel stride */
     v->ph = g->ph, v->pw = g->pw, v->c = c;
     v->taps = v->kh * v->kw, v->groups = (v->taps + 15) / 16, v->pair = g->pair;
-    v->cg = g->cg;
+    v->cg = g->cg, v->flat = g->flat, v->units2 = g->flat && g->pair && !(v->ow & 1);
+}
+
+/* The flat walk's table (int32, 4-byte aligned after the planes): the window offset in the
+ * plane of each unit (a pair of neighbours, or one output), padded with 0 to whole quads. */
+MF_MVDW_INLINE int32_t *mf_mve_dw_table(const mf_mve_dw_view *v, int8_t *scratch) {
+    int32_t *t = (int32_t *)(void *)(((uintptr_t)(scratch + v->cg * v->ph * v->pw) + 3u)
+                                     & ~(uintptr_t)3u);
+    const int total = v->oh * v->ow, step = v->units2 ? 2 : 1;
+    const int n = (total + 3) / 4 * (4 / step);
+    int u, i;
+    for (u = 0, i = 0; u < n; ++u, i += step)
+        t[u] = i < total ? (i / v->ow) * v->sh * v->pw + (i % v->ow) * v->sw : 0;
+    return t;
 }
 
 /* The gather offsets of tap group k (byte offsets in the plane from its base row) and the base
@@ -307,10 +323,66 @@ MF_MVDW_INLINE void mf_mve_dw_pairs_asm(const int8_t *p, int n, int sw, uint8x16
  * vector, each row's last vector predicated. pair layouts with stride sw (1 or 2 in the fast
  * instances), the sign term sf and pre = 1 constant there; `gen` (the general instance):
  * any layout, sf and pre per channel. */
+/* Four flat-walk outputs from the table entries t: pairs (units2) or single windows. */
+MF_MVDW_INLINE int32x4_t mf_mve_dw_quad_flat(const int8_t *plane, const int32_t *t, int units2,
+                                             int pair, int groups, uint8x16_t o, int8x16_t wa,
+                                             int8x16_t wb, const uint8_t *off,
+                                             const int32_t *base, const int8_t *w) {
+    if (units2) {
+        const int8x16_t g0 = vldrbq_gather_offset_s8(plane + t[0], o);
+        const int8x16_t g1 = vldrbq_gather_offset_s8(plane + t[1], o);
+        return mf_mve_dw_lanes(vmladavq_s8(g0, wa), vmladavq_s8(g0, wb), vmladavq_s8(g1, wa),
+                               vmladavq_s8(g1, wb));
+    }
+    if (pair || groups == 1) /* the pair layout's first window is the output's */
+        return mf_mve_dw_lanes(vmladavq_s8(vldrbq_gather_offset_s8(plane + t[0], o), wa),
+                               vmladavq_s8(vldrbq_gather_offset_s8(plane + t[1], o), wa),
+                               vmladavq_s8(vldrbq_gather_offset_s8(plane + t[2], o), wa),
+                               vmladavq_s8(vldrbq_gather_offset_s8(plane + t[3], o), wa));
+    {
+        int32_t a[4] = {0, 0, 0, 0};
+        int j, k;
+        for (j = 0; j < 4; ++j)
+            for (k = 0; k < groups; ++k)
+                a[j] = vmladavaq_s8(a[j], vldrbq_gather_offset_s8(plane + t[j] + base[k],
+                                                                  vld1q_u8(off + 16 * k)),
+                                    vld1q_s8(w + 16 * k));
+        return mf_mve_dw_lanes(a[0], a[1], a[2], a[3]);
+    }
+}
+
+/* The flat walk of one channel (units2 constant in each instance). */
+MF_MVDW_INLINE void mf_mve_dw_flat(const mf_mve_dw_view *v, const int8_t *plane,
+                                   const int32_t *t, int units2, int pair, uint8x16_t o,
+                                   int8x16_t wa, int8x16_t wb, const uint8_t *off,
+                                   const int32_t *base, const int8_t *w, int32_t bias,
+                                   int32_t mult, int32_t add, int32_t npost, int32_t pre1,
+                                   int32_t sf, int32x4_t lo, int32x4_t hi, int8_t *y,
+                                   uint32x4_t yoff, int ystep) {
+    const int total = v->oh * v->ow, groups = v->groups;
+    int n;
+    for (n = total >> 2; n > 0; --n, t += units2 ? 2 : 4, y += ystep)
+        vstrbq_scatter_offset_s32(
+            y, yoff,
+            mf_mve_dw_rq4(vaddq_n_s32(mf_mve_dw_quad_flat(plane, t, units2, pair, groups, o, wa,
+                                                          wb, off, base, w),
+                                      bias),
+                          mult, add, npost, pre1, sf, lo, hi));
+    if (total & 3)
+        vstrbq_scatter_offset_p_s32(
+            y, yoff,
+            mf_mve_dw_rq4(vaddq_n_s32(mf_mve_dw_quad_flat(plane, t, units2, pair, groups, o, wa,
+                                                          wb, off, base, w),
+                                      bias),
+                          mult, add, npost, pre1, sf, lo, hi),
+            vctp32q((uint32_t)(total & 3)));
+}
+
 MF_MVDW_INLINE void mf_mve_dw_chans(const mf_mve_dw_view *v, const int8_t *x, int8_t *y,
                                     const int32_t *pk, int nch, int8_t *plane, int pstep,
                                     const uint8_t *off, const int32_t *base, int32_t lo,
-                                    int32_t hi, int32_t signfix, int gen, int sw, int32_t sf) {
+                                    int32_t hi, int32_t signfix, int gen, int sw, int32_t sf,
+                                    const int32_t *table) {
     const int pair = gen ? v->pair : 1, rec = MF_MVDW_REC(pair, v->groups);
     const uint8x16_t o = vld1q_u8(off);
     const int32x4_t vlo = vdupq_n_s32(lo), vhi = vdupq_n_s32(hi);
@@ -328,6 +400,15 @@ MF_MVDW_INLINE void mf_mve_dw_chans(const mf_mve_dw_view *v, const int8_t *x, in
         int8_t *yr = y;
         int oy;
         if (!pstep) mf_mve_dw_plane(x, v, plane); /* one plane: copied here */
+        if (v->flat) { /* one walk over all outputs: consecutive, yp apart */
+            if (v->units2)
+                mf_mve_dw_flat(v, plane, table, 1, pair, o, wa, wb, off, base, w, bias, mult,
+                               add, npost, pre1, csf, vlo, vhi, yr, yoff, ystep);
+            else
+                mf_mve_dw_flat(v, plane, table, 0, pair, o, wa, wb, off, base, w, bias, mult,
+                               add, npost, pre1, csf, vlo, vhi, yr, yoff, ystep);
+            continue;
+        }
         for (oy = v->oh; oy > 0; --oy, row += step, yr += v->yr) {
             const int8_t *p = row;
             int8_t *yy = yr;
@@ -363,13 +444,14 @@ MF_MVDW_INLINE void mf_mve_dw_chans(const mf_mve_dw_view *v, const int8_t *x, in
 
 typedef void (*mf_mve_dw_chans_fn)(const mf_mve_dw_view *, const int8_t *, int8_t *,
                                    const int32_t *, int, int8_t *, int, const uint8_t *,
-                                   const int32_t *, int32_t, int32_t, int32_t);
+                                   const int32_t *, int32_t, int32_t, int32_t, const int32_t *);
 #define MF_MVDW_CHANS(NAME, GEN, SW, SF)                                                       \
     MF_MICRO void NAME(const mf_mve_dw_view *v, const int8_t *x, int8_t *y, const int32_t *pk,   \
                        int nch, int8_t *plane, int pstep, const uint8_t *off,                   \
-                       const int32_t *base, int32_t lo, int32_t hi, int32_t signfix) {          \
+                       const int32_t *base, int32_t lo, int32_t hi, int32_t signfix,            \
+                       const int32_t *table) {                                                 \
         mf_mve_dw_chans(v, x, y, pk, nch, plane, pstep, off, base, lo, hi, signfix, GEN, SW,    \
-                        SF);                                                                   \
+                        SF, table);                                                            \
     }
 MF_MVDW_CHANS(mf_mve_dw_chans_gen, 1, 1, 0)
 MF_MVDW_CHANS(mf_mve_dw_chans_p1, 0, 1, 0)
@@ -384,8 +466,8 @@ MF_MVDW_CHANS(mf_mve_dw_chans_p2f, 0, 2, 1)
  *   x_zp    the input zero point (the plane's border)
  *   lo, hi  the activation's clamp, -128 <= lo <= hi <= 127
  *   signfix pack.needs_signfix(y_zp, lo): the sign term on channels with post > 0
- *   scratch int8 [g->cg][g->ph][g->pw] (pack_mve_dw.scratch_bytes), any alignment; free on
- *           return */
+ *   scratch int8 [g->cg][g->ph][g->pw], then (flat) the table: pack_mve_dw.scratch_bytes,
+ *           any alignment; free on return */
 MF_MICRO void mf_mve_dw_conv_s8(const int8_t *x, int8_t *y, const int32_t *pk,
                                 const mf_mve_dw_geom *g, int32_t x_zp, int32_t lo, int32_t hi,
                                 int32_t signfix, int8_t *scratch) {
@@ -393,11 +475,17 @@ MF_MICRO void mf_mve_dw_conv_s8(const int8_t *x, int8_t *y, const int32_t *pk,
     uint8_t off[16 * MF_MVDW_GMAX];
     int32_t base[MF_MVDW_GMAX];
     int c0, rec, size;
+#if MF_USE_MVE
+    const int32_t *table;
+#endif
     mf_mve_dw_viewof(g, &v);
     rec = MF_MVDW_REC(v.pair, v.groups);
     size = v.ph * v.pw;
     mf_mve_dw_offsets(&v, off, base);
     mf_mve_dw_fill(scratch, x_zp, v.cg * size); /* the borders stay x_zp */
+#if MF_USE_MVE
+    table = v.flat ? mf_mve_dw_table(&v, scratch) : 0;
+#endif
     /* cg > 1: passes of cg channels whose planes are copied together; else one pass of all
      * channels, each plane copied by its channel's loop */
     for (c0 = 0; c0 < v.c; c0 += v.cg > 1 ? v.cg : v.c) {
@@ -424,7 +512,7 @@ MF_MICRO void mf_mve_dw_conv_s8(const int8_t *x, int8_t *y, const int32_t *pk,
                 ++n;
             }
             fn(&v, x + c0 + ch, y + c0 + ch, pk, n, scratch + ch * pstep, pstep, off, base, lo,
-               hi, signfix);
+               hi, signfix, table);
             ch += n, pk += n * rec;
         }
 #else

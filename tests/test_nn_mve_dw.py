@@ -103,7 +103,7 @@ def dw_c(i, case, transpose=None):
         v = pack_mve_dw._view(h, w, case["oh"], case["ow"], kh, kw, *case["s"], case["pt"],
                               case["pl"], c, transpose)
         assert v is not None
-        g = dict(g2, ph=v["ph"], pw=v["pw"], pair=v["pair"])
+        g = dict(g2, ph=v["ph"], pw=v["pw"], pair=v["pair"], flat=v["flat"])
         g["cg"] = (pack_mve_dw.CG if c > 1 and pack_mve_dw.CG * g["ph"] * g["pw"]
                    <= pack_mve_dw.PLANES8 else 1)
     pk = pack_mve_dw.pack_dw(case["wts"], case["bias"], case["x_zp"], case["mult"],
@@ -181,6 +181,12 @@ def test_dw_cases_cover_the_edges(dwc):
     # passes of 8 planes copied together, a last pass of fewer; passes of one plane
     assert any(g["cg"] == 8 and g["c"] > 8 and g["c"] % 8 for g in gs)
     assert any(g["cg"] == 8 and g["c"] < 8 for g in gs) and any(g["cg"] == 1 for g in gs)
+    # the flat walk: pairs (ow even), single windows of the pair layout (ow odd), tap groups;
+    # a last partial quad; and layers walked by rows
+    flat = [g for g in gs if g["flat"]]
+    assert any(g["pair"] and g["ow"] % 2 == 0 for g in flat)
+    assert any(g["pair"] and g["ow"] % 2 for g in flat) and any(not g["pair"] for g in flat)
+    assert any(g["oh"] * g["ow"] % 4 for g in flat) and any(not g["flat"] for g in gs)
     assert any(g["pair"] and g["transpose"] for g in gs) and any(g["pair"] and g["sw"] == 2 for g in gs)
 
 
