@@ -66,6 +66,7 @@ def schedule_kernel(ctx, kernel, target: Target):
 
 def _load_all():
     from . import mve  # noqa: F401  (first: Helium targets take it before gemm's DSP kernels)
+    from . import mve_dw  # noqa: F401  (Helium depthwise, pools, ADD before the DSP schedules)
     from . import depthwise, eltwise, gemm, host, requant, svdf, seq  # noqa: F401  (they register
     # schedules; svdf before seq: the whole int8 SVDF where it applies, else seq)
     from . import lut  # noqa: F401  (last: the table serves what no other schedule takes)
