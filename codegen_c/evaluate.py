@@ -17,8 +17,8 @@ _LIMITS = {"int32": (-2**31, 2**31 - 1), "int64": (-2**63, 2**63 - 1)}
 
 
 def _intrinsics() -> dict:
-    from . import (mathmirror, micro, micro_ew, micro_seq,  # noqa: F401  (they add their
-                   micro_vec, qmath)  # mirrors)
+    from . import (mathmirror, micro, micro_ew, micro_scalar, micro_seq,  # noqa: F401  (they add
+                   micro_vec, qmath)  # their mirrors)
     return qmath.INTRINSICS
 
 

@@ -26,7 +26,8 @@ MATH_PREFIX = "mfm_"  # runtime functions of runtime_c/mcuforge_math.h
 MICRO_HEADERS = {"mcuforge_nn.h": ("mf_gemm_", "mf_gemm2_", "mf_gemm1k8_", "mf_conv_",
                                    "mf_convp_", "mf_convrp"),  # header -> its calls
                  "mcuforge_dw.h": ("mf_dw3x3_s8",), "mcuforge_ew.h": ("mf_ew_",),
-                 "mcuforge_vec.h": ("mf_vec_",), "mcuforge_seq.h": ("mf_seq_",)}
+                 "mcuforge_vec.h": ("mf_vec_",), "mcuforge_seq.h": ("mf_seq_",),
+                 "mcuforge_scalar.h": ("mf_sc_",)}
 
 
 @dataclass

@@ -20,7 +20,7 @@ from mcuforge.codegen_c.resources import data_dir, render
 from .stamp import stamp_lines
 
 RUNTIME_FILES = ("mcuforge_rt.h", "mcuforge_math.h", "mcuforge_nn.h", "mcuforge_dw.h",
-                 "mcuforge_ew.h", "mcuforge_vec.h", "mcuforge_seq.h")
+                 "mcuforge_ew.h", "mcuforge_vec.h", "mcuforge_seq.h", "mcuforge_scalar.h")
 
 
 @dataclass

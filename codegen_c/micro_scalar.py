@@ -1,0 +1,69 @@
+"""Python mirrors of the scalar micro-kernels in runtime_c/mcuforge_scalar.h for the loop-IR
+evaluator: they decode the packed weights from the header's description, check the lane proof
+the C relies on ("l64": each chunk's low lane inside its window, else UndefinedBehaviour) and
+compute TFLM's arithmetic on whole arrays. Registered into qmath.INTRINSICS on import."""
+from __future__ import annotations
+
+import numpy as np
+
+from .loop_ir import UndefinedBehaviour
+from .micro import GEOM_FIELDS, _fits, im2col, requantize
+from .qmath import INTRINSICS
+
+S = 23  # MF_SC_S
+
+
+def unpack_l64(pw, o: int, k: int, chunk: int) -> np.ndarray:
+    """[O, K] weights from "l64" lane words; raises where a chunk could overflow the low lane."""
+    ob = (o + 3) // 4
+    words = np.asarray(pw[:ob * 2 * k], np.int64).reshape(ob, k, 2)
+    low = ((words & (2**S - 1)) ^ 2**(S - 1)) - 2**(S - 1)
+    high = (words - low) >> S
+    w = np.stack([low[..., 0], high[..., 0], low[..., 1], high[..., 1]], 1)  # [B, 4, K]
+    w = w.reshape(ob * 4, k)
+    for k0 in range(0, k, max(int(chunk), 1)):
+        if (np.abs(w[:, k0:k0 + chunk]).sum(axis=1) * 128 >= 2**(S - 1)).any():
+            raise UndefinedBehaviour("mf_sc_gemm_l64: a chunk's low lane may overflow")
+    return w[:o]
+
+
+def unpack_m8(pw, o: int, k: int) -> np.ndarray:
+    ob = (o + 3) // 4
+    return np.asarray(pw[:ob * 4 * k], np.int64).reshape(ob, k, 4).transpose(0, 2, 1).reshape(
+        ob * 4, k)[:o]
+
+
+def _weights(fmt, pw, o, k, chunk):
+    return unpack_l64(pw, o, k, chunk) if fmt == "l64" else unpack_m8(pw, o, k)
+
+
+def _gemm(fmt):
+    def kernel(x, rows, x_stride, k, chunk, pw, bias, rq, o, lo, hi, signfix, y, y_stride):
+        wm = _weights(fmt, pw, o, k, chunk)
+        xs = np.stack([np.asarray(x[r * x_stride:r * x_stride + k], np.int64)
+                       for r in range(rows)])
+        _fits(np.abs(xs) @ np.abs(wm).T, "the accumulator")
+        acc = xs @ wm.T + np.asarray(bias[:o], np.int64)
+        out = requantize(acc, np.asarray(rq[:4 * o]).reshape(o, 4), 1 if signfix else 0, lo, hi)
+        for r in range(rows):
+            y[r * y_stride:r * y_stride + o] = out[r]
+    return kernel
+
+
+def _conv(fmt):
+    def kernel(x, geom, x_zp, p, chunk, pw, bias, rq, o, lo, hi, signfix, y, scratch):
+        g = dict(zip(GEOM_FIELDS, (int(v) for v in geom[:len(GEOM_FIELDS)])))
+        k = g["k_h"] * g["k_w"] * g["in_c"]
+        if scratch.nbytes < p * k:
+            raise UndefinedBehaviour(f"mf_sc_conv: {scratch.nbytes} bytes of scratch, "
+                                     f"needs {p * k}")
+        patches = im2col(x, g, x_zp)
+        wm = _weights(fmt, pw, o, k, chunk)
+        acc = patches @ wm.T + np.asarray(bias[:o], np.int64)
+        out = requantize(acc, np.asarray(rq[:4 * o]).reshape(o, 4), 1 if signfix else 0, lo, hi)
+        y[:out.size] = out.reshape(-1)
+    return kernel
+
+
+INTRINSICS.update({f"mf_sc_gemm_{f}": _gemm(f) for f in ("l64", "m8")})
+INTRINSICS.update({f"mf_sc_conv_{f}": _conv(f) for f in ("l64", "m8")})

@@ -1,0 +1,220 @@
+/* mcuforge_scalar.h: GEMM micro-kernels for cores without SIMD (Cortex-M3 / v7-M without the
+ * DSP extension, RV32IMAC), portable C99, TFLM int8 numerics. The schedule
+ * (codegen_c/kernels/scalar.py, mirrored in codegen_c/micro_scalar.py) picks them for targets
+ * without `dsp` that are not the host; tests/test_nn_scalar.py checks every output byte
+ * against a numpy model of TFLM on the host, QEMU mps2-an385 and riscv32-virt.
+ *
+ * For r < rows, o < O (input zero point folded into the bias, as in mcuforge_nn.h):
+ *   y[r * y_stride + o] = clamp(mf_rq_apply(bias[o] + sum_{k<K} x_r[k] * w[o][k], &rq[o],
+ *                                           signfix), lo, hi)
+ *
+ * Two weight formats (codegen_c/kernels/scalar.py packs them):
+ *  - "l64" (v7-M: SMLAL, one instruction for a 32x32 -> 64-bit multiply-accumulate): two
+ *    channels a, b in one int32 lane word w_a + w_b * 2^MF_SC_S; x * word summed into an int64
+ *    gives sum x w_a + 2^S sum x w_b, two MACs a SMLAL. The low lane's sum stays inside its
+ *    S-bit window while every chunk of L taps has sum |w_a| * 128 < 2^(S-1), which the
+ *    schedule proves from the weights (else it shortens L, else declines); after each chunk
+ *    the lanes are taken apart: low = the low S bits sign-extended, high = (acc - low) >> S.
+ *    Layout: channels in blocks of 4 (zero channels pad the last), per block per tap k two
+ *    words (channels 0+1, 2+3): word index (o / 4) * 2K + 2k + (o % 4) / 2.
+ *    Block: 4 channels x 1 row (four int64 = 8 registers of the 13 of a v7-M core).
+ *  - "m8" (RV32IMAC: no multiply-accumulate, 27 free registers): int8 weights, channels in
+ *    blocks of 4, per block per tap the 4 channels' weights: index (o / 4) * 4K + 4k + o % 4;
+ *    block 4 channels x 3 rows, 12 int32 accumulators, mul + add per MAC, 7 loads per 12 MACs.
+ * bias[O] (int32) and rq[O] (mf_rq) per channel, unpadded.
+ *
+ * Convolutions (mf_sc_conv_*): per batch of P output pixels the int8 patches (im2col, padding
+ * = x_zp, K bytes each) are gathered into scratch[P * K] and run as P rows.
+ *
+ * Measured (instructions; QEMU -icount; generated Makefile -O2), beside TFLM's reference
+ * kernels on the Cortex-M4 (KWS 43.0 M, IC 107.4 M, VWW 100.3 M, AD 1.95 M): see the commit
+ * log and the table at the end of this comment once filled in. */
+#ifndef MCUFORGE_SCALAR_H
+#define MCUFORGE_SCALAR_H
+
+#include <stdint.h>
+#include <string.h>
+
+#include "mcuforge_nn.h" /* mf_rq, mf_conv_geom, MF_MICRO, MF_INLINE */
+
+/* gcc's pre-register-allocation scheduler hoists the block's weight loads and spills
+ * accumulators (rv32, 4 x 3 block: 93 instructions per 24 MACs in the loop, 69 without it) */
+#if defined(__GNUC__) && !defined(__clang__)
+#define MF_SC_NOSCHED __attribute__((optimize("no-schedule-insns")))
+#else
+#define MF_SC_NOSCHED
+#endif
+
+#define MF_SC_S 23 /* lane width of "l64": w_b * 2^23 + w_a fits int32 for int8 weights */
+
+/* (a * b + 2^31) >> 32 without a 64-bit add: the high word plus bit 31 of the low word. */
+static inline int32_t mf_sc_smmlar(int32_t a, int32_t b) {
+    int64_t p = (int64_t)a * b;
+    return (int32_t)(p >> 32) + (int32_t)((uint32_t)p >> 31);
+}
+
+/* clamp(mf_rq_apply(acc)) (mcuforge_nn.h's form, cheaper high multiply) */
+MF_INLINE int8_t mf_sc_rq(int32_t acc, const mf_rq *q, int32_t signfix, int32_t lo, int32_t hi) {
+    int32_t h = mf_sc_smmlar((int32_t)((uint32_t)acc << q->pre), q->mult);
+    int32_t v = h + q->add;
+    if (signfix && q->post) v += h >> 31;
+    v >>= q->post;
+    v = v < lo ? lo : v;
+    return (int8_t)(v > hi ? hi : v);
+}
+
+MF_INLINE void mf_sc_store4(int8_t *y, const int32_t *a, const int32_t *bias, const mf_rq *rq,
+                            int32_t n, int32_t signfix, int32_t lo, int32_t hi) {
+    int32_t i;
+    for (i = 0; i < n; i++) y[i] = mf_sc_rq(a[i] + bias[i], &rq[i], signfix, lo, hi);
+}
+
+/* The two lanes of an "l64" chunk sum added into *pa, *pb. */
+MF_INLINE void mf_sc_split(int64_t s, int32_t *pa, int32_t *pb) {
+    int32_t lo = (int32_t)((uint32_t)s << (32 - MF_SC_S)) >> (32 - MF_SC_S);
+    *pa += lo;
+    *pb += (int32_t)((s - lo) >> MF_SC_S);
+}
+
+/* "l64": x rows (x_stride bytes apart, K taps), pw lane words, chunks of L taps (L >= 1;
+ * L = K: one chunk). No scratch. */
+MF_MICRO void mf_sc_gemm_l64(const int8_t *x, int32_t rows, int32_t x_stride, int32_t K,
+                             int32_t L, const int32_t *pw, const int32_t *bias, const mf_rq *rq,
+                             int32_t O, int32_t lo, int32_t hi, int32_t signfix, int8_t *y,
+                             int32_t y_stride) {
+    int32_t r, o;
+    for (r = 0; r < rows; r++) {
+        const int8_t *xr = x + r * x_stride;
+        const int32_t *w = pw;
+        for (o = 0; o < O; o += 4) {
+            int32_t a[4] = {0, 0, 0, 0};
+            int32_t k0;
+            for (k0 = 0; k0 < K; k0 += L) {
+                int32_t n = K - k0 < L ? K - k0 : L;
+                const int8_t *xp = xr + k0;
+                int64_t s0 = 0, s1 = 0;
+                for (; n >= 4; n -= 4, xp += 4, w += 8) {
+                    int32_t v0 = xp[0], v1 = xp[1], v2 = xp[2], v3 = xp[3];
+                    s0 += (int64_t)v0 * w[0];
+                    s1 += (int64_t)v0 * w[1];
+                    s0 += (int64_t)v1 * w[2];
+                    s1 += (int64_t)v1 * w[3];
+                    s0 += (int64_t)v2 * w[4];
+                    s1 += (int64_t)v2 * w[5];
+                    s0 += (int64_t)v3 * w[6];
+                    s1 += (int64_t)v3 * w[7];
+                }
+                for (; n > 0; n--, xp++, w += 2) {
+                    int32_t v0 = xp[0];
+                    s0 += (int64_t)v0 * w[0];
+                    s1 += (int64_t)v0 * w[1];
+                }
+                mf_sc_split(s0, &a[0], &a[1]);
+                mf_sc_split(s1, &a[2], &a[3]);
+            }
+            mf_sc_store4(y + r * y_stride + o, a, bias + o, rq + o, O - o < 4 ? O - o : 4,
+                         signfix, lo, hi);
+        }
+    }
+}
+
+/* "m8": 4 channels x 3 rows (4 x 4 spills on gcc 12 rv32: 16 accumulators, 4 row pointers,
+ * 4 weights and temporaries exceed its 27 free registers); rows past the end re-read the
+ * last row (not stored). */
+MF_MICRO MF_SC_NOSCHED void mf_sc_gemm_m8(const int8_t *x, int32_t rows, int32_t x_stride, int32_t K,
+                            int32_t L, const int8_t *pw, const int32_t *bias, const mf_rq *rq,
+                            int32_t O, int32_t lo, int32_t hi, int32_t signfix, int8_t *y,
+                            int32_t y_stride) {
+    int32_t r, o, i;
+    (void)L;
+    for (r = 0; r < rows; r += 3) {
+        int32_t nr = rows - r < 3 ? rows - r : 3;
+        const int8_t *x0 = x + r * x_stride;
+        const int8_t *x1 = x0 + (nr > 1 ? x_stride : 0);
+        const int8_t *x2 = x0 + (nr > 2 ? 2 * x_stride : 0);
+        const int8_t *w = pw;
+        for (o = 0; o < O; o += 4) {
+            int32_t a00 = 0, a01 = 0, a02 = 0, a03 = 0, a10 = 0, a11 = 0, a12 = 0, a13 = 0;
+            int32_t a20 = 0, a21 = 0, a22 = 0, a23 = 0;
+            const int8_t *p0 = x0, *p1 = x1, *p2 = x2;
+            const int8_t *wend = w + 4 * (K & ~1);
+#define MF_SC_TAP(J)                                                                          \
+    do {                                                                                      \
+        int32_t w0 = w[4 * (J)], w1 = w[4 * (J) + 1], w2 = w[4 * (J) + 2], w3 = w[4 * (J) + 3]; \
+        int32_t v = p0[J];                                                                    \
+        a00 += v * w0; a01 += v * w1; a02 += v * w2; a03 += v * w3;                           \
+        v = p1[J];                                                                            \
+        a10 += v * w0; a11 += v * w1; a12 += v * w2; a13 += v * w3;                           \
+        v = p2[J];                                                                            \
+        a20 += v * w0; a21 += v * w1; a22 += v * w2; a23 += v * w3;                           \
+    } while (0)
+            while (w != wend) { /* 2 taps, immediate offsets, one pointer step each */
+                MF_SC_TAP(0);
+                MF_SC_TAP(1);
+                w += 8;
+                p0 += 2;
+                p1 += 2;
+                p2 += 2;
+            }
+            if (K & 1) {
+                MF_SC_TAP(0);
+                w += 4;
+            }
+#undef MF_SC_TAP
+            {
+                int32_t acc[12];
+                int32_t n = O - o < 4 ? O - o : 4;
+                acc[0] = a00; acc[1] = a01; acc[2] = a02; acc[3] = a03;
+                acc[4] = a10; acc[5] = a11; acc[6] = a12; acc[7] = a13;
+                acc[8] = a20; acc[9] = a21; acc[10] = a22; acc[11] = a23;
+                for (i = 0; i < nr; i++)
+                    mf_sc_store4(y + (r + i) * y_stride + o, acc + 4 * i, bias + o, rq + o, n,
+                                 signfix, lo, hi);
+            }
+        }
+    }
+}
+
+/* Up to p patches of output pixels q0.. (row-major) gathered into buf[p][K]: padding x_zp. */
+MF_INLINE void mf_sc_im2col(const int8_t *x, const mf_conv_geom *g, int32_t x_zp, int32_t q0,
+                            int32_t p, int8_t *buf) {
+    int32_t i, ky;
+    int32_t c = g->in_c, seg = g->k_w * c;
+    for (i = 0; i < p; i++) {
+        int32_t oy = (q0 + i) / g->out_w, ox = (q0 + i) % g->out_w;
+        int32_t iy0 = oy * g->stride_h - g->pad_t, ix0 = ox * g->stride_w - g->pad_l;
+        int32_t xa = ix0 < 0 ? -ix0 : 0;
+        int32_t xb = ix0 + g->k_w > g->in_w ? g->in_w - ix0 : g->k_w;
+        for (ky = 0; ky < g->k_h; ky++) {
+            int8_t *d = buf + ky * seg;
+            int32_t iy = iy0 + ky;
+            if (iy < 0 || iy >= g->in_h || xb <= xa) {
+                memset(d, x_zp, (size_t)seg);
+                continue;
+            }
+            if (xa > 0) memset(d, x_zp, (size_t)(xa * c));
+            memcpy(d + xa * c, x + ((size_t)iy * g->in_w + ix0 + xa) * c, (size_t)((xb - xa) * c));
+            if (xb < g->k_w) memset(d + xb * c, x_zp, (size_t)((g->k_w - xb) * c));
+        }
+        buf += g->k_h * seg;
+    }
+}
+
+/* Convolutions: P patches a batch through the GEMM of the format; scratch: P * K bytes. */
+#define MF_SC_CONV(NAME, GEMM, WT)                                                            \
+    MF_MICRO void NAME(const int8_t *x, const mf_conv_geom *g, int32_t x_zp, int32_t P,       \
+                       int32_t L, const WT *pw, const int32_t *bias, const mf_rq *rq,         \
+                       int32_t O, int32_t lo, int32_t hi, int32_t signfix, int8_t *y,          \
+                       int8_t *scratch) {                                                     \
+        int32_t K = g->k_h * g->k_w * g->in_c, n = g->out_h * g->out_w, q;                    \
+        for (q = 0; q < n; q += P) {                                                          \
+            int32_t p = n - q < P ? n - q : P;                                                \
+            mf_sc_im2col(x, g, x_zp, q, p, scratch);                                          \
+            GEMM(scratch, p, K, K, L, pw, bias, rq, O, lo, hi, signfix, y + q * O, O);         \
+        }                                                                                     \
+    }
+MF_SC_CONV(mf_sc_conv_l64, mf_sc_gemm_l64, int32_t)
+MF_SC_CONV(mf_sc_conv_m8, mf_sc_gemm_m8, int8_t)
+#undef MF_SC_CONV
+
+#endif
