@@ -262,7 +262,9 @@ def test_scheduled_equals_reference(name, op, kw):
     for target, fmt in ((Target("mps2-an385", "cortex-m3"), "l64"),
                         (Target("riscv32-virt", "rv32imac"), "m8")):
         k = lower_node(node, g, "k", target)
-        assert k.schedule.startswith("mf_sc_") and k.schedule.endswith(fmt), k.schedule
+        # (m8 declines one- and two-row GEMMs: a 3-row block would compute them 1.5-3x)
+        assert (k.schedule.startswith("mf_sc_") and k.schedule.endswith(fmt)
+                or fmt == "m8" and not k.schedule.startswith("mf_sc_conv")), k.schedule
         y = np.zeros_like(y0)
         run_kernel(k, {"x": x[0].reshape(-1).copy(), "y": y})
         assert y.tolist() == y0.tolist(), target.name

@@ -67,8 +67,9 @@ def pack_m8(rows: np.ndarray) -> np.ndarray:
 
 
 def patches_per_batch(k: int, n: int) -> int:
-    """P: im2col patches gathered per GEMM call (a multiple of 4, the m8 row block)."""
-    return max(1, min(n, max(4, PATCH_BYTES // k // 4 * 4)))
+    """P: im2col patches gathered per GEMM call (a multiple of 3, the m8 row block: a batch
+    of 4 would run a second block of 3 rows for one)."""
+    return max(1, min(n, max(3, PATCH_BYTES // k // 3 * 3)))
 
 
 @schedules("conv2d", "fully_connected", "depthwise_conv2d", first=True)
@@ -110,6 +111,9 @@ def scalar_gemm(ctx: OpContext, ref: ir.Kernel, target) -> ir.Kernel | None:
     one_by_one = ctx.node.op == "fully_connected" or (
         k == x.shape[-1] and tuple(ctx.attrs["stride"]) == (1, 1)
         and not any(ctx.attrs["padding"]))
+    if one_by_one and fmt == "m8" and x.size // k < 3:
+        return None  # m8 computes 3 rows a block: one or two rows cost it 1.5-3x (measured:
+        # AD's batch-1 fully connected layers 0.27 -> 0.26 MAC/instr on RV32)
     if one_by_one:
         n_rows = x.size // k
         body = (ir.CallStmt(gemm_fn, (ir.Ptr("x", ir.Const(0)), ir.Const(n_rows), ir.Const(k),
