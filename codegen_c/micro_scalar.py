@@ -37,21 +37,28 @@ def _weights(fmt, pw, o, k, chunk):
     return unpack_l64(pw, o, k, chunk) if fmt == "l64" else unpack_m8(pw, o, k)
 
 
+def _records(rq, o):
+    """(bias [O], mf_rq rows [O, 4]) from mf_sc_rec records (bias, mult, add, pre, post)."""
+    rec = np.asarray(rq[:5 * o], np.int64).reshape(o, 5)
+    return rec[:, 0], rec[:, 1:]
+
+
 def _gemm(fmt):
-    def kernel(x, rows, x_stride, k, chunk, pw, bias, rq, o, lo, hi, signfix, y, y_stride):
+    def kernel(x, rows, x_stride, k, chunk, pw, rq, o, lo, hi, signfix, y, y_stride):
         wm = _weights(fmt, pw, o, k, chunk)
+        bias, rq = _records(rq, o)
         xs = np.stack([np.asarray(x[r * x_stride:r * x_stride + k], np.int64)
                        for r in range(rows)])
         _fits(np.abs(xs) @ np.abs(wm).T, "the accumulator")
-        acc = xs @ wm.T + np.asarray(bias[:o], np.int64)
-        out = requantize(acc, np.asarray(rq[:4 * o]).reshape(o, 4), 1 if signfix else 0, lo, hi)
+        acc = xs @ wm.T + bias
+        out = requantize(acc, rq, 1 if signfix else 0, lo, hi)
         for r in range(rows):
             y[r * y_stride:r * y_stride + o] = out[r]
     return kernel
 
 
 def _conv(fmt):
-    def kernel(x, geom, x_zp, p, chunk, pw, bias, rq, o, lo, hi, signfix, y, scratch):
+    def kernel(x, geom, x_zp, p, chunk, pw, rq, o, lo, hi, signfix, y, scratch):
         g = dict(zip(GEOM_FIELDS, (int(v) for v in geom[:len(GEOM_FIELDS)])))
         k = g["k_h"] * g["k_w"] * g["in_c"]
         if scratch.nbytes < p * k:
@@ -59,8 +66,8 @@ def _conv(fmt):
                                      f"needs {p * k}")
         patches = im2col(x, g, x_zp)
         wm = _weights(fmt, pw, o, k, chunk)
-        acc = patches @ wm.T + np.asarray(bias[:o], np.int64)
-        out = requantize(acc, np.asarray(rq[:4 * o]).reshape(o, 4), 1 if signfix else 0, lo, hi)
+        bias, rq = _records(rq, o)
+        out = requantize(patches @ wm.T + bias, rq, 1 if signfix else 0, lo, hi)
         y[:out.size] = out.reshape(-1)
     return kernel
 

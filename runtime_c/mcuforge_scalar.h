@@ -21,7 +21,7 @@
  *  - "m8" (RV32IMAC: no multiply-accumulate, 27 free registers): int8 weights, channels in
  *    blocks of 4, per block per tap the 4 channels' weights: index (o / 4) * 4K + 4k + o % 4;
  *    block 4 channels x 3 rows, 12 int32 accumulators, mul + add per MAC, 7 loads per 12 MACs.
- * bias[O] (int32) and rq[O] (mf_rq) per channel, unpadded.
+ * rq[O] (mf_sc_rec: folded bias, mult, add, pre, post) per channel, unpadded.
  *
  * Convolutions (mf_sc_conv_*): per batch of P output pixels the int8 patches (im2col, padding
  * = x_zp, K bytes each) are gathered into scratch[P * K] and run as P rows.
@@ -53,20 +53,46 @@ static inline int32_t mf_sc_smmlar(int32_t a, int32_t b) {
     return (int32_t)(p >> 32) + (int32_t)((uint32_t)p >> 31);
 }
 
-/* clamp(mf_rq_apply(acc)) (mcuforge_nn.h's form, cheaper high multiply) */
-MF_INLINE int8_t mf_sc_rq(int32_t acc, const mf_rq *q, int32_t signfix, int32_t lo, int32_t hi) {
-    int32_t h = mf_sc_smmlar((int32_t)((uint32_t)acc << q->pre), q->mult);
+/* Per channel output record (codegen_c/kernels/scalar.py rq_records): the folded bias and
+ * mf_rq's fields. */
+typedef struct {
+    int32_t bias, mult, add, pre, post;
+} mf_sc_rec;
+
+/* clamp(mf_rq_apply(acc + bias)) (mcuforge_nn.h's form with a cheaper high multiply); SF: the
+ * sign term, a constant where it is inlined */
+MF_INLINE int8_t mf_sc_out(int32_t acc, const mf_sc_rec *q, int32_t SF, int32_t lo,
+                           int32_t hi) {
+    int32_t h = mf_sc_smmlar((int32_t)((uint32_t)(acc + q->bias) << q->pre), q->mult);
     int32_t v = h + q->add;
-    if (signfix && q->post) v += h >> 31;
+    if (SF) v += h >> 31 & -(q->post != 0);
     v >>= q->post;
     v = v < lo ? lo : v;
     return (int8_t)(v > hi ? hi : v);
 }
 
-MF_INLINE void mf_sc_store4(int8_t *y, const int32_t *a, const int32_t *bias, const mf_rq *rq,
-                            int32_t n, int32_t signfix, int32_t lo, int32_t hi) {
-    int32_t i;
-    for (i = 0; i < n; i++) y[i] = mf_sc_rq(a[i] + bias[i], &rq[i], signfix, lo, hi);
+/* n <= 4 outputs of accumulators a0..a3 into y (records q), SF constant after inlining */
+MF_INLINE void mf_sc_out4(int8_t *y, int32_t a0, int32_t a1, int32_t a2, int32_t a3,
+                          const mf_sc_rec *q, int32_t n, int32_t SF, int32_t lo, int32_t hi) {
+    if (n == 4) {
+        y[0] = mf_sc_out(a0, q, SF, lo, hi);
+        y[1] = mf_sc_out(a1, q + 1, SF, lo, hi);
+        y[2] = mf_sc_out(a2, q + 2, SF, lo, hi);
+        y[3] = mf_sc_out(a3, q + 3, SF, lo, hi);
+        return;
+    }
+    y[0] = mf_sc_out(a0, q, SF, lo, hi);
+    if (n > 1) y[1] = mf_sc_out(a1, q + 1, SF, lo, hi);
+    if (n > 2) y[2] = mf_sc_out(a2, q + 2, SF, lo, hi);
+}
+
+MF_INLINE void mf_sc_store4(int8_t *y, int32_t a0, int32_t a1, int32_t a2, int32_t a3,
+                            const mf_sc_rec *q, int32_t n, int32_t signfix, int32_t lo,
+                            int32_t hi) {
+    if (signfix)
+        mf_sc_out4(y, a0, a1, a2, a3, q, n, 1, lo, hi);
+    else
+        mf_sc_out4(y, a0, a1, a2, a3, q, n, 0, lo, hi);
 }
 
 /* The two lanes of an "l64" chunk sum added into *pa, *pb. */
@@ -79,8 +105,8 @@ MF_INLINE void mf_sc_split(int64_t s, int32_t *pa, int32_t *pb) {
 /* "l64": x rows (x_stride bytes apart, K taps), pw lane words, chunks of L taps (L >= 1;
  * L = K: one chunk). No scratch. */
 MF_MICRO void mf_sc_gemm_l64(const int8_t *x, int32_t rows, int32_t x_stride, int32_t K,
-                             int32_t L, const int32_t *pw, const int32_t *bias, const mf_rq *rq,
-                             int32_t O, int32_t lo, int32_t hi, int32_t signfix, int8_t *y,
+                             int32_t L, const int32_t *pw, const mf_sc_rec *rq, int32_t O,
+                             int32_t lo, int32_t hi, int32_t signfix, int8_t *y,
                              int32_t y_stride) {
     int32_t r, o;
     for (r = 0; r < rows; r++) {
@@ -112,8 +138,8 @@ MF_MICRO void mf_sc_gemm_l64(const int8_t *x, int32_t rows, int32_t x_stride, in
                 mf_sc_split(s0, &a[0], &a[1]);
                 mf_sc_split(s1, &a[2], &a[3]);
             }
-            mf_sc_store4(y + r * y_stride + o, a, bias + o, rq + o, O - o < 4 ? O - o : 4,
-                         signfix, lo, hi);
+            mf_sc_store4(y + r * y_stride + o, a[0], a[1], a[2], a[3], rq + o,
+                         O - o < 4 ? O - o : 4, signfix, lo, hi);
         }
     }
 }
@@ -122,10 +148,10 @@ MF_MICRO void mf_sc_gemm_l64(const int8_t *x, int32_t rows, int32_t x_stride, in
  * 4 weights and temporaries exceed its 27 free registers); rows past the end re-read the
  * last row (not stored). */
 MF_MICRO MF_SC_NOSCHED void mf_sc_gemm_m8(const int8_t *x, int32_t rows, int32_t x_stride, int32_t K,
-                            int32_t L, const int8_t *pw, const int32_t *bias, const mf_rq *rq,
-                            int32_t O, int32_t lo, int32_t hi, int32_t signfix, int8_t *y,
+                            int32_t L, const int8_t *pw, const mf_sc_rec *rq, int32_t O,
+                            int32_t lo, int32_t hi, int32_t signfix, int8_t *y,
                             int32_t y_stride) {
-    int32_t r, o, i;
+    int32_t r, o;
     (void)L;
     for (r = 0; r < rows; r += 3) {
         int32_t nr = rows - r < 3 ? rows - r : 3;
@@ -162,14 +188,12 @@ MF_MICRO MF_SC_NOSCHED void mf_sc_gemm_m8(const int8_t *x, int32_t rows, int32_t
             }
 #undef MF_SC_TAP
             {
-                int32_t acc[12];
                 int32_t n = O - o < 4 ? O - o : 4;
-                acc[0] = a00; acc[1] = a01; acc[2] = a02; acc[3] = a03;
-                acc[4] = a10; acc[5] = a11; acc[6] = a12; acc[7] = a13;
-                acc[8] = a20; acc[9] = a21; acc[10] = a22; acc[11] = a23;
-                for (i = 0; i < nr; i++)
-                    mf_sc_store4(y + (r + i) * y_stride + o, acc + 4 * i, bias + o, rq + o, n,
-                                 signfix, lo, hi);
+                int8_t *yo = y + r * y_stride + o;
+                mf_sc_store4(yo, a00, a01, a02, a03, rq + o, n, signfix, lo, hi);
+                if (nr > 1) mf_sc_store4(yo + y_stride, a10, a11, a12, a13, rq + o, n, signfix, lo, hi);
+                if (nr > 2)
+                    mf_sc_store4(yo + 2 * y_stride, a20, a21, a22, a23, rq + o, n, signfix, lo, hi);
             }
         }
     }
@@ -203,14 +227,14 @@ MF_INLINE void mf_sc_im2col(const int8_t *x, const mf_conv_geom *g, int32_t x_zp
 /* Convolutions: P patches a batch through the GEMM of the format; scratch: P * K bytes. */
 #define MF_SC_CONV(NAME, GEMM, WT)                                                            \
     MF_MICRO void NAME(const int8_t *x, const mf_conv_geom *g, int32_t x_zp, int32_t P,       \
-                       int32_t L, const WT *pw, const int32_t *bias, const mf_rq *rq,         \
-                       int32_t O, int32_t lo, int32_t hi, int32_t signfix, int8_t *y,          \
+                       int32_t L, const WT *pw, const mf_sc_rec *rq, int32_t O,              \
+                       int32_t lo, int32_t hi, int32_t signfix, int8_t *y,          \
                        int8_t *scratch) {                                                     \
         int32_t K = g->k_h * g->k_w * g->in_c, n = g->out_h * g->out_w, q;                    \
         for (q = 0; q < n; q += P) {                                                          \
             int32_t p = n - q < P ? n - q : P;                                                \
             mf_sc_im2col(x, g, x_zp, q, p, scratch);                                          \
-            GEMM(scratch, p, K, K, L, pw, bias, rq, O, lo, hi, signfix, y + q * O, O);         \
+            GEMM(scratch, p, K, K, L, pw, rq, O, lo, hi, signfix, y + q * O, O);         \
         }                                                                                     \
     }
 MF_SC_CONV(mf_sc_conv_l64, mf_sc_gemm_l64, int32_t)

@@ -145,17 +145,17 @@ def program(cases, out: str) -> str:
         packed, folded, rq, sf, chunk = kernel_data(c["L"], fmt)
         wt = "int32_t" if fmt == "l64" else "int8_t"
         lo, hi, o = c["L"]["lo"], c["L"]["hi"], c["o"]
-        head += [c_array(wt, f"w{i}", packed), c_array("int32_t", f"b{i}", folded),
-                 c_array("int32_t", f"q{i}", rq), c_array("int8_t", f"x{i}", c["x"]),
+        head += [c_array(wt, f"w{i}", packed),
+                 c_array("int32_t", f"q{i}", scalar.rq_records(folded, rq)), c_array("int8_t", f"x{i}", c["x"]),
                  c_array("int8_t", f"y{i}", c["y"])]
         n = c["y"].size
         if c["kind"] == "gemm":
             call = (f"mf_sc_gemm_{fmt}(x{i}, {c['rows']}, {c['xs']}, {c['k']}, {chunk}, w{i}, "
-                    f"b{i}, (const mf_rq *)q{i}, {o}, {lo}, {hi}, {sf}, ybuf, {o});")
+                    f"(const mf_sc_rec *)q{i}, {o}, {lo}, {hi}, {sf}, ybuf, {o});")
         else:
             head.append(c_array("int32_t", f"g{i}", c["geom"]))
             call = (f"mf_sc_conv_{fmt}(x{i}, (const mf_conv_geom *)g{i}, {c['L']['x_zp']}, "
-                    f"{c['p']}, {chunk}, w{i}, b{i}, (const mf_rq *)q{i}, {o}, {lo}, {hi}, "
+                    f"{c['p']}, {chunk}, w{i}, (const mf_sc_rec *)q{i}, {o}, {lo}, {hi}, "
                     f"{sf}, ybuf, scratch);")
         body.append(f"""    memset(ybuf, {SENTINEL}, sizeof ybuf);
     memset(scratch, 0x77, sizeof scratch);

@@ -66,6 +66,13 @@ def pack_m8(rows: np.ndarray) -> np.ndarray:
     return w.reshape(op // 4, 4, k).transpose(0, 2, 1).reshape(-1).astype(np.int8)
 
 
+def rq_records(bias, rq) -> np.ndarray:
+    """mf_sc_rec per channel: (folded bias, mult, add, pre, post) as int32 [O * 5]."""
+    rq = np.asarray(rq, np.int64).reshape(-1, 4)
+    rec = np.concatenate([np.asarray(bias, np.int64).reshape(-1, 1), rq], axis=1)
+    return rec.reshape(-1).astype(np.int32)
+
+
 def patches_per_batch(k: int, n: int) -> int:
     """P: im2col patches gathered per GEMM call (a multiple of 3, the m8 row block: a batch
     of 4 would run a second block of 3 rows for one)."""
@@ -99,13 +106,10 @@ def scalar_gemm(ctx: OpContext, ref: ir.Kernel, target) -> ir.Kernel | None:
     x, y = ctx.input(0), ctx.output()
     signfix = 1 if layer["signfix"] else 0
     consts = [wbuf,
-              ir.Buffer("bias", "int32", o, "const", np.asarray(layer["bias"], np.int32),
-                        "bias - x_zp * sum(w): the input zero point folded in"),
-              ir.Buffer("rq", "int32", 4 * o, "const",
-                        np.asarray(layer["rq"], np.int32).reshape(-1),
-                        "mf_rq per channel: mult, add, pre, post")]
-    tail = (ir.Ptr("w", ir.Const(0)), ir.Ptr("bias", ir.Const(0)),
-            ir.Ptr("rq", ir.Const(0), ctype="const mf_rq *"), ir.Const(o),
+              ir.Buffer("rq", "int32", 5 * o, "const", rq_records(layer["bias"], layer["rq"]),
+                        "mf_sc_rec per channel: bias - x_zp * sum(w), mult, add, pre, post")]
+    tail = (ir.Ptr("w", ir.Const(0)), ir.Ptr("rq", ir.Const(0), ctype="const mf_sc_rec *"),
+            ir.Const(o),
             ir.Const(layer["lo"]), ir.Const(layer["hi"]), ir.Const(signfix))
     gemm_fn, scratch = f"mf_sc_gemm_{fmt}", 0
     one_by_one = ctx.node.op == "fully_connected" or (
