@@ -74,3 +74,29 @@ def _conv(fmt):
 
 INTRINSICS.update({f"mf_sc_gemm_{f}": _gemm(f) for f in ("l64", "m8")})
 INTRINSICS.update({f"mf_sc_conv_{f}": _conv(f) for f in ("l64", "m8")})
+
+
+def _dw3(x, y, pk, g, x_zp, lo, hi, signfix, scratch):
+    """mf_sc_dw3: per channel a padded plane of the (possibly transposed) image, 9 weights in
+    plane order, then mf_sc_rec."""
+    vh, vw, c, voh, vow, sy, sx, pt, pl, iys, ixs, oys, oxs, ph, pw = (int(v) for v in g[:15])
+    if scratch.nbytes < ph * pw:
+        raise UndefinedBehaviour(f"mf_sc_dw3: {scratch.nbytes} bytes of scratch, needs {ph * pw}")
+    rec = np.asarray(pk[:14 * c], np.int64).reshape(c, 14)
+    xv = np.asarray(x, np.int64)
+    iy, ix = np.arange(vh)[:, None], np.arange(vw)[None, :]
+    img = np.stack([xv[iy * iys + ix * ixs + ch] for ch in range(c)], -1)  # [VH, VW, C]
+    pad = np.full((ph + 3, pw + 3, c), x_zp, np.int64)
+    pad[pt:pt + vh, pl:pl + vw] = img[:max(0, min(vh, ph + 3 - pt)), :max(0, min(vw, pw + 3 - pl))]
+    acc = np.zeros((voh, vow, c), np.int64)
+    for ky in range(3):
+        for kx in range(3):
+            acc += pad[ky:ky + sy * voh:sy, kx:kx + sx * vow:sx] * rec[:, 3 * ky + kx]
+    _fits(acc, "the depthwise accumulator")
+    out = requantize(acc + rec[:, 9], rec[:, 10:], 1 if signfix else 0, lo, hi)
+    oy, ox = np.arange(voh)[:, None], np.arange(vow)[None, :]
+    for ch in range(c):
+        y[oy * oys + ox * oxs + ch] = out[:, :, ch]
+
+
+INTRINSICS["mf_sc_dw3"] = _dw3

@@ -241,4 +241,95 @@ MF_SC_CONV(mf_sc_conv_l64, mf_sc_gemm_l64, int32_t)
 MF_SC_CONV(mf_sc_conv_m8, mf_sc_gemm_m8, int8_t)
 #undef MF_SC_CONV
 
+/* ==== depthwise 3x3, depth multiplier 1 (any stride, any padding) ============================
+ * Per channel: the input plane (with its padding, = x_zp) copied once into scratch as int8
+ * [PH][PW], so the 9 taps of an output are plain loads with immediate offsets (no bounds checks
+ * in the tap loop); the channel's 9 weights and its record stay in registers across its plane.
+ * The plane may be the image transposed (rows of the kernel = columns of the image: KWS's 25x5
+ * walks rows of 25), set by the strides in the geometry:
+ *   g[0..14] = VH, VW (the plane's source image), C, VOH, VOW, stride_y, stride_x, pad_y, pad_x,
+ *              in_ys, in_xs (bytes between source rows / columns in x), out_ys, out_xs (bytes
+ *              between output rows / columns in y), PH, PW (the plane: (VOH-1)*sy+3,
+ *              (VOW-1)*sx+3).
+ * pk per channel 14 int32: the 9 weights in plane order (ky, kx), then mf_sc_rec.
+ * scratch: PH * PW bytes. */
+#define MF_SC_DW_REC 14
+
+MF_INLINE void mf_sc_dw_plane(const int8_t *x, const int32_t *g, int32_t x_zp, int8_t *p) {
+    int32_t vh = g[0], vw = g[1], pt = g[7], pl = g[8], ys = g[9], xs = g[10];
+    int32_t ph = g[13], pw = g[14], py, px;
+    int32_t xa = pl < pw ? pl : pw;                       /* left border */
+    int32_t xb = pl + vw < pw ? pl + vw : pw;             /* end of the image's columns */
+    for (py = 0; py < ph; py++, p += pw) {
+        int32_t iy = py - pt;
+        if (iy < 0 || iy >= vh) {
+            memset(p, x_zp, (size_t)pw);
+            continue;
+        }
+        {
+            const int8_t *src = x + iy * ys + (xa - pl) * xs;
+            for (px = 0; px < xa; px++) p[px] = (int8_t)x_zp;
+            for (; px < xb; px++, src += xs) p[px] = *src;
+            for (; px < pw; px++) p[px] = (int8_t)x_zp;
+        }
+    }
+}
+
+MF_INLINE void mf_sc_dw_rows(const int8_t *p, int8_t *y, const int32_t *q, const int32_t *g,
+                             int32_t SF, int32_t lo, int32_t hi) {
+    int32_t voh = g[3], vow = g[4], sy = g[5], sx = g[6], oys = g[11], oxs = g[12];
+    int32_t pw = g[14], oy, ox;
+    /* locals: the int8 stores could alias the table, which gcc would then reload */
+    int32_t w0 = q[0], w1 = q[1], w2 = q[2], w3 = q[3], w4 = q[4], w5 = q[5], w6 = q[6],
+            w7 = q[7], w8 = q[8];
+    mf_sc_rec rec;
+    rec.bias = q[9];
+    rec.mult = q[10];
+    rec.add = q[11];
+    rec.pre = q[12];
+    rec.post = q[13];
+    for (oy = 0; oy < voh; oy++) {
+        const int8_t *r = p + oy * sy * pw;
+        int8_t *yo = y + oy * oys;
+        ox = 0;
+        if (sx == 1) { /* two outputs a step, the 12 loads of their 4 columns shared */
+            for (; ox + 2 <= vow; ox += 2, r += 2, yo += 2 * oxs) {
+                int32_t a, b, v;
+                v = r[0]; a = v * w0;
+                v = r[1]; a += v * w1; b = v * w0;
+                v = r[2]; a += v * w2; b += v * w1;
+                v = r[3]; b += v * w2;
+                v = r[pw]; a += v * w3;
+                v = r[pw + 1]; a += v * w4; b += v * w3;
+                v = r[pw + 2]; a += v * w5; b += v * w4;
+                v = r[pw + 3]; b += v * w5;
+                v = r[2 * pw]; a += v * w6;
+                v = r[2 * pw + 1]; a += v * w7; b += v * w6;
+                v = r[2 * pw + 2]; a += v * w8; b += v * w7;
+                v = r[2 * pw + 3]; b += v * w8;
+                yo[0] = mf_sc_out(a, &rec, SF, lo, hi);
+                yo[oxs] = mf_sc_out(b, &rec, SF, lo, hi);
+            }
+        }
+        for (; ox < vow; ox++, r += sx, yo += oxs) {
+            int32_t acc = r[0] * w0 + r[1] * w1 + r[2] * w2;
+            acc += r[pw] * w3 + r[pw + 1] * w4 + r[pw + 2] * w5;
+            acc += r[2 * pw] * w6 + r[2 * pw + 1] * w7 + r[2 * pw + 2] * w8;
+            *yo = mf_sc_out(acc, &rec, SF, lo, hi);
+        }
+    }
+}
+
+MF_MICRO void mf_sc_dw3(const int8_t *x, int8_t *y, const int32_t *pk, const int32_t *g,
+                        int32_t x_zp, int32_t lo, int32_t hi, int32_t signfix, int8_t *scratch) {
+    int32_t c, nc = g[2];
+    for (c = 0; c < nc; c++, pk += MF_SC_DW_REC) {
+        mf_sc_dw_plane(x + c, g, x_zp, scratch);
+        if (signfix)
+            mf_sc_dw_rows(scratch, y + c, pk, g, 1, lo, hi);
+        else
+            mf_sc_dw_rows(scratch, y + c, pk, g, 0, lo, hi);
+    }
+}
+
 #endif

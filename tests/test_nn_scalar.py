@@ -88,6 +88,31 @@ def conv_case(rng, fmt, h, wd, c, kh, kw, s, padding, o):
     return dict(kind="conv", fmt=fmt, L=L, x=x, geom=geom, o=o, p=p, y=y)
 
 
+def tflm_dw(x, w, bias, x_zp, sh, sw, pt, pl, oh, ow, mults, shifts, y_zp, lo, hi):
+    """TFLM's int8 depthwise 3x3 (multiplier 1): x [H, W, C], w [3, 3, C] -> [OH, OW, C]."""
+    h, wd, c = x.shape
+    xp = np.full((h + 3 + sh * oh, wd + 3 + sw * ow, c), x_zp, np.int64)
+    xp[pt:pt + h, pl:pl + wd] = x
+    acc = np.zeros((oh, ow, c), np.int64) + bias
+    for ky in range(3):
+        for kx in range(3):
+            acc += (xp[ky:ky + sh * oh:sh, kx:kx + sw * ow:sw] - x_zp) * w[ky, kx]
+    from test_nn_gemm import mbqm
+    y = np.stack([mbqm(acc[..., ch], mults[ch], shifts[ch]) for ch in range(c)], -1)
+    return np.clip(y + y_zp, lo, hi).astype(np.int8)
+
+
+def dw_case(rng, h, wd, c, sh, sw, padding):
+    L = layer(rng, c, 9)
+    x = rng.integers(-128, 128, (h, wd, c))
+    oh, ow, pt, pl = conv_geometry(h, wd, 3, 3, (sh, sw), padding)
+    w = L["w"].T.reshape(3, 3, c)  # rows [C, 9] in (ky, kx) order
+    y = tflm_dw(x, w, L["bias"], L["x_zp"], sh, sw, pt, pl, oh, ow, L["mults"], L["shifts"],
+                L["y_zp"], L["lo"], L["hi"])
+    g = scalar.dw_geometry(h, wd, c, oh, ow, sh, sw, pt, pl)
+    return dict(kind="dw", fmt="dw", L=L, x=x, geom=g, o=c, y=y, transpose=ow < oh)
+
+
 def all_cases(seed=0):
     rng = np.random.default_rng(seed)
     cases = []
@@ -105,6 +130,14 @@ def all_cases(seed=0):
                     (9, 7, 3, 3, 3, 2, "VALID", 6), (6, 6, 16, 3, 3, 1, "SAME", 7),
                     (7, 5, 4, 1, 1, 2, "VALID", 9), (5, 9, 2, 3, 2, 2, "SAME", 4)):
             cases.append(conv_case(rng, fmt, *geo))
+    # depthwise: strides 1 and 2 (and mixed), SAME / VALID, planes transposed or not, one
+    # column or row, KWS's 25x5
+    for h, wd, c, sh, sw, pad in ((5, 6, 3, 1, 1, "SAME"), (7, 4, 5, 2, 2, "SAME"),
+                                  (25, 5, 4, 1, 1, "SAME"), (6, 9, 2, 2, 2, "VALID"),
+                                  (1, 7, 3, 1, 1, "SAME"), (8, 1, 2, 1, 1, "SAME"),
+                                  (9, 8, 3, 2, 1, "SAME"), (5, 11, 6, 1, 2, "VALID"),
+                                  (3, 3, 9, 1, 1, "SAME"), (12, 12, 2, 2, 2, "SAME")):
+        cases.append(dw_case(rng, h, wd, c, sh, sw, pad))
     return cases
 
 
@@ -129,6 +162,18 @@ def c_array(ctype, name, values):
     return f"static const {ctype} {name}[] = {{{vals}}};\n"
 
 
+def check(i, n, call, puts, puti) -> str:
+    """C: run case i's call into ybuf (sentinel-filled), count bytes off the expected y<i>."""
+    return f"""    memset(ybuf, {SENTINEL}, sizeof ybuf);
+    memset(scratch, 0x77, sizeof scratch);
+    {call}
+    bad = 0;
+    for (j = 0; j < {n}; j++) bad += ybuf[j] != y{i}[j];
+    for (j = {n}; j < (int)sizeof ybuf; j++) bad += ybuf[j] != {SENTINEL};
+    if (bad) {{ {puts}("case {i} bad "); {puti}((uint64_t)bad); {puts}("\\n"); total += bad; }}
+"""
+
+
 def program(cases, out: str) -> str:
     """A C program running every case; `out` is "bench" (tests/nn_bench) or "mf" (a riscv32
     project's mf_board.h)."""
@@ -138,10 +183,23 @@ def program(cases, out: str) -> str:
     body = []
     ymax = max(c["y"].size + 8 for c in cases)
     smax = max([c["p"] * c["geom"][3] * c["geom"][4] * c["geom"][2] for c in cases
-                if c["kind"] == "conv"] + [4])
+                if c["kind"] == "conv"] + [int(c["geom"][13] * c["geom"][14]) for c in cases
+                                           if c["kind"] == "dw"] + [4])
     head.append(f"static int8_t ybuf[{ymax}];\nstatic int8_t scratch[{smax}];\n")
     for i, c in enumerate(cases):
         fmt = c["fmt"]
+        if c["kind"] == "dw":
+            L = c["L"]
+            folded = pack.fold_bias(L["bias"], L["w"], L["x_zp"])
+            rq = pack.requant_params(L["mults"], L["shifts"], L["y_zp"],
+                                     pack.acc_bounds(folded, L["w"]))
+            pk = scalar.pack_dw3(L["w"], folded, rq, c["transpose"])
+            head += [c_array("int32_t", f"w{i}", pk), c_array("int32_t", f"g{i}", c["geom"]),
+                     c_array("int8_t", f"x{i}", c["x"]), c_array("int8_t", f"y{i}", c["y"])]
+            call = (f"mf_sc_dw3(x{i}, ybuf, w{i}, g{i}, {L['x_zp']}, {L['lo']}, {L['hi']}, "
+                    f"{pack.needs_signfix(L['y_zp'], L['lo'])}, scratch);")
+            body.append(check(i, c["y"].size, call, puts, puti))
+            continue
         packed, folded, rq, sf, chunk = kernel_data(c["L"], fmt)
         wt = "int32_t" if fmt == "l64" else "int8_t"
         lo, hi, o = c["L"]["lo"], c["L"]["hi"], c["o"]
@@ -157,14 +215,7 @@ def program(cases, out: str) -> str:
             call = (f"mf_sc_conv_{fmt}(x{i}, (const mf_conv_geom *)g{i}, {c['L']['x_zp']}, "
                     f"{c['p']}, {chunk}, w{i}, (const mf_sc_rec *)q{i}, {o}, {lo}, {hi}, "
                     f"{sf}, ybuf, scratch);")
-        body.append(f"""    memset(ybuf, {SENTINEL}, sizeof ybuf);
-    memset(scratch, 0x77, sizeof scratch);
-    {call}
-    bad = 0;
-    for (j = 0; j < {n}; j++) bad += ybuf[j] != y{i}[j];
-    for (j = {n}; j < (int)sizeof ybuf; j++) bad += ybuf[j] != {SENTINEL};
-    if (bad) {{ {puts}("case {i} bad "); {puti}((uint64_t)bad); {puts}("\\n"); total += bad; }}
-""")
+        body.append(check(i, n, call, puts, puti))
     return "".join(head) + f"""
 int main(void) {{
     int j, bad;
@@ -239,7 +290,8 @@ def test_riscv(riscv_project, opt):
 # ---- the schedule: scheduled kernel == reference kernel in the loop-IR evaluator ---------------
 def _sched_cases():
     from test_sched_layers import CASES as LAYERS
-    return [c for c in LAYERS if not c[0].startswith("dw_")][::2]
+    return [c for c in LAYERS if not c[0].startswith("dw")][::2] + [
+        c for c in LAYERS if c[0].startswith("dw")]
 
 
 M3 = None
@@ -262,9 +314,16 @@ def test_scheduled_equals_reference(name, op, kw):
     for target, fmt in ((Target("mps2-an385", "cortex-m3"), "l64"),
                         (Target("riscv32-virt", "rv32imac"), "m8")):
         k = lower_node(node, g, "k", target)
-        # (m8 declines one- and two-row GEMMs: a 3-row block would compute them 1.5-3x)
-        assert (k.schedule.startswith("mf_sc_") and k.schedule.endswith(fmt)
-                or fmt == "m8" and not k.schedule.startswith("mf_sc_conv")), k.schedule
+        # (m8 declines one- and two-row GEMMs: a 3-row block would compute them 1.5-3x;
+        # mf_sc_dw3 runs on the m8 cores only, 3x3 depth multiplier 1)
+        if op == "DEPTHWISE_CONV_2D" and kw.get("mult", 1) == 1 and kw.get("k", (3, 3)) == (3, 3):
+            assert k.schedule == ("mf_sc_dw3" if fmt == "m8" else "mf_dw3x3_s8") or \
+                k.schedule.startswith("mf_dw3x3_s8"), k.schedule
+            if fmt == "m8":
+                assert k.schedule == "mf_sc_dw3"
+        else:
+            assert (k.schedule.startswith("mf_sc_") and k.schedule.endswith(fmt)
+                    or fmt == "m8" and not k.schedule.startswith("mf_sc_conv")), k.schedule
         y = np.zeros_like(y0)
         run_kernel(k, {"x": x[0].reshape(-1).copy(), "y": y})
         assert y.tolist() == y0.tolist(), target.name

@@ -152,3 +152,85 @@ def scalar_gemm(ctx: OpContext, ref: ir.Kernel, target) -> ir.Kernel | None:
            + (f", lane chunks of {chunk} taps" if fmt == "l64" else "")
            + (f", {scratch} bytes scratch" if scratch else ""))
     return ir.Kernel(ctx.name, tuple(bufs), tuple(body), doc, ref.macs, name)
+
+
+def dw_geometry(h, w, c, oh, ow, sh, sw, pt, pl) -> np.ndarray:
+    """mf_sc_dw3's geometry (15 int32, mcuforge_scalar.h), the plane transposed when the image
+    has fewer output columns than rows (longer inner loops: KWS's 25x5 walks rows of 25)."""
+    if ow < oh:  # plane rows = image columns
+        g = [w, h, c, ow, oh, sw, sh, pl, pt, c, w * c, c, ow * c]
+    else:
+        g = [h, w, c, oh, ow, sh, sw, pt, pl, w * c, c, ow * c, c]
+    g += [(g[3] - 1) * g[5] + 3, (g[4] - 1) * g[6] + 3]
+    return np.array(g, np.int32)
+
+
+def pack_dw3(rows, bias, rq, transpose: bool) -> np.ndarray:
+    """mf_sc_dw3's table: per channel the 9 weights (rows [C, 9] in (ky, kx) order; (kx, ky)
+    for a transposed plane), then mf_sc_rec (bias, mult, add, pre, post): int32 [C * 14]."""
+    c = len(rows)
+    taps = np.asarray(rows, np.int64).reshape(c, 3, 3)
+    if transpose:
+        taps = taps.transpose(0, 2, 1)
+    pk = np.concatenate([taps.reshape(c, 9),
+                         rq_records(bias, rq).reshape(c, 5).astype(np.int64)], axis=1)
+    return pk.reshape(-1).astype(np.int32)
+
+
+@schedules("depthwise_conv2d", first=True)
+def scalar_dw(ctx: OpContext, ref: ir.Kernel, target) -> ir.Kernel | None:
+    """A 3x3 depthwise layer (depth multiplier 1, dilation 1) on mf_sc_dw3, on the "m8" cores
+    (RV32: VWW's depthwise layers ~6.3 M -> 5.6 M instructions). On Armv7-M the older portable
+    mf_dw3x3_s8 stays: with 13 registers the weights spill (VWW 5.16 M there, 5.42 M here)."""
+    from .. import pack
+    from ..lower.conv import output_multipliers
+    from ..lower.q_uint8 import activation_range
+    from . import tflm_int8_layer
+    if target.host or target.dsp or target.mve or weight_format(target) != "m8" \
+            or not tflm_int8_layer(ctx):
+        return None
+    x, w, bias, y = ctx.input(0), ctx.input(1), ctx.input(2), ctx.output()
+    if len(x.shape) != 4 or tuple(w.shape[1:3]) != (3, 3) \
+            or tuple(ctx.attrs.get("dilation", (1, 1))) != (1, 1):
+        return None
+    n, h, wd, c = x.shape
+    _, oh, ow, o = y.shape
+    if w.shape[3] != c or o != c:
+        return None
+    (sh, sw), (pt, _, pl, _) = ctx.attrs["stride"], ctx.attrs["padding"]
+    g = dw_geometry(h, wd, c, oh, ow, sh, sw, pt, pl)
+    transpose = ow < oh
+    k = np.asarray(w.data, np.int64).reshape(3, 3, c)
+    rows = k.reshape(9, c).T.copy()  # [C, 9] in (ky, kx) order
+    x_zp, y_zp = int(x.quant.zero_point[0]), int(y.quant.zero_point[0])
+    folded = pack.fold_bias(None if bias is None else bias.data, rows, x_zp)
+    if folded is None:
+        return None
+    mults, shifts = (a.copy() for a in output_multipliers(ctx, c))
+    lo, hi = activation_range(ctx.attrs.get("activation", "none"), y.quant.scale[0], y_zp, "int8")
+    const = pack.constant_channels(folded, rows, mults, shifts, y_zp, lo, hi)
+    for ch in const:
+        rows[ch], folded[ch], mults[ch], shifts[ch] = 0, 0, 0, 0
+    rq = pack.requant_params(mults, shifts, y_zp, pack.acc_bounds(folded, rows))
+    if rq is None:
+        return None
+    for ch, value in const.items():
+        rq[ch] = (0, value, 1, 0)
+    pk = pack_dw3(rows, folded, rq, transpose)
+    signfix = pack.needs_signfix(y_zp, int(lo))
+    scratch = int(g[13]) * int(g[14])
+    consts = [ir.Buffer("pk", "int32", pk.size, "const", pk,
+                        "per channel: 9 weights (plane order), bias - x_zp * sum(w), mult, add, "
+                        "pre, post"),
+              ir.Buffer("geom", "int32", g.size, "const", g,
+                        "mf_sc_dw3: VH VW C VOH VOW sy sx pad_y pad_x in_ys in_xs out_ys out_xs "
+                        "PH PW")]
+    body = ir.loops([("n", n)], lambda i: [ir.CallStmt("mf_sc_dw3", (
+        ir.Ptr("x", i * (h * wd * c)), ir.Ptr("y", i * (oh * ow * c)), ir.Ptr("pk", ir.Const(0)),
+        ir.Ptr("geom", ir.Const(0)), ir.Const(x_zp), ir.Const(int(lo)), ir.Const(int(hi)),
+        ir.Const(signfix), ir.Ptr("scratch", ir.Const(0))))])
+    bufs = [b_ for b_ in ref.params if b_.kind != "scratch"] + consts + [
+        ir.Buffer("scratch", "int8", scratch, "scratch")]
+    doc = (f"{ref.doc}\nscheduled: mf_sc_dw3, per channel a padded int8 plane "
+           f"{'(transposed) ' if transpose else ''}of {scratch} bytes scratch")
+    return ir.Kernel(ctx.name, tuple(bufs), tuple(body), doc, ref.macs, "mf_sc_dw3")
