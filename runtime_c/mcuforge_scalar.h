@@ -104,6 +104,33 @@ MF_INLINE void mf_sc_split(int64_t s, int32_t *pa, int32_t *pb) {
 
 /* "l64": x rows (x_stride bytes apart, K taps), pw lane words, chunks of L taps (L >= 1;
  * L = K: one chunk). No scratch. */
+/* sum over n taps of x * the lane words into *s0 (channels 0, 1) and *s1 (2, 3); advances w */
+MF_INLINE void mf_sc_l64_taps(const int8_t *xp, int32_t n, const int32_t **pw, int64_t *ps0,
+                              int64_t *ps1) {
+    const int32_t *w = *pw;
+    const int8_t *x4 = xp + (n & ~3), *xe = xp + n;
+    int64_t s0 = 0, s1 = 0;
+    for (; xp != x4; xp += 4, w += 8) {
+        int32_t v0 = xp[0], v1 = xp[1], v2 = xp[2], v3 = xp[3];
+        s0 += (int64_t)v0 * w[0];
+        s1 += (int64_t)v0 * w[1];
+        s0 += (int64_t)v1 * w[2];
+        s1 += (int64_t)v1 * w[3];
+        s0 += (int64_t)v2 * w[4];
+        s1 += (int64_t)v2 * w[5];
+        s0 += (int64_t)v3 * w[6];
+        s1 += (int64_t)v3 * w[7];
+    }
+    for (; xp != xe; xp++, w += 2) {
+        int32_t v0 = xp[0];
+        s0 += (int64_t)v0 * w[0];
+        s1 += (int64_t)v0 * w[1];
+    }
+    *pw = w;
+    *ps0 = s0;
+    *ps1 = s1;
+}
+
 MF_MICRO void mf_sc_gemm_l64(const int8_t *x, int32_t rows, int32_t x_stride, int32_t K,
                              int32_t L, const int32_t *pw, const mf_sc_rec *rq, int32_t O,
                              int32_t lo, int32_t hi, int32_t signfix, int8_t *y,
@@ -113,33 +140,22 @@ MF_MICRO void mf_sc_gemm_l64(const int8_t *x, int32_t rows, int32_t x_stride, in
         const int8_t *xr = x + r * x_stride;
         const int32_t *w = pw;
         for (o = 0; o < O; o += 4) {
-            int32_t a[4] = {0, 0, 0, 0};
-            int32_t k0;
-            for (k0 = 0; k0 < K; k0 += L) {
-                int32_t n = K - k0 < L ? K - k0 : L;
-                const int8_t *xp = xr + k0;
-                int64_t s0 = 0, s1 = 0;
-                for (; n >= 4; n -= 4, xp += 4, w += 8) {
-                    int32_t v0 = xp[0], v1 = xp[1], v2 = xp[2], v3 = xp[3];
-                    s0 += (int64_t)v0 * w[0];
-                    s1 += (int64_t)v0 * w[1];
-                    s0 += (int64_t)v1 * w[2];
-                    s1 += (int64_t)v1 * w[3];
-                    s0 += (int64_t)v2 * w[4];
-                    s1 += (int64_t)v2 * w[5];
-                    s0 += (int64_t)v3 * w[6];
-                    s1 += (int64_t)v3 * w[7];
+            int32_t a0 = 0, a1 = 0, a2 = 0, a3 = 0;
+            int64_t s0, s1;
+            if (L >= K) { /* one chunk: the lanes split once */
+                mf_sc_l64_taps(xr, K, &w, &s0, &s1);
+                mf_sc_split(s0, &a0, &a1);
+                mf_sc_split(s1, &a2, &a3);
+            } else {
+                int32_t k0;
+                for (k0 = 0; k0 < K; k0 += L) {
+                    mf_sc_l64_taps(xr + k0, K - k0 < L ? K - k0 : L, &w, &s0, &s1);
+                    mf_sc_split(s0, &a0, &a1);
+                    mf_sc_split(s1, &a2, &a3);
                 }
-                for (; n > 0; n--, xp++, w += 2) {
-                    int32_t v0 = xp[0];
-                    s0 += (int64_t)v0 * w[0];
-                    s1 += (int64_t)v0 * w[1];
-                }
-                mf_sc_split(s0, &a[0], &a[1]);
-                mf_sc_split(s1, &a[2], &a[3]);
             }
-            mf_sc_store4(y + r * y_stride + o, a[0], a[1], a[2], a[3], rq + o,
-                         O - o < 4 ? O - o : 4, signfix, lo, hi);
+            mf_sc_store4(y + r * y_stride + o, a0, a1, a2, a3, rq + o, O - o < 4 ? O - o : 4,
+                         signfix, lo, hi);
         }
     }
 }

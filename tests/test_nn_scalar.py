@@ -314,16 +314,16 @@ def test_scheduled_equals_reference(name, op, kw):
     for target, fmt in ((Target("mps2-an385", "cortex-m3"), "l64"),
                         (Target("riscv32-virt", "rv32imac"), "m8")):
         k = lower_node(node, g, "k", target)
-        # (m8 declines one- and two-row GEMMs: a 3-row block would compute them 1.5-3x;
-        # mf_sc_dw3 runs on the m8 cores only, 3x3 depth multiplier 1)
-        if op == "DEPTHWISE_CONV_2D" and kw.get("mult", 1) == 1 and kw.get("k", (3, 3)) == (3, 3):
-            assert k.schedule == ("mf_sc_dw3" if fmt == "m8" else "mf_dw3x3_s8") or \
-                k.schedule.startswith("mf_dw3x3_s8"), k.schedule
-            if fmt == "m8":
-                assert k.schedule == "mf_sc_dw3"
-        else:
-            assert (k.schedule.startswith("mf_sc_") and k.schedule.endswith(fmt)
-                    or fmt == "m8" and not k.schedule.startswith("mf_sc_conv")), k.schedule
+        # which kernel: l64 on the M3 for K >= SMALL_K, else m8; m8 declines one- and
+        # two-row GEMMs (a 3-row block would compute them 1.5-3x), mf_sc_dw3 runs on the m8
+        # cores only (3x3, depth multiplier 1); declined layers keep gemm.py / depthwise.py
+        assert k is not ref
+        if fmt == "l64" and k.schedule.startswith("mf_sc_"):
+            assert k.schedule.endswith(("l64", "m8")), k.schedule
+        elif fmt == "m8" and op == "DEPTHWISE_CONV_2D" and kw.get("mult", 1) == 1:
+            assert k.schedule == "mf_sc_dw3", k.schedule
+        elif fmt == "m8" and k.schedule.startswith("mf_sc_"):
+            assert k.schedule.endswith("m8"), k.schedule
         y = np.zeros_like(y0)
         run_kernel(k, {"x": x[0].reshape(-1).copy(), "y": y})
         assert y.tolist() == y0.tolist(), target.name
@@ -349,3 +349,18 @@ def test_mlperf_m3_matches_tflm(stem):
     y = runner.run(path, x, board="mps2-an385")
     ref = tflm.run(path.read_bytes(), [x])[0]
     assert np.array_equal(y, ref), f"{np.sum(y != ref)} bytes differ from tflite-micro"
+
+
+@pytest.mark.parametrize("c,target,want", [
+    (64, "cortex-m3", "mf_sc_gemm_l64"), (8, "cortex-m3", "mf_sc_gemm_m8"),
+    (64, "rv32imac", "mf_sc_gemm_m8"), (8, "rv32imac", "mf_sc_gemm_m8")])
+def test_kernel_choice(c, target, want):
+    """1x1 layers over 15 pixels: l64 (SMLAL) on Armv7-M from K = 16, m8 below and on RV32."""
+    from mcuforge.codegen_c.kernels import lower_node
+    from mcuforge.frontend.tflite import load_tflite
+    from mcuforge.ir.target import Target
+    from test_sched_layers import layer_model
+    model, _ = layer_model(7, "CONV_2D", hw=(3, 5), c=c, o=8, k=(1, 1), act="relu")
+    g = load_tflite(model)
+    k = lower_node(g.nodes[0], g, "k", Target("b", target))
+    assert k.schedule == want
