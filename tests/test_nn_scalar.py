@@ -76,8 +76,8 @@ def gemm_case(rng, fmt, rows, k, o, gap=0, big=False):
     return dict(kind="gemm", fmt=fmt, L=L, x=xs, rows=rows, k=k, o=o, xs=k + gap, y=y)
 
 
-def conv_case(rng, fmt, h, wd, c, kh, kw, s, padding, o):
-    L = layer(rng, o, kh * kw * c)
+def conv_case(rng, fmt, h, wd, c, kh, kw, s, padding, o, big=False):
+    L = layer(rng, o, kh * kw * c, big)
     x = rng.integers(-128, 128, (h, wd, c))
     w4 = L["w"].reshape(o, kh, kw, c)
     y = tflm_conv(x, w4, L["bias"], L["x_zp"], s, padding, L["mults"], L["shifts"], L["y_zp"],
@@ -130,6 +130,8 @@ def all_cases(seed=0):
                     (9, 7, 3, 3, 3, 2, "VALID", 6), (6, 6, 16, 3, 3, 1, "SAME", 7),
                     (7, 5, 4, 1, 1, 2, "VALID", 9), (5, 9, 2, 3, 2, 2, "SAME", 4)):
             cases.append(conv_case(rng, fmt, *geo))
+        # full-scale weights over K = 576: lane chunks (l64 falls back to im2col rows)
+        cases.append(conv_case(rng, fmt, 5, 6, 64, 3, 3, 1, "SAME", 5, big=True))
     # depthwise: strides 1 and 2 (and mixed), SAME / VALID, planes transposed or not, one
     # column or row, KWS's 25x5
     for h, wd, c, sh, sw, pad in ((5, 6, 3, 1, 1, "SAME"), (7, 4, 5, 2, 2, "SAME"),
