@@ -15,10 +15,13 @@ from ..lower import OpContext, reference_kernel
 SCHEDULES = {}  # op -> [fn(ctx, reference kernel, target) -> Kernel | None]
 
 
-def schedules(*ops):
+def schedules(*ops, first=False):
+    """Register fn for ops; first: ahead of the schedules registered so far (whatever the
+    import order)."""
     def register(fn):
         for op in ops:
-            SCHEDULES.setdefault(op, []).append(fn)
+            fns = SCHEDULES.setdefault(op, [])
+            fns.insert(0, fn) if first else fns.append(fn)
         return fn
     return register
 
@@ -67,6 +70,7 @@ def schedule_kernel(ctx, kernel, target: Target):
 def _load_all():
     from . import mve  # noqa: F401  (first: Helium targets take it before gemm's DSP kernels)
     from . import mve_dw  # noqa: F401  (Helium depthwise, pools, ADD before the DSP schedules)
+    from . import scalar  # noqa: F401  (cores without SIMD: registers ahead of gemm, depthwise)
     from . import depthwise, eltwise, gemm, host, requant, svdf, seq  # noqa: F401  (they register
     # schedules; svdf before seq: the whole int8 SVDF where it applies, else seq)
     from . import lut  # noqa: F401  (last: the table serves what no other schedule takes)
