@@ -5,7 +5,8 @@ mirrored in codegen_c/micro.py; on the host runtime_c/mcuforge_vec.h, host.py, m
 prove itself exact (then the reference stays); tests run both through the loop-IR evaluator
 on random data and require equal outputs.
 
-Schedules register per op with `@schedules(op, ...)` and are tried in registration order."""
+Schedules register per op with `@schedules(op, ...)` and are tried in the order of their
+modules in ORDER, whatever order the modules were imported in."""
 from __future__ import annotations
 
 from mcuforge.ir.target import HOST, Target
@@ -13,15 +14,27 @@ from mcuforge.ir.target import HOST, Target
 from ..lower import OpContext, reference_kernel
 
 SCHEDULES = {}  # op -> [fn(ctx, reference kernel, target) -> Kernel | None]
+# Which schedule a layer gets when several apply: the target-specific ones first (Helium
+# depthwise before the Helium GEMM, which takes depthwise layers with a multiplier; cores
+# without SIMD), then the DSP/host ones; svdf before seq (the whole int8 SVDF where it applies);
+# lut last (the table serves what no other schedule takes).
+ORDER = ("mve_dw", "mve", "scalar", "depthwise", "eltwise", "gemm", "host", "requant", "svdf",
+         "seq", "lut")
 
 
-def schedules(*ops, first=False):
-    """Register fn for ops; first: ahead of the schedules registered so far (whatever the
-    import order)."""
+def _rank(fn) -> int:
+    module = fn.__module__.rsplit(".", 1)[-1]
+    return ORDER.index(module) if module in ORDER else len(ORDER)
+
+
+def schedules(*ops):
+    """Register fn for ops, in its module's place in ORDER (a module not listed: after all,
+    in import order)."""
     def register(fn):
         for op in ops:
             fns = SCHEDULES.setdefault(op, [])
-            fns.insert(0, fn) if first else fns.append(fn)
+            fns.append(fn)
+            fns.sort(key=_rank)  # stable: a module's own schedules keep their order
         return fn
     return register
 
@@ -68,12 +81,8 @@ def schedule_kernel(ctx, kernel, target: Target):
 
 
 def _load_all():
-    from . import mve  # noqa: F401  (first: Helium targets take it before gemm's DSP kernels)
-    from . import mve_dw  # noqa: F401  (Helium depthwise, pools, ADD before the DSP schedules)
-    from . import scalar  # noqa: F401  (cores without SIMD: registers ahead of gemm, depthwise)
-    from . import depthwise, eltwise, gemm, host, requant, svdf, seq  # noqa: F401  (they register
-    # schedules; svdf before seq: the whole int8 SVDF where it applies, else seq)
-    from . import lut  # noqa: F401  (last: the table serves what no other schedule takes)
+    from . import (depthwise, eltwise, gemm, host, lut, mve, mve_dw, requant,  # noqa: F401
+                   scalar, seq, svdf)  # (they register their schedules)
 
 
 def lower_node(node, graph, name: str, target: Target | None = None):
