@@ -64,7 +64,6 @@ def _entry(fn, flags: int):
     return run
 
 
-INTRINSICS["mf_mve_gemm16"] = _gemm  # (its fast path computes the same; else the general code)
 for _f in range(4):
     INTRINSICS[f"mf_mve_gemm_f{_f}"] = _entry(_gemm, _f)
     INTRINSICS[f"mf_mve_conv_f{_f}"] = _entry(_conv, _f)

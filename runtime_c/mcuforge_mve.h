@@ -340,64 +340,6 @@ MF_MVE_GEMM_ENTRY(2)
 MF_MVE_GEMM_ENTRY(3)
 #undef MF_MVE_GEMM_ENTRY
 
-/* K <= 16 taps, no sign term, no left shift, the int8 range as clamp (TFLite's fused ReLU
- * with output zero point -128, or none): per block of 4 channels one asm loop over all rows,
- * the block's 4 weight vectors and 3 requantization vectors held in Q registers (the clamp is
- * the saturation of two VQMOVNB), 19 instructions per row against ~33 in mf_mve_row2. Any
- * other layer goes through mf_mve_gemm_body (same results). */
-MF_MICRO void mf_mve_gemm16(const int8_t *x, int32_t rows, int32_t x_stride, int32_t k,
-                            const int32_t *pk, int32_t o, int32_t lo, int32_t hi, int32_t flags,
-                            int8_t *y, int32_t y_stride) {
-#if MF_MVE_ASM
-    if (k <= 16 && flags == 0 && lo == -128 && hi == 127 && rows > 0) {
-        int32_t b;
-        for (b = 0; b + 4 <= o; b += 4, pk += MF_MVE_BLOCK_WORDS(16)) {
-            const int8_t *w = (const int8_t *)(pk + 4), *xr = x;
-            register int8_t *yr __asm__("r3") = y + b; /* VSTRB.32 wants a low register;
-                                                         * gcc does not find one by itself */
-            int32x4_t w0 = vreinterpretq_s32_s8(vldrbq_s8(w));
-            int32x4_t w1 = vreinterpretq_s32_s8(vldrbq_s8(w + 16));
-            int32x4_t w2 = vreinterpretq_s32_s8(vldrbq_s8(w + 32));
-            int32x4_t w3 = vreinterpretq_s32_s8(vldrbq_s8(w + 48));
-            int32x4_t m = vldrwq_s32(pk + 20), ad = vldrwq_s32(pk + 24);
-            int32x4_t ns = vldrwq_s32(pk + 32), t;
-            mve_pred16_t p = vctp8q((uint32_t)k); /* the row's taps (in VPR) */
-            __asm__ volatile(
-                "wls lr, %[n], 2f\n"
-                "1:\n\t"
-                "ldm %[b], {r0, r2, r4, r6}\n\t"
-                "vpst\n\t"
-                "vldrbt.u8 %q[t], [%[x]]\n\t"
-                "add %[x], %[x], %[xs]\n\t"
-                "vmladava.s8 r0, %q[t], %q[w0]\n\t"
-                "vmladava.s8 r2, %q[t], %q[w1]\n\t"
-                "vmladava.s8 r4, %q[t], %q[w2]\n\t"
-                "vmladava.s8 r6, %q[t], %q[w3]\n\t"
-                "push {r0, r2, r4, r6}\n\t"
-                "vldrw.u32 %q[t], [sp]\n\t"
-                "add sp, sp, #16\n\t"
-                "vqrdmulh.s32 %q[t], %q[t], %q[m]\n\t"
-                "vadd.i32 %q[t], %q[t], %q[ad]\n\t"
-                "vshl.s32 %q[t], %q[t], %q[ns]\n\t"
-                "vqmovnb.s32 %q[t], %q[t]\n\t"
-                "vqmovnb.s16 %q[t], %q[t]\n\t"
-                "vstrb.32 %q[t], [%[y]]\n\t"
-                "add %[y], %[y], %[ys]\n\t"
-                "le lr, 1b\n"
-                "2:"
-                : [t] "=&w"(t), [x] "+r"(xr), [y] "+l"(yr) /* VSTRB.32: a low register */
-                : [w0] "w"(w0), [w1] "w"(w1), [w2] "w"(w2), [w3] "w"(w3), [m] "w"(m),
-                  [ad] "w"(ad), [ns] "w"(ns), [b] "r"(pk), [p] "Up"(p), [n] "r"(rows),
-                  [xs] "r"(x_stride), [ys] "r"(y_stride)
-                : "r0", "r2", "r4", "r6", "lr", "memory");
-        }
-        if (b < o) mf_mve_gemm_body(x, rows, x_stride, k, pk, o - b, lo, hi, 0, y + b, y_stride);
-        return;
-    }
-#endif
-    mf_mve_gemm_body(x, rows, x_stride, k, pk, o, lo, hi, flags, y, y_stride);
-}
-
 /* Byte copy and fill of the im2col patch: tail-predicated low-overhead loops (WLSTP/LETP: 3
  * instructions per 16 bytes, none per call beyond the setup); newlib-nano's are byte-wise. */
 MF_INLINE void mf_mve_copy(int8_t *d, const int8_t *s, int32_t n) {

@@ -75,12 +75,6 @@ def all_cases(seed=0):
         cases.append(gemm_case(rng, rows, k, o, acts[int(rng.integers(0, 3))],
                                int(rng.integers(0, 3)) * int(rng.integers(0, 7)),
                                int(rng.integers(0, 2)) * int(rng.integers(0, 5))))
-    # mf_mve_gemm16's fast path (K <= 16, flags 0, the int8 range as clamp: fused ReLU with
-    # output zero point -128): VWW's K = 8 and 16, channel tails, row gaps, one row
-    for i, (rows, k, o) in enumerate(((5, 8, 16), (4, 16, 32), (3, 13, 19), (1, 1, 4),
-                                      (6, 16, 3), (2, 9, 8), (7, 15, 5))):
-        cases.append(dict(gemm_case(rng, rows, k, o, "relu", i % 3, i % 2 * 2, fused=True,
-                                    post0=False), entry="mf_mve_gemm16"))
     # convolutions: KWS's 10x4 s2 1 channel, 3x3 of 3 channels s1/s2 (ResNet-8's and VWW's
     # first), 3x3 16 channels, strided 1x1, odd kernels and strides, both paddings
     for geo in ((12, 6, 1, 10, 4, 2, "SAME", 8), (9, 8, 3, 3, 3, 1, "SAME", 16),
@@ -116,9 +110,7 @@ def c_program(cases) -> str:
         # every other case through the entry of its flags (what the schedule calls)
         suffix = f"_f{c['flags']}" if i % 2 else ""
         if c["kind"] == "gemm":
-            # mf_mve_gemm16 on its own cases and on others (its fallback: any K, flags, clamp)
-            name = c.get("entry", "mf_mve_gemm16" if i % 3 == 2 else f"mf_mve_gemm{suffix}")
-            call = f"{name}(x{i}, {c['rows']}, {c['xs']}, {c['k']}, {tail}, {c['ys']})"
+            call = f"mf_mve_gemm{suffix}(x{i}, {c['rows']}, {c['xs']}, {c['k']}, {tail}, {c['ys']})"
             need = 0
         else:
             out.append(f"static const mf_conv_geom g{i} = {{{','.join(map(str, c['geom']))}}};\n")

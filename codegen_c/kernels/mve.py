@@ -39,12 +39,9 @@ def mve_gemm(ctx: OpContext, ref: ir.Kernel, target) -> ir.Kernel | None:
             ir.Const(layer["hi"]), ir.Const(flags))
     padded = ctx.node.op != "fully_connected" and any(ctx.attrs["padding"])
     pointwise = ctx.node.op == "fully_connected" or (k == x.shape[-1] and not padded)
-    gemm = f"mf_mve_gemm_f{flags}"
-    if k <= 16 and flags == 0 and (layer["lo"], layer["hi"]) == (-128, 127):
-        gemm = "mf_mve_gemm16"  # weights and requantization held in registers over the rows
     if pointwise and (ctx.node.op == "fully_connected" or tuple(ctx.attrs["stride"]) == (1, 1)):
         n_rows = x.size // k
-        name, scratch = gemm, 0
+        name, scratch = f"mf_mve_gemm_f{flags}", 0
         body = (ir.CallStmt(name, (ir.Ptr("x", ir.Const(0)), ir.Const(n_rows), ir.Const(k),
                                    ir.Const(k), *tail, ir.Ptr("y", ir.Const(0)), ir.Const(o))),)
         how = f"{n_rows} rows x {k} taps"
@@ -52,7 +49,7 @@ def mve_gemm(ctx: OpContext, ref: ir.Kernel, target) -> ir.Kernel | None:
         n, h, w_, c = x.shape
         _, oh, ow, _ = y.shape
         sh, sw = ctx.attrs["stride"]
-        name, scratch = gemm, 0
+        name, scratch = f"mf_mve_gemm_f{flags}", 0
         body = ir.loops([("n", n), ("oy", oh)], lambda b, oy: [ir.CallStmt(name, (
             ir.Ptr("x", b * (h * w_ * c) + oy * (sh * w_ * c)), ir.Const(ow), ir.Const(sw * c),
             ir.Const(k), *tail, ir.Ptr("y", b * (oh * ow * o) + oy * (ow * o)), ir.Const(o)))])
