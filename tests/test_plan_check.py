@@ -147,7 +147,7 @@ def test_reshape_alias_accepted_same_overlap_without_alias_rejected():
 def test_broken_planner_stops_compile(tmp_path, monkeypatch, capsys):
     from mcuforge import cli
 
-    monkeypatch.setattr(mp, "plan", lambda requests: {r.name: 0 for r in requests})
+    monkeypatch.setattr(mp, "plan", lambda requests, links=None: {r.name: 0 for r in requests})
     out = tmp_path / "out"
     rc = cli.main(["compile", str(mlperf_model("kws_ref_model")), "-o", str(out)])
     err = capsys.readouterr().err
