@@ -218,9 +218,10 @@ def in_place_states(g: Graph) -> dict:
     return out
 
 
-def requests_of(g: Graph) -> tuple:
+def requests_of(g: Graph, keep_input: bool = False) -> tuple:
     """(requests, alias map): one request per buffer; alias outputs map to their root (the
-    next values of in_place_states to their state)."""
+    next values of in_place_states to their state). `keep_input`: the graph inputs stay live
+    to the end (no layer writes over them)."""
     root = {}
     for n in g.nodes:
         if n.op in ALIAS_OPS:
@@ -239,7 +240,7 @@ def requests_of(g: Graph) -> tuple:
             r = root.get(t, t)
             first.setdefault(r, i)
             last[r] = max(last.get(r, i), i)
-    for name in list(g.outputs) + list(g.state.values()):
+    for name in list(g.outputs) + list(g.state.values()) + (list(g.inputs) if keep_input else []):
         last[root.get(name, name)] = end
     root.update(in_place_states(g))
     reqs = tuple(Request(name, g.tensors[name].nbytes, first[name], last[name],
@@ -256,7 +257,7 @@ def plan_graph(g: Graph, scratch_of=None, in_place_of=None, keep_input: bool = F
     node)`, when given, is the node's kernel's declaration: ((input tensor, byte shift), ...)
     its first output may be written over (see in_place_links); `keep_input`: graph inputs are
     never overwritten."""
-    reqs, root = requests_of(g)
+    reqs, root = requests_of(g, keep_input)
     subplans, scratch = {}, []
     for i, n in enumerate(g.nodes):
         subs = subgraphs(n)
@@ -297,7 +298,7 @@ def in_place_links(g: Graph, in_place_of, keep_input: bool = False) -> dict:
     or its next value (nor a graph input with keep_input), and both buffers are arena requests
     of the default alignment with the shift a multiple of it. plan_check.allowed_in_place
     recomputes the same rule on its own."""
-    reqs, root = requests_of(g)
+    reqs, root = requests_of(g, keep_input)
     by_name = {r.name: r for r in reqs}
     sinks = {root.get(t, t) for t in list(g.outputs) + list(g.state.values())}
     out = {}

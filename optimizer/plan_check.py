@@ -51,7 +51,7 @@ def check_plan(g: Graph, plan, in_place: dict | None = None, declared: dict | No
         for t in n.outputs:
             first.setdefault(t, i)
             last[t] = max(last.get(t, i), i)
-    for t in list(g.outputs) + list(g.state.values()):
+    for t in list(g.outputs) + list(g.state.values()) + (list(g.inputs) if keep_input else []):
         first.setdefault(t, 0)
         last[t] = end
     sizes = {r.name: r.size for r in plan.requests}
