@@ -184,7 +184,7 @@ def in_place_table(g: Graph, kernels: dict) -> dict:
             continue
         tensors = [t for t in node.inputs if t and not g.tensors[t].is_const]
         by_buf = {b.name: t for b, t in zip([b for b in k.params if b.kind == "in"], tensors)}
-        decl = tuple((by_buf[b], shift) for b, shift in k.in_place if b in by_buf)
+        decl = tuple((by_buf[e[0]], e[1]) for e in k.in_place if e[0] in by_buf)
         if decl:
             out[id(node)] = decl
     return out

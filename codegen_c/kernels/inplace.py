@@ -69,7 +69,8 @@ def best_shift(acc: Access, align: int = ALIGN) -> int:
     np.minimum.at(first, rl[read], np.nonzero(read)[0])
     after = np.minimum.accumulate(first[::-1])[::-1]  # after[t]: lowest address read at >= t
     b = np.nonzero(wf != NEVER)[0]
-    bound = after[np.minimum(wf[b] + 1, top)] - 1 - b  # s + b < first address read after wf[b]
+    nxt = after[np.minimum(wf[b] + 1, top)]  # the first address read after wf[b]
+    bound = (nxt - 1 - b)[nxt < n_in]  # s + b < it (none read after: no bound)
     shift = int(min(0, bound.min(initial=0)))
     shift = -((-shift + align - 1) // align * align)
     shift = max(shift, -((acc.write_first.size + align - 1) // align) * align)
@@ -78,10 +79,15 @@ def best_shift(acc: Access, align: int = ALIGN) -> int:
 
 
 def declare(kernel, buf: str, acc: Access | None):
-    """The kernel with its output allowed over input buffer `buf` at the best shift."""
+    """The kernel with its output allowed over input buffer `buf` at the best shift: the entry
+    (buf, shift, tighter), `tighter` the next shift above it that the schedule rejects (None
+    past 64 steps), which tests run to see that a wrong shift does break the kernel."""
     if acc is None:
         return kernel
-    return replace(kernel, in_place=tuple(kernel.in_place) + ((buf, best_shift(acc)),))
+    shift = best_shift(acc)
+    tighter = next((s for s in range(shift + ALIGN, shift + 65 * ALIGN, ALIGN)
+                    if not is_safe(acc, s)), None)
+    return replace(kernel, in_place=tuple(kernel.in_place) + ((buf, shift, tighter),))
 
 
 # ---- the kernels' schedules ---------------------------------------------------------------
