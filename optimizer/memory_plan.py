@@ -320,8 +320,10 @@ def in_place_links(g: Graph, in_place_of, keep_input: bool = False) -> dict:
 
 
 def _plan_links(reqs: tuple, scratch: tuple, links: dict) -> tuple:
-    """(offsets, the links kept): the plan with every link, then links dropped one at a time
-    (in name order) while that makes the arena smaller; deterministic."""
+    """(offsets, the links kept): the plan with every link, then, while that makes the arena
+    smaller, the link whose removal helps most dropped (ties: the first by name); a chain of
+    links is one rigid group, and one that drifts (expanding layers step downwards) is better
+    cut. Deterministic."""
     everything = reqs + scratch
 
     def size_of(ls):
@@ -329,14 +331,15 @@ def _plan_links(reqs: tuple, scratch: tuple, links: dict) -> tuple:
         return arena_size(everything, offsets), offsets
     best, offsets = size_of(links)
     kept = dict(links)
-    improved = bool(kept)
-    while improved:
-        improved = False
+    while kept:
+        trials = []
         for y in sorted(kept):
             trial = {k: v for k, v in kept.items() if k != y}
-            size, trial_offsets = size_of(trial)
-            if size < best:
-                best, offsets, kept, improved = size, trial_offsets, trial, True
+            trials.append((*size_of(trial), y, trial))
+        size, trial_offsets, _, trial = min(trials, key=lambda t: (t[0], t[2]))
+        if size >= best:
+            break
+        best, offsets, kept = size, trial_offsets, trial
     return offsets, kept
 
 
