@@ -164,3 +164,57 @@ def test_broken_planner_stops_compile(tmp_path, monkeypatch, capsys):
     err = capsys.readouterr().err
     assert rc != 0 and "memory plan" in err and "share bytes" in err
     assert not list(out.rglob("*.c")) if out.exists() else True
+
+
+# ---- in place: an overlap passes only by the rule, recomputed from the declarations ----
+
+def linked(g, plan):
+    """(node index, input, output, shift) of the plan's first in-place link."""
+    y, (x, shift) = sorted(plan.in_place.items())[0]
+    i = next(k for k, n in enumerate(g.nodes) if n.outputs[0] == y)
+    return i, x, y, shift
+
+
+def test_in_place_at_a_wrong_shift_is_rejected():
+    g, plan = compiled("kws_ref_model")
+    assert plan.in_place
+    for y, (x, shift) in plan.in_place.items():
+        for delta in (4, -4):
+            at = plan.offsets[x] + shift + delta
+            if at < 0 or at + g.tensors[y].nbytes > plan.arena_size:
+                continue  # (that is rejected as well, as outside the arena)
+            with pytest.raises(PlanError, match="share bytes"):
+                check(g, moved(plan, **{y: at}))
+
+
+def test_in_place_not_declared_is_rejected():
+    """The checker reads the kernels' declarations, not the plan's own record of its links."""
+    g, plan = compiled("kws_ref_model")
+    i, x, y, shift = linked(g, plan)
+    declared = {k: v for k, v in DECLARED[id(g)].items() if k != i}
+    with pytest.raises(PlanError, match="share bytes"):
+        check_plan(g, plan, declared=declared)
+
+
+def test_in_place_over_an_input_read_later_is_rejected():
+    """ResNet-8's first block: conv 1 declares its output may go one row below its input, but
+    that input is read again by the block's ADD."""
+    g, plan = compiled("pretrainedResnet_quant")
+    decl = DECLARED[id(g)]
+    i = next(k for k, d in decl.items() if d[0][1] < 0 and any(
+        d[0][0] in n.inputs for n in g.nodes[k + 1:]))
+    x, shift = decl[i][0]
+    y = g.nodes[i].outputs[0]
+    bad = moved(plan, **{y: plan.offsets[x] + shift})
+    with pytest.raises(PlanError, match="share bytes"):
+        check(g, bad)
+
+
+def test_in_place_over_a_kept_input_is_rejected():
+    g, plan = compiled("kws_ref_model")
+    x = g.inputs[0]
+    links = [(y, s) for y, (src, s) in plan.in_place.items() if src == x]
+    assert links  # by default the first layer writes over the input
+    check(g, plan)
+    with pytest.raises(PlanError, match="share bytes|outside"):
+        check(g, plan, keep_input=True)
