@@ -68,6 +68,7 @@ def _load_all():
     from . import depthwise, eltwise, gemm, host, requant, svdf, seq  # noqa: F401  (they register
     # schedules; svdf before seq: the whole int8 SVDF where it applies, else seq)
     from . import lut  # noqa: F401  (last: the table serves what no other schedule takes)
+    from . import reference  # noqa: F401  (after all: in-place declarations of reference loops)
 
 
 def lower_node(node, graph, name: str, target: Target | None = None):

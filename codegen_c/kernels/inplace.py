@@ -193,3 +193,26 @@ def dw3x3(g: dict) -> Access:
             acc.write(step, y[oy0:oy0 + nb, :, c0:c1])
             step += 1
     return acc
+
+
+def reference_depthwise(h: int, w: int, c: int, oh: int, ow: int, m: int, kh: int, kw: int,
+                        stride, dilation, pt: int, pl: int, x_item: int = 1,
+                        y_item: int = 1) -> Access:
+    """lower/conv.py's depthwise_conv2d loops (batch 1): for oy, ox, ic, m in that order, each
+    output element after its taps inside the image x[oy * sh - pt + ky * dh][ox * sw - pl +
+    kx * dw][ic]; one step per output element."""
+    (sh, sw), (dh, dw) = stride, dilation
+    oy, ox, ic, mm = np.meshgrid(np.arange(oh), np.arange(ow), np.arange(c), np.arange(m),
+                                 indexing="ij")
+    step = ((oy * ow + ox) * c + ic) * m + mm
+    acc = Access(h * w * c * x_item, oh * ow * c * m * y_item)
+    for ky in range(kh):
+        for kx in range(kw):
+            iy, ix = oy * sh - pt + ky * dh, ox * sw - pl + kx * dw
+            ok = (iy >= 0) & (iy < h) & (ix >= 0) & (ix < w)
+            e = ((iy * w + ix) * c + ic)[ok]
+            for b in range(x_item):
+                np.maximum.at(acc.read_last, e * x_item + b, step[ok])
+    for b in range(y_item):
+        acc.write_first[step.reshape(-1) * y_item + b] = step.reshape(-1)
+    return acc
