@@ -14,7 +14,7 @@ from mcuforge.ir.errors import UnsupportedOpError
 from mcuforge.ir.graph import SUBGRAPH_ATTRS, Graph, Tensor, subgraphs
 from .resources import render
 from mcuforge.ir.target import HOST, Target
-from mcuforge.optimizer.memory_plan import MemoryPlan, plan_graph
+from mcuforge.optimizer.memory_plan import MemoryPlan, plan_graph, topological_orders
 from mcuforge.optimizer.plan_check import check_plan
 
 from . import printer
@@ -102,6 +102,7 @@ class GeneratedModel:
     # node index -> ((input tensor, shift), ...): the kernels' in-place declarations
     # (plan_check's `declared`)
     declared: dict = field(default_factory=dict)
+    graph: Graph | None = None  # the graph as compiled: its nodes in the order the calls run
 
 
 def short_name(tensor_name: str) -> str:
@@ -136,7 +137,8 @@ def generate(g: Graph, name: str, target: Target = HOST, profile: bool = False,
         k = kernels.get(id(node))
         return (k.scratch_bytes, 8) if k is not None and k.scratch else None
     declared = in_place_table(g, kernels)
-    plan = plan_graph(g, scratch_of, lambda graph, node: declared.get(id(node)), keep_input)
+    g, plan = _best_order(g, lambda graph: plan_graph(
+        graph, scratch_of, lambda _, node: declared.get(id(node)), keep_input))
     # a wrong plan stops here, before any C is written; in-place overlaps only by the rule,
     # from the kernels' declarations (not from the plan)
     declared = {i: declared[id(n)] for i, n in enumerate(g.nodes) if id(n) in declared}
@@ -170,7 +172,22 @@ def generate(g: Graph, name: str, target: Target = HOST, profile: bool = False,
     }
     return GeneratedModel(name, files, kernels, macs, weight_bytes, inputs, outputs, plan,
                           budget.choices({out: em.lowered[key] for key, out in _outputs(g).items()}),
-                          [(c.kernel_name, c.macs) for c in calls], declared)
+                          [(c.kernel_name, c.macs) for c in calls], declared, g)
+
+
+def _best_order(g: Graph, plan_of) -> tuple:
+    """(graph, plan): the graph's nodes in the topological order whose plan has the smallest
+    arena (memory_plan.topological_orders: a bounded search; the graph's own order unless
+    another is strictly smaller), so the calls run in the order planned."""
+    best_g, best = g, plan_of(g)
+    if any(subgraphs(n) for n in g.nodes):
+        return best_g, best
+    for nodes in topological_orders(g)[1:]:
+        other = replace(g, nodes=list(nodes))
+        p = plan_of(other)
+        if p.arena_size < best.arena_size:
+            best_g, best = other, p
+    return best_g, best
 
 
 def in_place_table(g: Graph, kernels: dict) -> dict:

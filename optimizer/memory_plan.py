@@ -343,6 +343,48 @@ def _plan_links(reqs: tuple, scratch: tuple, links: dict) -> tuple:
     return offsets, kept
 
 
+ORDERS = 32  # topological orders tried at most (a bounded search)
+
+
+def topological_orders(g: Graph, limit: int = ORDERS) -> list:
+    """Up to `limit` topological orders of g's nodes, the graph's own first, then the others a
+    depth-first search finds taking ready nodes in the graph's order (deterministic). A chain
+    has one."""
+    producer = {t: i for i, n in enumerate(g.nodes) for t in n.outputs}
+    deps = [sorted({producer[t] for t in n.inputs if t in producer and producer[t] != i})
+            for i, n in enumerate(g.nodes)]
+    users = [[] for _ in g.nodes]
+    for i, ds in enumerate(deps):
+        for d in ds:
+            users[d].append(i)
+    out = []
+    waiting = [len(ds) for ds in deps]
+    order = []
+
+    def walk():
+        if len(out) >= limit:
+            return
+        if len(order) == len(g.nodes):
+            out.append([g.nodes[i] for i in order])
+            return
+        for i in range(len(g.nodes)):
+            if waiting[i] == 0 and i not in placed:
+                placed.add(i)
+                order.append(i)
+                for u in users[i]:
+                    waiting[u] -= 1
+                walk()
+                for u in users[i]:
+                    waiting[u] += 1
+                order.pop()
+                placed.discard(i)
+                if len(out) >= limit:
+                    return
+    placed = set()
+    walk()
+    return out
+
+
 def _scratch_name(g: Graph, node, kind: str = "scratch") -> str:
     name = f"{node.outputs[0]}/{kind}"
     while name in g.tensors:

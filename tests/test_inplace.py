@@ -112,3 +112,48 @@ def test_an_input_read_later_is_not_overwritten():
         i = next(k for k, n in enumerate(g.nodes) if n.outputs[0] == y)
         assert max(readers[x]) == i
     assert plan.in_place and len(plan.in_place) < len(g.nodes)
+
+
+def branchy_model():
+    """x -> two branches, each a wide tensor (Tile: 64x) summed down to one value, added. In
+    the file's order both wide tensors are live together; a branch at a time holds one."""
+    from onnx import TensorProto, helper
+    vi = lambda n, s: helper.make_tensor_value_info(n, TensorProto.FLOAT, s)
+    reps = helper.make_tensor("reps", TensorProto.INT64, [2], [1, 64])
+    nodes = [helper.make_node("Tile", ["x", "reps"], ["a"]),
+             helper.make_node("Tile", ["x", "reps"], ["b"]),
+             helper.make_node("ReduceSum", ["a"], ["a2"], keepdims=1),
+             helper.make_node("ReduceSum", ["b"], ["b2"], keepdims=1),
+             helper.make_node("Add", ["a2", "b2"], ["y"])]
+    graph = helper.make_graph(nodes, "g", [vi("x", [1, 16])], [vi("y", [1, 1])], [reps])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
+
+
+def test_order_with_the_lowest_peak_is_chosen(tmp_path):
+    import numpy as np
+    import onnxruntime as ort
+    from mcuforge.frontend.onnx import load_onnx
+    from mcuforge.runner import run
+    model = branchy_model()
+    g = optimize(load_onnx(model.SerializeToString()))
+    own = mp.plan_graph(g)
+    gen = generate(g, "m")
+    assert len(mp.topological_orders(g)) > 1
+    # the file's order keeps a and b (4096 bytes each) live together
+    assert own.arena_size >= 2 * 4096
+    assert gen.plan.arena_size < own.arena_size
+    # the calls follow the order planned: each Tile right before its ReduceSum
+    ops = [n.op for n in gen.graph.nodes]
+    assert ops == ["tile", "reduce", "tile", "reduce", "add"], ops
+    order = [name.split("_")[1] for name, _ in gen.layers]
+    assert order == ops, (order, ops)
+    # and it still computes the model
+    path = tmp_path / "m.onnx"
+    path.write_bytes(model.SerializeToString())
+    x = np.random.default_rng(0).standard_normal((1, 16)).astype(np.float32)
+    want = ort.InferenceSession(str(path)).run(None, {"x": x})[0]
+    np.testing.assert_allclose(run(path, x), want, rtol=1e-5)
+
+
+def test_a_chain_has_one_order():
+    assert len(mp.topological_orders(graph("kws_ref_model"))) == 1

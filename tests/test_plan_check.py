@@ -25,6 +25,7 @@ DECLARED = {}  # id(graph) -> the kernels' in-place declarations (GeneratedModel
 def compiled(stem, keep_input=False):
     g = optimize(load(mlperf_model(stem)))
     gen = generate(g, "m", keep_input=keep_input)
+    g = gen.graph  # (its nodes in the order planned)
     DECLARED[id(g)] = gen.declared
     return g, gen.plan
 
