@@ -14,7 +14,7 @@ from mcuforge.ir.errors import UnsupportedOpError
 from mcuforge.ir.graph import SUBGRAPH_ATTRS, Graph, Tensor, subgraphs
 from .resources import render
 from mcuforge.ir.target import HOST, Target
-from mcuforge.optimizer.memory_plan import MemoryPlan, plan_graph, topological_orders
+from mcuforge.optimizer.memory_plan import ORDER_NODES, MemoryPlan, plan_graph, topological_orders
 from mcuforge.optimizer.plan_check import check_plan
 
 from . import printer
@@ -180,7 +180,7 @@ def _best_order(g: Graph, plan_of) -> tuple:
     arena (memory_plan.topological_orders: a bounded search; the graph's own order unless
     another is strictly smaller), so the calls run in the order planned."""
     best_g, best = g, plan_of(g)
-    if any(subgraphs(n) for n in g.nodes):
+    if any(subgraphs(n) for n in g.nodes) or len(g.nodes) > ORDER_NODES:
         return best_g, best
     for nodes in topological_orders(g)[1:]:
         other = replace(g, nodes=list(nodes))

@@ -321,9 +321,9 @@ def in_place_links(g: Graph, in_place_of, keep_input: bool = False) -> dict:
 
 def _plan_links(reqs: tuple, scratch: tuple, links: dict) -> tuple:
     """(offsets, the links kept): the plan with every link, then, while that makes the arena
-    smaller, the link whose removal helps most dropped (ties: the first by name); a chain of
-    links is one rigid group, and one that drifts (expanding layers step downwards) is better
-    cut. Deterministic."""
+    smaller (DROPS times at most), the link whose removal helps most dropped (ties: the first
+    by name); a chain of links is one rigid group, and one that drifts (expanding layers step
+    downwards) is better cut. Deterministic."""
     everything = reqs + scratch
 
     def size_of(ls):
@@ -331,11 +331,16 @@ def _plan_links(reqs: tuple, scratch: tuple, links: dict) -> tuple:
         return arena_size(everything, offsets), offsets
     best, offsets = size_of(links)
     kept = dict(links)
-    while kept:
+    for _ in range(DROPS):
+        # the candidates to cut, bounded so that large graphs plan in time: a chain drifts
+        # at its shifted links and its head may be better alone, so those first
+        cuts = sorted(kept, key=lambda y: (kept[y][1] == 0 and kept[y][0] in kept, y))[:CUTS]
         trials = []
-        for y in sorted(kept):
+        for y in cuts:
             trial = {k: v for k, v in kept.items() if k != y}
             trials.append((*size_of(trial), y, trial))
+        if not trials:
+            break
         size, trial_offsets, _, trial = min(trials, key=lambda t: (t[0], t[2]))
         if size >= best:
             break
@@ -344,6 +349,8 @@ def _plan_links(reqs: tuple, scratch: tuple, links: dict) -> tuple:
 
 
 ORDERS = 32  # topological orders tried at most (a bounded search)
+ORDER_NODES = 200  # graphs of more nodes keep their order
+DROPS, CUTS = 4, 32  # in-place links dropped at most, candidates tried per drop
 
 
 def topological_orders(g: Graph, limit: int = ORDERS) -> list:
