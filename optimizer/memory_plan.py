@@ -306,7 +306,7 @@ def in_place_links(g: Graph, in_place_of, keep_input: bool = False) -> dict:
         if subgraphs(n) or not n.outputs:
             continue
         y = n.outputs[0]
-        if y in root or y not in by_name or by_name[y].align != ALIGN or y in sinks:
+        if y in root or y not in by_name or by_name[y].align != ALIGN:
             continue
         for t, shift in in_place_of(g, n) or ():
             x = root.get(t, t)

@@ -121,7 +121,7 @@ def _allowed_pairs(g: Graph, plan, root: dict, first: dict, last: dict, declared
     for i, decl in declared.items():
         n = g.nodes[i]
         y = n.outputs[0]
-        if y in root or first.get(y) != i or y in sinks or y not in plan.offsets:
+        if y in root or first.get(y) != i or y not in plan.offsets:
             continue
         for t, shift in decl:
             x = root.get(t, t)
