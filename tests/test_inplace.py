@@ -157,3 +157,13 @@ def test_order_with_the_lowest_peak_is_chosen(tmp_path):
 
 def test_a_chain_has_one_order():
     assert len(mp.topological_orders(graph("kws_ref_model"))) == 1
+
+
+def test_an_unknown_kernel_declares_nothing():
+    """A schedule name whose loops inplace.py does not mirror (say a new MVE body) gets no
+    declaration even when handed an access schedule."""
+    from mcuforge.codegen_c import loop_ir as ir
+    k = ir.Kernel("k", (), (), schedule="mf_gemm2_mve_s0")
+    assert inplace.declare(k, "x", inplace.elementwise(8)).in_place == ()
+    k = ir.Kernel("k", (), (), schedule="mf_gemm2_w16_s0")
+    assert inplace.declare(k, "x", inplace.elementwise(8)).in_place == (("x", 0, 4),)
