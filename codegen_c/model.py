@@ -137,8 +137,8 @@ def generate(g: Graph, name: str, target: Target = HOST, profile: bool = False,
         k = kernels.get(id(node))
         return (k.scratch_bytes, 8) if k is not None and k.scratch else None
     declared = in_place_table(g, kernels)
-    g, plan = _best_order(g, lambda graph: plan_graph(
-        graph, scratch_of, lambda _, node: declared.get(id(node)), keep_input))
+    g, plan = _best_order(g, lambda graph, search=True: plan_graph(
+        graph, scratch_of, lambda _, node: declared.get(id(node)), keep_input, search))
     # a wrong plan stops here, before any C is written; in-place overlaps only by the rule,
     # from the kernels' declarations (not from the plan)
     declared = {i: declared[id(n)] for i, n in enumerate(g.nodes) if id(n) in declared}
@@ -177,13 +177,20 @@ def generate(g: Graph, name: str, target: Target = HOST, profile: bool = False,
 
 def _best_order(g: Graph, plan_of) -> tuple:
     """(graph, plan): the graph's nodes in the topological order whose plan has the smallest
-    arena (memory_plan.topological_orders: a bounded search; the graph's own order unless
-    another is strictly smaller), so the calls run in the order planned."""
+    arena (memory_plan.topological_orders: a bounded search, the orders compared by a quick
+    plan, `plan_of(graph, search=False)`; the graph's own order unless another's full plan is
+    strictly smaller), so the calls run in the order planned."""
     best_g, best = g, plan_of(g)
     if any(subgraphs(n) for n in g.nodes) or len(g.nodes) > ORDER_NODES:
         return best_g, best
-    for nodes in topological_orders(g)[1:]:
-        other = replace(g, nodes=list(nodes))
+    orders = topological_orders(g)
+    if len(orders) < 2:
+        return best_g, best
+    quick = [(plan_of(replace(g, nodes=list(nodes)), search=False).arena_size, k)
+             for k, nodes in enumerate(orders)]
+    _, k = min(quick)
+    if k:
+        other = replace(g, nodes=list(orders[k]))
         p = plan_of(other)
         if p.arena_size < best.arena_size:
             best_g, best = other, p

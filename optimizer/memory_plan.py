@@ -147,17 +147,15 @@ def _groups(requests, links: dict) -> dict:
     links = {y: xs for y, xs in links.items() if xs[0] in by_name and y in by_name}
     pos = {}  # name -> (root, offset relative to the root)
 
-    def place(t):
-        if t not in pos:
-            if t in links:
-                x, shift = links[t]
-                root, at = place(x)
-                pos[t] = (root, at + shift)
-            else:
-                pos[t] = (t, 0)
-        return pos[t]
     for y in sorted(links):
-        place(y)
+        chain = [y]  # y, its input, that one's input, ... up to a placed one or the root
+        while chain[-1] not in pos and chain[-1] in links:
+            chain.append(links[chain[-1]][0])
+        if chain[-1] not in pos:
+            pos[chain[-1]] = (chain[-1], 0)
+        for t in reversed(chain[:-1]):
+            root, at = pos[links[t][0]]
+            pos[t] = (root, at + links[t][1])
     members = {}
     for t, (root, at) in pos.items():
         members.setdefault(root, []).append((at, by_name[t]))
@@ -249,14 +247,16 @@ def requests_of(g: Graph, keep_input: bool = False) -> tuple:
     return reqs, root
 
 
-def plan_graph(g: Graph, scratch_of=None, in_place_of=None, keep_input: bool = False) -> MemoryPlan:
+def plan_graph(g: Graph, scratch_of=None, in_place_of=None, keep_input: bool = False,
+               search: bool = True) -> MemoryPlan:
     """The plan of `g`. `scratch_of(graph, node)`, when given, is the (bytes, alignment) of
     working memory the node's kernel needs while it runs, or None: kernel scratch (im2col
     rows, widened activations), a request named '<first output>/kernel' live during that node
     only, in the arena and in its size. Subgraphs are asked the same way. `in_place_of(graph,
     node)`, when given, is the node's kernel's declaration: ((input tensor, byte shift), ...)
     its first output may be written over (see in_place_links); `keep_input`: graph inputs are
-    never overwritten."""
+    never overwritten; `search`: look for links better dropped (else every link or none, a
+    quicker plan to compare node orders by)."""
     reqs, root = requests_of(g, keep_input)
     subplans, scratch = {}, []
     for i, n in enumerate(g.nodes):
@@ -273,7 +273,7 @@ def plan_graph(g: Graph, scratch_of=None, in_place_of=None, keep_input: bool = F
             scratch.append(Request(name, max(p.arena_size for p in plans), i, i, align))
             subplans[i] = (name, plans)
     links = in_place_links(g, in_place_of, keep_input) if in_place_of is not None else {}
-    offsets, links = _plan_links(reqs, tuple(scratch), links)
+    offsets, links = _plan_links(reqs, tuple(scratch), links, search)
     reqs += tuple(scratch)
     state, size = {}, 0
     for name in g.state:  # model order keeps the block deterministic
@@ -319,7 +319,7 @@ def in_place_links(g: Graph, in_place_of, keep_input: bool = False) -> dict:
     return out
 
 
-def _plan_links(reqs: tuple, scratch: tuple, links: dict) -> tuple:
+def _plan_links(reqs: tuple, scratch: tuple, links: dict, search: bool = True) -> tuple:
     """(offsets, the links kept): the plan with every link, then, while that makes the arena
     smaller (DROPS times at most), the link whose removal helps most dropped (ties: the first
     by name); a chain of links is one rigid group, and one that drifts (expanding layers step
@@ -331,6 +331,9 @@ def _plan_links(reqs: tuple, scratch: tuple, links: dict) -> tuple:
         return arena_size(everything, offsets), offsets
     best, offsets = size_of(links)
     kept = dict(links)
+    if links and (not search or len(everything) > ORDER_NODES):  # every link or none
+        size, without = size_of({})
+        return (without, {}) if size < best else (offsets, kept)
     for _ in range(DROPS):
         # the candidates to cut, bounded so that large graphs plan in time: a chain drifts
         # at its shifted links and its head may be better alone, so those first
