@@ -205,6 +205,10 @@ class Kernel:
     doc: str = ""  # shapes and quantization, printed above the function
     macs: int = 0
     schedule: str = ""  # the micro-kernel a schedule chose (e.g. "mf_gemm_w16"); "" reference
+    # ((input buffer, byte shift, a tighter shift that is unsafe or None), ...): the output buffer may be written over that input at
+    # output = input + shift, which the kernel's access order makes safe (kernels/inplace.py);
+    # empty: never (the default; every kernel that declares nothing keeps separate buffers)
+    in_place: tuple = ()
 
     @property
     def params(self) -> list:

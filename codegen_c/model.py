@@ -14,7 +14,7 @@ from mcuforge.ir.errors import UnsupportedOpError
 from mcuforge.ir.graph import SUBGRAPH_ATTRS, Graph, Tensor, subgraphs
 from .resources import render
 from mcuforge.ir.target import HOST, Target
-from mcuforge.optimizer.memory_plan import MemoryPlan, plan_graph
+from mcuforge.optimizer.memory_plan import ORDER_NODES, MemoryPlan, plan_graph, topological_orders
 from mcuforge.optimizer.plan_check import check_plan
 
 from . import printer
@@ -101,6 +101,10 @@ class GeneratedModel:
     plan: MemoryPlan | None = None  # the arena plan the code addresses (kernel scratch included)
     schedules: list = field(default_factory=list)  # kernels.budget.Choice per scheduled layer
     layers: list = field(default_factory=list)  # (name, MACs) of each call in the invoke
+    # node index -> ((input tensor, shift), ...): the kernels' in-place declarations
+    # (plan_check's `declared`)
+    declared: dict = field(default_factory=dict)
+    graph: Graph | None = None  # the graph as compiled: its nodes in the order the calls run
 
 
 def short_name(tensor_name: str) -> str:
@@ -118,12 +122,14 @@ def _port(g: Graph, name: str, index: int, offset: int) -> Port:
 
 
 def generate(g: Graph, name: str, target: Target = HOST, profile: bool = False,
-             stamp: list | None = None) -> GeneratedModel:
+             stamp: list | None = None, keep_input: bool = False) -> GeneratedModel:
     """The C sources of graph `g` for `target`: every node lowered and scheduled, the arena
     planned with the kernels' scratch, the calls and definitions printed. `profile`: the invoke
     marks each layer boundary with MF_LAYER_MARK (model.c.j2), a no-op unless compiled with
     -DMCUFORGE_PROFILE; without it the C is as it always was. `stamp`: the lines each file
-    starts with (templates/banner.j2; default: a plain "generated" line)."""
+    starts with (templates/banner.j2; default: a plain "generated" line). Kernels that declare
+    it write their output over an input they have finished reading (kernels/inplace.py),
+    the model's input included unless `keep_input`."""
     kernels = _lower_all(g, target)
     narrowed = budget.fit(target, {out: kernels[key] for key, out in _outputs(g).items()})
     if narrowed != target:  # the flash budget keeps some layers' weights int8
@@ -132,8 +138,14 @@ def generate(g: Graph, name: str, target: Target = HOST, profile: bool = False,
     def scratch_of(graph, node):
         k = kernels.get(id(node))
         return (k.scratch_bytes, 8) if k is not None and k.scratch else None
-    plan = plan_graph(g, scratch_of)
-    check_plan(g, plan)  # a wrong plan stops here, before any C is written
+    declared = in_place_table(g, kernels)
+    g, plan = _best_order(g, lambda graph, search=True: plan_graph(
+        graph, scratch_of, lambda _, node: declared.get(id(node)), keep_input, search))
+    # a wrong plan stops here, before any C is written; in-place overlaps only by the rule,
+    # from the kernels' declarations (not from the plan)
+    declared = {i: declared[id(n)] for i, n in enumerate(g.nodes) if id(n) in declared}
+    check_plan(g, plan, declared=declared, keep_input=keep_input)
+    overwrites = sorted({x for x, _ in plan.in_place.values() if x in g.inputs})
     em = _Emitter(name, kernels)
     calls = em.calls(g, plan, 0, "")
     kernels, consts = em.kernels, em.definitions
@@ -152,7 +164,7 @@ def generate(g: Graph, name: str, target: Target = HOST, profile: bool = False,
                calls=calls, definitions=consts, functions=em.functions, macs=macs,
                weight_bytes=weight_bytes, uses_math=uses_math, micro_headers=micro_headers,
                state_copies=state_copies, state_inits=state_inits, state_size=plan.state_size,
-               profile=profile,
+               profile=profile, overwrites_input=overwrites, keep_input=keep_input,
                ops=sorted({n.op for n in _all_nodes(g)}))
     if stamp is not None:
         ctx["stamp"] = stamp
@@ -162,7 +174,46 @@ def generate(g: Graph, name: str, target: Target = HOST, profile: bool = False,
     }
     return GeneratedModel(name, files, kernels, macs, weight_bytes, inputs, outputs, plan,
                           budget.choices({out: em.lowered[key] for key, out in _outputs(g).items()}),
-                          [(c.kernel_name, c.macs) for c in calls])
+                          [(c.kernel_name, c.macs) for c in calls], declared, g)
+
+
+def _best_order(g: Graph, plan_of) -> tuple:
+    """(graph, plan): the graph's nodes in the topological order whose plan has the smallest
+    arena (memory_plan.topological_orders: a bounded search, the orders compared by a quick
+    plan, `plan_of(graph, search=False)`; the graph's own order unless another's full plan is
+    strictly smaller), so the calls run in the order planned."""
+    best_g, best = g, plan_of(g)
+    if any(subgraphs(n) for n in g.nodes) or len(g.nodes) > ORDER_NODES:
+        return best_g, best
+    orders = topological_orders(g)
+    if len(orders) < 2:
+        return best_g, best
+    quick = [(plan_of(replace(g, nodes=list(nodes)), search=False).arena_size, k)
+             for k, nodes in enumerate(orders)]
+    _, k = min(quick)
+    if k:
+        other = replace(g, nodes=list(orders[k]))
+        p = plan_of(other)
+        if p.arena_size < best.arena_size:
+            best_g, best = other, p
+    return best_g, best
+
+
+def in_place_table(g: Graph, kernels: dict) -> dict:
+    """id(node) -> ((input tensor, byte shift), ...): what each node's kernel declares its
+    output may be written over (its in_place buffers mapped to the node's tensors the way the
+    calls pass them)."""
+    out = {}
+    for node in g.nodes:
+        k = kernels.get(id(node))
+        if k is None or not k.in_place:
+            continue
+        tensors = [t for t in node.inputs if t and not g.tensors[t].is_const]
+        by_buf = {b.name: t for b, t in zip([b for b in k.params if b.kind == "in"], tensors)}
+        decl = tuple((by_buf[e[0]], e[1]) for e in k.in_place if e[0] in by_buf)
+        if decl:
+            out[id(node)] = decl
+    return out
 
 
 def _outputs(g: Graph, out: dict | None = None) -> dict:

@@ -59,7 +59,8 @@ LAYOUTS = ("project", "library")
 
 def generate_project(graph: Graph, name: str, board: str = "host", vectors=None,
                      flash_budget: int | None = None, profile: bool = False,
-                     layout: str = "project", stamp: list | None = None):
+                     layout: str = "project", stamp: list | None = None,
+                     keep_input: bool = False):
     """All files of the C project, as {file name: text}, plus the plan and the model code.
     `vectors`: input vectors built into firmware (a list of [one array per input]); by
     default one all-zero vector. `flash_budget`: bytes of flash the model may take (weights
@@ -69,7 +70,8 @@ def generate_project(graph: Graph, name: str, board: str = "host", vectors=None,
     harness, start-up code, linker script, Makefile) or "library" (the model alone, under
     src/, with CMake, Zephyr, Arduino and PlatformIO files: mcuforge/library.py); the board
     still chooses the code (its CPU's kernels) and the memory checks. `stamp`: the lines every
-    file starts with (mcuforge/stamp.py)."""
+    file starts with (mcuforge/stamp.py). `keep_input`: no layer overwrites the input buffers
+    (by default layers may write their outputs over an input they have read: in place)."""
     from mcuforge.codegen_c.model import generate
     from mcuforge.optimizer.pipeline import optimize
 
@@ -88,7 +90,7 @@ def generate_project(graph: Graph, name: str, board: str = "host", vectors=None,
     graph = optimize(graph)
     if layout not in LAYOUTS:
         raise McuforgeError(f"unknown layout '{layout}'; choose one of {', '.join(LAYOUTS)}")
-    model = generate(graph, name, b.target(flash_budget), profile, stamp)
+    model = generate(graph, name, b.target(flash_budget), profile, stamp, keep_input)
     plan = model.plan
     if flash_budget is not None:
         check_budget(model, flash_budget)
@@ -168,7 +170,8 @@ def compile(model, out_dir, board: str = "host", name: str | None = None,
             quantize_io: str = "int8", emit_tflite=None,
             int16_budget: int | None = 0, force: bool = False,
             flash_budget: int | None = None, profile: bool = False,
-            layout: str = "project", command: list | None = None) -> CompileResult:
+            layout: str = "project", command: list | None = None,
+            keep_input: bool = False) -> CompileResult:
     """Compile `model` (a .tflite or .onnx path, or bytes) into a C project in `out_dir`.
     `quantize="int8"` quantizes a float model first, calibrated on `calibration` (a .npy /
     .npz / folder of .npy, or arrays; see optimizer.quantize), with a progress bar on stderr;
@@ -176,7 +179,8 @@ def compile(model, out_dir, board: str = "host", name: str | None = None,
     arena growth, None: automatic) keeps the activations that matter most in int16 (TFLite's
     16x8 scheme). `flash_budget` (bytes): the flash the model may take; layers whose weights
     would be pre-widened to int16 (the fastest form on DSP cores) keep int8 weights until the
-    model fits (default: the board's flash).
+    model fits (default: the board's flash). `keep_input`: invoke leaves the input buffers
+    as they were (the arena is then larger; by default they may be overwritten).
 
     Everything is generated in memory first, so a failure leaves no partial directory. A
     manifest (.mcuforge-manifest) lists what was written: a later compile into the same folder
@@ -201,9 +205,9 @@ def compile(model, out_dir, board: str = "host", name: str | None = None,
         (None if calibration is None else "arrays"),
         calibration_method=calibration_method, quantize_io=quantize_io,
         int16_budget="auto" if int16_budget is None else int16_budget,
-        flash_budget=flash_budget, profile=profile))
+        flash_budget=flash_budget, profile=profile, keep_input=keep_input))
     files, plan, gen, graph = generate_project(graph, name, board, vectors, flash_budget,
-                                               profile, layout, stamp)
+                                               profile, layout, stamp, keep_input)
     out_dir = Path(out_dir)
     write_files(out_dir, files, force)
     scratch = max((r.size for r in plan.requests if r.name.endswith("/kernel")), default=0)

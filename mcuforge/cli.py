@@ -52,7 +52,8 @@ def _cmd_compile(a) -> int:
                       calibration=a.calibration, calibration_method=a.calibration_method,
                       quantize_io=a.quantize_io, emit_tflite=a.emit_tflite,
                       int16_budget=a.int16_budget, force=a.force, flash_budget=a.flash_budget,
-                      profile=a.profile, layout=a.layout, command=a.argv)
+                      profile=a.profile, layout=a.layout, command=a.argv,
+                      keep_input=a.keep_input)
     print(f"wrote {len(r.files)} files to {r.out_dir}: {', '.join(r.files)}")
     if a.quantize:  # the user quantizes inputs / dequantizes outputs with these
         from mcuforge.optimizer.quantize import io_params
@@ -99,10 +100,14 @@ def _cmd_run(a) -> int:
         from . import hardware
         if a.input_shapes:
             raise McuforgeError("--input-shape works on the host board only for now")
+        if a.keep_input:
+            raise McuforgeError("--keep-input works on the host and the emulated boards only "
+                                "for now (not with --port)")
         outputs = hardware.run(a.model, inputs, a.board, a.port, do_flash=not a.no_flash,
                                timeout=a.timeout, wait_message=sys.stderr)
     else:
-        outputs = run(a.model, inputs, board=a.board, input_shapes=a.input_shapes)
+        outputs = run(a.model, inputs, board=a.board, input_shapes=a.input_shapes,
+                      keep_input=a.keep_input)
     if not isinstance(outputs, dict) and suffix == ".npz":
         outputs = {graph.outputs[0]: outputs}
     try:  # through a file object: numpy would append .npy / .npz to a name
@@ -144,7 +149,8 @@ def _cmd_bench(a) -> int:
     from .tools.bench import bench, format_table
     rows = bench(a.models, board=a.board, iterations=a.iterations, with_tflm=not a.no_tflm,
                  flash_budget=a.flash_budget, per_layer=a.per_layer,
-                 progress=None if a.json else sys.stderr, input_shapes=a.input_shapes)
+                 progress=None if a.json else sys.stderr, input_shapes=a.input_shapes,
+                 keep_input=a.keep_input)
     print(json.dumps(rows, indent=2) if a.json else format_table(rows))
     return 0
 
@@ -384,6 +390,10 @@ def parser() -> argparse.ArgumentParser:
                         "board's flash). On DSP cores the fastest kernels widen weights to "
                         "int16 (twice the bytes); layers keep int8 weights, cheapest first, "
                         "until the model fits")
+    c.add_argument("--keep-input", action="store_true",
+                   help="the input buffers keep their values through invoke (by default "
+                   "layers may write their outputs over an input they have read, which takes "
+                   "less RAM; the generated header says which)")
     c.add_argument("--profile", action="store_true",
                    help="mark each layer in the invoke: mf_layer_mark(k, name), called when "
                         "built with -DMCUFORGE_PROFILE (firmware boards: make PROFILE=1, "
@@ -408,6 +418,10 @@ def parser() -> argparse.ArgumentParser:
     r.add_argument("--no-flash", action="store_true",
                    help="with --port: this firmware (these inputs) is on the board already "
                         "(a previous run flashed it); press its reset button")
+    r.add_argument("--keep-input", action="store_true",
+                   help="the input buffers keep their values through invoke (by default "
+                   "layers may write their outputs over an input they have read, which takes "
+                   "less RAM; the generated header says which)")
     r.add_argument("--timeout", type=float, default=60.0, metavar="SECONDS",
                    help="with --port: how long to wait for the board's output (default: 60)")
     _add_input_shape(r)
@@ -431,6 +445,10 @@ def parser() -> argparse.ArgumentParser:
     b.add_argument("--no-tflm", action="store_true", help="skip TFLM's figures")
     b.add_argument("--flash-budget", type=_bytes, metavar="BYTES",
                    help="as compile's (boards only)")
+    b.add_argument("--keep-input", action="store_true",
+                   help="the input buffers keep their values through invoke (by default "
+                   "layers may write their outputs over an input they have read, which takes "
+                   "less RAM; the generated header says which)")
     b.add_argument("--per-layer", action="store_true",
                    help="with --board: each layer's instructions, MACs and MACs per instruction")
     _add_input_shape(b)

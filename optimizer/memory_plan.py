@@ -8,6 +8,14 @@ next values are planned like outputs (alive until the end of the invocation, the
 except where the kernel updates its state in place (in_place_states: the next value shares
 the state's address, nothing is copied).
 
+In place (plan_graph's in_place_of): a kernel may declare that its output can be written over
+one of its inputs at a byte shift (output offset = input offset + shift), derived from the
+order in which it reads and writes (codegen_c/kernels/inplace.py). The planner uses such a link
+only when that input's last reader is the node and it is neither a graph output nor a state
+(nor, with keep_input, a graph input); linked buffers are placed as one group at fixed relative
+offsets. Links that make the arena larger (a chain of expanding layers drifts downwards) are
+dropped one by one while that helps.
+
 Control flow (if / while nodes): each subgraph is planned by the same planner on its own, and
 the node's scratch, one request as large as the largest of its subgraphs' arenas and live
 during the node only, holds them: the subgraphs of a node run one at a time, so they share it,
@@ -48,6 +56,8 @@ class MemoryPlan:
     # control flow: node index -> (offset of its scratch, (plan of each subgraph, ...)); the
     # scratch is a request of its own, named '<first output>/scratch', in offsets too
     subplans: dict = field(default_factory=dict)
+    # in place: output tensor -> (input root it overwrites, byte shift), the links planned
+    in_place: dict = field(default_factory=dict)
 
     def kernel_scratch(self, g: Graph, node) -> int | None:
         """Arena offset of the node's kernel scratch (plan_graph's scratch_of), or None."""
@@ -62,20 +72,35 @@ def _live_together(a: Request, b: Request) -> bool:
     return a.first <= b.last and b.first <= a.last
 
 
-def _first_fit(order: list, offsets: dict | None = None, placed: list | None = None) -> dict:
+def _first_fit(order: list, offsets: dict | None = None, placed: list | None = None,
+               groups: dict | None = None) -> dict:
     """Each request of `order` at the lowest offset free for its lifetime, around those
-    already `placed` ((offset, request) pairs, their offsets in `offsets`)."""
+    already `placed` ((offset, request) pairs, their offsets in `offsets`). `groups`: request
+    name -> its group's ((relative offset, request), ...); a group is placed as a whole, at the
+    lowest base where every member is free, when its first member comes in `order`."""
     placed = list(placed or [])  # (offset, request)
     offsets = dict(offsets or {})
+    groups = groups or {}
     for r in order:
-        busy = sorted((o, o + _align(p.size)) for o, p in placed if _live_together(p, r))
-        offset = 0
-        for start, end in busy:
-            if offset + _align(r.size) <= start:
+        if r.name in offsets:
+            continue
+        members = groups.get(r.name, ((0, r),))
+        align = max(m.align for _, m in members)
+        forbidden = []  # open intervals of bases
+        for rel, m in members:
+            for o, p in placed:
+                if _live_together(p, m):
+                    forbidden.append((o - rel - _align(m.size), o + _align(p.size) - rel))
+        forbidden.sort()
+        base = 0
+        for lo, hi in forbidden:
+            if base <= lo:
                 break
-            offset = _align(max(offset, end), r.align)
-        offsets[r.name] = offset
-        placed.append((offset, r))
+            if base < hi:
+                base = _align(hi, align)
+        for rel, m in members:
+            offsets[m.name] = base + rel
+            placed.append((base + rel, m))
     return offsets
 
 
@@ -83,32 +108,76 @@ def arena_size(requests, offsets: dict) -> int:
     return max((offsets[r.name] + r.size for r in requests), default=0)
 
 
-def plan(requests) -> dict:
+def plan(requests, links: dict | None = None) -> dict:
     """Offsets for the requests: greedy first fit under several orders (largest first, then by
     lifetime start, then longest-lived first), keeping the smallest arena. Ties are broken by
-    name, so the plan is deterministic."""
+    name, so the plan is deterministic. `links`: {output: (input, shift)} pairs that must sit
+    at output offset = input offset + shift (in place); each chain of them is one group."""
     requests = sorted(requests, key=lambda r: r.name)
+    groups = _groups(requests, links or {})
+    items = {}  # one entry per group: its first member's request stands for it in the orders
+    for r in requests:
+        members = groups.get(r.name, ((0, r),))
+        items.setdefault(members[0][1].name, (r, members))
+    keys = []
+    for head, members in items.values():
+        span = max(rel + m.size for rel, m in members)
+        first = min(m.first for _, m in members)
+        last = max(m.last for _, m in members)
+        keys.append((head, span, first, last))
     orders = [
-        sorted(requests, key=lambda r: (-r.size, r.name)),
-        sorted(requests, key=lambda r: (r.first, -r.size, r.name)),
-        sorted(requests, key=lambda r: (-(r.last - r.first), -r.size, r.name)),
-        sorted(requests, key=lambda r: (-r.size * (r.last - r.first + 1), r.name)),
+        sorted(keys, key=lambda k: (-k[1], k[0].name)),
+        sorted(keys, key=lambda k: (k[2], -k[1], k[0].name)),
+        sorted(keys, key=lambda k: (-(k[3] - k[2]), -k[1], k[0].name)),
+        sorted(keys, key=lambda k: (-k[1] * (k[3] - k[2] + 1), k[0].name)),
     ]
     best = None
     for order in orders:
-        offsets = _first_fit(order)
+        offsets = _first_fit([k[0] for k in order], groups=groups)
         if best is None or arena_size(requests, offsets) < arena_size(requests, best):
             best = offsets
     return best or {}
 
 
-def overlaps(requests, offsets: dict) -> list:
-    """Pairs of requests live at the same time whose byte ranges intersect (must be empty)."""
+def _groups(requests, links: dict) -> dict:
+    """name -> ((relative offset, request), ...) of its group of in-place links (relative
+    offsets from 0), for the members of groups of two or more. A link {y: (x, shift)} puts y
+    at x + shift; every y has one x, so following x from any member reaches the group's root."""
+    by_name = {r.name: r for r in requests}
+    links = {y: xs for y, xs in links.items() if xs[0] in by_name and y in by_name}
+    pos = {}  # name -> (root, offset relative to the root)
+
+    for y in sorted(links):
+        chain = [y]  # y, its input, that one's input, ... up to a placed one or the root
+        while chain[-1] not in pos and chain[-1] in links:
+            chain.append(links[chain[-1]][0])
+        if chain[-1] not in pos:
+            pos[chain[-1]] = (chain[-1], 0)
+        for t in reversed(chain[:-1]):
+            root, at = pos[links[t][0]]
+            pos[t] = (root, at + links[t][1])
+    members = {}
+    for t, (root, at) in pos.items():
+        members.setdefault(root, []).append((at, by_name[t]))
+    out = {}
+    for ms in members.values():
+        low = min(at for at, _ in ms)
+        group = tuple(sorted(((at - low, r) for at, r in ms), key=lambda m: (m[1].first, m[1].name)))
+        for _, r in group:
+            out[r.name] = group
+    return out
+
+
+def overlaps(requests, offsets: dict, in_place: dict | None = None) -> list:
+    """Pairs of requests live at the same time whose byte ranges intersect (must be empty),
+    less the in-place links ({output: (input, shift)}) planned at their shift."""
     bad = []
     rs = list(requests)
+    allowed = {frozenset((y, x)) for y, (x, s) in (in_place or {}).items()
+               if offsets.get(y) == offsets.get(x, 0) + s}
     for i, a in enumerate(rs):
         for b in rs[i + 1:]:
-            if _live_together(a, b):
+            if _live_together(a, b) and frozenset((a.name, b.name)) not in allowed:
                 oa, ob = offsets[a.name], offsets[b.name]
                 if oa < ob + b.size and ob < oa + a.size:
                     bad.append((a.name, b.name))
@@ -147,9 +216,10 @@ def in_place_states(g: Graph) -> dict:
     return out
 
 
-def requests_of(g: Graph) -> tuple:
+def requests_of(g: Graph, keep_input: bool = False) -> tuple:
     """(requests, alias map): one request per buffer; alias outputs map to their root (the
-    next values of in_place_states to their state)."""
+    next values of in_place_states to their state). `keep_input`: the graph inputs stay live
+    to the end (no layer writes over them)."""
     root = {}
     for n in g.nodes:
         if n.op in ALIAS_OPS:
@@ -168,7 +238,7 @@ def requests_of(g: Graph) -> tuple:
             r = root.get(t, t)
             first.setdefault(r, i)
             last[r] = max(last.get(r, i), i)
-    for name in list(g.outputs) + list(g.state.values()):
+    for name in list(g.outputs) + list(g.state.values()) + (list(g.inputs) if keep_input else []):
         last[root.get(name, name)] = end
     root.update(in_place_states(g))
     reqs = tuple(Request(name, g.tensors[name].nbytes, first[name], last[name],
@@ -177,12 +247,17 @@ def requests_of(g: Graph) -> tuple:
     return reqs, root
 
 
-def plan_graph(g: Graph, scratch_of=None) -> MemoryPlan:
+def plan_graph(g: Graph, scratch_of=None, in_place_of=None, keep_input: bool = False,
+               search: bool = True) -> MemoryPlan:
     """The plan of `g`. `scratch_of(graph, node)`, when given, is the (bytes, alignment) of
     working memory the node's kernel needs while it runs, or None: kernel scratch (im2col
     rows, widened activations), a request named '<first output>/kernel' live during that node
-    only, in the arena and in its size. Subgraphs are asked the same way."""
-    reqs, root = requests_of(g)
+    only, in the arena and in its size. Subgraphs are asked the same way. `in_place_of(graph,
+    node)`, when given, is the node's kernel's declaration: ((input tensor, byte shift), ...)
+    its first output may be written over (see in_place_links); `keep_input`: graph inputs are
+    never overwritten; `search`: look for links better dropped (else every link or none, a
+    quicker plan to compare node orders by)."""
+    reqs, root = requests_of(g, keep_input)
     subplans, scratch = {}, []
     for i, n in enumerate(g.nodes):
         subs = subgraphs(n)
@@ -197,7 +272,8 @@ def plan_graph(g: Graph, scratch_of=None) -> MemoryPlan:
             align = max((r.align for p in plans for r in p.requests), default=ALIGN)
             scratch.append(Request(name, max(p.arena_size for p in plans), i, i, align))
             subplans[i] = (name, plans)
-    offsets = _plan_with_scratch(reqs, scratch)
+    links = in_place_links(g, in_place_of, keep_input) if in_place_of is not None else {}
+    offsets, links = _plan_links(reqs, tuple(scratch), links, search)
     reqs += tuple(scratch)
     state, size = {}, 0
     for name in g.state:  # model order keeps the block deterministic
@@ -211,7 +287,112 @@ def plan_graph(g: Graph, scratch_of=None) -> MemoryPlan:
             offsets[alias] = offsets[src]
     return MemoryPlan(dict(sorted(offsets.items())), arena_size(reqs, offsets),
                       lower_bound(reqs), reqs, dict(sorted(state.items())), size,
-                      {i: (offsets[name], plans) for i, (name, plans) in subplans.items()})
+                      {i: (offsets[name], plans) for i, (name, plans) in subplans.items()},
+                      dict(sorted(links.items())))
+
+
+def in_place_links(g: Graph, in_place_of, keep_input: bool = False) -> dict:
+    """{output: (input buffer, shift)}: the in-place declarations the graph allows. A node's
+    kernel declares ((input tensor, shift), ...); the first allowed one is taken when the
+    input's buffer (its alias root) is read last by this node, is not a graph output, a state
+    or its next value (nor a graph input with keep_input), and both buffers are arena requests
+    of the default alignment with the shift a multiple of it. plan_check.allowed_in_place
+    recomputes the same rule on its own."""
+    reqs, root = requests_of(g, keep_input)
+    by_name = {r.name: r for r in reqs}
+    sinks = {root.get(t, t) for t in list(g.outputs) + list(g.state.values())}
+    out = {}
+    for i, n in enumerate(g.nodes):
+        if subgraphs(n) or not n.outputs:
+            continue
+        y = n.outputs[0]
+        if y in root or y not in by_name or by_name[y].align != ALIGN:
+            continue
+        for t, shift in in_place_of(g, n) or ():
+            x = root.get(t, t)
+            r = by_name.get(x)
+            if r is None or r.last != i or x in sinks or x in g.state or r.align != ALIGN \
+                    or shift % ALIGN or (keep_input and x in g.inputs) or x == y:
+                continue
+            out[y] = (x, int(shift))
+            break
+    return out
+
+
+def _plan_links(reqs: tuple, scratch: tuple, links: dict, search: bool = True) -> tuple:
+    """(offsets, the links kept): the plan with every link, then, while that makes the arena
+    smaller (DROPS times at most), the link whose removal helps most dropped (ties: the first
+    by name); a chain of links is one rigid group, and one that drifts (expanding layers step
+    downwards) is better cut. Deterministic."""
+    everything = reqs + scratch
+
+    def size_of(ls):
+        offsets = _plan_with_scratch(reqs, list(scratch), ls)
+        return arena_size(everything, offsets), offsets
+    best, offsets = size_of(links)
+    kept = dict(links)
+    if links and (not search or len(everything) > ORDER_NODES):  # every link or none
+        size, without = size_of({})
+        return (without, {}) if size < best else (offsets, kept)
+    for _ in range(DROPS):
+        # the candidates to cut, bounded so that large graphs plan in time: a chain drifts
+        # at its shifted links and its head may be better alone, so those first
+        cuts = sorted(kept, key=lambda y: (kept[y][1] == 0 and kept[y][0] in kept, y))[:CUTS]
+        trials = []
+        for y in cuts:
+            trial = {k: v for k, v in kept.items() if k != y}
+            trials.append((*size_of(trial), y, trial))
+        if not trials:
+            break
+        size, trial_offsets, _, trial = min(trials, key=lambda t: (t[0], t[2]))
+        if size >= best:
+            break
+        best, offsets, kept = size, trial_offsets, trial
+    return offsets, kept
+
+
+ORDERS = 32  # topological orders tried at most (a bounded search)
+ORDER_NODES = 200  # graphs of more nodes keep their order
+DROPS, CUTS = 4, 32  # in-place links dropped at most, candidates tried per drop
+
+
+def topological_orders(g: Graph, limit: int = ORDERS) -> list:
+    """Up to `limit` topological orders of g's nodes, the graph's own first, then the others a
+    depth-first search finds taking ready nodes in the graph's order (deterministic). A chain
+    has one."""
+    producer = {t: i for i, n in enumerate(g.nodes) for t in n.outputs}
+    deps = [sorted({producer[t] for t in n.inputs if t in producer and producer[t] != i})
+            for i, n in enumerate(g.nodes)]
+    users = [[] for _ in g.nodes]
+    for i, ds in enumerate(deps):
+        for d in ds:
+            users[d].append(i)
+    out = []
+    waiting = [len(ds) for ds in deps]
+    order = []
+
+    def walk():
+        if len(out) >= limit:
+            return
+        if len(order) == len(g.nodes):
+            out.append([g.nodes[i] for i in order])
+            return
+        for i in range(len(g.nodes)):
+            if waiting[i] == 0 and i not in placed:
+                placed.add(i)
+                order.append(i)
+                for u in users[i]:
+                    waiting[u] -= 1
+                walk()
+                for u in users[i]:
+                    waiting[u] += 1
+                order.pop()
+                placed.discard(i)
+                if len(out) >= limit:
+                    return
+    placed = set()
+    walk()
+    return out
 
 
 def _scratch_name(g: Graph, node, kind: str = "scratch") -> str:
@@ -221,14 +402,14 @@ def _scratch_name(g: Graph, node, kind: str = "scratch") -> str:
     return name
 
 
-def _plan_with_scratch(reqs: tuple, scratch: list) -> dict:
+def _plan_with_scratch(reqs: tuple, scratch: list, links: dict | None = None) -> dict:
     """Offsets for the graph's requests and its control-flow scratch: planned together, or
     the scratch fitted around the graph's own plan, whichever arena is smaller. The second
     bounds the arena by the graph's own plus its largest scratch."""
     if not scratch:
-        return plan(reqs)
-    together = plan(reqs + tuple(scratch))
-    own = plan(reqs)
+        return plan(reqs, links)
+    together = plan(reqs + tuple(scratch), links)
+    own = plan(reqs, links)
     around = _first_fit(sorted(scratch, key=lambda r: (-r.size, r.name)), own,
                         [(own[r.name], r) for r in reqs])
     everything = reqs + tuple(scratch)

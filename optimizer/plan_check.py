@@ -5,12 +5,15 @@ Lifetimes are recomputed from the graph's nodes, not read from the planner's req
 planner bug shows: a buffer is live from the step that writes it (graph inputs: step 0) to the
 last step that reads it (graph outputs and next state values: the end); kernel scratch during
 its node only. The overlaps allowed are the planner's rules only: an alias (ALIAS_OPS, e.g.
-reshape) is its source's buffer, and an in-place state's next value (in_place_states) is the
-state's own bytes. State tensors live in a block of their own, always live.
+reshape) is its source's buffer, an in-place state's next value (in_place_states) is the
+state's own bytes, and a node's output may share bytes with one of its inputs where the node's
+kernel declares it (`declared`: node index -> ((input tensor, shift), ...), from the kernels,
+not from the plan): at exactly output offset = input offset + shift, when that input's buffer
+is last read by this node (its lifetime recomputed here), is neither a graph output nor a state
+(nor a graph input when the model keeps its input), and the output is born at that node.
+State tensors live in a block of their own, always live.
 """
 from __future__ import annotations
-
-import bisect
 
 from mcuforge.ir.errors import McuforgeError
 from mcuforge.ir.graph import ALIAS_OPS, Graph, subgraphs
@@ -25,9 +28,12 @@ def _fail(msg: str):
     raise PlanError(f"internal error: memory plan: {msg} (please report this bug)")
 
 
-def check_plan(g: Graph, plan, in_place: dict | None = None) -> None:
+def check_plan(g: Graph, plan, in_place: dict | None = None, declared: dict | None = None,
+               keep_input: bool = False) -> None:
     """Raises PlanError on the first violation. `in_place`: {next value: state} pairs allowed to
-    share bytes (default: the planner's rule, memory_plan.in_place_states)."""
+    share bytes (default: the planner's rule, memory_plan.in_place_states). `declared`: the
+    kernels' in-place declarations, node index -> ((input tensor, byte shift), ...);
+    `keep_input`: graph inputs must never be overwritten."""
     in_place = mp.in_place_states(g) if in_place is None else in_place
     root = {}
     for n in g.nodes:
@@ -45,7 +51,7 @@ def check_plan(g: Graph, plan, in_place: dict | None = None) -> None:
         for t in n.outputs:
             first.setdefault(t, i)
             last[t] = max(last.get(t, i), i)
-    for t in list(g.outputs) + list(g.state.values()):
+    for t in list(g.outputs) + list(g.state.values()) + (list(g.inputs) if keep_input else []):
         first.setdefault(t, 0)
         last[t] = end
     sizes = {r.name: r.size for r in plan.requests}
@@ -98,7 +104,35 @@ def check_plan(g: Graph, plan, in_place: dict | None = None) -> None:
                     _fail(f"subgraph of node {i} needs {sub_plan.arena_size} bytes, "
                           f"its scratch has {sizes.get(mp._scratch_name(g, n), 0)}")
                 check_plan(sub, sub_plan)
-    _disjoint(arena, 0, end, "arena")
+    allowed = _allowed_pairs(g, plan, root, first, last, declared or {}, keep_input)
+    _disjoint(arena, 0, end, "arena", allowed)
+
+
+def _allowed_pairs(g: Graph, plan, root: dict, first: dict, last: dict, declared: dict,
+                   keep_input: bool) -> set:
+    """{frozenset((input buffer, output))} the in-place rule allows in this plan."""
+    sinks = {root.get(t, t) for t in list(g.outputs) + list(g.state.values())}
+    last_reader = {}  # buffer (alias group) -> the last node reading it
+    for k, m in enumerate(g.nodes):
+        for u in m.inputs:
+            if u:
+                last_reader[root.get(u, u)] = k
+    out = set()
+    for i, decl in declared.items():
+        n = g.nodes[i]
+        y = n.outputs[0]
+        if y in root or first.get(y) != i or y not in plan.offsets:
+            continue
+        for t, shift in decl:
+            x = root.get(t, t)
+            if t not in n.inputs or x not in plan.offsets or x in sinks or x in g.state \
+                    or (keep_input and x in g.inputs) or x == y:
+                continue
+            if last_reader.get(x) != i:  # over the whole alias group
+                continue
+            if plan.offsets[y] == plan.offsets[x] + shift:
+                out.add(frozenset((x, y)))
+    return out
 
 
 def _place(g: Graph, t: str, offsets: dict, size: int, where: str) -> None:
@@ -110,9 +144,11 @@ def _place(g: Graph, t: str, offsets: dict, size: int, where: str) -> None:
         _fail(f"'{t}' at [{o}, {o + n}) lies outside the {where} of {size} bytes")
 
 
-def _disjoint(buffers: list, start: int, end: int, where: str) -> None:
-    """Sweep the steps: the buffers live at a step are kept sorted by offset and disjoint, so
-    a buffer coming alive only needs checking against its two neighbours (O(n log n))."""
+def _disjoint(buffers: list, start: int, end: int, where: str, allowed=frozenset()) -> None:
+    """No two buffers live at a common step share a byte, except the `allowed` pairs (of group
+    names). Pairwise, one numpy row per buffer."""
+    import numpy as np
+
     groups = {}  # an alias group is one buffer: its members' union lifetime
     for name, lo, hi, f, la, grp in buffers:
         if hi <= lo:
@@ -122,23 +158,19 @@ def _disjoint(buffers: list, start: int, end: int, where: str) -> None:
             groups[grp] = (g0[0], min(g0[1], lo), max(g0[2], hi), min(g0[3], f), max(g0[4], la))
         else:
             groups[grp] = (name, lo, hi, f, la)
-    born = {}
-    for b in groups.values():
-        born.setdefault(b[3], []).append(b)
-    dies = {}
-    for b in groups.values():
-        dies.setdefault(b[4] + 1, []).append(b)
-    los, live = [], []  # sorted by (lo, name)
-    for step in range(start, end + 1):
-        for b in dies.get(step, ()):
-            k = bisect.bisect_left(los, (b[1], b[0]))
-            del los[k], live[k]
-        for b in sorted(born.get(step, ())):
-            key = (b[1], b[0])
-            k = bisect.bisect_left(los, key)
-            for other in live[max(k - 1, 0):k + 1]:
-                if other[1] < b[2] and b[1] < other[2]:
-                    _fail(f"'{b[0]}' [{b[1]}, {b[2]}) and '{other[0]}' [{other[1]}, {other[2]}) "
-                          f"share bytes in the {where} while both are live at step {step}")
-            los.insert(k, key)
-            live.insert(k, b)
+    keys = sorted(groups, key=lambda k: (groups[k][3], groups[k][1], groups[k][0]))
+    if not keys:
+        return
+    lo = np.array([groups[k][1] for k in keys], np.int64)
+    hi = np.array([groups[k][2] for k in keys], np.int64)
+    f = np.array([groups[k][3] for k in keys], np.int64)
+    la = np.array([groups[k][4] for k in keys], np.int64)
+    for i in range(len(keys)):
+        j = np.arange(i + 1, len(keys))
+        hit = (lo[j] < hi[i]) & (lo[i] < hi[j]) & (f[j] <= la[i]) & (f[i] <= la[j])
+        for k in j[hit]:
+            if frozenset((keys[i], keys[k])) in allowed:
+                continue
+            a, b = groups[keys[k]], groups[keys[i]]
+            _fail(f"'{a[0]}' [{a[1]}, {a[2]}) and '{b[0]}' [{b[1]}, {b[2]}) share bytes in the "
+                  f"{where} while both are live at step {max(a[3], b[3])}")

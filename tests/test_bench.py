@@ -26,7 +26,8 @@ def test_bench_json_on_demo_model(tmp_path):
     r = rows[0]
     info = json.loads(_cli("info", str(model), "--json"))
     assert r["board"] == "host" and r["macs"] == info["macs"] > 0
-    assert r["arena_bytes"] == info["arena_bytes"] >= info["lower_bound_bytes"] > 0
+    # (in place, the arena may be below the layer-by-layer bound)
+    assert r["arena_bytes"] == info["arena_bytes"] > 0 and info["lower_bound_bytes"] > 0
     # the arena (rounded up to its int32 alignment) is the generated code's only static RAM,
     # as measured from the object file
     assert r["arena_bytes"] <= r["ram_bytes"] < r["arena_bytes"] + 4

@@ -59,3 +59,28 @@ def test_arena_plan_has_no_overlaps(stem):
     assert plan.lower_bound <= plan.arena_size
     sizes = {t: g.tensors[t].nbytes for t in plan.offsets}
     assert all(plan.offsets[t] + sizes[t] <= plan.arena_size for t in plan.offsets)
+
+
+@pytest.mark.parametrize("stem", MLPERF_INT8)
+def test_keep_input_is_bit_exact_and_keeps_the_input(stem):
+    """--keep-input: the same outputs, with a plan where nothing overlaps the input."""
+    from mcuforge.codegen_c.model import generate
+    path = mlperf_model(stem)
+    x = random_batch(path, 8, seed=5)
+    assert_equal_to_tflm(path, x, runner.run(path, x, keep_input=True))
+    g = optimize(load(path))
+    plan = generate(g, "m", keep_input=True).plan
+    t = g.inputs[0]
+    lo, hi = plan.offsets[t], plan.offsets[t] + g.tensors[t].nbytes
+    assert all(plan.offsets[r.name] >= hi or plan.offsets[r.name] + r.size <= lo
+               for r in plan.requests if r.name != t)
+
+
+@pytest.mark.parametrize("stem", ["kws_ref_model", "str_ww_ref_model", "pretrainedResnet_quant"])
+def test_in_place_bit_exact_on_the_m4(stem):
+    """In place (the default) on QEMU mps2-an386: the DSP kernels written over their inputs."""
+    from conftest import require_tools
+    require_tools("arm-none-eabi-gcc", "qemu-system-arm")
+    path = mlperf_model(stem)
+    x = random_batch(path, 4, seed=11)
+    assert_equal_to_tflm(path, x, runner.run(path, x, board="mps2-an386"))

@@ -19,15 +19,26 @@ STEMS = ["ad01_int8", "kws_ref_model", "pretrainedResnet_quant", "vww_96_int8",
          "str_ww_ref_model", "kws_ref_model_float32"]
 
 
-def compiled(stem):
+DECLARED = {}  # id(graph) -> the kernels' in-place declarations (GeneratedModel.declared)
+
+
+def compiled(stem, keep_input=False):
     g = optimize(load(mlperf_model(stem)))
-    return g, generate(g, "m").plan
+    gen = generate(g, "m", keep_input=keep_input)
+    g = gen.graph  # (its nodes in the order planned)
+    DECLARED[id(g)] = gen.declared
+    return g, gen.plan
+
+
+def check(g, plan, **kw):
+    check_plan(g, plan, declared=DECLARED[id(g)], **kw)
 
 
 @pytest.mark.parametrize("stem", STEMS)
-def test_mlperf_plans_pass(stem):
-    g, plan = compiled(stem)
-    check_plan(g, plan)
+@pytest.mark.parametrize("keep_input", [False, True])
+def test_mlperf_plans_pass(stem, keep_input):
+    g, plan = compiled(stem, keep_input)
+    check(g, plan, keep_input=keep_input)
 
 
 def random_graph(rng, n_nodes, size=16, optimized=True):
@@ -72,7 +83,8 @@ def arena_pair(g, plan):
     for i, n in enumerate(g.nodes):
         for x in n.inputs:
             if x in plan.offsets and not g.tensors[x].is_const and n.outputs[0] in plan.offsets \
-                    and n.op not in ("reshape",):
+                    and n.op not in ("reshape",) and n.outputs[0] not in plan.in_place \
+                    and not any(m.op == "reshape" and m.inputs[0] == n.outputs[0] for m in g.nodes):
                 return i, x, n.outputs[0]
     raise AssertionError("no pair")
 
@@ -81,7 +93,7 @@ def test_two_live_tensors_overlapping_are_rejected():
     g, plan = compiled("kws_ref_model")
     i, x, y = arena_pair(g, plan)
     with pytest.raises(PlanError, match=rf"'{x}'.*'{y}'|'{y}'.*'{x}'") as e:
-        check_plan(g, moved(plan, **{y: plan.offsets[x]}))
+        check(g, moved(plan, **{y: plan.offsets[x]}))
     assert "step" in str(e.value)
 
 
@@ -97,7 +109,7 @@ def test_scratch_over_its_layers_input_is_rejected():
     name = mp._scratch_name(g, n, "kernel")
     # the input moved under the scratch (keeps the scratch's 8-byte alignment)
     with pytest.raises(PlanError, match="share bytes") as e:
-        check_plan(g, moved(plan, **{x: at}))
+        check(g, moved(plan, **{x: at}))
     assert name in str(e.value) and x in str(e.value)
 
 
@@ -105,14 +117,14 @@ def test_buffer_past_the_arena_end_is_rejected():
     g, plan = compiled("kws_ref_model")
     t = g.outputs[0]
     with pytest.raises(PlanError, match=rf"'{t}'.*outside the arena"):
-        check_plan(g, moved(plan, **{t: plan.arena_size}))
+        check(g, moved(plan, **{t: plan.arena_size}))
 
 
 def test_misaligned_offset_is_rejected():
     g, plan = compiled("kws_ref_model")
     t = g.inputs[0]
     with pytest.raises(PlanError, match=rf"'{t}' at offset {plan.offsets[t] + 2}.*multiple of 4"):
-        check_plan(g, moved(plan, **{t: plan.offsets[t] + 2}))
+        check(g, moved(plan, **{t: plan.offsets[t] + 2}))
 
 
 def test_declared_in_place_state_is_accepted_undeclared_rejected():
@@ -147,9 +159,63 @@ def test_reshape_alias_accepted_same_overlap_without_alias_rejected():
 def test_broken_planner_stops_compile(tmp_path, monkeypatch, capsys):
     from mcuforge import cli
 
-    monkeypatch.setattr(mp, "plan", lambda requests: {r.name: 0 for r in requests})
+    monkeypatch.setattr(mp, "plan", lambda requests, links=None: {r.name: 0 for r in requests})
     out = tmp_path / "out"
     rc = cli.main(["compile", str(mlperf_model("kws_ref_model")), "-o", str(out)])
     err = capsys.readouterr().err
     assert rc != 0 and "memory plan" in err and "share bytes" in err
     assert not list(out.rglob("*.c")) if out.exists() else True
+
+
+# ---- in place: an overlap passes only by the rule, recomputed from the declarations ----
+
+def linked(g, plan):
+    """(node index, input, output, shift) of the plan's first in-place link."""
+    y, (x, shift) = sorted(plan.in_place.items())[0]
+    i = next(k for k, n in enumerate(g.nodes) if n.outputs[0] == y)
+    return i, x, y, shift
+
+
+def test_in_place_at_a_wrong_shift_is_rejected():
+    g, plan = compiled("kws_ref_model")
+    assert plan.in_place
+    for y, (x, shift) in plan.in_place.items():
+        for delta in (4, -4):
+            at = plan.offsets[x] + shift + delta
+            if at < 0 or at + g.tensors[y].nbytes > plan.arena_size:
+                continue  # (that is rejected as well, as outside the arena)
+            with pytest.raises(PlanError, match="share bytes"):
+                check(g, moved(plan, **{y: at}))
+
+
+def test_in_place_not_declared_is_rejected():
+    """The checker reads the kernels' declarations, not the plan's own record of its links."""
+    g, plan = compiled("kws_ref_model")
+    i, x, y, shift = linked(g, plan)
+    declared = {k: v for k, v in DECLARED[id(g)].items() if k != i}
+    with pytest.raises(PlanError, match="share bytes"):
+        check_plan(g, plan, declared=declared)
+
+
+def test_in_place_over_an_input_read_later_is_rejected():
+    """ResNet-8's first block: conv 1 declares its output may go one row below its input, but
+    that input is read again by the block's ADD."""
+    g, plan = compiled("pretrainedResnet_quant")
+    decl = DECLARED[id(g)]
+    i = next(k for k, d in decl.items() if d[0][1] < 0 and any(
+        d[0][0] in n.inputs for n in g.nodes[k + 1:]))
+    x, shift = decl[i][0]
+    y = g.nodes[i].outputs[0]
+    bad = moved(plan, **{y: plan.offsets[x] + shift})
+    with pytest.raises(PlanError, match="share bytes"):
+        check(g, bad)
+
+
+def test_in_place_over_a_kept_input_is_rejected():
+    g, plan = compiled("kws_ref_model")
+    x = g.inputs[0]
+    links = [(y, s) for y, (src, s) in plan.in_place.items() if src == x]
+    assert links  # by default the first layer writes over the input
+    check(g, plan)
+    with pytest.raises(PlanError, match="share bytes|outside"):
+        check(g, plan, keep_input=True)

@@ -17,9 +17,10 @@ SCHEDULES = {}  # op -> [fn(ctx, reference kernel, target) -> Kernel | None]
 # Which schedule a layer gets when several apply: the target-specific ones first (Helium
 # depthwise before the Helium GEMM, which takes depthwise layers with a multiplier; cores
 # without SIMD), then the DSP/host ones; svdf before seq (the whole int8 SVDF where it applies);
-# lut last (the table serves what no other schedule takes).
+# lut (the table serves what no other schedule takes), then reference: the reference loops
+# themselves with their in-place declarations, where nothing else applied.
 ORDER = ("mve_dw", "mve", "scalar", "depthwise", "eltwise", "gemm", "host", "requant", "svdf",
-         "seq", "lut")
+         "seq", "lut", "reference")
 
 
 def _rank(fn) -> int:
@@ -81,8 +82,8 @@ def schedule_kernel(ctx, kernel, target: Target):
 
 
 def _load_all():
-    from . import (depthwise, eltwise, gemm, host, lut, mve, mve_dw, requant,  # noqa: F401
-                   scalar, seq, svdf)  # (they register their schedules)
+    from . import (depthwise, eltwise, gemm, host, lut, mve, mve_dw, reference,  # noqa: F401
+                   requant, scalar, seq, svdf)  # (they register their schedules)
 
 
 def lower_node(node, graph, name: str, target: Target | None = None):

@@ -14,7 +14,7 @@ from .. import pack, pack_dw
 from ..lower import OpContext
 from ..lower.conv import output_multipliers
 from ..lower.q_uint8 import activation_range
-from . import schedules, tflm_int8_layer
+from . import inplace, schedules, tflm_int8_layer
 
 
 @schedules("depthwise_conv2d")
@@ -67,4 +67,5 @@ def depthwise(ctx: OpContext, ref: ir.Kernel, target) -> ir.Kernel | None:
         ir.Buffer("scratch", "int16", (scratch + 1) // 2, "scratch")]
     doc = (f"{ref.doc}\nscheduled: {entry}, {geom['cg']} channels a pass widened to "
            f"planar int16 rows ({scratch} bytes scratch), weights as int16 pairs")
-    return ir.Kernel(ctx.name, tuple(bufs), tuple(body), doc, ref.macs, entry)
+    return inplace.declare(ir.Kernel(ctx.name, tuple(bufs), tuple(body), doc, ref.macs, entry),
+                           "x", inplace.dw3x3(geom) if n == 1 else None)

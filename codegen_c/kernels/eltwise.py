@@ -17,7 +17,7 @@ from .. import pack_ew
 from ..lower import OpContext
 from ..lower.q_uint8 import activation_range
 from ..pack_ew import POOL_GEOM
-from . import schedules
+from . import inplace, schedules
 
 ADD_PARAMS = ("input1_offset", "input2_offset", "left_shift", "input1_multiplier",
               "input1_shift", "input2_multiplier", "input2_shift", "output_multiplier",
@@ -74,7 +74,15 @@ def add(ctx: OpContext, ref: ir.Kernel, target) -> ir.Kernel | None:
         *(ir.Const(int(c[k])) for k in ("mult", "add", "post", "signfix", "lo", "hi")))),)
     doc = (f"{ref.doc}\nscheduled: mf_ew_add_s8, input {c['big'] + 1} unscaled, the other "
            f"through a 256-entry table (checked on all 65536 input pairs)")
-    return ir.Kernel(ctx.name, tuple(ref.params) + (tab,), body, doc, ref.macs, "mf_ew_add_s8")
+    k = ir.Kernel(ctx.name, tuple(ref.params) + (tab,), body, doc, ref.macs, "mf_ew_add_s8")
+    return _both(k, y.size)
+
+
+def _both(k: ir.Kernel, n: int) -> ir.Kernel:
+    """mf_ew_add_s8 / mf_ew_mul_s8 read element i of both inputs before writing element i:
+    the output may go over either input (shift 0)."""
+    return inplace.declare(inplace.declare(k, "x", inplace.elementwise(n)), "x1",
+                           inplace.elementwise(n))
 
 
 @schedules("mul")
@@ -90,7 +98,8 @@ def mul(ctx: OpContext, ref: ir.Kernel, target) -> ir.Kernel | None:
         ir.Ptr("x", ir.Const(0)), ir.Ptr("x1", ir.Const(0)), ir.Ptr("y", ir.Const(0)),
         ir.Const(ctx.output().size), *(ir.Const(int(c[k])) for k in names))),)
     doc = f"{ref.doc}\nscheduled: mf_ew_mul_s8 (checked on all 65536 input pairs)"
-    return ir.Kernel(ctx.name, tuple(ref.params), body, doc, ref.macs, "mf_ew_mul_s8")
+    return _both(ir.Kernel(ctx.name, tuple(ref.params), body, doc, ref.macs, "mf_ew_mul_s8"),
+                 ctx.output().size)
 
 
 def _pool(ctx: OpContext, ref: ir.Kernel, fn: str) -> ir.Kernel | None:

@@ -22,7 +22,7 @@ from .. import pack
 from ..lower import OpContext
 from ..lower.conv import output_multipliers
 from ..lower.q_uint8 import activation_range
-from . import conv_geometry, schedules, tflm_int8_layer
+from . import conv_geometry, inplace, schedules, tflm_int8_layer
 
 def gemm_layer(ctx: OpContext) -> dict | None:
     """The compile-time data of the layer's GEMM form, or None when it has none: weights as
@@ -128,6 +128,7 @@ def gemm(ctx: OpContext, ref: ir.Kernel, target) -> ir.Kernel | None:
             ir.Ptr("x", ir.Const(0)), ir.Const(n_rows), ir.Const(k), ir.Const(k), *common,
             ir.Ptr("y", ir.Const(0)), ir.Const(o), ir.Ptr("scratch", ir.Const(0)))),)
         how = f"{n_rows} rows x {k} taps"
+        access = inplace.gemm_rows([(0, 0, n_rows, k, k, o, o)], x.nbytes, y.nbytes, 1)
     elif k == x.shape[-1] and not any(ctx.attrs["padding"]):
         # a strided 1x1 convolution: per output row, one call over every stride_w-th pixel
         n, h, w_, c = x.shape
@@ -140,6 +141,9 @@ def gemm(ctx: OpContext, ref: ir.Kernel, target) -> ir.Kernel | None:
             ir.Ptr("scratch", ir.Const(0))))])
         how = f"{oh} output rows x {ow} pixels x {k} taps, input stride {sw} pixels"
         one_by_one = True
+        access = None if n != 1 else inplace.gemm_rows(
+            [(oy * sh * w_ * c, oy * ow * o, ow, sw * c, k, o, o) for oy in range(oh)],
+            x.nbytes, y.nbytes, 1)
     else:
         n, geom, buf = conv_geometry(ctx)
         h, w_, c, kh, kw, sh, sw, _, _, oh, ow = (int(v) for v in geom)
@@ -152,6 +156,8 @@ def gemm(ctx: OpContext, ref: ir.Kernel, target) -> ir.Kernel | None:
             ir.Ptr("scratch", ir.Const(0))))])
         how = (f"patches from rows widened once per output row, {oh * ow} x {rows.shape[1]} taps"
                if pair else f"im2col, {oh * ow} patches x {k} taps")
+        access = None if n != 1 else inplace.conv_rows(h, w_, c, oh, ow, o, kh, sh,
+                                                         int(geom[7]))
     bufs = [b for b in ref.params if b.kind != "scratch"] + consts + [
         ir.Buffer("scratch", "int16", (scratch + 1) // 2, "scratch")]
     why = " (int8: the flash budget)" if fmt == "w8" and target.dsp else ""
@@ -159,7 +165,8 @@ def gemm(ctx: OpContext, ref: ir.Kernel, target) -> ir.Kernel | None:
     doc = (f"{ref.doc}\nscheduled: {name} ({how}), weights "
            f"{fmt}{why} packed 4 channels x 4 taps ({packed.nbytes} bytes), {scratch} bytes "
            f"scratch")
-    return ir.Kernel(ctx.name, tuple(bufs), tuple(body), doc, ref.macs, name)
+    return inplace.declare(ir.Kernel(ctx.name, tuple(bufs), tuple(body), doc, ref.macs, name),
+                           "x", access)
 
 
 # mf_gemm2_w16 (2 channels x 2 rows, 10 instructions per 16 MACs in its K loop against 11)
@@ -199,6 +206,7 @@ def gemm2_kernel(ctx: OpContext, ref: ir.Kernel, x, y, rows, bias, rq, signfix,
             ir.Ptr("x", ir.Const(0)), ir.Const(n_rows), ir.Const(k), ir.Const(k), *tail,
             ir.Ptr("y", ir.Const(0)), ir.Const(o), ir.Ptr("scratch", ir.Const(0)))),)
         how = f"{n_rows} rows x {k} taps"
+        calls = [(0, 0, n_rows, k, k, o, o)]
     else:
         n, h, w_, c = x.shape
         _, oh, ow, _ = y.shape
@@ -208,12 +216,18 @@ def gemm2_kernel(ctx: OpContext, ref: ir.Kernel, x, y, rows, bias, rq, signfix,
             ir.Const(k), *tail, ir.Ptr("y", b * (oh * ow * o) + oy * (ow * o)), ir.Const(o),
             ir.Ptr("scratch", ir.Const(0))))])
         how = f"{oh} output rows x {ow} pixels x {k} taps, input stride {sw} pixels"
+        calls = None if n != 1 else [(oy * sh * w_ * c, oy * ow * o, ow, sw * c, k, o, o)
+                                     for oy in range(oh)]
     bufs = [b for b in ref.params if b.kind != "scratch"] + consts + [
         ir.Buffer("scratch", "int16", (scratch + 1) // 2, "scratch")]
+    # mf_gemm2_body: rows in pairs; mf_gemm1k8_body: one row at a time
+    access = calls and inplace.gemm_rows(calls, x.nbytes, y.nbytes,
+                                         1 if kernel == "mf_gemm1k8_w16" else 2)
     block = "1 channel x 1 row" if kernel == "mf_gemm1k8_w16" else "2 channels x 2 rows"
     doc = (f"{ref.doc}\nscheduled: {entry} ({how}), {block}, weights w16 in one stream with "
            f"bias and mf_rq ({stream.nbytes} bytes), {scratch} bytes scratch")
-    return ir.Kernel(ctx.name, tuple(bufs), tuple(body), doc, ref.macs, entry)
+    return inplace.declare(ir.Kernel(ctx.name, tuple(bufs), tuple(body), doc, ref.macs, entry),
+                           "x", access)
 
 
 def convrp(ctx: OpContext, ref: ir.Kernel, layer: dict, fmt: str, pre0: bool, rows, bias, rq,
@@ -254,4 +268,7 @@ def convrp(ctx: OpContext, ref: ir.Kernel, layer: dict, fmt: str, pre0: bool, ro
         gbuf, ir.Buffer("scratch", "int16", (scratch + 1) // 2, "scratch")]
     doc = (f"{ref.doc}\nscheduled: {name} (kernel rows paired, {oh * ow} pixels x {nw} words, "
            f"no im2col), table {table.nbytes} bytes, {scratch} bytes scratch")
-    return ir.Kernel(ctx.name, tuple(bufs), tuple(body), doc, ref.macs, name)
+    access = None if n != 1 else inplace.conv_rows(h, w_, c, oh, ow, o, kh,
+                                                     ctx.attrs["stride"][0], int(geom[7]))
+    return inplace.declare(ir.Kernel(ctx.name, tuple(bufs), tuple(body), doc, ref.macs, name),
+                           "x", access)

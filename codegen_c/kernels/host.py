@@ -29,7 +29,7 @@ from .. import pack
 from ..lower import OpContext
 from ..lower.conv import output_multipliers
 from ..lower.q_uint8 import activation_range
-from . import conv_geometry, schedules
+from . import conv_geometry, inplace, schedules
 from .gemm import gemm_layer
 
 DW_GEOM = ("h", "w", "c", "k_h", "k_w", "stride_h", "stride_w", "dil_h", "dil_w", "pad_t",
@@ -128,6 +128,9 @@ def host_gemm(ctx: OpContext, ref: ir.Kernel, target) -> ir.Kernel | None:
             ir.Ptr("x", ir.Const(0)), ir.Const(n_rows), ir.Const(k), ir.Const(k), *common,
             ir.Ptr("y", ir.Const(0)), ir.Const(o), ir.Ptr("scratch", ir.Const(0)))),)
         how = f"{n_rows} rows x {k} taps"
+        # mf_vec_gemm: rows in pairs (a last one alone); mf_vec_gemm_t: one row at a time
+        access = inplace.gemm_rows([(0, 0, n_rows, k, k, o, o)], x.nbytes, y.nbytes,
+                                   1 if lanes else 2)
     else:
         n, geom, buf = conv_geometry(ctx)
         h, w_, c, _, _, _, _, _, _, oh, ow = (int(v) for v in geom)
@@ -136,11 +139,13 @@ def host_gemm(ctx: OpContext, ref: ir.Kernel, target) -> ir.Kernel | None:
             ir.Ptr("x", b * (h * w_ * c)), ir.Ptr("geom", ir.Const(0)), ir.Const(layer["x_zp"]),
             *common, ir.Ptr("y", b * (oh * ow * o)), ir.Ptr("scratch", ir.Const(0))))])
         fn, how = "mf_vec_conv", f"im2col, {oh * ow} patches x {k} taps"
+        access = inplace.vec_conv(geom, o) if n == 1 else None
     scratch = w.shape[0] * 16 if lanes else scratch_words(o, k, x.size // k if one_by_one
                                                           else y.shape[1] * y.shape[2])
     doc = (f"{ref.doc}\nscheduled: {fn} ({how}), weights int16 ({w.nbytes} bytes), "
            f"{4 * scratch} bytes scratch")
-    return ir.Kernel(ctx.name, _bufs(ref, consts, scratch), tuple(body), doc, ref.macs, fn)
+    return inplace.declare(ir.Kernel(ctx.name, _bufs(ref, consts, scratch), tuple(body), doc,
+                                     ref.macs, fn), "x", access)
 
 
 @schedules("depthwise_conv2d")
@@ -204,5 +209,6 @@ def host_depthwise(ctx: OpContext, ref: ir.Kernel, target) -> ir.Kernel | None:
         ir.Ptr("y", i * (oh * ow * c)), ir.Ptr("scratch", ir.Const(0))))])
     doc = (f"{ref.doc}\nscheduled: mf_vec_dw, rows of {tw} pixels x {c} channels, "
            f"{4 * scratch} bytes scratch")
-    return ir.Kernel(ctx.name, _bufs(ref, consts, scratch), tuple(body), doc, ref.macs,
-                     "mf_vec_dw")
+    access = inplace.vec_dw(h, wd, c, oh, ow, kh, sh, dh, pt) if n == 1 else None
+    return inplace.declare(ir.Kernel(ctx.name, _bufs(ref, consts, scratch), tuple(body), doc,
+                                     ref.macs, "mf_vec_dw"), "x", access)

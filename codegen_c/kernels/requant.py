@@ -12,7 +12,7 @@ from .. import micro_svdf  # noqa: F401  (registers the mirror)
 from .. import pack
 from .. import qparams as qp
 from ..lower import OpContext
-from . import schedules
+from . import inplace, schedules
 
 FN = "mf_seq_quantize_s16_s8"
 
@@ -43,7 +43,8 @@ def quantize_s16_s8(ctx: OpContext, ref: ir.Kernel, target) -> ir.Kernel | None:
                              ir.Ptr("rq", ir.Const(0), ctype="const mf_rq *"),
                              ir.Const(sfx))),)
     doc = f"{ref.doc}\nscheduled: {FN} (the fast requantization, proven exact for int16 inputs)"
-    return ir.Kernel(ctx.name, tuple(ref.params) + (q,), body, doc, ref.macs, FN)
+    return inplace.declare(ir.Kernel(ctx.name, tuple(ref.params) + (q,), body, doc, ref.macs, FN),
+                           "x", inplace.elementwise(y.size, 2, 1))
 
 
 def _calls(e) -> list:

@@ -162,7 +162,8 @@ def tflm_cmsis_figure(model: str, board_name: str) -> tuple:
 
 
 def bench_board(model: str, board_name: str, with_tflm: bool, per_layer: bool = False,
-                flash_budget: int | None = None, input_shapes: dict | None = None) -> dict:
+                flash_budget: int | None = None, input_shapes: dict | None = None,
+                keep_input: bool = False) -> dict:
     """Instructions per inference under QEMU, flash/RAM from the ELF, measured stack;
     `per_layer`: also each layer's instructions, from a second, profiled build (layer_rows)."""
     import numpy as np
@@ -174,7 +175,7 @@ def bench_board(model: str, board_name: str, with_tflm: bool, per_layer: bool = 
     from ..target import run_on_board
     board = load_board(board_name)
     info = model_info(model, board=board_name, flash_budget=flash_budget,
-                      input_shapes=input_shapes)
+                      input_shapes=input_shapes, keep_input=keep_input)
     g = load(model, input_shapes)
     rng = np.random.default_rng(0)
     xs = []
@@ -188,7 +189,7 @@ def bench_board(model: str, board_name: str, with_tflm: bool, per_layer: bool = 
             xs.append(rng.integers(lo, hi + 1, size=t.shape).astype(t.dtype))
     arrays, _ = split_inputs(g, dict(zip(g.inputs, xs)))
     run = run_on_board(model, arrays, board_name, flash_budget=flash_budget,
-                       input_shapes=input_shapes)
+                       input_shapes=input_shapes, keep_input=keep_input)
     tflm_cmsis, tflm_cmsis_why = tflm_cmsis_figure(model, board_name)
     sizes = elf_sizes(run.elf, board.cross)
     instructions = run.instructions[0]
@@ -211,7 +212,8 @@ def bench_board(model: str, board_name: str, with_tflm: bool, per_layer: bool = 
         row["tflm_arena_bytes"] = tflm.arena_bytes(model)["head"]
     if per_layer:
         row.update(layer_rows(run_on_board(model, arrays, board_name, flash_budget=flash_budget,
-                                           profile=True, input_shapes=input_shapes), board,
+                                           profile=True, input_shapes=input_shapes,
+                                           keep_input=keep_input), board,
                               instructions))
     return row
 
@@ -241,9 +243,9 @@ def layer_rows(run, board, whole: int) -> dict:
 
 def bench(models: list, board: str = "host", iterations: int = 50, with_tflm: bool = True,
           progress=None, per_layer: bool = False, flash_budget: int | None = None,
-          input_shapes: dict | None = None) -> list:
-    """One row of figures per model; `input_shapes` ({input: shape}) as compile's, for every
-    model."""
+          input_shapes: dict | None = None, keep_input: bool = False) -> list:
+    """One row of figures per model; `input_shapes` ({input: shape}) and `keep_input` as
+    compile's, for every model (keep_input: on a board; the host rows measure the default)."""
     if per_layer and board == "host":
         raise McuforgeError("bench --per-layer counts instructions on an emulated board: give "
                             "--board (mps2-an385, mps2-an386, mps2-an500, mps3-an547, "
@@ -256,7 +258,7 @@ def bench(models: list, board: str = "host", iterations: int = 50, with_tflm: bo
             rows.append(bench_one(m, board, iterations, with_tflm, input_shapes))
         else:
             rows.append(bench_board(m, board, with_tflm, per_layer, flash_budget,
-                                    input_shapes))
+                                    input_shapes, keep_input))
     return rows
 
 

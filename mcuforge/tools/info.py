@@ -6,7 +6,7 @@ from pathlib import Path
 
 
 def model_info(model, input_shapes: dict | None = None, board: str = "host",
-               flash_budget: int | None = None) -> dict:
+               flash_budget: int | None = None, keep_input: bool = False) -> dict:
     """The figures of the model as compiled for `board` (its schedules decide the packed
     weights' size and the kernels' scratch)."""
     from mcuforge.codegen_c.model import generate
@@ -15,7 +15,7 @@ def model_info(model, input_shapes: dict | None = None, board: str = "host",
     from ..api import load
     from ..board import load_board
     g = optimize(load(model, input_shapes))
-    gen = generate(g, "model", load_board(board).target(flash_budget))
+    gen = generate(g, "model", load_board(board).target(flash_budget), keep_input=keep_input)
     plan = gen.plan
     scratch = [r.size for r in plan.requests if r.name.endswith("/kernel")]
 

@@ -31,6 +31,7 @@ def analyze(model, board: str | None = None, input_shapes: dict | None = None,
     b = load_board(board or "host")
     g = optimize(load(model, input_shapes))
     gen = generate(g, "model", b.target(flash_budget))
+    g = gen.graph  # its nodes in the order the calls run (memory_plan.topological_orders)
     plan = gen.plan
     calls = _calls(gen)
     layers = [_layer(g, plan, i, node, calls) for i, node in enumerate(g.nodes)]
@@ -46,7 +47,8 @@ def analyze(model, board: str | None = None, input_shapes: dict | None = None,
         "arena_bytes": plan.arena_size,
         "lower_bound_bytes": plan.lower_bound,
         "state_bytes": plan.state_size,
-        "arena": [_buffer(g, r, plan.offsets[r.name]) for r in
+        "arena": [dict(_buffer(g, r, plan.offsets[r.name]),
+                       in_place_of=plan.in_place.get(r.name, (None,))[0]) for r in
                   sorted(plan.requests, key=lambda r: (r.first, plan.offsets[r.name], r.name))],
         "layers": layers,
         "profile": None,
