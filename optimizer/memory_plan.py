@@ -15,7 +15,7 @@ their offsets relative to its start. The plan of a nested subgraph nests the sam
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from mcuforge.ir.graph import ALIAS_OPS, Graph, subgraphs
 
@@ -48,6 +48,7 @@ class MemoryPlan:
     # control flow: node index -> (offset of its scratch, (plan of each subgraph, ...)); the
     # scratch is a request of its own, named '<first output>/scratch', in offsets too
     subplans: dict = field(default_factory=dict)
+    redzone: int = 0  # bytes kept free after every buffer (plan_graph's redzone)
 
     def kernel_scratch(self, g: Graph, node) -> int | None:
         """Arena offset of the node's kernel scratch (plan_graph's scratch_of), or None."""
@@ -177,11 +178,15 @@ def requests_of(g: Graph) -> tuple:
     return reqs, root
 
 
-def plan_graph(g: Graph, scratch_of=None) -> MemoryPlan:
+def plan_graph(g: Graph, scratch_of=None, redzone: int = 0) -> MemoryPlan:
     """The plan of `g`. `scratch_of(graph, node)`, when given, is the (bytes, alignment) of
     working memory the node's kernel needs while it runs, or None: kernel scratch (im2col
     rows, widened activations), a request named '<first output>/kernel' live during that node
-    only, in the arena and in its size. Subgraphs are asked the same way."""
+    only, in the arena and in its size. Subgraphs are asked the same way. `redzone` > 0 (the
+    checked build's, codegen_c/arena_check.py): every buffer, state included, starts at a
+    multiple of 8 (an ASan shadow granule) and the `redzone` bytes after it are kept free while
+    it is live, so an overrun of a few bytes lands in bytes nothing owns. The requests keep
+    their true sizes; the arena and state block grow."""
     reqs, root = requests_of(g)
     subplans, scratch = {}, []
     for i, n in enumerate(g.nodes):
@@ -191,27 +196,38 @@ def plan_graph(g: Graph, scratch_of=None) -> MemoryPlan:
             scratch.append(Request(_scratch_name(g, n, "kernel"), need[0], i, i,
                                    max(need[1], ALIGN)))
         if subs:
-            plans = tuple(plan_graph(s, scratch_of) for s in subs)
+            plans = tuple(plan_graph(s, scratch_of, redzone) for s in subs)
             name = _scratch_name(g, n)
             # aligned for the subgraphs' widest element (nested scratch requests included)
             align = max((r.align for p in plans for r in p.requests), default=ALIGN)
             scratch.append(Request(name, max(p.arena_size for p in plans), i, i, align))
             subplans[i] = (name, plans)
-    offsets = _plan_with_scratch(reqs, scratch)
+    padded = _padded(reqs, redzone), _padded(scratch, redzone)
+    offsets = _plan_with_scratch(*padded)
     reqs += tuple(scratch)
+    size_of = arena_size(padded[0] + padded[1], offsets)
     state, size = {}, 0
     for name in g.state:  # model order keeps the block deterministic
-        size = _align(size, alignment(g.tensors[name].dtype))
+        size = _align(size, max(alignment(g.tensors[name].dtype), 8 if redzone else 0))
         state[name] = size
-        size += _align(g.tensors[name].nbytes)
+        size += _align(g.tensors[name].nbytes) + redzone
     for alias, src in root.items():
         if src in state:
             state[alias] = state[src]
         else:
             offsets[alias] = offsets[src]
-    return MemoryPlan(dict(sorted(offsets.items())), arena_size(reqs, offsets),
+    return MemoryPlan(dict(sorted(offsets.items())), size_of,
                       lower_bound(reqs), reqs, dict(sorted(state.items())), size,
-                      {i: (offsets[name], plans) for i, (name, plans) in subplans.items()})
+                      {i: (offsets[name], plans) for i, (name, plans) in subplans.items()},
+                      redzone)
+
+
+def _padded(requests, redzone: int) -> tuple:
+    """The requests as the planner places them: with `redzone`, 8-aligned and that much
+    larger."""
+    if not redzone:
+        return tuple(requests)
+    return tuple(replace(r, size=r.size + redzone, align=max(r.align, 8)) for r in requests)
 
 
 def _scratch_name(g: Graph, node, kind: str = "scratch") -> str:
