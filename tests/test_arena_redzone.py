@@ -335,3 +335,27 @@ def test_cli_run_check_arena(tmp_path):
                     str(tmp_path / "in.npy"), "--output", str(tmp_path / "out.npy"),
                     "--check-arena"], check=True, capture_output=True, cwd=REPO)
     assert np.array_equal(np.load(tmp_path / "out.npy"), tflm.run(path.read_bytes(), [x])[0])
+
+
+def test_a_kernel_writing_past_its_state_is_reported(tmp_path):
+    """The state block has red-zones too: an SVDF kernel writing the byte after the state it
+    updates in place. (The shared streaming wakeword model is the 30-frame window model: it
+    has no state; this conformance case has.)"""
+    from mcuforge.tools.tflite_cases import all_cases
+    [case] = [c for c in all_cases("svdf_int8_rank1") if c.name == "svdf_int8_rank1"]
+    model = case.model()
+    g = optimize(api.load(model))
+    [state] = g.state
+    n = g.tensors[state].nbytes
+
+    def edit(text, at=n):
+        m = re.search(r"MF_KERNEL static void (l00_svdf\w*)\(([^)]*)\) \{\n", text)
+        args = _call_line(text, m.group(1)).split("(", 1)[1].split(", ")
+        [k] = [k for k, a in enumerate(args) if a.startswith("(int16_t *)&state.bytes[")]
+        param = m.group(2).split(",")[k].split("*")[-1].strip()
+        return text[:m.end()] + f"    ((uint8_t *){param})[{at}] = 0;\n" + text[m.end():]
+    r, exe = _project(model, tmp_path, edit)
+    with pytest.raises(BuildError, match=POISON):
+        _run(r, exe)
+    r, exe = _project(model, tmp_path / "ok", lambda t: edit(t, n - 1))  # its own last byte
+    _run(r, exe)
