@@ -211,6 +211,8 @@ def plan_graph(g: Graph, scratch_of=None, redzone: int = 0) -> MemoryPlan:
         size = _align(size, max(alignment(g.tensors[name].dtype), 8 if redzone else 0))
         state[name] = size
         size += _align(g.tensors[name].nbytes) + redzone
+    if redzone:  # whole granules: ASan leaves a partial last one of a region unpoisoned
+        size, size_of = _align(size, 8), _align(size_of, 8)
     for alias, src in root.items():
         if src in state:
             state[alias] = state[src]

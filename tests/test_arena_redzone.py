@@ -305,9 +305,12 @@ def test_a_kernel_reading_a_dead_tensor_is_reported(tmp_path):
 
 def test_plan_with_redzones_keeps_them_free_and_passes_the_checker():
     """Every two buffers live at once are at least REDZONE bytes apart, every buffer 8-aligned,
-    in the arena and in the state block (streaming wakeword), and the checker accepts it."""
-    for stem in ("kws_ref_model", "str_ww_ref_model"):
-        g = optimize(api.load(mlperf_model(stem)))
+    in the arena and in the state block (a variable's), and the checker accepts it."""
+    from mcuforge.tools.tflite_cases import all_cases
+    [var] = [c.model() for c in all_cases("assign_variable_int8_call_once_init")
+             if c.name == "assign_variable_int8_call_once_init"]
+    for model in (mlperf_model("kws_ref_model"), var):
+        g = optimize(api.load(model))
         p = plan_graph(g, redzone=REDZONE)
         check_plan(g, p)
         for a in p.requests:
@@ -318,6 +321,8 @@ def test_plan_with_redzones_keeps_them_free_and_passes_the_checker():
                     ob = p.offsets[b.name]
                     assert ob >= oa + a.size + REDZONE or oa >= ob + b.size + REDZONE
         assert p.arena_size >= max(p.offsets[r.name] + r.size + REDZONE for r in p.requests)
+        # whole ASan granules: poisoning leaves a region's partial last granule addressable
+        assert p.arena_size % 8 == 0 and p.state_size % 8 == 0
         states = sorted((o, g.tensors[t].nbytes) for t, o in p.state_offsets.items()
                         if t in g.state)
         assert all(o % 8 == 0 for o, _ in states)
@@ -359,3 +364,22 @@ def test_a_kernel_writing_past_its_state_is_reported(tmp_path):
         _run(r, exe)
     r, exe = _project(model, tmp_path / "ok", lambda t: edit(t, n - 1))  # its own last byte
     _run(r, exe)
+
+
+def test_a_state_copy_from_a_dead_buffer_is_reported(tmp_path):
+    """Accesses at constant addresses (the invoke's memcpy's, a control-flow condition) are
+    checked too: the checked build reaches the arena and the state block through pointers,
+    as ASan does not check a constant in-bounds offset into a static array."""
+    from mcuforge.tools.tflite_cases import all_cases
+    [case] = [c for c in all_cases("assign_variable_int8_call_once_init")
+              if c.name == "assign_variable_int8_call_once_init"]
+    model = case.model()
+
+    def edit(text):  # the invoke's state copy reads a byte of the arena's last red-zone
+        m = re.search(r"memcpy\(&state\.bytes\[(\d+)\], &arena\.bytes\[(\d+)\], (\d+)\);", text)
+        size = int(re.search(r"MODEL_CHECK\(&arena\.bytes\[0\], (\d+),", text).group(1))
+        return text.replace(m.group(0), f"memcpy(&state.bytes[{m.group(1)}], "
+                                        f"&arena.bytes[{size - 16}], 1);")
+    r, exe = _project(model, tmp_path, edit)
+    with pytest.raises(BuildError, match=POISON):
+        _run(r, exe)
