@@ -383,3 +383,19 @@ def test_a_state_copy_from_a_dead_buffer_is_reported(tmp_path):
     r, exe = _project(model, tmp_path, edit)
     with pytest.raises(BuildError, match=POISON):
         _run(r, exe)
+
+
+def test_the_conformance_batches_really_run_the_check(monkeypatch):
+    """The batch machinery the tests above use builds the check in: with no range left
+    unpoisoned for a node, its case fails with ASan's report."""
+    from mcuforge.codegen_c import arena_check
+    name, graph = OP_CASES[0]
+    model = write_tflite(graph)
+    xs = _random(graph, 1, 0)
+    sets = [([x[0] for x in xs], [np.asarray(r) for r in op_models.run_tflm(model,
+                                                                            [x[0] for x in xs])])]
+    case = conformance.Case(name, "tflite", model, sets, 0.0, 0.0, name, (), True)
+    assert conformance.run_batch([case], arena_check=True)[0].status == "passed"
+    monkeypatch.setattr(arena_check, "_operands", lambda *a: [])
+    [r] = conformance.run_batch([case], arena_check=True)
+    assert r.status == "failed" and "use-after-poison" in r.reason, r.reason
