@@ -18,6 +18,7 @@ from mcuforge.optimizer.memory_plan import ORDER_NODES, MemoryPlan, plan_graph, 
 from mcuforge.optimizer.plan_check import check_plan
 
 from . import printer
+from .arena_check import REDZONE, ArenaCheck
 from .names import c_comment, c_identifier
 from .kernels import budget, lower_node
 
@@ -57,6 +58,7 @@ class LayerCall:
     args: list  # C expressions, one per kernel parameter
     lines: list = field(default_factory=list)  # control flow: C statements instead of a call
     macs: int = 0  # of the kernel; control flow: of its subgraphs, each kernel once (as .macs)
+    check: str | None = None  # the checked build's statement before it (arena_check.py)
 
     @property
     def statements(self) -> list:
@@ -69,6 +71,7 @@ class SubgraphFunction:
     name: str
     comment: str
     calls: list  # LayerCall
+    end: str | None = None  # the checked build's statement after the calls (arena_check.py)
 
 
 @dataclass
@@ -122,14 +125,17 @@ def _port(g: Graph, name: str, index: int, offset: int) -> Port:
 
 
 def generate(g: Graph, name: str, target: Target = HOST, profile: bool = False,
-             stamp: list | None = None, keep_input: bool = False) -> GeneratedModel:
+             stamp: list | None = None, keep_input: bool = False,
+             arena_check: bool = False) -> GeneratedModel:
     """The C sources of graph `g` for `target`: every node lowered and scheduled, the arena
     planned with the kernels' scratch, the calls and definitions printed. `profile`: the invoke
     marks each layer boundary with MF_LAYER_MARK (model.c.j2), a no-op unless compiled with
     -DMCUFORGE_PROFILE; without it the C is as it always was. `stamp`: the lines each file
     starts with (templates/banner.j2; default: a plain "generated" line). Kernels that declare
     it write their output over an input they have finished reading (kernels/inplace.py),
-    the model's input included unless `keep_input`."""
+    the model's input included unless `keep_input`. `arena_check`: the checked build
+    (codegen_c/arena_check.py): the plan with red-zones, and the tables that poison the arena
+    around each step under -DMCUFORGE_ARENA_CHECK with AddressSanitizer."""
     kernels = _lower_all(g, target)
     narrowed = budget.fit(target, {out: kernels[key] for key, out in _outputs(g).items()})
     if narrowed != target:  # the flash budget keeps some layers' weights int8
@@ -139,14 +145,15 @@ def generate(g: Graph, name: str, target: Target = HOST, profile: bool = False,
         k = kernels.get(id(node))
         return (k.scratch_bytes, 8) if k is not None and k.scratch else None
     declared = in_place_table(g, kernels)
+    redzone = REDZONE if arena_check else 0
     g, plan = _best_order(g, lambda graph, search=True: plan_graph(
-        graph, scratch_of, lambda _, node: declared.get(id(node)), keep_input, search))
+        graph, scratch_of, lambda _, node: declared.get(id(node)), keep_input, search, redzone))
     # a wrong plan stops here, before any C is written; in-place overlaps only by the rule,
     # from the kernels' declarations (not from the plan)
     declared = {i: declared[id(n)] for i, n in enumerate(g.nodes) if id(n) in declared}
     check_plan(g, plan, declared=declared, keep_input=keep_input)
     overwrites = sorted({x for x, _ in plan.in_place.values() if x in g.inputs})
-    em = _Emitter(name, kernels)
+    em = _Emitter(name, kernels, ArenaCheck(name) if arena_check else None)
     calls = em.calls(g, plan, 0, "")
     kernels, consts = em.kernels, em.definitions
     state_copies, state_inits = _state(g, plan, consts)
@@ -168,6 +175,9 @@ def generate(g: Graph, name: str, target: Target = HOST, profile: bool = False,
                ops=sorted({n.op for n in _all_nodes(g)}))
     if stamp is not None:
         ctx["stamp"] = stamp
+    if em.check is not None:  # absent otherwise: the default output is as it always was
+        ctx.update(check_end=em.check.end(g, plan), check_state=em.check.state(g, plan))
+        ctx["arena_check"] = em.check.preamble()
     files = {
         f"{name}.h": render("model.h.j2", ctx),
         f"{name}.c": render("model.c.j2", ctx),
@@ -259,8 +269,8 @@ class _Emitter:
     its graph and (depth first) its subgraphs are walked. Subgraph functions are listed after
     the kernels and before the functions calling them."""
 
-    def __init__(self, name: str, kernels: dict):
-        self.name, self.lowered = name, kernels
+    def __init__(self, name: str, kernels: dict, check: ArenaCheck | None = None):
+        self.name, self.lowered, self.check = name, kernels, check
         self.kernels, self.definitions, self.functions = [], [], []
         self.subgraph_count = 0
 
@@ -271,6 +281,7 @@ class _Emitter:
             kname = f"{prefix}l{i:02d}_{node.op}_{short_name(node.outputs[0])}"
             if node.op in SUBGRAPH_ATTRS:
                 calls.append(self._control(g, plan, base, i, node, kname))
+                calls[-1].check = self._check(g, plan, base, i, node, kname)
                 continue
             k = self.lowered[id(node)]
             if k is None:
@@ -291,9 +302,13 @@ class _Emitter:
                 args.append(f"({printer.C_TYPES[b.dtype]} *)&arena.bytes[{base + at}]")
                 at += (b.size * printer.ITEMSIZE[b.dtype] + 7) // 8 * 8
             comment = f"{node.op} -> {node.outputs[0]}"
-            calls.append(LayerCall(k.name, c_comment(comment), args, macs=k.macs))
+            calls.append(LayerCall(k.name, c_comment(comment), args, macs=k.macs,
+                                   check=self._check(g, plan, base, i, node, k.name)))
             self.definitions.append(printer.print_kernel(k, names))
         return calls
+
+    def _check(self, g: Graph, plan: MemoryPlan, base: int, i: int, node, what: str):
+        return self.check.step(g, plan, base, i, node, what) if self.check else None
 
     def _source(self, g: Graph, plan: MemoryPlan, base: int, tensor: str) -> str:
         """The address of a value a copy reads: a constant becomes a const array."""
@@ -317,7 +332,9 @@ class _Emitter:
             self.functions.append(SubgraphFunction(
                 run.function, c_comment(f"{attr.replace('_graph', '')} of {node.op} -> "
                                        f"{node.outputs[0]}: {sub.name}"),
-                self.calls(sub, sub_plan, run.base, f"sg{k}_")))
+                self.calls(sub, sub_plan, run.base, f"sg{k}_"),
+                self.check.region_open(sub_plan, run.base, run.function) if self.check
+                else None))
             runs.append(run)
 
         def out_of(run):

@@ -60,7 +60,7 @@ LAYOUTS = ("project", "library")
 def generate_project(graph: Graph, name: str, board: str = "host", vectors=None,
                      flash_budget: int | None = None, profile: bool = False,
                      layout: str = "project", stamp: list | None = None,
-                     keep_input: bool = False):
+                     keep_input: bool = False, arena_check: bool = False):
     """All files of the C project, as {file name: text}, plus the plan and the model code.
     `vectors`: input vectors built into firmware (a list of [one array per input]); by
     default one all-zero vector. `flash_budget`: bytes of flash the model may take (weights
@@ -71,7 +71,9 @@ def generate_project(graph: Graph, name: str, board: str = "host", vectors=None,
     src/, with CMake, Zephyr, Arduino and PlatformIO files: mcuforge/library.py); the board
     still chooses the code (its CPU's kernels) and the memory checks. `stamp`: the lines every
     file starts with (mcuforge/stamp.py). `keep_input`: no layer overwrites the input buffers
-    (by default layers may write their outputs over an input they have read: in place)."""
+    (by default layers may write their outputs over an input they have read: in place).
+    `arena_check`: the checked build (red-zones in the plan, ASan poisoning tables:
+    codegen_c/arena_check.py; the host Makefile's CHECK_ARENA=1)."""
     from mcuforge.codegen_c.model import generate
     from mcuforge.optimizer.pipeline import optimize
 
@@ -90,7 +92,8 @@ def generate_project(graph: Graph, name: str, board: str = "host", vectors=None,
     graph = optimize(graph)
     if layout not in LAYOUTS:
         raise McuforgeError(f"unknown layout '{layout}'; choose one of {', '.join(LAYOUTS)}")
-    model = generate(graph, name, b.target(flash_budget), profile, stamp, keep_input)
+    model = generate(graph, name, b.target(flash_budget), profile, stamp, keep_input,
+                     arena_check)
     plan = model.plan
     if flash_budget is not None:
         check_budget(model, flash_budget)
@@ -124,6 +127,8 @@ def generate_project(graph: Graph, name: str, board: str = "host", vectors=None,
                headers=[f"{name}.h", "mcuforge_rt.h", "inputs.h", "mf_board.h"])
     if stamp is not None:
         ctx["stamp"] = stamp
+    if arena_check:
+        ctx["arena_check"] = True
     for out_name, template in b.files.items():
         files[out_name] = render(template, ctx)
     return files, plan, model, graph
@@ -171,7 +176,7 @@ def compile(model, out_dir, board: str = "host", name: str | None = None,
             int16_budget: int | None = 0, force: bool = False,
             flash_budget: int | None = None, profile: bool = False,
             layout: str = "project", command: list | None = None,
-            keep_input: bool = False) -> CompileResult:
+            keep_input: bool = False, arena_check: bool = False) -> CompileResult:
     """Compile `model` (a .tflite or .onnx path, or bytes) into a C project in `out_dir`.
     `quantize="int8"` quantizes a float model first, calibrated on `calibration` (a .npy /
     .npz / folder of .npy, or arrays; see optimizer.quantize), with a progress bar on stderr;
@@ -189,7 +194,8 @@ def compile(model, out_dir, board: str = "host", name: str | None = None,
     `force`. `profile`: per-layer marks, `layout`: "project" or "library" (see
     generate_project). Every file starts with a stamp (mcuforge/stamp.py): mcuforge's version,
     the model's sha256, `command` (the `mcuforge` command's arguments, when it is the caller)
-    and the options; the same inputs give the same bytes."""
+    and the options; the same inputs give the same bytes. `arena_check`: the checked build
+    (generate_project)."""
     from mcuforge.optimizer.quantize import quantize_for_compile
 
     graph = load(model, input_shapes)
@@ -199,15 +205,18 @@ def compile(model, out_dir, board: str = "host", name: str | None = None,
                                      int16_budget_bytes=int16_budget, run=run)
     name = default_name(model) if name is None else name
     data = bytes(model) if isinstance(model, (bytes, bytearray)) else Path(model).read_bytes()
-    stamp = stamp_lines(data, command, dict(
+    options = dict(
         board=board, layout=layout, name=name, input_shapes=input_shapes, quantize=quantize,
         calibration=calibration if isinstance(calibration, (str, os.PathLike)) else
         (None if calibration is None else "arrays"),
         calibration_method=calibration_method, quantize_io=quantize_io,
         int16_budget="auto" if int16_budget is None else int16_budget,
-        flash_budget=flash_budget, profile=profile, keep_input=keep_input))
+        flash_budget=flash_budget, profile=profile, keep_input=keep_input)
+    if arena_check:  # only then: the default stamp is as it always was
+        options["arena_check"] = True
+    stamp = stamp_lines(data, command, options)
     files, plan, gen, graph = generate_project(graph, name, board, vectors, flash_budget,
-                                               profile, layout, stamp, keep_input)
+                                               profile, layout, stamp, keep_input, arena_check)
     out_dir = Path(out_dir)
     write_files(out_dir, files, force)
     scratch = max((r.size for r in plan.requests if r.name.endswith("/kernel")), default=0)

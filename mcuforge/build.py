@@ -159,9 +159,14 @@ def opt_flags(opt: str | None = None) -> str | None:
     return opt.strip() if opt and opt.strip() else None
 
 
-def build(project: Path, name: str, sanitize: bool = False, opt: str | None = None) -> Path:
-    """`make` the project (with OPT=`opt` when given, see opt_flags); returns the executable."""
-    args = ["make", "-s", "-C", str(project)] + (["SANITIZE=1"] if sanitize else [])
+def build(project: Path, name: str, sanitize: bool = False, opt: str | None = None,
+          check_arena: bool = False) -> Path:
+    """`make` the project (with OPT=`opt` when given, see opt_flags); returns the executable.
+    `check_arena`: a project compiled with arena_check, built with the sanitizers and the
+    arena check (CHECK_ARENA=1)."""
+    args = ["make", "-s", "-C", str(project)] + (["SANITIZE=1"] if sanitize or check_arena
+                                                 else []) + (["CHECK_ARENA=1"] if check_arena
+                                                             else [])
     opt = opt_flags(opt)
     if opt:
         args.append(f"OPT={opt}")

@@ -96,6 +96,8 @@ def _cmd_run(a) -> int:
     inputs = load_arrays(a.input)
     for line in nonfinite_warnings(graph, inputs):
         print(f"mcuforge: warning: {printable(line)}", file=sys.stderr)
+    if a.port and a.check_arena:
+        raise McuforgeError("--check-arena runs on the host board only, not with --port")
     if a.port:  # a real board: build, flash, read its UART
         from . import hardware
         if a.input_shapes:
@@ -107,7 +109,7 @@ def _cmd_run(a) -> int:
                                timeout=a.timeout, wait_message=sys.stderr)
     else:
         outputs = run(a.model, inputs, board=a.board, input_shapes=a.input_shapes,
-                      keep_input=a.keep_input)
+                      keep_input=a.keep_input, check_arena=a.check_arena)
     if not isinstance(outputs, dict) and suffix == ".npz":
         outputs = {graph.outputs[0]: outputs}
     try:  # through a file object: numpy would append .npy / .npz to a name
@@ -424,6 +426,10 @@ def parser() -> argparse.ArgumentParser:
                    "less RAM; the generated header says which)")
     r.add_argument("--timeout", type=float, default=60.0, metavar="SECONDS",
                    help="with --port: how long to wait for the board's output (default: 60)")
+    r.add_argument("--check-arena", action="store_true",
+                   help="host only: a checked build under AddressSanitizer and UBSan, with "
+                        "red-zones between the arena's buffers and each layer allowed to touch "
+                        "only its own tensors; any stray access stops the run with a report")
     _add_input_shape(r)
     r.set_defaults(fn=_cmd_run)
 

@@ -16,9 +16,10 @@ from .build import (_code_hash, build, cache_entry, cache_lock, cache_root,  # n
 
 def compiled_project(model, board: str = "host", sanitize: bool = False, graph=None,
                      input_shapes: dict | None = None, opt: str | None = None,
-                     keep_input: bool = False) -> tuple:
+                     keep_input: bool = False, check_arena: bool = False) -> tuple:
     """(project dir, executable, graph), compiling and building only on a cache miss.
-    `opt`: the C compiler's optimisation flags (see opt_flags)."""
+    `opt`: the C compiler's optimisation flags (see opt_flags). `check_arena`: the checked
+    build (codegen_c/arena_check.py), under AddressSanitizer and UBSan."""
     from .api import compile as compile_model, load
     graph = graph or load(model, input_shapes)  # a missing or broken model fails here
     data = Path(model).read_bytes() if not isinstance(model, bytes) else model
@@ -27,14 +28,15 @@ def compiled_project(model, board: str = "host", sanitize: bool = False, graph=N
     # the generated Makefile's default is -O3: one cache entry for both spellings; a host build
     # is for this CPU (ARCH=-march=native), so a cache shared between machines keys it by CPU
     cpu = host_cpu() if board == "host" else ""
+    check = "|arena" if check_arena else ""  # (the default key is as it was)
     key = hashlib.sha256(data + f"|{board}|{sanitize}|{shapes}|{opt or '-O3'}|{cpu}|"
-                         f"{'keep' if keep_input else ''}".encode()
+                         f"{'keep' if keep_input else ''}{check}".encode()
                          + _code_hash().encode())
 
     def make(project: Path) -> None:
         compile_model(data, project, board=board, name="model", input_shapes=input_shapes,
-                      keep_input=keep_input)
-        build(project, "model", sanitize, opt)
+                      keep_input=keep_input, arena_check=check_arena)
+        build(project, "model", sanitize, opt, check_arena)
 
     project = cache_entry(cache_root() / key.hexdigest()[:24], make)
     return project, project / "model", graph
@@ -103,18 +105,23 @@ def nonfinite_warnings(graph, inputs) -> list:
 
 def run(model, inputs, board: str = "host", sanitize: bool = False,
         input_shapes: dict | None = None, opt: str | None = None,
-        flash_budget: int | None = None, keep_input: bool = False):
+        flash_budget: int | None = None, keep_input: bool = False,
+        check_arena: bool = False):
     """Run `model` on `inputs` (an array, a batch along a new leading axis, or a dict for
     several inputs). Returns one array, or a dict by output name for several outputs.
     `input_shapes` ({input name: shape}) fixes the open dimensions of inputs; `opt`: the
     host build's optimisation flags (default $MCUFORGE_OPT, else the Makefile's -O3);
-    `flash_budget`, `keep_input`: as compile's."""
+    `flash_budget`, `keep_input`: as compile's (flash_budget on a board). `check_arena` (host
+    only): the checked build, under AddressSanitizer and UBSan, where each layer may touch only
+    its own tensors (an ASan report fails the run: codegen_c/arena_check.py)."""
     from .api import load
     graph = load(model, input_shapes)
     arrays, batched = split_inputs(graph, inputs)  # bad inputs fail before any build
+    if check_arena and board != "host":
+        raise McuforgeError("the arena check (--check-arena) runs on the host board only")
     if board == "host":
         _, exe, graph = compiled_project(model, board, sanitize, graph, input_shapes, opt,
-                                         keep_input)
+                                         keep_input, check_arena)
         outs = run_executable(exe, graph, arrays)
     else:
         from .target import run_on_board

@@ -23,7 +23,7 @@ their offsets relative to its start. The plan of a nested subgraph nests the sam
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from mcuforge.ir.graph import ALIAS_OPS, Graph, subgraphs
 
@@ -58,6 +58,7 @@ class MemoryPlan:
     subplans: dict = field(default_factory=dict)
     # in place: output tensor -> (input root it overwrites, byte shift), the links planned
     in_place: dict = field(default_factory=dict)
+    redzone: int = 0  # bytes kept free after every buffer (plan_graph's redzone)
 
     def kernel_scratch(self, g: Graph, node) -> int | None:
         """Arena offset of the node's kernel scratch (plan_graph's scratch_of), or None."""
@@ -248,7 +249,7 @@ def requests_of(g: Graph, keep_input: bool = False) -> tuple:
 
 
 def plan_graph(g: Graph, scratch_of=None, in_place_of=None, keep_input: bool = False,
-               search: bool = True) -> MemoryPlan:
+               search: bool = True, redzone: int = 0) -> MemoryPlan:
     """The plan of `g`. `scratch_of(graph, node)`, when given, is the (bytes, alignment) of
     working memory the node's kernel needs while it runs, or None: kernel scratch (im2col
     rows, widened activations), a request named '<first output>/kernel' live during that node
@@ -256,7 +257,12 @@ def plan_graph(g: Graph, scratch_of=None, in_place_of=None, keep_input: bool = F
     node)`, when given, is the node's kernel's declaration: ((input tensor, byte shift), ...)
     its first output may be written over (see in_place_links); `keep_input`: graph inputs are
     never overwritten; `search`: look for links better dropped (else every link or none, a
-    quicker plan to compare node orders by)."""
+    quicker plan to compare node orders by). `redzone` > 0 (the checked build's,
+    codegen_c/arena_check.py): every buffer, state included, starts at a multiple of 8 (an ASan
+    shadow granule) and the `redzone` bytes after it are kept free while it is live, so an
+    overrun of a few bytes lands in bytes nothing owns (in-place links at a shift that is not a
+    multiple of 8 are dropped). The requests keep their true sizes; the arena and state block
+    grow."""
     reqs, root = requests_of(g, keep_input)
     subplans, scratch = {}, []
     for i, n in enumerate(g.nodes):
@@ -266,29 +272,35 @@ def plan_graph(g: Graph, scratch_of=None, in_place_of=None, keep_input: bool = F
             scratch.append(Request(_scratch_name(g, n, "kernel"), need[0], i, i,
                                    max(need[1], ALIGN)))
         if subs:
-            plans = tuple(plan_graph(s, scratch_of) for s in subs)
+            plans = tuple(plan_graph(s, scratch_of, redzone) for s in subs)
             name = _scratch_name(g, n)
             # aligned for the subgraphs' widest element (nested scratch requests included)
             align = max((r.align for p in plans for r in p.requests), default=ALIGN)
             scratch.append(Request(name, max(p.arena_size for p in plans), i, i, align))
             subplans[i] = (name, plans)
     links = in_place_links(g, in_place_of, keep_input) if in_place_of is not None else {}
-    offsets, links = _plan_links(reqs, tuple(scratch), links, search)
+    if redzone:  # the members of a group stay on granules
+        links = {y: v for y, v in links.items() if v[1] % 8 == 0}
+    padded = _padded(reqs, redzone), _padded(scratch, redzone)
+    offsets, links = _plan_links(*padded, links, search)
     reqs += tuple(scratch)
+    size_of = arena_size(padded[0] + padded[1], offsets)
     state, size = {}, 0
     for name in g.state:  # model order keeps the block deterministic
-        size = _align(size, alignment(g.tensors[name].dtype))
+        size = _align(size, max(alignment(g.tensors[name].dtype), 8 if redzone else 0))
         state[name] = size
-        size += _align(g.tensors[name].nbytes)
+        size += _align(g.tensors[name].nbytes) + redzone
+    if redzone:  # whole granules: ASan leaves a partial last one of a region unpoisoned
+        size, size_of = _align(size, 8), _align(size_of, 8)
     for alias, src in root.items():
         if src in state:
             state[alias] = state[src]
         else:
             offsets[alias] = offsets[src]
-    return MemoryPlan(dict(sorted(offsets.items())), arena_size(reqs, offsets),
+    return MemoryPlan(dict(sorted(offsets.items())), size_of,
                       lower_bound(reqs), reqs, dict(sorted(state.items())), size,
                       {i: (offsets[name], plans) for i, (name, plans) in subplans.items()},
-                      dict(sorted(links.items())))
+                      dict(sorted(links.items())), redzone)
 
 
 def in_place_links(g: Graph, in_place_of, keep_input: bool = False) -> dict:
@@ -393,6 +405,14 @@ def topological_orders(g: Graph, limit: int = ORDERS) -> list:
     placed = set()
     walk()
     return out
+
+
+def _padded(requests, redzone: int) -> tuple:
+    """The requests as the planner places them: with `redzone`, 8-aligned and that much
+    larger."""
+    if not redzone:
+        return tuple(requests)
+    return tuple(replace(r, size=r.size + redzone, align=max(r.align, 8)) for r in requests)
 
 
 def _scratch_name(g: Graph, node, kind: str = "scratch") -> str:

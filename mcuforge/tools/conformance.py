@@ -32,11 +32,17 @@ KINDS = ("node", "simple", "pytorch-converted", "pytorch-operator")
 CFLAGS = ["-O0", "-std=c99", "-Wall", "-Wextra", "-Werror", "-pedantic"]
 
 
-def cflags() -> list:
+# the checked build (run_batch's arena_check): AddressSanitizer, UBSan and the arena tables
+ARENA_CHECK_FLAGS = ["-g", "-fsanitize=address,undefined", "-fno-sanitize-recover=all",
+                     "-DMCUFORGE_ARENA_CHECK"]
+
+
+def cflags(arena_check: bool = False) -> list:
     """CFLAGS, with $MCUFORGE_OPT's optimisation flags instead of -O0 when it is set."""
     from ..build import opt_flags
     opt = opt_flags()
-    return CFLAGS if opt is None else [*opt.split(), *CFLAGS[1:]]
+    flags = CFLAGS if opt is None else [*opt.split(), *CFLAGS[1:]]
+    return flags + ARENA_CHECK_FLAGS if arena_check else flags
 
 
 RUN_TIMEOUT = 30  # seconds per case: a runaway loop must not stall the suite
@@ -198,16 +204,18 @@ def _schema_names() -> list:
 
 # ---- running one batch (in a worker process) ----------------------------------------------
 
-def run_batch(cases: list) -> list:
-    """Compile the batch into one program, run every case, return a Result per case."""
+def run_batch(cases: list, arena_check: bool = False) -> list:
+    """Compile the batch into one program, run every case, return a Result per case.
+    `arena_check`: the checked build (codegen_c/arena_check.py) under AddressSanitizer; a
+    failing run's reason then ends with the sanitizer's summary line."""
     work = Path(tempfile.mkdtemp(prefix="mcuforge-conformance-"))
     try:
-        return _run_batch(cases, work)
+        return _run_batch(cases, work, arena_check)
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
 
-def _run_batch(cases: list, work: Path) -> list:
+def _run_batch(cases: list, work: Path, arena_check: bool = False) -> list:
     from mcuforge.codegen_c.resources import data_dir
     results, ready, frozen = {}, [], {}  # ready: [_Built]
     t0 = {}
@@ -215,7 +223,7 @@ def _run_batch(cases: list, work: Path) -> list:
         t0[case.name] = time.perf_counter()
         prefix = f"m{i}"
         try:
-            graph, files, names, frozen[case.name] = _generate(case, prefix)
+            graph, files, names, frozen[case.name] = _generate(case, prefix, arena_check)
         except _Outcome as o:
             results[case.name] = (o.status, o.reason)
             continue
@@ -230,7 +238,7 @@ def _run_batch(cases: list, work: Path) -> list:
         if (data_dir("runtime_c") / f).is_file():
             shutil.copy(data_dir("runtime_c") / f, work / f)
     if ready:
-        ready = _build(work, ready, results)
+        ready = _build(work, ready, results, arena_check)
     for index, b in enumerate(ready):
         try:
             results[b.case.name] = _execute(work, index, b)
@@ -256,7 +264,7 @@ class _Outcome(Exception):
         self.status, self.reason = status, reason
 
 
-def _generate(case: Case, prefix: str):
+def _generate(case: Case, prefix: str, arena_check: bool = False):
     """Import, optimise and generate C: (graph, files, input names of the data sets, frozen
     inputs). Unsupported cases raise _Outcome.
 
@@ -272,13 +280,13 @@ def _generate(case: Case, prefix: str):
     if not case.data_sets:
         raise _Outcome("unsupported", "no data sets")
     if case.kind == "tflite":
-        graph, files = _compile(case.model, case, None, prefix)
+        graph, files = _compile(case.model, case, None, prefix, arena_check)
         return graph, files, list(graph.inputs), ()
     model = onnx.load_model_from_string(case.model)
     init = {i.name for i in model.graph.initializer}
     names = [i.name for i in model.graph.input if i.name not in init]
     try:
-        return (*_compile(case.model, case, names, prefix), names, ())
+        return (*_compile(case.model, case, names, prefix, arena_check), names, ())
     except _Outcome as first:
         needs_constants = first.status == "unsupported" and re.search(
             r"run time|constant|unknown|no shape known", first.reason) \
@@ -288,7 +296,8 @@ def _generate(case: Case, prefix: str):
                                  case.data_sets for k in range(1, len(names))):
             raise
         try:
-            graph, files = _compile(_freeze(model, names, case), case, names, prefix)
+            graph, files = _compile(_freeze(model, names, case), case, names, prefix,
+                                    arena_check)
         except _Outcome:
             raise first from None
         except Exception as e:  # noqa: BLE001
@@ -310,7 +319,7 @@ def _freeze(model, names: list, case: Case) -> bytes:
     return model.SerializeToString()
 
 
-def _compile(model: bytes, case: Case, names: list, prefix: str):
+def _compile(model: bytes, case: Case, names: list, prefix: str, arena_check: bool = False):
     from mcuforge.codegen_c.model import generate
     from mcuforge.frontend.onnx import load_onnx
     from mcuforge.optimizer.pipeline import optimize
@@ -324,7 +333,7 @@ def _compile(model: bytes, case: Case, names: list, prefix: str):
             shapes = {n: tuple(a.shape) for n, a in zip(names, case.data_sets[0][0])}
             g = load_onnx(model, input_shapes=shapes, name=case.name)
         g = optimize(g)
-        gen = generate(g, prefix)
+        gen = generate(g, prefix, arena_check=arena_check)
     except UnsupportedOpError as e:
         raise _Outcome("unsupported", _unsupported_reason(str(e))) from None
     except ModelError as e:
@@ -351,11 +360,12 @@ def _one_line(text: str, limit: int = 300) -> str:
     return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
-def _build(work: Path, ready: list, results: dict) -> list:
+def _build(work: Path, ready: list, results: dict, arena_check: bool = False) -> list:
     """Compile every model (a failing one fails only its case), then link the harness."""
     cc = os.environ.get("CC", "gcc")
     try:
-        r = subprocess.run([cc, *cflags(), "-c", *[f"{b.prefix}.c" for b in ready]], cwd=work,
+        r = subprocess.run([cc, *cflags(arena_check), "-c", *[f"{b.prefix}.c" for b in ready]],
+                           cwd=work,
                            capture_output=True, text=True, timeout=BUILD_TIMEOUT)
     except subprocess.TimeoutExpired:
         for b in ready:
@@ -373,7 +383,8 @@ def _build(work: Path, ready: list, results: dict) -> list:
     if not kept:
         return []
     (work / "main.c").write_text(_harness(kept))
-    r = subprocess.run([cc, *cflags(), "-o", "batch", "main.c", *[f"{b.prefix}.o" for b in kept],
+    r = subprocess.run([cc, *cflags(arena_check), "-o", "batch", "main.c",
+                        *[f"{b.prefix}.o" for b in kept],
                         "-lm"], cwd=work, capture_output=True, text=True)
     if r.returncode != 0:
         for b in kept:
@@ -474,7 +485,10 @@ def _execute(work: Path, index: int, built: _Built) -> tuple:
     except subprocess.TimeoutExpired:
         return "failed", f"the program ran longer than {RUN_TIMEOUT} s"
     if r.returncode != 0:
-        return "failed", f"the program exited with status {r.returncode}"
+        summary = [ln for ln in r.stderr.decode(errors="replace").splitlines()
+                   if ln.startswith("SUMMARY:")]
+        return "failed", f"the program exited with status {r.returncode}" + \
+            "".join(f" ({ln})" for ln in summary[:1])
     raw = (work / f"out{index}.bin").read_bytes()
     specs = [graph.tensors[o] for o in graph.outputs]
     per = sum(t.nbytes for t in specs)
