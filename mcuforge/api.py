@@ -37,6 +37,7 @@ class CompileResult:
     schedules: list = field(default_factory=list)  # codegen_c.kernels.budget.Choice per layer
     scratch_bytes: int = 0  # the largest kernel scratch, inside the arena
     layers: list = field(default_factory=list)  # (kernel name, MACs) of each invoke call
+    memory_priority: object = None  # optimizer.patch.Choice with memory_priority
 
 
 def load(model, input_shapes: dict | None = None) -> Graph:
@@ -58,7 +59,8 @@ LAYOUTS = ("project", "library")
 
 def generate_project(graph: Graph, name: str, board: str = "host", vectors=None,
                      flash_budget: int | None = None, profile: bool = False,
-                     layout: str = "project", stamp: list | None = None):
+                     layout: str = "project", stamp: list | None = None,
+                     memory_priority: float | None = None):
     """All files of the C project, as {file name: text}, plus the plan and the model code.
     `vectors`: input vectors built into firmware (a list of [one array per input]); by
     default one all-zero vector. `flash_budget`: bytes of flash the model may take (weights
@@ -68,7 +70,9 @@ def generate_project(graph: Graph, name: str, board: str = "host", vectors=None,
     harness, start-up code, linker script, Makefile) or "library" (the model alone, under
     src/, with CMake, Zephyr, Arduino and PlatformIO files: mcuforge/library.py); the board
     still chooses the code (its CPU's kernels) and the memory checks. `stamp`: the lines every
-    file starts with (mcuforge/stamp.py)."""
+    file starts with (mcuforge/stamp.py). `memory_priority` (percent): the first layers computed
+    in bands of rows where that shrinks the arena for at most this many percent more MACs
+    (optimizer/patch.py; model.memory_priority says what was chosen)."""
     from mcuforge.codegen_c.model import generate
     from mcuforge.optimizer.pipeline import optimize
 
@@ -87,7 +91,11 @@ def generate_project(graph: Graph, name: str, board: str = "host", vectors=None,
     graph = optimize(graph)
     if layout not in LAYOUTS:
         raise McuforgeError(f"unknown layout '{layout}'; choose one of {', '.join(LAYOUTS)}")
+    choice = None
+    if memory_priority is not None:
+        graph, choice = patch_first_stage(graph, b.target(flash_budget), memory_priority)
     model = generate(graph, name, b.target(flash_budget), profile, stamp)
+    model.memory_priority = choice
     plan = model.plan
     if flash_budget is not None:
         check_budget(model, flash_budget)
@@ -124,6 +132,29 @@ def generate_project(graph: Graph, name: str, board: str = "host", vectors=None,
     for out_name, template in b.files.items():
         files[out_name] = render(template, ctx)
     return files, plan, model, graph
+
+
+def patch_first_stage(graph: Graph, target, max_macs: float) -> tuple:
+    """(graph, optimizer.patch.Choice): the optimized graph with its first stage in the bands
+    that give the smallest arena for `target` within `max_macs` percent more MACs, or the
+    graph itself when nothing beats its own plan."""
+    from mcuforge.codegen_c.model import arena_and_macs
+    from mcuforge.optimizer.patch import choose
+    if max_macs < 0:
+        raise McuforgeError(f"--memory-priority-max-macs {max_macs}: give a percentage >= 0")
+    cache = {}
+    choice = choose(graph, lambda g: arena_and_macs(g, target, cache), max_macs)
+    return choice.graph, choice
+
+
+def memory_priority_line(choice) -> str:
+    """What --memory-priority did, in one line."""
+    if choice.k == 0:
+        return (f"memory priority: nothing beats the default plan (arena {choice.base_arena:,} "
+                f"bytes); the model is unchanged")
+    return (f"memory priority: arena {choice.base_arena:,} -> {choice.arena:,} bytes, MACs "
+            f"{choice.base_macs:,} -> {choice.macs:,} (+{choice.overhead:.1f}%): the first "
+            f"{choice.k} layers in {choice.count} bands of rows")
 
 
 def _c_bytes(a) -> str:
@@ -167,7 +198,8 @@ def compile(model, out_dir, board: str = "host", name: str | None = None,
             quantize_io: str = "int8", emit_tflite=None,
             int16_budget: int | None = 0, force: bool = False,
             flash_budget: int | None = None, profile: bool = False,
-            layout: str = "project", command: list | None = None) -> CompileResult:
+            layout: str = "project", command: list | None = None,
+            memory_priority: float | None = None) -> CompileResult:
     """Compile `model` (a .tflite or .onnx path, or bytes) into a C project in `out_dir`.
     `quantize="int8"` quantizes a float model first, calibrated on `calibration` (a .npy /
     .npz / folder of .npy, or arrays; see optimizer.quantize), with a progress bar on stderr;
@@ -184,7 +216,8 @@ def compile(model, out_dir, board: str = "host", name: str | None = None,
     `force`. `profile`: per-layer marks, `layout`: "project" or "library" (see
     generate_project). Every file starts with a stamp (mcuforge/stamp.py): mcuforge's version,
     the model's sha256, `command` (the `mcuforge` command's arguments, when it is the caller)
-    and the options; the same inputs give the same bytes."""
+    and the options; the same inputs give the same bytes. `memory_priority` (percent): see
+    generate_project."""
     from mcuforge.optimizer.quantize import quantize_for_compile
 
     graph = load(model, input_shapes)
@@ -200,15 +233,16 @@ def compile(model, out_dir, board: str = "host", name: str | None = None,
         (None if calibration is None else "arrays"),
         calibration_method=calibration_method, quantize_io=quantize_io,
         int16_budget="auto" if int16_budget is None else int16_budget,
-        flash_budget=flash_budget, profile=profile))
+        flash_budget=flash_budget, profile=profile,
+        **({} if memory_priority is None else {"memory_priority": memory_priority})))
     files, plan, gen, graph = generate_project(graph, name, board, vectors, flash_budget,
-                                               profile, layout, stamp)
+                                               profile, layout, stamp, memory_priority)
     out_dir = Path(out_dir)
     write_files(out_dir, files, force)
     scratch = max((r.size for r in plan.requests if r.name.endswith("/kernel")), default=0)
     return CompileResult(out_dir, name, graph, plan.arena_size, plan.lower_bound,
                          gen.weight_bytes, gen.macs, sorted(files), plan.state_size,
-                         gen.schedules, scratch, gen.layers)
+                         gen.schedules, scratch, gen.layers, gen.memory_priority)
 
 
 MANIFEST = ".mcuforge-manifest"  # what mcuforge wrote in a project: "sha256  file" lines

@@ -52,8 +52,12 @@ def _cmd_compile(a) -> int:
                       calibration=a.calibration, calibration_method=a.calibration_method,
                       quantize_io=a.quantize_io, emit_tflite=a.emit_tflite,
                       int16_budget=a.int16_budget, force=a.force, flash_budget=a.flash_budget,
-                      profile=a.profile, layout=a.layout, command=a.argv)
+                      profile=a.profile, layout=a.layout, command=a.argv,
+                      memory_priority=_memory_priority(a))
     print(f"wrote {len(r.files)} files to {r.out_dir}: {', '.join(r.files)}")
+    if r.memory_priority is not None:
+        from .api import memory_priority_line
+        print(memory_priority_line(r.memory_priority))
     if a.quantize:  # the user quantizes inputs / dequantizes outputs with these
         from mcuforge.optimizer.quantize import io_params
         for kind, tname, dtype, q in io_params(r.graph):
@@ -307,6 +311,21 @@ def _add_input_shape(p) -> None:
     p.set_defaults(input_shapes=None)
 
 
+def _add_memory_priority(p) -> None:
+    p.add_argument("--memory-priority", action="store_true",
+                   help="compute the first layers in bands of rows (the halos recomputed) where "
+                        "that shrinks the arena, for at most --memory-priority-max-macs more "
+                        "MACs; bit-exact")
+    p.add_argument("--memory-priority-max-macs", type=float, default=10.0, metavar="PCT",
+                   help="with --memory-priority: the extra MACs allowed, in percent "
+                        "(default: 10)")
+
+
+def _memory_priority(a):
+    """The extra MACs --memory-priority allows (percent), or None without it."""
+    return a.memory_priority_max_macs if a.memory_priority else None
+
+
 def _cmd_report(a) -> int:
     from .tools.report import analyze, write_report
     out = a.output or ("report.json" if a.json else "report.html")
@@ -388,6 +407,7 @@ def parser() -> argparse.ArgumentParser:
                    help="mark each layer in the invoke: mf_layer_mark(k, name), called when "
                         "built with -DMCUFORGE_PROFILE (firmware boards: make PROFILE=1, "
                         "the default then)")
+    _add_memory_priority(c)
     c.set_defaults(fn=_cmd_compile)
 
     r = command("run", "compile, build and run a model on inputs from a .npy/.npz, on the host "

@@ -15,9 +15,11 @@ from .build import (_code_hash, build, cache_entry, cache_lock, cache_root,  # n
 
 
 def compiled_project(model, board: str = "host", sanitize: bool = False, graph=None,
-                     input_shapes: dict | None = None, opt: str | None = None) -> tuple:
+                     input_shapes: dict | None = None, opt: str | None = None,
+                     memory_priority: float | None = None) -> tuple:
     """(project dir, executable, graph), compiling and building only on a cache miss.
-    `opt`: the C compiler's optimisation flags (see opt_flags)."""
+    `opt`: the C compiler's optimisation flags (see opt_flags); `memory_priority`: as
+    compile's."""
     from .api import compile as compile_model, load
     graph = graph or load(model, input_shapes)  # a missing or broken model fails here
     data = Path(model).read_bytes() if not isinstance(model, bytes) else model
@@ -26,11 +28,13 @@ def compiled_project(model, board: str = "host", sanitize: bool = False, graph=N
     # the generated Makefile's default is -O3: one cache entry for both spellings; a host build
     # is for this CPU (ARCH=-march=native), so a cache shared between machines keys it by CPU
     cpu = host_cpu() if board == "host" else ""
-    key = hashlib.sha256(data + f"|{board}|{sanitize}|{shapes}|{opt or '-O3'}|{cpu}|".encode()
+    mp = "" if memory_priority is None else f"mp{memory_priority}|"
+    key = hashlib.sha256(data + f"|{board}|{sanitize}|{shapes}|{opt or '-O3'}|{cpu}|{mp}".encode()
                          + _code_hash().encode())
 
     def make(project: Path) -> None:
-        compile_model(data, project, board=board, name="model", input_shapes=input_shapes)
+        compile_model(data, project, board=board, name="model", input_shapes=input_shapes,
+                      memory_priority=memory_priority)
         build(project, "model", sanitize, opt)
 
     project = cache_entry(cache_root() / key.hexdigest()[:24], make)
@@ -100,22 +104,23 @@ def nonfinite_warnings(graph, inputs) -> list:
 
 def run(model, inputs, board: str = "host", sanitize: bool = False,
         input_shapes: dict | None = None, opt: str | None = None,
-        flash_budget: int | None = None):
+        flash_budget: int | None = None, memory_priority: float | None = None):
     """Run `model` on `inputs` (an array, a batch along a new leading axis, or a dict for
     several inputs). Returns one array, or a dict by output name for several outputs.
     `input_shapes` ({input name: shape}) fixes the open dimensions of inputs; `opt`: the
     host build's optimisation flags (default $MCUFORGE_OPT, else the Makefile's -O3);
-    `flash_budget`: as compile's, on a board."""
+    `flash_budget`: as compile's, on a board; `memory_priority`: as compile's."""
     from .api import load
     graph = load(model, input_shapes)
     arrays, batched = split_inputs(graph, inputs)  # bad inputs fail before any build
     if board == "host":
-        _, exe, graph = compiled_project(model, board, sanitize, graph, input_shapes, opt)
+        _, exe, graph = compiled_project(model, board, sanitize, graph, input_shapes, opt,
+                                         memory_priority)
         outs = run_executable(exe, graph, arrays)
     else:
         from .target import run_on_board
         outs = run_on_board(model, arrays, board, flash_budget=flash_budget,
-                            input_shapes=input_shapes).outputs
+                            input_shapes=input_shapes, memory_priority=memory_priority).outputs
     return shape_outputs(graph, outs, batched)
 
 

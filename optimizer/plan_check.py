@@ -5,15 +5,19 @@ Lifetimes are recomputed from the graph's nodes, not read from the planner's req
 planner bug shows: a buffer is live from the step that writes it (graph inputs: step 0) to the
 last step that reads it (graph outputs and next state values: the end); kernel scratch during
 its node only. The overlaps allowed are the planner's rules only: an alias (ALIAS_OPS, e.g.
-reshape) is its source's buffer, and an in-place state's next value (in_place_states) is the
-state's own bytes. State tensors live in a block of their own, always live.
+reshape) is its source's buffer, a view slice's output the bytes of its input from its first
+element on, a view concat's inputs the bytes of its output where their elements land (ir/graph.py
+is_alias; the offsets recomputed here from element coordinates), and an in-place state's next
+value (in_place_states) is the state's own bytes. State tensors live in a block of their own, always live.
 """
 from __future__ import annotations
 
 import bisect
 
+import numpy as np
+
 from mcuforge.ir.errors import McuforgeError
-from mcuforge.ir.graph import ALIAS_OPS, Graph, subgraphs
+from mcuforge.ir.graph import ALIAS_OPS, Graph, is_alias, subgraphs
 from mcuforge.optimizer import memory_plan as mp
 
 
@@ -29,10 +33,7 @@ def check_plan(g: Graph, plan, in_place: dict | None = None) -> None:
     """Raises PlanError on the first violation. `in_place`: {next value: state} pairs allowed to
     share bytes (default: the planner's rule, memory_plan.in_place_states)."""
     in_place = mp.in_place_states(g) if in_place is None else in_place
-    root = {}
-    for n in g.nodes:
-        if n.op in ALIAS_OPS:
-            root[n.outputs[0]] = root.get(n.inputs[0], n.inputs[0])
+    root, delta = _views(g)
     end = len(g.nodes)
     first, last = {}, {}
     for t in g.inputs:
@@ -76,8 +77,12 @@ def check_plan(g: Graph, plan, in_place: dict | None = None) -> None:
             _fail(f"'{t}' (live at steps {first[t]}..{last[t]}) has no offset")
         _place(g, t, plan.offsets, plan.arena_size, "arena")
         r = root.get(t, t)
-        if r in plan.offsets and plan.offsets[r] != plan.offsets[t]:
-            _fail(f"alias '{t}' at {plan.offsets[t]}, its source '{r}' at {plan.offsets[r]}")
+        if r in plan.offsets and plan.offsets[r] + delta.get(t, 0) != plan.offsets[t]:
+            _fail(f"alias '{t}' at {plan.offsets[t]}, but its bytes begin {delta.get(t, 0)} "
+                  f"bytes into its source '{r}' at {plan.offsets[r]}")
+        if r in plan.offsets and plan.offsets[t] + g.tensors[t].nbytes > \
+                plan.offsets[r] + g.tensors[r].nbytes:
+            _fail(f"alias '{t}' at {plan.offsets[t]} runs past its source '{r}'")
         o = plan.offsets[t]
         arena.append((t, o, o + g.tensors[t].nbytes, first[t], last[t], r))
     for i, n in enumerate(g.nodes):
@@ -99,6 +104,40 @@ def check_plan(g: Graph, plan, in_place: dict | None = None) -> None:
                           f"its scratch has {sizes.get(mp._scratch_name(g, n), 0)}")
                 check_plan(sub, sub_plan)
     _disjoint(arena, 0, end, "arena")
+
+
+def _views(g: Graph) -> tuple:
+    """({tensor: root buffer}, {tensor: byte offset in it}) of the graph's aliases: a view's
+    offset is the flat index of its first element in the bigger tensor, times the element
+    size (a concat input's first element sits at the sum of the earlier inputs' extents along
+    the axis)."""
+    up = {}  # tensor -> (bigger tensor, offset)
+    for n in g.nodes:
+        if not is_alias(n):
+            continue
+        if n.op in ALIAS_OPS:
+            up[n.outputs[0]] = (n.inputs[0], 0)
+            continue
+        if n.op == "slice":
+            x = g.tensors[n.inputs[0]]
+            up[n.outputs[0]] = (n.inputs[0], int(np.ravel_multi_index(
+                tuple(n.attrs["starts"]), x.shape)) * np.dtype(x.dtype).itemsize)
+            continue
+        y, axis, at = g.tensors[n.outputs[0]], n.attrs["axis"], 0
+        for t in n.inputs:
+            corner = [0] * len(y.shape)
+            corner[axis] = at
+            up[t] = (n.outputs[0], int(np.ravel_multi_index(tuple(corner), y.shape))
+                     * np.dtype(y.dtype).itemsize)
+            at += g.tensors[t].shape[axis]
+    root, delta = {}, {}
+    for t in up:
+        r, o = t, 0
+        while r in up:
+            o += up[r][1]
+            r = up[r][0]
+        root[t], delta[t] = r, o
+    return root, delta
 
 
 def _place(g: Graph, t: str, offsets: dict, size: int, where: str) -> None:

@@ -1,0 +1,221 @@
+"""--memory-priority: the first stage of a network computed patch by patch (MCUNetV2's idea).
+
+The first layers of a CNN hold its largest activations. `patch_stage(g, k, P)` computes the
+first k nodes in P bands of rows of the stage's output: each band reads only the rows of the
+input its receptive field needs (the halo is recomputed by the neighbouring band), so only
+the input, the stage's output and one band's small intermediate tensors are live at once.
+Only the padding changes per band (the model's at the image's top and bottom, none where the
+halo provides the rows), so every value is computed by the same arithmetic as before: the
+outputs are bit-exact with the unpatched graph.
+
+Nothing is copied: a band reads its input rows through a view slice and writes its rows of the
+stage's output through a view concat (ir/graph.py is_alias; the memory planner places the
+bands inside the output). `choose` tries every stage and band count and keeps the smallest
+arena (as the caller measures it: the real planner with the kernels' scratch) whose extra
+MACs stay within a bound.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from mcuforge.ir.graph import Graph, Node, Tensor, verify
+
+from .passes import fresh_name
+
+WINDOW_OPS = ("conv2d", "depthwise_conv2d", "avg_pool2d", "max_pool2d")
+# ops computing each output element from the same element of their same-shape inputs
+POINTWISE_OPS = ("add", "mul", "sub", "relu", "relu6", "leaky_relu", "logistic", "tanh",
+                 "hard_swish", "quantize", "dequantize", "unary")
+ALIGN = 8  # bands start at multiples of this many bytes (the planner's widest alignment)
+
+
+class NotPatchable(Exception):
+    """This stage and band count cannot be computed in bands (a candidate to skip)."""
+
+
+def stage_lengths(g: Graph) -> list:
+    """The k for which the first k nodes form a stage: window and pointwise ops on 4-D NHWC
+    tensors with one image, reading the graph's only input, constants and each other, with
+    exactly one tensor read after them (their output), which is not the input."""
+    if len(g.inputs) != 1 or g.state:
+        return []
+    x = g.tensors[g.inputs[0]]
+    if len(x.shape) != 4 or x.shape[0] != 1 or x.name in g.outputs:
+        return []
+    made, out = {x.name}, []
+    for k, n in enumerate(g.nodes):
+        if not _patchable(g, n) or any(t and t not in made and not g.tensors[t].is_const
+                                       for t in n.inputs):
+            break
+        made.update(n.outputs)
+        if _escaping(g, k + 1) is not None:
+            out.append(k + 1)
+    return out
+
+
+def _patchable(g: Graph, n: Node) -> bool:
+    if len(n.outputs) != 1 or n.attrs.get("view"):
+        return False
+    y = g.tensors[n.outputs[0]]
+    acts = [g.tensors[t] for t in n.inputs if t and not g.tensors[t].is_const]
+    if len(y.shape) != 4 or y.shape[0] != 1 or not acts:
+        return False
+    if n.op in WINDOW_OPS:
+        return len(acts) == 1 and acts[0] is g.tensors[n.inputs[0]]
+    if n.op in POINTWISE_OPS:  # constants (a per-channel scale) must not vary along rows
+        return all(tuple(t.shape) == tuple(y.shape) for t in acts) and all(
+            len(g.tensors[t].shape) < 3 or g.tensors[t].shape[-3] == 1
+            for t in n.inputs if t and g.tensors[t].is_const)
+    return False
+
+
+def _escaping(g: Graph, k: int):
+    """The one tensor of the first k nodes read after them (or a graph output), else None."""
+    later = {t for n in g.nodes[k:] for t in n.inputs} | set(g.outputs)
+    out = {t for n in g.nodes[:k] for t in n.outputs if t in later}
+    return out.pop() if len(out) == 1 else None
+
+
+def _window(g: Graph, n: Node):
+    """(stride, span, top padding) of a window op along the rows."""
+    a = n.attrs
+    if n.op in ("conv2d", "depthwise_conv2d"):
+        size = g.tensors[n.inputs[1]].shape[1]
+    else:
+        size = a["filter"][0]
+    dil = a.get("dilation", (1, 1))[0]
+    return a["stride"][0], (size - 1) * dil + 1, a["padding"][0]
+
+
+def _input_rows(g: Graph, n: Node, rows: tuple) -> tuple:
+    """The rows of the node's (first) input that its output rows [a, b) read, clipped."""
+    if n.op not in WINDOW_OPS:
+        return rows
+    s, span, top = _window(g, n)
+    h = g.tensors[n.inputs[0]].shape[1]
+    lo, hi = max(0, rows[0] * s - top), min(h, (rows[1] - 1) * s - top + span)
+    if lo >= hi:
+        raise NotPatchable("a band reads only padding")
+    return lo, hi
+
+
+def bands(h: int, count: int) -> list:
+    """`count` bands of rows [a, b) covering h rows, as even as integers allow."""
+    return [(p * h // count, (p + 1) * h // count) for p in range(count)]
+
+
+def patch_stage(g: Graph, k: int, count: int) -> Graph:
+    """The graph with its first k nodes (a stage: stage_lengths) computed in `count` bands of
+    the stage output's rows. Guarantees: the graph's inputs, outputs and values are unchanged
+    (each band's nodes are the original ones with their rows and padding cut to the band; the
+    same arithmetic on the same values); the nodes after the stage are untouched; the band
+    tensors are views of the input and of the stage's output, so no data is copied. Raises
+    NotPatchable when a band would start at a misaligned byte or read only padding."""
+    if k not in stage_lengths(g):
+        raise NotPatchable(f"the first {k} nodes are not a stage")
+    stage = g.nodes[:k]
+    out = _escaping(g, k)
+    y = g.tensors[out]
+    if not 1 < count <= y.shape[1]:
+        raise NotPatchable(f"{count} bands of {y.shape[1]} rows")
+    tensors, nodes, taken = dict(g.tensors), [], set()
+
+    def new(hint, like: Tensor, rows: int) -> str:
+        name = fresh_name(g, hint, taken)
+        taken.add(name)
+        tensors[name] = Tensor(name, (1, rows, *like.shape[2:]), like.dtype, quant=like.quant)
+        return name
+
+    def view(src: str, band: tuple, rows: tuple) -> str:
+        """The tensor holding rows [lo, hi) of `src`, whose band [a, b) is computed."""
+        if rows == band:
+            return have[src]
+        t = g.tensors[src]
+        row_bytes = t.nbytes // t.shape[1]
+        if (rows[0] - band[0]) * row_bytes % ALIGN:
+            raise NotPatchable(f"rows of '{src}' start at a misaligned byte")
+        name = new(f"{src}/rows{rows[0]}_{rows[1]}", t, rows[1] - rows[0])
+        nodes.append(Node("slice", (have[src],), (name,), {
+            "starts": (0, rows[0] - band[0], 0, 0), "ends": (1, rows[1] - band[0], *t.shape[2:]),
+            "steps": (1, 1, 1, 1), "view": True}, name))
+        return name
+
+    parts = []
+    for p, rows in enumerate(bands(y.shape[1], count)):
+        if rows[0] * (y.nbytes // y.shape[1]) % ALIGN:
+            raise NotPatchable("a band of the output starts at a misaligned byte")
+        need = {out: rows}  # tensor -> rows of it this band computes (or reads: the input)
+        for n in reversed(stage):
+            if n.outputs[0] not in need:
+                continue
+            r = _input_rows(g, n, need[n.outputs[0]])
+            for t in n.inputs:
+                if t and not g.tensors[t].is_const:
+                    o = need.get(t, r)
+                    need[t] = (min(o[0], r[0]), max(o[1], r[1]))
+        x = g.inputs[0]
+        have = {x: x}  # tensor -> the band tensor holding need[tensor] of it
+        need[x] = (0, g.tensors[x].shape[1])
+        for n in stage:
+            o = n.outputs[0]
+            if o not in need:
+                continue
+            r = need[o]
+            reads = _input_rows(g, n, r)
+            ins = tuple(view(t, need[t], reads) if t and not g.tensors[t].is_const else t
+                        for t in n.inputs)
+            attrs = dict(n.attrs, band_of=o)  # codegen shares the bands' tables and code
+            if n.op in WINDOW_OPS:
+                s, span, top = _window(g, n)
+                first, last = r[0] * s - top, (r[1] - 1) * s - top + span
+                pt, pb, pl, pr = n.attrs["padding"]
+                attrs["padding"] = (reads[0] - first, last - reads[1], pl, pr)
+            name = new(f"{o}/band{p}", g.tensors[o], r[1] - r[0])
+            nodes.append(replace(n, inputs=ins, outputs=(name,), attrs=attrs, name=f"{n.name or o}/band{p}"))
+            have[o] = name
+        parts.append(have[out])
+    nodes.append(Node("concat", tuple(parts), (out,), {"axis": 1, "activation": "none",
+                                                      "view": True}, out))
+    h = g.replace(nodes=nodes + list(g.nodes[k:]), tensors=tensors)
+    return verify(h)
+
+
+@dataclass(frozen=True)
+class Choice:
+    """What `choose` decided: k = 0 when the graph stays as it was."""
+    graph: Graph
+    k: int
+    count: int
+    arena: int
+    macs: int
+    base_arena: int
+    base_macs: int
+
+    @property
+    def overhead(self) -> float:
+        """Extra MACs in percent of the unpatched graph's."""
+        return 100.0 * (self.macs - self.base_macs) / self.base_macs if self.base_macs else 0.0
+
+
+def choose(g: Graph, cost, max_overhead: float = 10.0, max_bands: int = 64) -> Choice:
+    """The patched graph with the smallest arena whose MACs exceed g's by at most
+    `max_overhead` percent; `cost(graph)` -> (arena bytes, MACs) measures a candidate. Ties
+    go to fewer MACs, then fewer bands, then a shorter stage (deterministic). When nothing
+    beats g's own arena, g itself (k = 0)."""
+    base_arena, base_macs = cost(g)
+    best = Choice(g, 0, 1, base_arena, base_macs, base_arena, base_macs)
+    for k in stage_lengths(g):
+        rows = g.tensors[_escaping(g, k)].shape[1]
+        for count in range(2, min(rows, max_bands) + 1):
+            try:
+                h = patch_stage(g, k, count)
+            except NotPatchable:
+                continue
+            arena, macs = cost(h)
+            if macs > base_macs * (1 + max_overhead / 100.0):
+                continue
+            if (arena, macs, count, k) < (best.arena, best.macs, best.count, best.k or 1 << 30):
+                best = Choice(h, k, count, arena, macs, base_arena, base_macs)
+    return best
