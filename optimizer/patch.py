@@ -10,7 +10,8 @@ outputs are bit-exact with the unpatched graph.
 
 Nothing is copied: a band reads its input rows through a view slice and writes its rows of the
 stage's output through a view concat (ir/graph.py is_alias; the memory planner places the
-bands inside the output). `choose` tries every stage and band count and keeps the smallest
+bands inside the output). Only a band whose first input row would start at a byte the planner
+cannot align (odd row sizes) copies those few rows. `choose` tries every stage and band count and keeps the smallest
 arena (as the caller measures it: the real planner with the kernels' scratch) whose extra
 MACs stay within a bound.
 """
@@ -22,13 +23,13 @@ import numpy as np
 
 from mcuforge.ir.graph import Graph, Node, Tensor, verify
 
+from .memory_plan import alignment
 from .passes import fresh_name
 
 WINDOW_OPS = ("conv2d", "depthwise_conv2d", "avg_pool2d", "max_pool2d")
 # ops computing each output element from the same element of their same-shape inputs
 POINTWISE_OPS = ("add", "mul", "sub", "relu", "relu6", "leaky_relu", "logistic", "tanh",
                  "hard_swish", "quantize", "dequantize", "unary")
-ALIGN = 8  # bands start at multiples of this many bytes (the planner's widest alignment)
 
 
 class NotPatchable(Exception):
@@ -101,9 +102,20 @@ def _input_rows(g: Graph, n: Node, rows: tuple) -> tuple:
     return lo, hi
 
 
-def bands(h: int, count: int) -> list:
-    """`count` bands of rows [a, b) covering h rows, as even as integers allow."""
-    return [(p * h // count, (p + 1) * h // count) for p in range(count)]
+def bands(h: int, count: int, step: int = 1) -> list:
+    """`count` bands of rows [a, b) covering h rows, as even as integers allow, each starting
+    at a multiple of `step` rows."""
+    cuts = [min(h, (p * h // count + step - 1) // step * step) for p in range(count)] + [h]
+    if len(set(cuts)) != len(cuts):
+        raise NotPatchable(f"{count} bands of {h} rows in steps of {step}")
+    return list(zip(cuts, cuts[1:]))
+
+
+def row_step(t: Tensor) -> int:
+    """The fewest rows of t whose bytes are a multiple of its alignment: a view may start
+    only there."""
+    row, align = t.nbytes // t.shape[1], alignment(t.dtype)
+    return align // np.gcd(row, align)
 
 
 def patch_stage(g: Graph, k: int, count: int) -> Graph:
@@ -111,8 +123,10 @@ def patch_stage(g: Graph, k: int, count: int) -> Graph:
     the stage output's rows. Guarantees: the graph's inputs, outputs and values are unchanged
     (each band's nodes are the original ones with their rows and padding cut to the band; the
     same arithmetic on the same values); the nodes after the stage are untouched; the band
-    tensors are views of the input and of the stage's output, so no data is copied. Raises
-    NotPatchable when a band would start at a misaligned byte or read only padding."""
+    tensors are views of the input and of the stage's output, so no data is copied (but the
+    few rows a band reads at a misaligned start: a copy). The bands of the output start at
+    aligned rows (row_step). Raises NotPatchable when they cannot, or a band would read only
+    padding."""
     if k not in stage_lengths(g):
         raise NotPatchable(f"the first {k} nodes are not a stage")
     stage = g.nodes[:k]
@@ -133,19 +147,16 @@ def patch_stage(g: Graph, k: int, count: int) -> Graph:
         if rows == band:
             return have[src]
         t = g.tensors[src]
-        row_bytes = t.nbytes // t.shape[1]
-        if (rows[0] - band[0]) * row_bytes % ALIGN:
-            raise NotPatchable(f"rows of '{src}' start at a misaligned byte")
         name = new(f"{src}/rows{rows[0]}_{rows[1]}", t, rows[1] - rows[0])
+        # a view where its first row is aligned, else a copy of the (few) rows
+        copy = (rows[0] - band[0]) % row_step(t) != 0
         nodes.append(Node("slice", (have[src],), (name,), {
             "starts": (0, rows[0] - band[0], 0, 0), "ends": (1, rows[1] - band[0], *t.shape[2:]),
-            "steps": (1, 1, 1, 1), "view": True}, name))
+            "steps": (1, 1, 1, 1), **({} if copy else {"view": True})}, name))
         return name
 
     parts = []
-    for p, rows in enumerate(bands(y.shape[1], count)):
-        if rows[0] * (y.nbytes // y.shape[1]) % ALIGN:
-            raise NotPatchable("a band of the output starts at a misaligned byte")
+    for p, rows in enumerate(bands(y.shape[1], count, row_step(y))):
         need = {out: rows}  # tensor -> rows of it this band computes (or reads: the input)
         for n in reversed(stage):
             if n.outputs[0] not in need:
@@ -207,8 +218,9 @@ def choose(g: Graph, cost, max_overhead: float = 10.0, max_bands: int = 64) -> C
     base_arena, base_macs = cost(g)
     best = Choice(g, 0, 1, base_arena, base_macs, base_arena, base_macs)
     for k in stage_lengths(g):
-        rows = g.tensors[_escaping(g, k)].shape[1]
-        for count in range(2, min(rows, max_bands) + 1):
+        out = g.tensors[_escaping(g, k)]
+        rows = out.shape[1]
+        for count in range(2, min(rows // row_step(out), max_bands) + 1):
             try:
                 h = patch_stage(g, k, count)
             except NotPatchable:
