@@ -101,12 +101,16 @@ def _cmd_run(a) -> int:
         print(f"mcuforge: warning: {printable(line)}", file=sys.stderr)
     if a.port:  # a real board: build, flash, read its UART
         from . import hardware
+        if a.memory_priority:
+            raise McuforgeError("--memory-priority works on the host and emulated boards "
+                                "only for now (compile it, then flash the project)")
         if a.input_shapes:
             raise McuforgeError("--input-shape works on the host board only for now")
         outputs = hardware.run(a.model, inputs, a.board, a.port, do_flash=not a.no_flash,
                                timeout=a.timeout, wait_message=sys.stderr)
     else:
-        outputs = run(a.model, inputs, board=a.board, input_shapes=a.input_shapes)
+        outputs = run(a.model, inputs, board=a.board, input_shapes=a.input_shapes,
+                      memory_priority=_memory_priority(a))
     if not isinstance(outputs, dict) and suffix == ".npz":
         outputs = {graph.outputs[0]: outputs}
     try:  # through a file object: numpy would append .npy / .npz to a name
@@ -148,7 +152,8 @@ def _cmd_bench(a) -> int:
     from .tools.bench import bench, format_table
     rows = bench(a.models, board=a.board, iterations=a.iterations, with_tflm=not a.no_tflm,
                  flash_budget=a.flash_budget, per_layer=a.per_layer,
-                 progress=None if a.json else sys.stderr, input_shapes=a.input_shapes)
+                 progress=None if a.json else sys.stderr, input_shapes=a.input_shapes,
+                 memory_priority=_memory_priority(a))
     print(json.dumps(rows, indent=2) if a.json else format_table(rows))
     return 0
 
@@ -431,6 +436,7 @@ def parser() -> argparse.ArgumentParser:
     r.add_argument("--timeout", type=float, default=60.0, metavar="SECONDS",
                    help="with --port: how long to wait for the board's output (default: 60)")
     _add_input_shape(r)
+    _add_memory_priority(r)
     r.set_defaults(fn=_cmd_run)
 
     i = command("info", "show a model's ops, tensors, MACs, weight bytes and planned arena on "
@@ -454,6 +460,7 @@ def parser() -> argparse.ArgumentParser:
     b.add_argument("--per-layer", action="store_true",
                    help="with --board: each layer's instructions, MACs and MACs per instruction")
     _add_input_shape(b)
+    _add_memory_priority(b)
     b.set_defaults(fn=_cmd_bench)
 
     q = command("bench-quant", "measure int8 quantization quality of float models: SQNR and "

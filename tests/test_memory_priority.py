@@ -260,3 +260,29 @@ def test_mlperf_memory_priority_bit_exact_with_tflm(stem, board):
     want = tflm.run(path.read_bytes(), [x])[0]
     assert np.array_equal(y, want)
     assert len(np.unique(want.reshape(len(want), -1), axis=0)) > 1
+
+
+def test_compile_prints_arena_before_and_after(tmp_path, capsys):
+    """The CLI's line: the default compile's arena -> this compile's, the MACs and the bands;
+    a model nothing helps says so and compiles as without the option."""
+    import re
+
+    from mcuforge.cli import main
+    path = str(mlperf_model("pretrainedResnet_quant"))
+    assert main(["compile", path, "-o", str(tmp_path / "a"), "--board", "mps2-an386"]) == 0
+    plain = capsys.readouterr().out
+    assert main(["compile", path, "-o", str(tmp_path / "b"), "--board", "mps2-an386",
+                 "--memory-priority", "--memory-priority-max-macs", "9"]) == 0
+    out = capsys.readouterr().out
+    arena = lambda text: int(re.search(r"^arena (\d+) bytes", text, re.M).group(1))  # noqa
+    macs = lambda text: int(re.search(r"(\d+) MACs$", text, re.M).group(1))  # noqa
+    m = re.search(r"memory priority: arena ([\d,]+) -> ([\d,]+) bytes, MACs ([\d,]+) -> "
+                  r"([\d,]+) \(\+([\d.]+)%\): the first (\d+) layers in (\d+) bands", out)
+    assert m, out
+    num = lambda s: int(s.replace(",", ""))  # noqa
+    assert num(m.group(1)) == arena(plain) > num(m.group(2)) == arena(out)
+    assert num(m.group(3)) == macs(plain) < num(m.group(4)) == macs(out)
+    assert float(m.group(5)) <= 9.0
+    kws = str(mlperf_model("kws_ref_model"))
+    assert main(["compile", kws, "-o", str(tmp_path / "c"), "--memory-priority"]) == 0
+    assert "nothing beats the default plan" in capsys.readouterr().out
