@@ -154,7 +154,9 @@ def memory_priority_line(choice) -> str:
                 f"bytes); the model is unchanged")
     return (f"memory priority: arena {choice.base_arena:,} -> {choice.arena:,} bytes, MACs "
             f"{choice.base_macs:,} -> {choice.macs:,} (+{choice.overhead:.1f}%): the first "
-            f"{choice.k} layers in {choice.count} bands of rows")
+            f"{choice.k} layers in {choice.count} bands of rows, "
+            + ("each row computed once (the halo rows copied between bands)" if choice.reuse
+               else "the halos recomputed"))
 
 
 def _c_bytes(a) -> str:

@@ -119,17 +119,18 @@ def run_c(g, tmp: Path, x: np.ndarray) -> tuple:
 
 
 def candidates(g) -> list:
-    """Every stage length with 2 bands, 3 bands and one band per output row."""
+    """Every stage length with 2 bands, 3 bands and one band per output row, the halos
+    recomputed and reused."""
     out = []
     for k in patch.stage_lengths(g):
         rows = g.tensors[g.nodes[k - 1].outputs[0]].shape[1] if k else 0
         for count in sorted({2, 3, rows}):
             if 2 <= count <= rows:
-                out.append((k, count))
+                out += [(k, count, False), (k, count, True)]
     return out
 
 
-@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("seed", range(5))
 @pytest.mark.parametrize("dtype", ["int8", "float32"])
 def test_random_chains_patched_equal_the_reference(dtype, seed, tmp_path):
     if dtype == "int8":
@@ -146,19 +147,19 @@ def test_random_chains_patched_equal_the_reference(dtype, seed, tmp_path):
         x = rng.standard_normal((3, *t.shape)).astype(np.float32)
         want = np.stack([litert(model, [xi])[0] for xi in x])
     tried = 0
-    for i, (k, count) in enumerate(candidates(g)):
+    for i, (k, count, reuse) in enumerate(candidates(g)):
         try:
-            h = patch.patch_stage(g, k, count)
+            h = patch.patch_stage(g, k, count, reuse)
         except patch.NotPatchable:
             continue
         y, plan, compiled = run_c(h, tmp_path / f"c{i}", x)
         assert any(n.op == "concat" and is_alias(n) for n in compiled.nodes)  # still banded
         check_plan(compiled, plan)
         if dtype == "int8":
-            assert np.array_equal(y, want), (k, count)
+            assert np.array_equal(y, want), (k, count, reuse)
         else:
             np.testing.assert_allclose(y, want, rtol=1e-4, atol=1e-4 * np.abs(want).max(),
-                                       err_msg=str((k, count)))
+                                       err_msg=str((k, count, reuse)))
         tried += 1
     assert tried >= 1
 
@@ -192,7 +193,7 @@ def _mlperf_choice(stem: str, board: str = "mps2-an386"):
     return g, patch_first_stage(g, load_board(board).target(None), 10.0)[1]
 
 
-@pytest.mark.parametrize("stem", ["pretrainedResnet_quant", "vww_96_int8"])
+@pytest.mark.parametrize("stem", ["pretrainedResnet_quant", "vww_96_int8", "kws_ref_model"])
 def test_mlperf_arena_shrinks_within_the_mac_bound(stem, tmp_path):
     """The plan the C addresses (generate_project's, checked by plan_check) is smaller than
     the default's, and the MACs the C runs exceed the default's by at most the bound."""
@@ -201,7 +202,7 @@ def test_mlperf_arena_shrinks_within_the_mac_bound(stem, tmp_path):
                                                     memory_priority=10.0)
     _, base_plan, base_model, _ = generate_project(g, "model", "mps2-an386")
     assert plan.arena_size == choice.arena < base_plan.arena_size == choice.base_arena
-    assert base_model.macs < model.macs <= base_model.macs * 1.10
+    assert base_model.macs <= model.macs <= base_model.macs * 1.10
     assert model.macs == choice.macs
     check_plan(compiled, plan)
     # the input stays whole until its last band is read, the stage's output is one buffer
@@ -213,12 +214,9 @@ def test_mlperf_arena_shrinks_within_the_mac_bound(stem, tmp_path):
 
 
 def test_nothing_beats_the_default_plan_keeps_the_graph():
-    """KWS: every layer after the first is 25x5x64 and the stage ends at a global pool that
-    needs every row; AD: fully connected. Neither is changed, and their arenas are the
-    default's."""
-    for stem in ("kws_ref_model", "ad01_int8"):
-        g, choice = _mlperf_choice(stem)
-        assert choice.k == 0 and choice.graph is g and choice.arena == choice.base_arena
+    """AD is fully connected: no stage, the graph and its arena stay the default's."""
+    g, choice = _mlperf_choice("ad01_int8")
+    assert choice.k == 0 and choice.graph is g and choice.arena == choice.base_arena
 
 
 def test_plan_check_rejects_a_band_at_a_wrong_offset():
@@ -246,7 +244,7 @@ def _random_input(path: Path, n: int, seed: int) -> np.ndarray:
     return rng.integers(-128, 128, size=(n, *t.shape)).astype(np.int8)
 
 
-@pytest.mark.parametrize("stem", ["pretrainedResnet_quant", "vww_96_int8"])
+@pytest.mark.parametrize("stem", ["pretrainedResnet_quant", "vww_96_int8", "kws_ref_model"])
 @pytest.mark.parametrize("board", ["host", "mps2-an386"])
 def test_mlperf_memory_priority_bit_exact_with_tflm(stem, board):
     require_tflm()
@@ -277,12 +275,13 @@ def test_compile_prints_arena_before_and_after(tmp_path, capsys):
     arena = lambda text: int(re.search(r"^arena (\d+) bytes", text, re.M).group(1))  # noqa
     macs = lambda text: int(re.search(r"(\d+) MACs$", text, re.M).group(1))  # noqa
     m = re.search(r"memory priority: arena ([\d,]+) -> ([\d,]+) bytes, MACs ([\d,]+) -> "
-                  r"([\d,]+) \(\+([\d.]+)%\): the first (\d+) layers in (\d+) bands", out)
+                  r"([\d,]+) \(\+([\d.]+)%\): the first (\d+) layers in (\d+) bands of rows, "
+                  r"(each row computed once|the halos recomputed)", out)
     assert m, out
     num = lambda s: int(s.replace(",", ""))  # noqa
     assert num(m.group(1)) == arena(plain) > num(m.group(2)) == arena(out)
-    assert num(m.group(3)) == macs(plain) < num(m.group(4)) == macs(out)
+    assert num(m.group(3)) == macs(plain) <= num(m.group(4)) == macs(out)
     assert float(m.group(5)) <= 9.0
-    kws = str(mlperf_model("kws_ref_model"))
-    assert main(["compile", kws, "-o", str(tmp_path / "c"), "--memory-priority"]) == 0
+    ad = str(mlperf_model("ad01_int8"))
+    assert main(["compile", ad, "-o", str(tmp_path / "c"), "--memory-priority"]) == 0
     assert "nothing beats the default plan" in capsys.readouterr().out
