@@ -11,15 +11,18 @@ outputs are bit-exact with the unpatched graph.
 Nothing is copied: a band reads its input rows through a view slice and writes its rows of the
 stage's output through a view concat (ir/graph.py is_alias; the memory planner places the
 bands inside the output). Only a band whose first input row would start at a byte the planner
-cannot align (odd row sizes) copies those few rows. `choose` tries every stage and band count and keeps the smallest
-arena (as the caller measures it: the real planner with the kernels' scratch) whose extra
-MACs stay within a bound.
+cannot align (odd row sizes) copies those few rows.
+
+Two ways to band (patch_stage's `reuse`): every band computes all the rows it reads, the halo
+recomputed (extra MACs), or each row is computed once and the halo rows a band shares with the
+next are copied from one to the other (row by row: no extra MACs, a few rows kept per layer).
+`choose` tries every stage, band count and way and keeps the smallest arena (as the caller
+measures it: the real planner with the kernels' scratch) whose extra MACs stay within a bound.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
-
 import math
+from dataclasses import dataclass, replace
 
 from mcuforge.ir.graph import Graph, Node, Tensor, verify
 

@@ -285,3 +285,38 @@ def test_compile_prints_arena_before_and_after(tmp_path, capsys):
     ad = str(mlperf_model("ad01_int8"))
     assert main(["compile", ad, "-o", str(tmp_path / "c"), "--memory-priority"]) == 0
     assert "nothing beats the default plan" in capsys.readouterr().out
+
+
+def test_patched_graph_in_the_loop_ir_evaluator_and_verify():
+    """The evaluator (codegen_c/evaluate_graph.py) runs view slices and concats as the C
+    does: a patched chain gives the unpatched chain's values, both ways of banding; verify
+    refuses a view slice that is not one contiguous run of its input."""
+    from dataclasses import replace as dc_replace
+
+    from mcuforge.codegen_c.evaluate_graph import run_graph
+    from mcuforge.ir.graph import GraphError, Node, Tensor, verify
+    rng = np.random.default_rng(3)
+    g = optimize(load(chain_model(rng, "int8")))
+    x = {g.inputs[0]: rng.integers(-128, 128, g.tensors[g.inputs[0]].shape).astype(np.int8)}
+    want = run_graph(g, x)[g.outputs[0]]
+    for reuse in (False, True):
+        tried = 0
+        for k in patch.stage_lengths(g):
+            for count in (2, 3):
+                try:
+                    h = patch.patch_stage(g, k, count, reuse)
+                except patch.NotPatchable:
+                    continue
+                assert np.array_equal(run_graph(h, x)[g.outputs[0]], want)
+                tried += 1
+        assert tried >= 2
+    t = g.tensors[g.inputs[0]]
+    cols = Tensor("cols", (1, t.shape[1], 1, t.shape[3]), t.dtype, quant=t.quant)
+    bad = g.replace(tensors={**g.tensors, "cols": cols}, outputs=["cols"], nodes=[Node(
+        "slice", (t.name,), ("cols",), {"starts": (0, 0, 1, 0), "ends": (1, t.shape[1], 2,
+                                                                          t.shape[3]),
+                                        "steps": (1, 1, 1, 1), "view": True}, "cols")])
+    with pytest.raises(GraphError, match="contiguous"):
+        verify(bad)
+    ok = dc_replace(bad.nodes[0], attrs={**bad.nodes[0].attrs, "view": False})
+    verify(bad.replace(nodes=[ok]))  # the same slice as a copy is fine
