@@ -320,3 +320,13 @@ def test_patched_graph_in_the_loop_ir_evaluator_and_verify():
         verify(bad)
     ok = dc_replace(bad.nodes[0], attrs={**bad.nodes[0].attrs, "view": False})
     verify(bad.replace(nodes=[ok]))  # the same slice as a copy is fine
+
+
+def test_a_negative_mac_bound_is_one_clear_error(tmp_path, capsys):
+    from mcuforge.cli import main
+    path = str(mlperf_model("ad01_int8"))
+    assert main(["compile", path, "-o", str(tmp_path / "a"), "--memory-priority",
+                 "--memory-priority-max-macs", "-1"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("mcuforge: error: --memory-priority-max-macs -1") and \
+        "Traceback" not in err
