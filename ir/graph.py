@@ -462,6 +462,7 @@ def verify(g: Graph, depth: int = 0) -> Graph:
     fully_connected, conv2d, depthwise_conv2d, pools, concat) fit each other.
     """
     known = g.sources() | {n for n, t in g.tensors.items() if t.is_const}
+    viewed = set()
     for name in list(g.inputs) + list(g.outputs) + list(g.state) + list(g.state.values()):
         if name not in g.tensors:
             raise GraphError(f"graph input/output/state '{name}' has no tensor")
@@ -504,6 +505,11 @@ def verify(g: Graph, depth: int = 0) -> Graph:
             if t in known:
                 raise GraphError(f"{where}: output '{t}' is produced twice")
             known.add(t)
+        if is_alias(n):  # each tensor is the bytes of at most one other buffer
+            for t in (n.inputs if n.op == "concat" else n.outputs):
+                if t in viewed:
+                    raise GraphError(f"{where}: '{t}' is already a view of another buffer")
+                viewed.add(t)
         if n.op in SUBGRAPH_ATTRS:
             _verify_control(g, n, where, depth)
         problem = _shape_problem(g, n)

@@ -320,6 +320,15 @@ def test_patched_graph_in_the_loop_ir_evaluator_and_verify():
         verify(bad)
     ok = dc_replace(bad.nodes[0], attrs={**bad.nodes[0].attrs, "view": False})
     verify(bad.replace(nodes=[ok]))  # the same slice as a copy is fine
+    # one band in two view concats would have to be in two places at once
+    h = next(patch.patch_stage(g, k, 2) for k in patch.stage_lengths(g)[:1])
+    concat = next(n for n in h.nodes if n.op == "concat" and is_alias(n))
+    twin = Tensor("twin", h.tensors[concat.outputs[0]].shape, h.tensors[concat.outputs[0]].dtype,
+                  quant=h.tensors[concat.outputs[0]].quant)
+    both = h.replace(tensors={**h.tensors, "twin": twin}, outputs=[*h.outputs, "twin"],
+                     nodes=[*h.nodes, dc_replace(concat, outputs=("twin",), name="twin")])
+    with pytest.raises(GraphError, match="already a view"):
+        verify(both)
 
 
 def test_a_negative_mac_bound_is_one_clear_error(tmp_path, capsys):
