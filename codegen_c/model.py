@@ -279,9 +279,11 @@ class _Emitter:
             comment = f"{node.op} -> {node.outputs[0]}"
             same = (group, printer.print_kernel(replace(k, name="mf_same", doc=""), names)) \
                 if group is not None else None
-            if same is not None and same in self.functions_by_text:
-                calls.append(LayerCall(self.functions_by_text[same], c_comment(comment), args,
-                                       macs=k.macs))
+            if same is not None and same in self.functions_by_text:  # the layer keeps its
+                # name (profiles, reports) and calls the function of its first band
+                shared = self.functions_by_text[same]
+                calls.append(LayerCall(k.name, c_comment(comment), args,
+                                       [f"{shared}({', '.join(args)});"], macs=k.macs))
                 continue
             if same is not None:
                 self.functions_by_text[same] = k.name

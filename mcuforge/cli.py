@@ -335,7 +335,8 @@ def _cmd_report(a) -> int:
     from .tools.report import analyze, write_report
     out = a.output or ("report.json" if a.json else "report.html")
     r = analyze(a.model, board=a.board, input_shapes=a.input_shapes,
-                flash_budget=a.flash_budget, progress=sys.stderr)
+                flash_budget=a.flash_budget, progress=sys.stderr,
+                memory_priority=_memory_priority(a))
     write_report(r, out, as_json=a.json)
     print(f"wrote {out}")
     return 0
@@ -576,6 +577,7 @@ def parser() -> argparse.ArgumentParser:
                    "pictures)")
     e.add_argument("--flash-budget", type=_bytes, metavar="BYTES", help="as compile's")
     _add_input_shape(e)
+    _add_memory_priority(e)
     e.set_defaults(fn=_cmd_report)
 
     d = command("demo", "a CNN trained on 8x8 digits, quantized to int8, compiled, run in C on "

@@ -339,3 +339,22 @@ def test_a_negative_mac_bound_is_one_clear_error(tmp_path, capsys):
     err = capsys.readouterr().err
     assert err.startswith("mcuforge: error: --memory-priority-max-macs -1") and \
         "Traceback" not in err
+
+
+def test_report_shows_each_band_as_a_layer(tmp_path):
+    """report --memory-priority: every band is a layer with its kernel and MACs (bands that
+    share a function keep their own names in the invoke), the MACs add up to the compile's,
+    the arena is the compile's."""
+    import json
+
+    from mcuforge.cli import main
+    path = str(mlperf_model("pretrainedResnet_quant"))
+    assert main(["report", path, "--json", "-o", str(tmp_path / "r.json"),
+                 "--memory-priority"]) == 0
+    r = json.loads((tmp_path / "r.json").read_text())
+    g, choice = _mlperf_choice("pretrainedResnet_quant", "host")
+    assert r["arena_bytes"] == choice.arena < choice.base_arena
+    bands = [x for x in r["layers"] if x["op"] == "conv2d" and "/band" in
+             x["outputs"][0]["name"]]
+    assert len(bands) >= 2 * choice.count and all(x["kernel"] and x["macs"] for x in bands)
+    assert sum(x["macs"] for x in r["layers"]) == r["macs"] == choice.macs
