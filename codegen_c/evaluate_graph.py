@@ -20,8 +20,16 @@ def run_graph(g, inputs: dict, target=None) -> dict:
     values = {n: flat(inputs[n]).copy() for n in g.inputs}
     for i, node in enumerate(g.nodes):
         k = lower_node(node, g, f"k{i}", target)
-        if k is None:  # alias: the same bytes
-            values[node.outputs[0]] = values[node.inputs[0]]
+        if k is None:  # alias: the same bytes (a view: some of them, or all joined)
+            if node.op == "concat":
+                values[node.outputs[0]] = np.concatenate([values[t] for t in node.inputs])
+            elif node.op == "slice":
+                x = g.tensors[node.inputs[0]]
+                at = int(np.ravel_multi_index(tuple(node.attrs["starts"]), x.shape))
+                values[node.outputs[0]] = values[node.inputs[0]][
+                    at:at + g.tensors[node.outputs[0]].size]
+            else:
+                values[node.outputs[0]] = values[node.inputs[0]]
             continue
         tensors = [t for t in node.inputs if t and not g.tensors[t].is_const] + list(node.outputs)
         for b, t in zip(k.params, tensors):

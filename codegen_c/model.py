@@ -108,6 +108,7 @@ class GeneratedModel:
     # (plan_check's `declared`)
     declared: dict = field(default_factory=dict)
     graph: Graph | None = None  # the graph as compiled: its nodes in the order the calls run
+    memory_priority: object = None  # optimizer.patch.Choice, when the stage was chosen so
 
 
 def short_name(tensor_name: str) -> str:
@@ -160,7 +161,7 @@ def generate(g: Graph, name: str, target: Target = HOST, profile: bool = False,
     inputs = [_port(g, n, i, plan.offsets[n]) for i, n in enumerate(g.inputs)]
     outputs = [_port(g, n, i, plan.offsets[n]) for i, n in enumerate(g.outputs)]
     macs = sum(k.macs for k in kernels)  # subgraph kernels counted once
-    weight_bytes = sum(b.data.nbytes for k in kernels for b in k.consts)
+    weight_bytes = em.weight_bytes
     # float math (expf, erff, ...) comes from mcuforge_math.h, included only when used: int8
     # models need nothing beyond <stdint.h>, <stddef.h> and <string.h>
     uses_math = any(MATH_PREFIX in d for d in consts)
@@ -226,6 +227,30 @@ def in_place_table(g: Graph, kernels: dict) -> dict:
     return out
 
 
+def arena_and_macs(g: Graph, target: Target = HOST, cache: dict | None = None) -> tuple:
+    """(arena bytes, MACs) of `g` as generate would plan and count them for `target` (kernel
+    scratch included), without printing any C: a cost for optimizer.patch.choose. `cache`
+    keeps each distinct layer's (scratch, MACs) between calls (its op, attributes, constants
+    and shapes decide them)."""
+    cache = {} if cache is None else cache
+    figures = {}
+    for node in g.nodes:
+        if node.op in SUBGRAPH_ATTRS:
+            return generate(g, "model", target).plan.arena_size, 0  # not worth a shortcut
+        key = (node.op, repr(sorted(node.attrs.items())), tuple(
+            (t, None) if t and g.tensors[t].is_const else
+            (g.tensors[t].dtype, tuple(g.tensors[t].shape), g.tensors[t].quant) if t else ""
+            for t in node.inputs), tuple((g.tensors[t].dtype, tuple(g.tensors[t].shape),
+                                          g.tensors[t].quant) for t in node.outputs))
+        if key not in cache:
+            k = _lower_all(Graph(g.tensors, [node], [], []), target)[id(node)]
+            cache[key] = (0, 0) if k is None else (k.scratch_bytes if k.scratch else 0, k.macs)
+        figures[id(node)] = cache[key]
+    plan = plan_graph(g, lambda graph, node: (figures[id(node)][0], 8)
+                      if figures[id(node)][0] else None)
+    return plan.arena_size, sum(m for _, m in figures.values())
+
+
 def _outputs(g: Graph, out: dict | None = None) -> dict:
     """id(node) -> its first output's name, for every node with a kernel (subgraphs too)."""
     out = {} if out is None else out
@@ -273,6 +298,9 @@ class _Emitter:
         self.name, self.lowered, self.check = name, kernels, check
         self.kernels, self.definitions, self.functions = [], [], []
         self.subgraph_count = 0
+        self.tables = {}  # (band group or kernel, dtype, bytes) -> its const array's name
+        self.functions_by_text = {}  # (band group, C with the name blanked) -> function name
+        self.weight_bytes = 0  # of the distinct tables
 
     def calls(self, g: Graph, plan: MemoryPlan, base: int, prefix: str) -> list:
         """The calls running graph g, whose plan starts at arena offset `base`."""
@@ -288,9 +316,20 @@ class _Emitter:
                 continue
             k = replace(k, name=f"{prefix}l{i:02d}_{node.op}_{short_name(node.outputs[0])}")
             self.kernels.append(k)
-            names = {b.name: f"{k.name}_{b.name}" for b in k.consts}
+            # the bands of one layer (optimizer/patch.py) share its tables and, where their
+            # C is the same but for the name, one function
+            group = node.attrs.get("band_of")
+            names, fresh = {}, []
+            for b in k.consts:
+                key = (group if group is not None else k.name, b.dtype,
+                       np.asarray(b.data).astype(b.dtype).tobytes())
+                if key not in self.tables:
+                    self.tables[key] = f"{k.name}_{b.name}"
+                    self.weight_bytes += len(key[2])
+                    fresh.append(b)
+                names[b.name] = self.tables[key]
             self.definitions += [printer.print_array(names[b.name], b.dtype, b.data)
-                                 for b in k.consts]
+                                 for b in fresh]
             args = []
             tensors = [t for t in node.inputs if t and not g.tensors[t].is_const] \
                 + list(node.outputs)
@@ -302,8 +341,19 @@ class _Emitter:
                 args.append(f"({printer.C_TYPES[b.dtype]} *)&arena.bytes[{base + at}]")
                 at += (b.size * printer.ITEMSIZE[b.dtype] + 7) // 8 * 8
             comment = f"{node.op} -> {node.outputs[0]}"
-            calls.append(LayerCall(k.name, c_comment(comment), args, macs=k.macs,
-                                   check=self._check(g, plan, base, i, node, k.name)))
+            check = self._check(g, plan, base, i, node, k.name)
+            same = (group, printer.print_kernel(replace(k, name="mf_same", doc=""), names)) \
+                if group is not None else None
+            if same is not None and same in self.functions_by_text:  # the layer keeps its
+                # name (profiles, reports) and calls the function of its first band
+                shared = self.functions_by_text[same]
+                calls.append(LayerCall(k.name, c_comment(comment), args,
+                                       [f"{shared}({', '.join(args)});"], macs=k.macs,
+                                       check=check))
+                continue
+            if same is not None:
+                self.functions_by_text[same] = k.name
+            calls.append(LayerCall(k.name, c_comment(comment), args, macs=k.macs, check=check))
             self.definitions.append(printer.print_kernel(k, names))
         return calls
 

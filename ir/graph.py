@@ -160,6 +160,18 @@ BINARY_FNS = frozenset({
 REDUCE_FNS = frozenset({"mean", "max", "min", "sum", "prod", "l1", "l2", "sum_square",
                         "log_sum", "log_sum_exp"})
 ALIAS_OPS = frozenset({"reshape"})
+# Views: a "slice" or "concat" node with attrs["view"] = True moves no data. A view slice's
+# output is the bytes of its input from the first selected element on (the selection is one
+# contiguous run: one axis cut, the axes before it of size 1, the axes after it whole, steps 1);
+# a view concat's inputs lie inside its output one after another (the axes before `axis` of
+# size 1, activation none), each written there by its producer. Same dtype and quantization on
+# both sides. The memory planner places them so (optimizer/memory_plan.py); no kernel runs.
+
+
+def is_alias(node: Node) -> bool:
+    """A node without a kernel whose outputs are bytes of its inputs (or the reverse)."""
+    return node.op in ALIAS_OPS or (node.op in ("slice", "concat")
+                                    and bool(node.attrs.get("view")))
 
 
 @dataclass(frozen=True)
@@ -405,6 +417,35 @@ def _shape_problem(g: Graph, n: Node) -> Optional[str]:
                 sum(x.shape[axis] for x in ins) != y.shape[axis]:
             return "concat of " + ", ".join(str(shape(x)) for x in ins) + \
                 f" along axis {axis} cannot give {shape(y)}"
+    if n.attrs.get("view"):
+        return _view_problem(g, n)
+    return None
+
+
+def _view_problem(g: Graph, n: Node) -> Optional[str]:
+    """What makes a view slice or concat (see is_alias) not one contiguous run of bytes."""
+    if n.op not in ("slice", "concat"):
+        return f"only slice and concat can be views, not {n.op}"
+    y = g.tensors[n.outputs[0]]
+    ins = [g.tensors[t] for t in n.inputs if t]
+    if any(x.dtype != y.dtype or x.quant != y.quant for x in ins):
+        return "a view's input and output differ in dtype or quantization"
+    if n.op == "concat":
+        axis = n.attrs["axis"]
+        if n.attrs["activation"] != "none" or any(d != 1 for d in y.shape[:axis]) or \
+                any(x.is_const or x.name in g.sources() for x in ins):
+            return "a view concat needs size-1 axes before its axis, no activation, and " \
+                   "inputs computed by the graph"
+        return None
+    x = ins[0]
+    starts, ends, steps = n.attrs["starts"], n.attrs["ends"], n.attrs["steps"]
+    if len(starts) != len(x.shape) or any(s != 1 for s in steps) or any(
+            not 0 <= a < b <= d or b - a != e for a, b, d, e in zip(starts, ends, x.shape,
+                                                                      y.shape)):
+        return "a view slice needs one in-range start and end per axis, steps 1"
+    cut = [k for k, d in enumerate(y.shape) if d != x.shape[k]]
+    if cut and (any(d != 1 for d in y.shape[:cut[0]]) or len(cut) > 1):
+        return "a view slice must select one contiguous run of its input"
     return None
 
 
@@ -421,6 +462,7 @@ def verify(g: Graph, depth: int = 0) -> Graph:
     fully_connected, conv2d, depthwise_conv2d, pools, concat) fit each other.
     """
     known = g.sources() | {n for n, t in g.tensors.items() if t.is_const}
+    viewed = set()
     for name in list(g.inputs) + list(g.outputs) + list(g.state) + list(g.state.values()):
         if name not in g.tensors:
             raise GraphError(f"graph input/output/state '{name}' has no tensor")
@@ -463,6 +505,11 @@ def verify(g: Graph, depth: int = 0) -> Graph:
             if t in known:
                 raise GraphError(f"{where}: output '{t}' is produced twice")
             known.add(t)
+        if is_alias(n):  # each tensor is the bytes of at most one other buffer
+            for t in (n.inputs if n.op == "concat" else n.outputs):
+                if t in viewed:
+                    raise GraphError(f"{where}: '{t}' is already a view of another buffer")
+                viewed.add(t)
         if n.op in SUBGRAPH_ATTRS:
             _verify_control(g, n, where, depth)
         problem = _shape_problem(g, n)

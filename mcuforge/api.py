@@ -38,6 +38,7 @@ class CompileResult:
     schedules: list = field(default_factory=list)  # codegen_c.kernels.budget.Choice per layer
     scratch_bytes: int = 0  # the largest kernel scratch, inside the arena
     layers: list = field(default_factory=list)  # (kernel name, MACs) of each invoke call
+    memory_priority: object = None  # optimizer.patch.Choice with memory_priority
 
 
 def load(model, input_shapes: dict | None = None) -> Graph:
@@ -60,7 +61,8 @@ LAYOUTS = ("project", "library")
 def generate_project(graph: Graph, name: str, board: str = "host", vectors=None,
                      flash_budget: int | None = None, profile: bool = False,
                      layout: str = "project", stamp: list | None = None,
-                     keep_input: bool = False, arena_check: bool = False):
+                     keep_input: bool = False, arena_check: bool = False,
+                     memory_priority: float | None = None):
     """All files of the C project, as {file name: text}, plus the plan and the model code.
     `vectors`: input vectors built into firmware (a list of [one array per input]); by
     default one all-zero vector. `flash_budget`: bytes of flash the model may take (weights
@@ -73,7 +75,10 @@ def generate_project(graph: Graph, name: str, board: str = "host", vectors=None,
     file starts with (mcuforge/stamp.py). `keep_input`: no layer overwrites the input buffers
     (by default layers may write their outputs over an input they have read: in place).
     `arena_check`: the checked build (red-zones in the plan, ASan poisoning tables:
-    codegen_c/arena_check.py; the host Makefile's CHECK_ARENA=1)."""
+    codegen_c/arena_check.py; the host Makefile's CHECK_ARENA=1). `memory_priority`
+    (percent): the first layers computed in bands of rows where that shrinks the arena for at
+    most this many percent more MACs (optimizer/patch.py; model.memory_priority says what was
+    chosen)."""
     from mcuforge.codegen_c.model import generate
     from mcuforge.optimizer.pipeline import optimize
 
@@ -92,8 +97,12 @@ def generate_project(graph: Graph, name: str, board: str = "host", vectors=None,
     graph = optimize(graph)
     if layout not in LAYOUTS:
         raise McuforgeError(f"unknown layout '{layout}'; choose one of {', '.join(LAYOUTS)}")
+    choice = None
+    if memory_priority is not None:
+        graph, choice = patch_first_stage(graph, b.target(flash_budget), memory_priority)
     model = generate(graph, name, b.target(flash_budget), profile, stamp, keep_input,
                      arena_check)
+    model.memory_priority = choice
     plan = model.plan
     if flash_budget is not None:
         check_budget(model, flash_budget)
@@ -132,6 +141,31 @@ def generate_project(graph: Graph, name: str, board: str = "host", vectors=None,
     for out_name, template in b.files.items():
         files[out_name] = render(template, ctx)
     return files, plan, model, graph
+
+
+def patch_first_stage(graph: Graph, target, max_macs: float) -> tuple:
+    """(graph, optimizer.patch.Choice): the optimized graph with its first stage in the bands
+    that give the smallest arena for `target` within `max_macs` percent more MACs, or the
+    graph itself when nothing beats its own plan."""
+    from mcuforge.codegen_c.model import arena_and_macs
+    from mcuforge.optimizer.patch import choose
+    if max_macs < 0:
+        raise McuforgeError(f"--memory-priority-max-macs {max_macs}: give a percentage >= 0")
+    cache = {}
+    choice = choose(graph, lambda g: arena_and_macs(g, target, cache), max_macs)
+    return choice.graph, choice
+
+
+def memory_priority_line(choice) -> str:
+    """What --memory-priority did, in one line."""
+    if choice.k == 0:
+        return (f"memory priority: nothing beats the default plan (arena {choice.base_arena:,} "
+                f"bytes); the model is unchanged")
+    return (f"memory priority: arena {choice.base_arena:,} -> {choice.arena:,} bytes, MACs "
+            f"{choice.base_macs:,} -> {choice.macs:,} (+{choice.overhead:.1f}%): the first "
+            f"{choice.k} layers in {choice.count} bands of rows, "
+            + ("each row computed once (the halo rows copied between bands)" if choice.reuse
+               else "the halos recomputed"))
 
 
 def _c_bytes(a) -> str:
@@ -176,7 +210,8 @@ def compile(model, out_dir, board: str = "host", name: str | None = None,
             int16_budget: int | None = 0, force: bool = False,
             flash_budget: int | None = None, profile: bool = False,
             layout: str = "project", command: list | None = None,
-            keep_input: bool = False, arena_check: bool = False) -> CompileResult:
+            keep_input: bool = False, arena_check: bool = False,
+            memory_priority: float | None = None) -> CompileResult:
     """Compile `model` (a .tflite or .onnx path, or bytes) into a C project in `out_dir`.
     `quantize="int8"` quantizes a float model first, calibrated on `calibration` (a .npy /
     .npz / folder of .npy, or arrays; see optimizer.quantize), with a progress bar on stderr;
@@ -195,7 +230,7 @@ def compile(model, out_dir, board: str = "host", name: str | None = None,
     generate_project). Every file starts with a stamp (mcuforge/stamp.py): mcuforge's version,
     the model's sha256, `command` (the `mcuforge` command's arguments, when it is the caller)
     and the options; the same inputs give the same bytes. `arena_check`: the checked build
-    (generate_project)."""
+    (generate_project); `memory_priority` (percent): see generate_project."""
     from mcuforge.optimizer.quantize import quantize_for_compile
 
     graph = load(model, input_shapes)
@@ -211,18 +246,20 @@ def compile(model, out_dir, board: str = "host", name: str | None = None,
         (None if calibration is None else "arrays"),
         calibration_method=calibration_method, quantize_io=quantize_io,
         int16_budget="auto" if int16_budget is None else int16_budget,
-        flash_budget=flash_budget, profile=profile, keep_input=keep_input)
+        flash_budget=flash_budget, profile=profile, keep_input=keep_input,
+        **({} if memory_priority is None else {"memory_priority": memory_priority}))
     if arena_check:  # only then: the default stamp is as it always was
         options["arena_check"] = True
     stamp = stamp_lines(data, command, options)
     files, plan, gen, graph = generate_project(graph, name, board, vectors, flash_budget,
-                                               profile, layout, stamp, keep_input, arena_check)
+                                               profile, layout, stamp, keep_input, arena_check,
+                                               memory_priority)
     out_dir = Path(out_dir)
     write_files(out_dir, files, force)
     scratch = max((r.size for r in plan.requests if r.name.endswith("/kernel")), default=0)
     return CompileResult(out_dir, name, graph, plan.arena_size, plan.lower_bound,
                          gen.weight_bytes, gen.macs, sorted(files), plan.state_size,
-                         gen.schedules, scratch, gen.layers)
+                         gen.schedules, scratch, gen.layers, gen.memory_priority)
 
 
 MANIFEST = ".mcuforge-manifest"  # what mcuforge wrote in a project: "sha256  file" lines

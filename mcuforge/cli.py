@@ -53,8 +53,11 @@ def _cmd_compile(a) -> int:
                       quantize_io=a.quantize_io, emit_tflite=a.emit_tflite,
                       int16_budget=a.int16_budget, force=a.force, flash_budget=a.flash_budget,
                       profile=a.profile, layout=a.layout, command=a.argv,
-                      keep_input=a.keep_input)
+                      keep_input=a.keep_input, memory_priority=_memory_priority(a))
     print(f"wrote {len(r.files)} files to {r.out_dir}: {', '.join(r.files)}")
+    if r.memory_priority is not None:
+        from .api import memory_priority_line
+        print(memory_priority_line(r.memory_priority))
     if a.quantize:  # the user quantizes inputs / dequantizes outputs with these
         from mcuforge.optimizer.quantize import io_params
         for kind, tname, dtype, q in io_params(r.graph):
@@ -100,6 +103,9 @@ def _cmd_run(a) -> int:
         raise McuforgeError("--check-arena runs on the host board only, not with --port")
     if a.port:  # a real board: build, flash, read its UART
         from . import hardware
+        if a.memory_priority:
+            raise McuforgeError("--memory-priority works on the host and emulated boards "
+                                "only for now (compile it, then flash the project)")
         if a.input_shapes:
             raise McuforgeError("--input-shape works on the host board only for now")
         if a.keep_input:
@@ -109,7 +115,8 @@ def _cmd_run(a) -> int:
                                timeout=a.timeout, wait_message=sys.stderr)
     else:
         outputs = run(a.model, inputs, board=a.board, input_shapes=a.input_shapes,
-                      keep_input=a.keep_input, check_arena=a.check_arena)
+                      keep_input=a.keep_input, check_arena=a.check_arena,
+                      memory_priority=_memory_priority(a))
     if not isinstance(outputs, dict) and suffix == ".npz":
         outputs = {graph.outputs[0]: outputs}
     try:  # through a file object: numpy would append .npy / .npz to a name
@@ -152,7 +159,7 @@ def _cmd_bench(a) -> int:
     rows = bench(a.models, board=a.board, iterations=a.iterations, with_tflm=not a.no_tflm,
                  flash_budget=a.flash_budget, per_layer=a.per_layer,
                  progress=None if a.json else sys.stderr, input_shapes=a.input_shapes,
-                 keep_input=a.keep_input)
+                 keep_input=a.keep_input, memory_priority=_memory_priority(a))
     print(json.dumps(rows, indent=2) if a.json else format_table(rows))
     return 0
 
@@ -315,11 +322,27 @@ def _add_input_shape(p) -> None:
     p.set_defaults(input_shapes=None)
 
 
+def _add_memory_priority(p) -> None:
+    p.add_argument("--memory-priority", action="store_true",
+                   help="compute the first layers in bands of rows (the halos recomputed) where "
+                        "that shrinks the arena, for at most --memory-priority-max-macs more "
+                        "MACs; bit-exact")
+    p.add_argument("--memory-priority-max-macs", type=float, default=10.0, metavar="PCT",
+                   help="with --memory-priority: the extra MACs allowed, in percent "
+                        "(default: 10)")
+
+
+def _memory_priority(a):
+    """The extra MACs --memory-priority allows (percent), or None without it."""
+    return a.memory_priority_max_macs if a.memory_priority else None
+
+
 def _cmd_report(a) -> int:
     from .tools.report import analyze, write_report
     out = a.output or ("report.json" if a.json else "report.html")
     r = analyze(a.model, board=a.board, input_shapes=a.input_shapes,
-                flash_budget=a.flash_budget, progress=sys.stderr)
+                flash_budget=a.flash_budget, progress=sys.stderr,
+                memory_priority=_memory_priority(a))
     write_report(r, out, as_json=a.json)
     print(f"wrote {out}")
     return 0
@@ -400,6 +423,7 @@ def parser() -> argparse.ArgumentParser:
                    help="mark each layer in the invoke: mf_layer_mark(k, name), called when "
                         "built with -DMCUFORGE_PROFILE (firmware boards: make PROFILE=1, "
                         "the default then)")
+    _add_memory_priority(c)
     c.set_defaults(fn=_cmd_compile)
 
     r = command("run", "compile, build and run a model on inputs from a .npy/.npz, on the host "
@@ -431,6 +455,7 @@ def parser() -> argparse.ArgumentParser:
                         "red-zones between the arena's buffers and each layer allowed to touch "
                         "only its own tensors; any stray access stops the run with a report")
     _add_input_shape(r)
+    _add_memory_priority(r)
     r.set_defaults(fn=_cmd_run)
 
     i = command("info", "show a model's ops, tensors, MACs, weight bytes and planned arena on "
@@ -458,6 +483,7 @@ def parser() -> argparse.ArgumentParser:
     b.add_argument("--per-layer", action="store_true",
                    help="with --board: each layer's instructions, MACs and MACs per instruction")
     _add_input_shape(b)
+    _add_memory_priority(b)
     b.set_defaults(fn=_cmd_bench)
 
     q = command("bench-quant", "measure int8 quantization quality of float models: SQNR and "
@@ -573,6 +599,7 @@ def parser() -> argparse.ArgumentParser:
                    "pictures)")
     e.add_argument("--flash-budget", type=_bytes, metavar="BYTES", help="as compile's")
     _add_input_shape(e)
+    _add_memory_priority(e)
     e.set_defaults(fn=_cmd_report)
 
     d = command("demo", "a CNN trained on 8x8 digits, quantized to int8, compiled, run in C on "

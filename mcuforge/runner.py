@@ -16,10 +16,12 @@ from .build import (_code_hash, build, cache_entry, cache_lock, cache_root,  # n
 
 def compiled_project(model, board: str = "host", sanitize: bool = False, graph=None,
                      input_shapes: dict | None = None, opt: str | None = None,
-                     keep_input: bool = False, check_arena: bool = False) -> tuple:
+                     keep_input: bool = False, check_arena: bool = False,
+                     memory_priority: float | None = None) -> tuple:
     """(project dir, executable, graph), compiling and building only on a cache miss.
     `opt`: the C compiler's optimisation flags (see opt_flags). `check_arena`: the checked
-    build (codegen_c/arena_check.py), under AddressSanitizer and UBSan."""
+    build (codegen_c/arena_check.py), under AddressSanitizer and UBSan; `memory_priority`: as
+    compile's."""
     from .api import compile as compile_model, load
     graph = graph or load(model, input_shapes)  # a missing or broken model fails here
     data = Path(model).read_bytes() if not isinstance(model, bytes) else model
@@ -29,13 +31,15 @@ def compiled_project(model, board: str = "host", sanitize: bool = False, graph=N
     # is for this CPU (ARCH=-march=native), so a cache shared between machines keys it by CPU
     cpu = host_cpu() if board == "host" else ""
     check = "|arena" if check_arena else ""  # (the default key is as it was)
+    mp = "" if memory_priority is None else f"mp{memory_priority}|"
     key = hashlib.sha256(data + f"|{board}|{sanitize}|{shapes}|{opt or '-O3'}|{cpu}|"
-                         f"{'keep' if keep_input else ''}{check}".encode()
+                         f"{'keep' if keep_input else ''}{check}{mp}".encode()
                          + _code_hash().encode())
 
     def make(project: Path) -> None:
         compile_model(data, project, board=board, name="model", input_shapes=input_shapes,
-                      keep_input=keep_input, arena_check=check_arena)
+                      keep_input=keep_input, arena_check=check_arena,
+                      memory_priority=memory_priority)
         build(project, "model", sanitize, opt, check_arena)
 
     project = cache_entry(cache_root() / key.hexdigest()[:24], make)
@@ -106,14 +110,14 @@ def nonfinite_warnings(graph, inputs) -> list:
 def run(model, inputs, board: str = "host", sanitize: bool = False,
         input_shapes: dict | None = None, opt: str | None = None,
         flash_budget: int | None = None, keep_input: bool = False,
-        check_arena: bool = False):
+        check_arena: bool = False, memory_priority: float | None = None):
     """Run `model` on `inputs` (an array, a batch along a new leading axis, or a dict for
     several inputs). Returns one array, or a dict by output name for several outputs.
     `input_shapes` ({input name: shape}) fixes the open dimensions of inputs; `opt`: the
     host build's optimisation flags (default $MCUFORGE_OPT, else the Makefile's -O3);
-    `flash_budget`, `keep_input`: as compile's (flash_budget on a board). `check_arena` (host
-    only): the checked build, under AddressSanitizer and UBSan, where each layer may touch only
-    its own tensors (an ASan report fails the run: codegen_c/arena_check.py)."""
+    `flash_budget`, `keep_input`, `memory_priority`: as compile's (flash_budget on a board).
+    `check_arena` (host only): the checked build, under AddressSanitizer and UBSan, where each
+    layer may touch only its own tensors (an ASan report fails the run: codegen_c/arena_check.py)."""
     from .api import load
     graph = load(model, input_shapes)
     arrays, batched = split_inputs(graph, inputs)  # bad inputs fail before any build
@@ -121,12 +125,13 @@ def run(model, inputs, board: str = "host", sanitize: bool = False,
         raise McuforgeError("the arena check (--check-arena) runs on the host board only")
     if board == "host":
         _, exe, graph = compiled_project(model, board, sanitize, graph, input_shapes, opt,
-                                         keep_input, check_arena)
+                                         keep_input, check_arena, memory_priority)
         outs = run_executable(exe, graph, arrays)
     else:
         from .target import run_on_board
         outs = run_on_board(model, arrays, board, flash_budget=flash_budget,
-                            input_shapes=input_shapes, keep_input=keep_input).outputs
+                            input_shapes=input_shapes, keep_input=keep_input,
+                            memory_priority=memory_priority).outputs
     return shape_outputs(graph, outs, batched)
 
 

@@ -48,14 +48,17 @@ def require_tool(tool: str) -> None:
 
 def build_firmware(model, board: Board, vectors, workdir: Path, name: str = "model",
                    flash_budget: int | None = None, profile: bool = False,
-                   input_shapes: dict | None = None, keep_input: bool = False) -> tuple:
+                   input_shapes: dict | None = None, keep_input: bool = False,
+                   memory_priority: float | None = None) -> tuple:
     """Write and `make` the firmware project with `vectors` built in (`profile`: with per-layer
-    marks; `input_shapes`: as compile's); (project dir, elf, api.CompileResult)."""
+    marks; `input_shapes`, `memory_priority`: as compile's); (project dir, elf,
+    api.CompileResult)."""
     from .api import compile as compile_model
     require_tool(board.cross + "gcc")
     result = compile_model(model, workdir, board=board.name, name=name, vectors=vectors,
                            flash_budget=flash_budget, profile=profile,
-                           input_shapes=input_shapes, keep_input=keep_input)
+                           input_shapes=input_shapes, keep_input=keep_input,
+                           memory_priority=memory_priority)
     from .build import opt_flags
     opt = opt_flags()  # $MCUFORGE_OPT, else the Makefile's own -O2
     r = subprocess.run(["make", "-s", "-C", str(workdir)] + ([f"OPT={opt}"] if opt else []),
@@ -124,9 +127,11 @@ def parse_profile(text: str, layers: list, n: int) -> LayerProfile:
 
 def run_on_board(model, arrays: list, board_name: str, workdir: Path | None = None,
                  flash_budget: int | None = None, profile: bool = False,
-                 input_shapes: dict | None = None, keep_input: bool = False) -> TargetRun:
+                 input_shapes: dict | None = None, keep_input: bool = False,
+                 memory_priority: float | None = None) -> TargetRun:
     """Run [N, ...] input arrays (one per model input) on the board under QEMU; `profile`:
-    with per-layer counts (TargetRun.profile); `input_shapes`: as compile's."""
+    with per-layer counts (TargetRun.profile); `input_shapes`, `memory_priority`: as
+    compile's."""
     from .build import cache_lock, cache_root, opt_flags
     board = load_board(board_name)
     n = len(arrays[0])
@@ -140,13 +145,16 @@ def run_on_board(model, arrays: list, board_name: str, workdir: Path | None = No
                              + (b"keep-input" if keep_input else b"")
                              + (str(sorted((k, tuple(v)) for k, v in input_shapes.items()))
                                 .encode() if input_shapes else b"")
+                             + (f"mp{memory_priority}".encode()
+                                if memory_priority is not None else b"")
                              + b"".join(a.tobytes() for a in arrays)).hexdigest()[:24]
         workdir = cache_root() / "fw" / key
         lock = cache_lock(workdir)  # concurrent runs of one model and input take turns
     with lock:  # each build rewrites the sources, so `make` never keeps a half-linked elf
         _, elf, result = build_firmware(model, board, vectors, Path(workdir),
                                         flash_budget=flash_budget, profile=profile,
-                                        input_shapes=input_shapes, keep_input=keep_input)
+                                        input_shapes=input_shapes, keep_input=keep_input,
+                                        memory_priority=memory_priority)
         text = run_elf(board, elf)
     if cached:  # keep the cache within its cap
         from .build import evict

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from mcuforge.ir.graph import ALIAS_OPS, Graph, subgraphs
+from mcuforge.ir.graph import ALIAS_OPS, Graph, is_alias, subgraphs
 
 ALIGN = 4  # every offset is a multiple of 4, and of 8 for 8-byte elements (int64, float64):
 # C requires an int64_t * to be 8-aligned (gcc may vectorize on it; UBSan reports it)
@@ -217,15 +217,45 @@ def in_place_states(g: Graph) -> dict:
     return out
 
 
+def views(g: Graph) -> dict:
+    """{tensor: (root, byte offset)} for the tensors that are bytes of another buffer: a
+    reshape's output (offset 0), a view slice's output (its first element's offset in its
+    input), a view concat's inputs (one after another in its output); chains resolved to the
+    buffer that has a request of its own."""
+    parent = {}
+    for n in g.nodes:
+        if not is_alias(n):
+            continue
+        if n.op in ALIAS_OPS:
+            parent[n.outputs[0]] = (n.inputs[0], 0)
+        elif n.op == "slice":
+            x = g.tensors[n.inputs[0]]
+            inner = x.nbytes // x.size  # bytes of one element, then of one step of each axis
+            offset = 0
+            for start, d in reversed(list(zip(n.attrs["starts"], x.shape))):
+                offset += start * inner
+                inner *= d
+            parent[n.outputs[0]] = (n.inputs[0], offset)
+        else:
+            offset = 0
+            for t in n.inputs:
+                parent[t] = (n.outputs[0], offset)
+                offset += g.tensors[t].nbytes
+
+    def resolve(t):
+        r, o = t, 0
+        while r in parent:
+            r, step = parent[r]
+            o += step
+        return r, o
+    return {t: resolve(t) for t in parent}
+
+
 def requests_of(g: Graph, keep_input: bool = False) -> tuple:
     """(requests, alias map): one request per buffer; alias outputs map to their root (the
-    next values of in_place_states to their state). `keep_input`: the graph inputs stay live
-    to the end (no layer writes over them)."""
-    root = {}
-    for n in g.nodes:
-        if n.op in ALIAS_OPS:
-            src = n.inputs[0]
-            root[n.outputs[0]] = root.get(src, src)
+    next values of in_place_states to their state); views(g) has their byte offsets.
+    `keep_input`: the graph inputs stay live to the end (no layer writes over them)."""
+    root = {t: r for t, (r, _) in views(g).items()}
     first, last = {}, {}
     for name in g.inputs:
         first[name] = last[name] = 0
@@ -292,11 +322,13 @@ def plan_graph(g: Graph, scratch_of=None, in_place_of=None, keep_input: bool = F
         size += _align(g.tensors[name].nbytes) + redzone
     if redzone:  # whole granules: ASan leaves a partial last one of a region unpoisoned
         size, size_of = _align(size, 8), _align(size_of, 8)
+    delta = views(g)
     for alias, src in root.items():
+        at = delta.get(alias, (src, 0))[1]
         if src in state:
-            state[alias] = state[src]
+            state[alias] = state[src] + at
         else:
-            offsets[alias] = offsets[src]
+            offsets[alias] = offsets[src] + at
     return MemoryPlan(dict(sorted(offsets.items())), size_of,
                       lower_bound(reqs), reqs, dict(sorted(state.items())), size,
                       {i: (offsets[name], plans) for i, (name, plans) in subplans.items()},
@@ -313,6 +345,7 @@ def in_place_links(g: Graph, in_place_of, keep_input: bool = False) -> dict:
     reqs, root = requests_of(g, keep_input)
     by_name = {r.name: r for r in reqs}
     sinks = {root.get(t, t) for t in list(g.outputs) + list(g.state.values())}
+    at = {t: o for t, (_, o) in views(g).items()}
     out = {}
     for i, n in enumerate(g.nodes):
         if subgraphs(n) or not n.outputs:
@@ -324,7 +357,8 @@ def in_place_links(g: Graph, in_place_of, keep_input: bool = False) -> dict:
             x = root.get(t, t)
             r = by_name.get(x)
             if r is None or r.last != i or x in sinks or x in g.state or r.align != ALIGN \
-                    or shift % ALIGN or (keep_input and x in g.inputs) or x == y:
+                    or shift % ALIGN or (keep_input and x in g.inputs) or x == y \
+                    or at.get(t, 0):  # (a view inside x: its shift is not x's)
                 continue
             out[y] = (x, int(shift))
             break

@@ -5,18 +5,25 @@ Lifetimes are recomputed from the graph's nodes, not read from the planner's req
 planner bug shows: a buffer is live from the step that writes it (graph inputs: step 0) to the
 last step that reads it (graph outputs and next state values: the end); kernel scratch during
 its node only. The overlaps allowed are the planner's rules only: an alias (ALIAS_OPS, e.g.
-reshape) is its source's buffer, an in-place state's next value (in_place_states) is the
-state's own bytes, and a node's output may share bytes with one of its inputs where the node's
-kernel declares it (`declared`: node index -> ((input tensor, shift), ...), from the kernels,
-not from the plan): at exactly output offset = input offset + shift, when that input's buffer
-is last read by this node (its lifetime recomputed here), is neither a graph output nor a state
-(nor a graph input when the model keeps its input), and the output is born at that node.
-State tensors live in a block of their own, always live.
+reshape) is its source's buffer, a view slice's output the bytes of its input from its first
+element on, a view concat's inputs the bytes of its output where their elements land (ir/graph.py
+is_alias; the offsets recomputed here from element coordinates), an in-place state's next value
+(in_place_states) is the state's own bytes, and a node's output may share bytes with one of its
+inputs where the node's kernel declares it (`declared`: node index -> ((input tensor, shift),
+...), from the kernels, not from the plan): at exactly output offset = input offset + shift,
+when that input is a buffer of its own or a view at offset 0, its buffer is last read by this
+node (its lifetime recomputed here), is neither a graph output nor a state (nor a graph input
+when the model keeps its input), and the output is born at that node. State tensors live in a
+block of their own, always live.
 """
 from __future__ import annotations
 
+import bisect
+
+import numpy as np
+
 from mcuforge.ir.errors import McuforgeError
-from mcuforge.ir.graph import ALIAS_OPS, Graph, subgraphs
+from mcuforge.ir.graph import ALIAS_OPS, Graph, is_alias, subgraphs
 from mcuforge.optimizer import memory_plan as mp
 
 
@@ -35,10 +42,7 @@ def check_plan(g: Graph, plan, in_place: dict | None = None, declared: dict | No
     kernels' in-place declarations, node index -> ((input tensor, byte shift), ...);
     `keep_input`: graph inputs must never be overwritten."""
     in_place = mp.in_place_states(g) if in_place is None else in_place
-    root = {}
-    for n in g.nodes:
-        if n.op in ALIAS_OPS:
-            root[n.outputs[0]] = root.get(n.inputs[0], n.inputs[0])
+    root, delta = _views(g)
     end = len(g.nodes)
     first, last = {}, {}
     for t in g.inputs:
@@ -82,8 +86,12 @@ def check_plan(g: Graph, plan, in_place: dict | None = None, declared: dict | No
             _fail(f"'{t}' (live at steps {first[t]}..{last[t]}) has no offset")
         _place(g, t, plan.offsets, plan.arena_size, "arena")
         r = root.get(t, t)
-        if r in plan.offsets and plan.offsets[r] != plan.offsets[t]:
-            _fail(f"alias '{t}' at {plan.offsets[t]}, its source '{r}' at {plan.offsets[r]}")
+        if r in plan.offsets and plan.offsets[r] + delta.get(t, 0) != plan.offsets[t]:
+            _fail(f"alias '{t}' at {plan.offsets[t]}, but its bytes begin {delta.get(t, 0)} "
+                  f"bytes into its source '{r}' at {plan.offsets[r]}")
+        if r in plan.offsets and plan.offsets[t] + g.tensors[t].nbytes > \
+                plan.offsets[r] + g.tensors[r].nbytes:
+            _fail(f"alias '{t}' at {plan.offsets[t]} runs past its source '{r}'")
         o = plan.offsets[t]
         arena.append((t, o, o + g.tensors[t].nbytes, first[t], last[t], r))
     for i, n in enumerate(g.nodes):
@@ -104,11 +112,11 @@ def check_plan(g: Graph, plan, in_place: dict | None = None, declared: dict | No
                     _fail(f"subgraph of node {i} needs {sub_plan.arena_size} bytes, "
                           f"its scratch has {sizes.get(mp._scratch_name(g, n), 0)}")
                 check_plan(sub, sub_plan)
-    allowed = _allowed_pairs(g, plan, root, first, last, declared or {}, keep_input)
+    allowed = _allowed_pairs(g, plan, root, delta, first, declared or {}, keep_input)
     _disjoint(arena, 0, end, "arena", allowed)
 
 
-def _allowed_pairs(g: Graph, plan, root: dict, first: dict, last: dict, declared: dict,
+def _allowed_pairs(g: Graph, plan, root: dict, delta: dict, first: dict, declared: dict,
                    keep_input: bool) -> set:
     """{frozenset((input buffer, output))} the in-place rule allows in this plan."""
     sinks = {root.get(t, t) for t in list(g.outputs) + list(g.state.values())}
@@ -126,13 +134,47 @@ def _allowed_pairs(g: Graph, plan, root: dict, first: dict, last: dict, declared
         for t, shift in decl:
             x = root.get(t, t)
             if t not in n.inputs or x not in plan.offsets or x in sinks or x in g.state \
-                    or (keep_input and x in g.inputs) or x == y:
+                    or (keep_input and x in g.inputs) or x == y or delta.get(t, 0):
                 continue
             if last_reader.get(x) != i:  # over the whole alias group
                 continue
             if plan.offsets[y] == plan.offsets[x] + shift:
                 out.add(frozenset((x, y)))
     return out
+
+
+def _views(g: Graph) -> tuple:
+    """({tensor: root buffer}, {tensor: byte offset in it}) of the graph's aliases: a view's
+    offset is the flat index of its first element in the bigger tensor, times the element
+    size (a concat input's first element sits at the sum of the earlier inputs' extents along
+    the axis)."""
+    up = {}  # tensor -> (bigger tensor, offset)
+    for n in g.nodes:
+        if not is_alias(n):
+            continue
+        if n.op in ALIAS_OPS:
+            up[n.outputs[0]] = (n.inputs[0], 0)
+            continue
+        if n.op == "slice":
+            x = g.tensors[n.inputs[0]]
+            up[n.outputs[0]] = (n.inputs[0], int(np.ravel_multi_index(
+                tuple(n.attrs["starts"]), x.shape)) * np.dtype(x.dtype).itemsize)
+            continue
+        y, axis, at = g.tensors[n.outputs[0]], n.attrs["axis"], 0
+        for t in n.inputs:
+            corner = [0] * len(y.shape)
+            corner[axis] = at
+            up[t] = (n.outputs[0], int(np.ravel_multi_index(tuple(corner), y.shape))
+                     * np.dtype(y.dtype).itemsize)
+            at += g.tensors[t].shape[axis]
+    root, delta = {}, {}
+    for t in up:
+        r, o = t, 0
+        while r in up:
+            o += up[r][1]
+            r = up[r][0]
+        root[t], delta[t] = r, o
+    return root, delta
 
 
 def _place(g: Graph, t: str, offsets: dict, size: int, where: str) -> None:

@@ -2,7 +2,8 @@
 
 A lowering gets an `OpContext` (the node, its tensors, the kernel name) and returns a
 `loop_ir.Kernel` whose parameter buffers are named `x`, `x1`, ... for activation inputs and
-`y`, `y1`, ... for outputs, in the node's order. Alias ops (reshape) have no kernel.
+`y`, `y1`, ... for outputs, in the node's order. Aliases (reshape, view slice / concat:
+ir/graph.py is_alias) have no kernel.
 """
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from mcuforge.ir.graph import ALIAS_OPS, Graph, Node, Tensor
+from mcuforge.ir.graph import Graph, Node, Tensor, is_alias
 
 from .. import loop_ir as ir
 
@@ -129,7 +130,7 @@ def float_activation(v: ir.Expr, activation: str) -> ir.Expr:
 def reference_kernel(node: Node, graph: Graph, name: str) -> ir.Kernel | None:
     """The node's reference lowering: the loop IR that defines its numerics (None: an alias,
     no kernel)."""
-    if node.op in ALIAS_OPS:
+    if is_alias(node):
         return None
     _load_all()
     ctx = OpContext(node, graph, name)

@@ -75,11 +75,12 @@ def _is_tflite(model: str) -> bool:
 
 
 def bench_one(model: str, board: str, iterations: int, with_tflm: bool,
-              input_shapes: dict | None = None) -> dict:
+              input_shapes: dict | None = None, memory_priority: float | None = None) -> dict:
     from .info import model_info
     from ..runner import compiled_project
-    info = model_info(model, input_shapes=input_shapes)
-    project, exe, _ = compiled_project(model, board, input_shapes=input_shapes)
+    info = model_info(model, input_shapes=input_shapes, memory_priority=memory_priority)
+    project, exe, _ = compiled_project(model, board, input_shapes=input_shapes,
+                                       memory_priority=memory_priority)
     row = {
         "model": Path(model).name, "board": board, "macs": info["macs"],
         "arena_bytes": info["arena_bytes"], "lower_bound_bytes": info["lower_bound_bytes"],
@@ -88,6 +89,8 @@ def bench_one(model: str, board: str, iterations: int, with_tflm: bool,
         "tflm_arena_bytes": None, "tflm_arena_total_bytes": None, "tflm_latency_us": None,
         "litert_latency_us": None,
     }
+    if "memory_priority" in info:
+        row["memory_priority"] = info["memory_priority"]
     litert = litert_latency_us(model, iterations)
     if litert is not None:
         row["litert_latency_us"] = round(litert, 1)
@@ -163,7 +166,7 @@ def tflm_cmsis_figure(model: str, board_name: str) -> tuple:
 
 def bench_board(model: str, board_name: str, with_tflm: bool, per_layer: bool = False,
                 flash_budget: int | None = None, input_shapes: dict | None = None,
-                keep_input: bool = False) -> dict:
+                keep_input: bool = False, memory_priority: float | None = None) -> dict:
     """Instructions per inference under QEMU, flash/RAM from the ELF, measured stack;
     `per_layer`: also each layer's instructions, from a second, profiled build (layer_rows)."""
     import numpy as np
@@ -175,7 +178,8 @@ def bench_board(model: str, board_name: str, with_tflm: bool, per_layer: bool = 
     from ..target import run_on_board
     board = load_board(board_name)
     info = model_info(model, board=board_name, flash_budget=flash_budget,
-                      input_shapes=input_shapes, keep_input=keep_input)
+                      input_shapes=input_shapes, keep_input=keep_input,
+                      memory_priority=memory_priority)
     g = load(model, input_shapes)
     rng = np.random.default_rng(0)
     xs = []
@@ -189,7 +193,8 @@ def bench_board(model: str, board_name: str, with_tflm: bool, per_layer: bool = 
             xs.append(rng.integers(lo, hi + 1, size=t.shape).astype(t.dtype))
     arrays, _ = split_inputs(g, dict(zip(g.inputs, xs)))
     run = run_on_board(model, arrays, board_name, flash_budget=flash_budget,
-                       input_shapes=input_shapes, keep_input=keep_input)
+                       input_shapes=input_shapes, keep_input=keep_input,
+                       memory_priority=memory_priority)
     tflm_cmsis, tflm_cmsis_why = tflm_cmsis_figure(model, board_name)
     sizes = elf_sizes(run.elf, board.cross)
     instructions = run.instructions[0]
@@ -208,12 +213,15 @@ def bench_board(model: str, board_name: str, with_tflm: bool, per_layer: bool = 
         # the recorded figure of this very file (by content, not name), else none and why
         "tflm_cmsis_instructions": tflm_cmsis, "tflm_cmsis_missing": tflm_cmsis_why,
     }
+    if "memory_priority" in info:
+        row["memory_priority"] = info["memory_priority"]
     if with_tflm and tflm.available() and _is_tflite(model):
         row["tflm_arena_bytes"] = tflm.arena_bytes(model)["head"]
     if per_layer:
         row.update(layer_rows(run_on_board(model, arrays, board_name, flash_budget=flash_budget,
                                            profile=True, input_shapes=input_shapes,
-                                           keep_input=keep_input), board,
+                                           keep_input=keep_input,
+                                           memory_priority=memory_priority), board,
                               instructions))
     return row
 
@@ -243,9 +251,11 @@ def layer_rows(run, board, whole: int) -> dict:
 
 def bench(models: list, board: str = "host", iterations: int = 50, with_tflm: bool = True,
           progress=None, per_layer: bool = False, flash_budget: int | None = None,
-          input_shapes: dict | None = None, keep_input: bool = False) -> list:
-    """One row of figures per model; `input_shapes` ({input: shape}) and `keep_input` as
-    compile's, for every model (keep_input: on a board; the host rows measure the default)."""
+          input_shapes: dict | None = None, keep_input: bool = False,
+          memory_priority: float | None = None) -> list:
+    """One row of figures per model; `input_shapes` ({input: shape}), `keep_input` and
+    `memory_priority` as compile's, for every model (keep_input: on a board; the host rows
+    measure the default)."""
     if per_layer and board == "host":
         raise McuforgeError("bench --per-layer counts instructions on an emulated board: give "
                             "--board (mps2-an385, mps2-an386, mps2-an500, mps3-an547, "
@@ -255,10 +265,11 @@ def bench(models: list, board: str = "host", iterations: int = 50, with_tflm: bo
         if progress:
             print(f"[{i + 1}/{len(models)}] {m}", file=progress, flush=True)
         if board == "host":
-            rows.append(bench_one(m, board, iterations, with_tflm, input_shapes))
+            rows.append(bench_one(m, board, iterations, with_tflm, input_shapes,
+                                  memory_priority))
         else:
             rows.append(bench_board(m, board, with_tflm, per_layer, flash_budget,
-                                    input_shapes, keep_input))
+                                    input_shapes, keep_input, memory_priority))
     return rows
 
 

@@ -6,16 +6,23 @@ from pathlib import Path
 
 
 def model_info(model, input_shapes: dict | None = None, board: str = "host",
-               flash_budget: int | None = None, keep_input: bool = False) -> dict:
+               flash_budget: int | None = None, keep_input: bool = False,
+               memory_priority: float | None = None) -> dict:
     """The figures of the model as compiled for `board` (its schedules decide the packed
-    weights' size and the kernels' scratch)."""
+    weights' size and the kernels' scratch); `memory_priority`: as compile's (then also
+    "memory_priority": the default plan's arena and MACs, the stage and band count)."""
     from mcuforge.codegen_c.model import generate
     from mcuforge.optimizer.pipeline import optimize
 
     from ..api import load
     from ..board import load_board
     g = optimize(load(model, input_shapes))
-    gen = generate(g, "model", load_board(board).target(flash_budget), keep_input=keep_input)
+    target = load_board(board).target(flash_budget)
+    choice = None
+    if memory_priority is not None:
+        from ..api import patch_first_stage
+        g, choice = patch_first_stage(g, target, memory_priority)
+    gen = generate(g, "model", target, keep_input=keep_input)
     plan = gen.plan
     scratch = [r.size for r in plan.requests if r.name.endswith("/kernel")]
 
@@ -38,6 +45,10 @@ def model_info(model, input_shapes: dict | None = None, board: str = "host",
         "inputs": [port(n) for n in g.inputs],
         "outputs": [port(n) for n in g.outputs],
         "tensors": len(g.tensors),
+        **({} if choice is None else {"memory_priority": {
+            "default_arena_bytes": choice.base_arena, "default_macs": choice.base_macs,
+            "mac_overhead_percent": round(choice.overhead, 2), "stage_layers": choice.k,
+            "bands": choice.count if choice.k else 0}}),
     }
 
 

@@ -19,9 +19,11 @@ from mcuforge.ir.errors import McuforgeError
 
 
 def analyze(model, board: str | None = None, input_shapes: dict | None = None,
-            flash_budget: int | None = None, progress=None) -> dict:
+            flash_budget: int | None = None, progress=None,
+            memory_priority: float | None = None) -> dict:
     """The report's data (JSON-ready). `board`: compile for it, and on an emulated board run
-    the per-layer profile under QEMU (progress lines go to `progress`)."""
+    the per-layer profile under QEMU (progress lines go to `progress`); `memory_priority`: as
+    compile's (the bands of a layer are layers of their own here)."""
     from mcuforge.codegen_c.model import generate
     from mcuforge.optimizer.pipeline import optimize
 
@@ -30,6 +32,9 @@ def analyze(model, board: str | None = None, input_shapes: dict | None = None,
     board = None if board == "host" else board  # the host has no flash or RAM to fill
     b = load_board(board or "host")
     g = optimize(load(model, input_shapes))
+    if memory_priority is not None:
+        from ..api import patch_first_stage
+        g = patch_first_stage(g, b.target(flash_budget), memory_priority)[0]
     gen = generate(g, "model", b.target(flash_budget))
     g = gen.graph  # its nodes in the order the calls run (memory_plan.topological_orders)
     plan = gen.plan
@@ -65,6 +70,8 @@ def analyze(model, board: str | None = None, input_shapes: dict | None = None,
             raise McuforgeError("report --board runs bench's board build, which takes no "
                                 "--input-shape yet: give a model with fixed input shapes, or "
                                 "leave out --board")
+        if memory_priority is not None:
+            shapes["memory_priority"] = memory_priority
         row = bench_board(model, b.name, with_tflm=False, per_layer=True,
                           flash_budget=flash_budget, **shapes)
         if progress:

@@ -1,0 +1,307 @@
+"""--memory-priority: the first stage of a network computed patch by patch (MCUNetV2's idea).
+
+The first layers of a CNN hold its largest activations. `patch_stage(g, k, P)` computes the
+first k nodes in P bands of rows of the stage's output: each band reads only the rows of the
+input its receptive field needs (the halo is recomputed by the neighbouring band), so only
+the input, the stage's output and one band's small intermediate tensors are live at once.
+Only the padding changes per band (the model's at the image's top and bottom, none where the
+halo provides the rows), so every value is computed by the same arithmetic as before: the
+outputs are bit-exact with the unpatched graph.
+
+Nothing is copied: a band reads its input rows through a view slice and writes its rows of the
+stage's output through a view concat (ir/graph.py is_alias; the memory planner places the
+bands inside the output). Only a band whose first input row would start at a byte the planner
+cannot align (odd row sizes) copies those few rows.
+
+Two ways to band (patch_stage's `reuse`): every band computes all the rows it reads, the halo
+recomputed (extra MACs), or each row is computed once and the halo rows a band shares with the
+next are copied from one to the other (row by row: no extra MACs, a few rows kept per layer).
+`choose` tries every stage, band count and way and keeps the smallest arena (as the caller
+measures it: the real planner with the kernels' scratch) whose extra MACs stay within a bound.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+
+from mcuforge.ir.graph import Graph, Node, Tensor, verify
+
+from .memory_plan import alignment
+from .passes import fresh_name
+
+WINDOW_OPS = ("conv2d", "depthwise_conv2d", "avg_pool2d", "max_pool2d")
+# ops computing each output element from the same element of their same-shape inputs
+POINTWISE_OPS = ("add", "mul", "sub", "relu", "relu6", "leaky_relu", "logistic", "tanh",
+                 "hard_swish", "quantize", "dequantize", "unary")
+
+
+class NotPatchable(Exception):
+    """This stage and band count cannot be computed in bands (a candidate to skip)."""
+
+
+def stage_lengths(g: Graph) -> list:
+    """The k for which the first k nodes form a stage: window and pointwise ops on 4-D NHWC
+    tensors with one image, reading the graph's only input, constants and each other, with
+    exactly one tensor read after them (their output), which is not the input."""
+    if len(g.inputs) != 1 or g.state:
+        return []
+    x = g.tensors[g.inputs[0]]
+    if len(x.shape) != 4 or x.shape[0] != 1 or x.name in g.outputs:
+        return []
+    made, out = {x.name}, []
+    for k, n in enumerate(g.nodes):
+        if not _patchable(g, n) or any(t and t not in made and not g.tensors[t].is_const
+                                       for t in n.inputs):
+            break
+        made.update(n.outputs)
+        if _escaping(g, k + 1) is not None:
+            out.append(k + 1)
+    return out
+
+
+def _patchable(g: Graph, n: Node) -> bool:
+    if len(n.outputs) != 1 or n.attrs.get("view"):
+        return False
+    y = g.tensors[n.outputs[0]]
+    acts = [g.tensors[t] for t in n.inputs if t and not g.tensors[t].is_const]
+    if len(y.shape) != 4 or y.shape[0] != 1 or not acts:
+        return False
+    if n.op in WINDOW_OPS:
+        return len(acts) == 1 and acts[0] is g.tensors[n.inputs[0]]
+    if n.op in POINTWISE_OPS:  # constants (a per-channel scale) must not vary along rows
+        return all(tuple(t.shape) == tuple(y.shape) for t in acts) and all(
+            len(g.tensors[t].shape) < 3 or g.tensors[t].shape[-3] == 1
+            for t in n.inputs if t and g.tensors[t].is_const)
+    return False
+
+
+def _escaping(g: Graph, k: int):
+    """The one tensor of the first k nodes read after them (or a graph output), else None."""
+    later = {t for n in g.nodes[k:] for t in n.inputs} | set(g.outputs)
+    out = {t for n in g.nodes[:k] for t in n.outputs if t in later}
+    return out.pop() if len(out) == 1 else None
+
+
+def _window(g: Graph, n: Node):
+    """(stride, span, top padding) of a window op along the rows."""
+    a = n.attrs
+    if n.op in ("conv2d", "depthwise_conv2d"):
+        size = g.tensors[n.inputs[1]].shape[1]
+    else:
+        size = a["filter"][0]
+    dil = a.get("dilation", (1, 1))[0]
+    return a["stride"][0], (size - 1) * dil + 1, a["padding"][0]
+
+
+def _input_rows(g: Graph, n: Node, rows: tuple) -> tuple:
+    """The rows of the node's (first) input that its output rows [a, b) read, clipped."""
+    if n.op not in WINDOW_OPS:
+        return rows
+    s, span, top = _window(g, n)
+    h = g.tensors[n.inputs[0]].shape[1]
+    lo, hi = max(0, rows[0] * s - top), min(h, (rows[1] - 1) * s - top + span)
+    if lo >= hi:
+        raise NotPatchable("a band reads only padding")
+    return lo, hi
+
+
+def bands(h: int, count: int, step: int = 1) -> list:
+    """`count` bands of rows [a, b) covering h rows, as even as integers allow, each starting
+    at a multiple of `step` rows."""
+    cuts = [min(h, (p * h // count + step - 1) // step * step) for p in range(count)] + [h]
+    if len(set(cuts)) != len(cuts):
+        raise NotPatchable(f"{count} bands of {h} rows in steps of {step}")
+    return list(zip(cuts, cuts[1:]))
+
+
+def row_step(t: Tensor) -> int:
+    """The fewest rows of t whose bytes are a multiple of its alignment: a view may start
+    only there."""
+    row, align = t.nbytes // t.shape[1], alignment(t.dtype)
+    return align // math.gcd(row, align)
+
+
+def patch_stage(g: Graph, k: int, count: int, reuse: bool = False) -> Graph:
+    """The graph with its first k nodes (a stage: stage_lengths) computed in `count` bands of
+    the stage output's rows. Guarantees: the graph's inputs, outputs and values are unchanged
+    (each band's nodes are the original ones with their rows and padding cut to the band; the
+    same arithmetic on the same values); the nodes after the stage are untouched; the band
+    tensors are views of the input and of the stage's output, so no data is copied (but the
+    few rows a band reads at a misaligned start: a copy). The bands of the output start at
+    aligned rows (row_step). Raises NotPatchable when they cannot, or a band would read only
+    padding.
+
+    `reuse`: no row is computed twice. A band computes only rows no band before it has; the
+    rows of each tensor the next band reads too are copied out as soon as they are computed
+    (a few rows: the halo) and copied back in front of the next band's new rows. No extra
+    MACs; a few rows kept per layer between bands, and the copies, instead. NotPatchable where
+    the new rows would start at a misaligned byte."""
+    if k not in stage_lengths(g):
+        raise NotPatchable(f"the first {k} nodes are not a stage")
+    stage = g.nodes[:k]
+    out = _escaping(g, k)
+    y = g.tensors[out]
+    if not 1 < count <= y.shape[1]:
+        raise NotPatchable(f"{count} bands of {y.shape[1]} rows")
+    tensors, nodes, taken = dict(g.tensors), [], set()
+
+    def new(hint, like: Tensor, rows: int) -> str:
+        name = fresh_name(g, hint, taken)
+        taken.add(name)
+        tensors[name] = Tensor(name, (1, rows, *like.shape[2:]), like.dtype, quant=like.quant)
+        return name
+
+    def rows_of(src: str, held: str, band: tuple, rows: tuple, copy: bool = False) -> str:
+        """A tensor holding rows [lo, hi) of `src`, of which `held` holds the band [a, b)."""
+        if rows == band and not copy:
+            return held
+        t = g.tensors[src]
+        name = new(f"{src}/rows{rows[0]}_{rows[1]}", t, rows[1] - rows[0])
+        # a view where its first row is aligned, else a copy of the (few) rows
+        copy = copy or (rows[0] - band[0]) % row_step(t) != 0
+        nodes.append(Node("slice", (held,), (name,), {
+            "starts": (0, rows[0] - band[0], 0, 0), "ends": (1, rows[1] - band[0], *t.shape[2:]),
+            "steps": (1, 1, 1, 1), **({} if copy else {"view": True})}, name))
+        return name
+
+    def compute(n: Node, r: tuple, need: dict, have: dict, p: int) -> str:
+        """Node n's output rows [a, b) into a new tensor, read from this band's tensors."""
+        o = n.outputs[0]
+        reads = _input_rows(g, n, r)
+        ins = tuple(rows_of(t, have[t], need[t], reads) if t and not g.tensors[t].is_const
+                    else t for t in n.inputs)
+        attrs = dict(n.attrs, band_of=o)  # codegen shares the bands' tables and code
+        if n.op in WINDOW_OPS:
+            s, span, top = _window(g, n)
+            first, last = r[0] * s - top, (r[1] - 1) * s - top + span
+            pl, pr = n.attrs["padding"][2:]
+            attrs["padding"] = (reads[0] - first, last - reads[1], pl, pr)
+        name = new(f"{o}/band{p}", g.tensors[o], r[1] - r[0])
+        nodes.append(replace(n, inputs=ins, outputs=(name,), attrs=attrs,
+                             name=f"{n.name or o}/band{p}"))
+        return name
+
+    x = g.inputs[0]
+    plans = _reuse_plans(g, stage, out, bands(y.shape[1], count, row_step(y))) if reuse \
+        else _recompute_plans(g, stage, out, bands(y.shape[1], count, row_step(y)))
+    parts, carry = [], {}  # carry: tensor -> the copy of its rows later bands read
+    for p, (need, fresh) in enumerate(plans):
+        have = {x: x}  # tensor -> the band tensor holding need[tensor] of it
+        for n in stage:
+            o = n.outputs[0]
+            if o not in need:
+                continue
+            r, c = need[o], fresh.get(o)
+            kept = carry.pop(o, None)
+            if kept is None:
+                have[o] = compute(n, c, need, have, p)
+            elif c is None:  # every row computed already
+                have[o] = kept
+            else:  # the rows kept, then the new ones, one after the other in one buffer
+                if (c[0] - r[0]) % row_step(g.tensors[o]):
+                    raise NotPatchable(f"new rows of '{o}' would start at a misaligned byte")
+                halo = rows_of(o, kept, (r[0], c[0]), (r[0], c[0]), copy=True)
+                have[o] = new(f"{o}/band{p}_all", g.tensors[o], r[1] - r[0])
+                nodes.append(Node("concat", (halo, compute(n, c, need, have, p)),
+                                  (have[o],), {"axis": 1, "activation": "none", "view": True},
+                                  have[o]))
+            later = plans[p + 1][0].get(o) if reuse and p + 1 < len(plans) else None
+            if later is not None and later[0] < r[1]:  # rows the next band takes over
+                if later[0] < r[0]:
+                    raise NotPatchable(f"band {p + 1} reads rows of '{o}' before band {p}'s")
+                carry[o] = rows_of(o, have[o], r, (later[0], r[1]), copy=True)
+        parts.append(have[out])
+    nodes.append(Node("concat", tuple(parts), (out,), {"axis": 1, "activation": "none",
+                                                      "view": True}, out))
+    h = g.replace(nodes=nodes + list(g.nodes[k:]), tensors=tensors)
+    return verify(h)
+
+
+def _recompute_plans(g: Graph, stage: list, out: str, rows: list) -> list:
+    """Per band: ({tensor: rows its band tensor holds}, {tensor: rows computed}); every band
+    computes every row it reads (the input: whole)."""
+    plans = []
+    for band in rows:
+        need = {out: band}
+        for n in reversed(stage):
+            if n.outputs[0] in need:
+                _read(g, n, _input_rows(g, n, need[n.outputs[0]]), need)
+        need[g.inputs[0]] = (0, g.tensors[g.inputs[0]].shape[1])
+        plans.append((need, {t: r for t, r in need.items() if t != g.inputs[0]}))
+    return plans
+
+
+def _reuse_plans(g: Graph, stage: list, out: str, rows: list) -> list:
+    """As _recompute_plans, but a band computes only the rows no band before it has: it holds
+    the rows its consumers read from the first one on, those computed before taken over
+    (band p+1's first rows come from band p), and computes the rest."""
+    done, plans = {}, []  # done: tensor -> the rows below this are computed
+    for band in rows:
+        read, fresh = {out: band}, {}
+        for n in reversed(stage):
+            o = n.outputs[0]
+            if o not in read:
+                continue
+            start = max(read[o][0], done.get(o, 0))
+            if start < read[o][1]:
+                fresh[o] = (start, read[o][1])
+                _read(g, n, _input_rows(g, n, fresh[o]), read)
+        need = {t: (r[0], max(r[1], done.get(t, 0))) for t, r in read.items()}
+        need[g.inputs[0]] = (0, g.tensors[g.inputs[0]].shape[1])
+        for t, r in need.items():
+            done[t] = r[1]
+        plans.append((need, fresh))
+    return plans
+
+
+def _read(g: Graph, n: Node, rows: tuple, need: dict) -> None:
+    """Node n reads `rows` of each activation input: widen need to cover them."""
+    for t in n.inputs:
+        if t and not g.tensors[t].is_const:
+            o = need.get(t, rows)
+            need[t] = (min(o[0], rows[0]), max(o[1], rows[1]))
+
+
+@dataclass(frozen=True)
+class Choice:
+    """What `choose` decided: k = 0 when the graph stays as it was."""
+    graph: Graph
+    k: int
+    count: int
+    arena: int
+    macs: int
+    base_arena: int
+    base_macs: int
+    reuse: bool = False  # patch_stage's: halo rows copied between bands, not recomputed
+
+    @property
+    def overhead(self) -> float:
+        """Extra MACs in percent of the unpatched graph's."""
+        return 100.0 * (self.macs - self.base_macs) / self.base_macs if self.base_macs else 0.0
+
+
+def choose(g: Graph, cost, max_overhead: float = 10.0, max_bands: int = 64) -> Choice:
+    """The patched graph with the smallest arena whose MACs exceed g's by at most
+    `max_overhead` percent; `cost(graph)` -> (arena bytes, MACs) measures a candidate (every
+    stage, band count, halos recomputed or reused). Ties go to fewer MACs, then fewer bands,
+    then a shorter stage, then recomputing (deterministic). When nothing beats g's own arena,
+    g itself (k = 0)."""
+    base_arena, base_macs = cost(g)
+    best = Choice(g, 0, 1, base_arena, base_macs, base_arena, base_macs)
+    rank = lambda c: (c.arena, c.macs, c.count, c.k or 1 << 30, c.reuse)  # noqa: E731
+    for k in stage_lengths(g):
+        out = g.tensors[_escaping(g, k)]
+        rows = out.shape[1]
+        if g.tensors[g.inputs[0]].nbytes + out.nbytes >= best.arena:
+            continue  # both are live while the last band runs: no gain possible
+        for count in range(2, min(rows // row_step(out), max_bands) + 1):
+            for reuse in (False, True):
+                try:
+                    h = patch_stage(g, k, count, reuse)
+                except NotPatchable:
+                    continue
+                arena, macs = cost(h)
+                c = Choice(h, k, count, arena, macs, base_arena, base_macs, reuse)
+                if macs <= base_macs * (1 + max_overhead / 100.0) and rank(c) < rank(best):
+                    best = c
+    return best

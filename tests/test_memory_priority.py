@@ -1,0 +1,360 @@
+"""--memory-priority (optimizer/patch.py): the first layers computed in bands of rows.
+
+Random conv chains (odd sizes, stride 2, SAME / VALID, kernels 1..5, depthwise, pooling, a
+residual ADD) are built with tests/tfl_build.py (the `tflite` package's builders), patched at
+every stage length into several band counts, compiled to C and run: int8 bit-exact with
+tflite-micro, float within tolerance of LiteRT's reference kernels. The MLPerf ResNet-8 and VWW
+with --memory-priority are bit-exact with tflite-micro on the host and on QEMU; the plan
+checker proves the bands' placement and rejects a band put elsewhere; the arena shrinks where a
+stage pays, measured on the plan the C addresses.
+"""
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+import tflite
+
+from conftest import mlperf_model, require_tflm, require_tools
+from tfl_build import Model, litert
+from mcuforge.api import generate_project, load, write_files
+from mcuforge.build import build, run_executable
+from mcuforge.ir.graph import is_alias
+from mcuforge.optimizer import patch
+from mcuforge.optimizer.memory_plan import plan_graph
+from mcuforge.optimizer.pipeline import optimize
+from mcuforge.optimizer.plan_check import PlanError, check_plan
+
+
+def _out(n, k, s, same):
+    return -(-n // s) if same else (n - k) // s + 1
+
+
+def chain_model(rng, dtype: str) -> bytes:
+    """A random NHWC chain: 3..6 layers of conv / depthwise / max / avg pool / residual add."""
+    h, w, c = int(rng.integers(4, 11)) * 2 + 1, int(rng.integers(3, 10)) * 2 + 1, \
+        int(rng.integers(1, 5))
+    q = dtype == "int8"
+    m = Model()
+    scale, zp = 0.05, int(rng.integers(-20, 20))
+    cur = m.tensor("x", (1, h, w, c), dtype, **(dict(scale=scale, zero_point=zp) if q else {}))
+    x = cur
+    kinds = ["conv", "dw", "max", "avg", "add", "conv"]
+    for i in range(int(rng.integers(3, 7))):
+        kind = str(rng.choice(kinds))
+        if kind == "add" and not (h >= 3 and w >= 3):
+            kind = "conv"
+        k = int(rng.integers(1, 6))
+        stride = int(rng.choice([1, 2])) if kind != "add" else 1
+        same = bool(rng.integers(0, 2)) or kind == "add"
+        k = 3 if kind == "add" else min(k, h, w) if not same else k
+        if kind in ("max", "avg"):
+            k = max(2, min(k, 3, h, w)) if not same else max(2, min(k, 3))
+        oh, ow = _out(h, k, stride, same), _out(w, k, stride, same)
+        if oh < 1 or ow < 1:
+            continue
+        act = int(rng.choice([tflite.ActivationFunctionType.NONE,
+                              tflite.ActivationFunctionType.RELU]))
+        pad = tflite.Padding.SAME if same else tflite.Padding.VALID
+        if kind in ("conv", "dw", "add"):
+            o = int(rng.integers(2, 7)) if kind != "dw" else c
+            if kind == "add":
+                o = c
+            taps = k * k * (c if kind != "dw" else 1)
+            if q:
+                sw = rng.uniform(0.002, 0.01, o).astype(np.float32)
+                wdata = rng.integers(-127, 128, (o, k, k, c) if kind != "dw" else (1, k, k, o))
+                bias = rng.integers(-2000, 2000, o).astype(np.int32)
+                sy, zy = scale * 0.24 * math.sqrt(taps), int(rng.integers(-10, 10))
+                if act == tflite.ActivationFunctionType.RELU:
+                    zy = -128
+                wq = dict(scale=sw.tolist(), zero_point=[0] * o, axis=0 if kind != "dw" else 3)
+                wi = m.tensor(f"w{i}", wdata.shape, "int8", data=wdata, **wq)
+                bi = m.tensor(f"b{i}", (o,), "int32", data=bias,
+                              scale=(np.float32(scale) * sw).tolist(), zero_point=[0] * o)
+                yq = dict(scale=float(sy), zero_point=zy)
+            else:
+                shape = (o, k, k, c) if kind != "dw" else (1, k, k, o)
+                wi = m.tensor(f"w{i}", shape, "float32",
+                              data=rng.standard_normal(shape) / math.sqrt(taps))
+                bi = m.tensor(f"b{i}", (o,), "float32", data=rng.standard_normal(o) * 0.1)
+                yq = {}
+            y = m.tensor(f"y{i}", (1, oh, ow, o), dtype, **yq)
+            if kind == "dw":
+                m.op("DEPTHWISE_CONV_2D", [cur, wi, bi], [y], "DepthwiseConv2DOptions",
+                     Padding=pad, StrideW=stride, StrideH=stride, DepthMultiplier=1,
+                     FusedActivationFunction=act, DilationWFactor=1, DilationHFactor=1)
+            else:
+                m.op("CONV_2D", [cur, wi, bi], [y], "Conv2DOptions", Padding=pad,
+                     StrideW=stride, StrideH=stride, FusedActivationFunction=act,
+                     DilationWFactor=1, DilationHFactor=1)
+            if kind == "add":  # a residual: x + conv(x)
+                zq = dict(scale=float(max(scale, yq.get("scale", 1.0)) * 1.5),
+                          zero_point=int(rng.integers(-5, 5))) if q else {}
+                z = m.tensor(f"z{i}", (1, oh, ow, o), dtype, **zq)
+                m.op("ADD", [cur, y], [z], "AddOptions",
+                     FusedActivationFunction=tflite.ActivationFunctionType.NONE)
+                y, yq = z, zq
+        else:
+            y = m.tensor(f"y{i}", (1, oh, ow, c), dtype,
+                         **(dict(scale=scale, zero_point=zp) if q else {}))
+            yq = dict(scale=scale, zero_point=zp) if q else {}
+            m.op("MAX_POOL_2D" if kind == "max" else "AVERAGE_POOL_2D", [cur], [y],
+                 "Pool2DOptions", Padding=pad, StrideW=stride, StrideH=stride, FilterWidth=k,
+                 FilterHeight=k, FusedActivationFunction=act)
+        cur, h, w, c = y, oh, ow, (c if kind in ("max", "avg") else o)
+        if q:
+            scale = yq["scale"]
+            zp = yq.get("zero_point", zp)
+    m.io([x], [cur])
+    return m.build()
+
+
+def run_c(g, tmp: Path, x: np.ndarray) -> tuple:
+    """The graph compiled as it is (no --memory-priority choice) and run; (outputs, plan,
+    compiled graph)."""
+    files, plan, _, compiled = generate_project(g, "model")
+    write_files(tmp, files)
+    return run_executable(build(tmp, "model"), compiled, [x])[0], plan, compiled
+
+
+def candidates(g) -> list:
+    """Every stage length with 2 bands, 3 bands and one band per output row, the halos
+    recomputed and reused."""
+    out = []
+    for k in patch.stage_lengths(g):
+        rows = g.tensors[g.nodes[k - 1].outputs[0]].shape[1] if k else 0
+        for count in sorted({2, 3, rows}):
+            if 2 <= count <= rows:
+                out += [(k, count, False), (k, count, True)]
+    return out
+
+
+@pytest.mark.parametrize("seed", range(5))
+@pytest.mark.parametrize("dtype", ["int8", "float32"])
+def test_random_chains_patched_equal_the_reference(dtype, seed, tmp_path):
+    if dtype == "int8":
+        require_tflm()
+    rng = np.random.default_rng(1000 + seed)
+    model = chain_model(rng, dtype)
+    g = optimize(load(model))
+    t = g.tensors[g.inputs[0]]
+    if dtype == "int8":
+        from mcuforge.tools import tflm
+        x = rng.integers(-128, 128, (3, *t.shape)).astype(np.int8)
+        want = tflm.run(model, [x])[0]
+    else:
+        x = rng.standard_normal((3, *t.shape)).astype(np.float32)
+        want = np.stack([litert(model, [xi])[0] for xi in x])
+    tried = 0
+    for i, (k, count, reuse) in enumerate(candidates(g)):
+        try:
+            h = patch.patch_stage(g, k, count, reuse)
+        except patch.NotPatchable:
+            continue
+        y, plan, compiled = run_c(h, tmp_path / f"c{i}", x)
+        assert any(n.op == "concat" and is_alias(n) for n in compiled.nodes)  # still banded
+        check_plan(compiled, plan)
+        if dtype == "int8":
+            assert np.array_equal(y, want), (k, count, reuse)
+        else:
+            np.testing.assert_allclose(y, want, rtol=1e-4, atol=1e-4 * np.abs(want).max(),
+                                       err_msg=str((k, count, reuse)))
+        tried += 1
+    assert tried >= 1
+
+
+def test_stage_bands_recompute_the_halo_only():
+    """A hand-checked case: a 3x3 SAME conv (stride 1) on 8 rows in 2 bands. Band 0 computes
+    output rows 0..3 from input rows 0..4 (top padding 1, bottom 0), band 1 rows 4..7 from input
+    rows 3..7 (top padding 0, bottom 1): 2 x 4 rows, no output row twice, 10 input rows read."""
+    m = Model()
+    x = m.tensor("x", (1, 8, 5, 2), "float32")
+    w = m.tensor("w", (3, 3, 3, 2), "float32", data=np.ones((3, 3, 3, 2)))
+    b = m.tensor("b", (3,), "float32", data=np.zeros(3))
+    y = m.tensor("y", (1, 8, 5, 3), "float32")
+    m.op("CONV_2D", [x, w, b], [y], "Conv2DOptions", Padding=tflite.Padding.SAME, StrideW=1,
+         StrideH=1, FusedActivationFunction=0, DilationWFactor=1, DilationHFactor=1)
+    m.io([x], [y])
+    g = optimize(load(m.build()))
+    h = patch.patch_stage(g, 1, 2)
+    convs = [n for n in h.nodes if n.op == "conv2d"]
+    assert [n.attrs["padding"] for n in convs] == [(1, 0, 1, 1), (0, 1, 1, 1)]
+    assert [h.tensors[n.inputs[0]].shape[1] for n in convs] == [5, 5]
+    assert [h.tensors[n.outputs[0]].shape[1] for n in convs] == [4, 4]
+    slices = {n.outputs[0]: n.attrs["starts"][1] for n in h.nodes if n.op == "slice"}
+    assert [slices.get(n.inputs[0], 0) for n in convs] == [0, 3]
+
+
+def _mlperf_choice(stem: str, board: str = "mps2-an386"):
+    from mcuforge.api import patch_first_stage
+    from mcuforge.board import load_board
+    g = optimize(load(mlperf_model(stem)))
+    return g, patch_first_stage(g, load_board(board).target(None), 10.0)[1]
+
+
+@pytest.mark.parametrize("stem", ["pretrainedResnet_quant", "vww_96_int8", "kws_ref_model"])
+def test_mlperf_arena_shrinks_within_the_mac_bound(stem, tmp_path):
+    """The plan the C addresses (generate_project's, checked by plan_check) is smaller than
+    the default's, and the MACs the C runs exceed the default's by at most the bound."""
+    g, choice = _mlperf_choice(stem)
+    files, plan, model, compiled = generate_project(g, "model", "mps2-an386",
+                                                    memory_priority=10.0)
+    _, base_plan, base_model, _ = generate_project(g, "model", "mps2-an386")
+    assert plan.arena_size == choice.arena < base_plan.arena_size == choice.base_arena
+    assert base_model.macs <= model.macs <= base_model.macs * 1.10
+    assert model.macs == choice.macs
+    check_plan(compiled, plan)
+    # the input stays whole until its last band is read, the stage's output is one buffer
+    concat = next(n for n in compiled.nodes if n.op == "concat" and is_alias(n))
+    out = compiled.tensors[concat.outputs[0]]
+    for k, part in enumerate(concat.inputs):
+        assert plan.offsets[part] == plan.offsets[out.name] + sum(
+            compiled.tensors[p].nbytes for p in concat.inputs[:k])
+
+
+def test_nothing_beats_the_default_plan_keeps_the_graph():
+    """AD is fully connected: no stage, the graph and its arena stay the default's."""
+    g, choice = _mlperf_choice("ad01_int8")
+    assert choice.k == 0 and choice.graph is g and choice.arena == choice.base_arena
+
+
+def test_plan_check_rejects_a_band_at_a_wrong_offset():
+    g, choice = _mlperf_choice("pretrainedResnet_quant")
+    h = choice.graph
+    plan = plan_graph(h)
+    check_plan(h, plan)
+    concat = next(n for n in h.nodes if n.op == "concat" and is_alias(n))
+    part = concat.inputs[1]
+    moved = dict(plan.offsets, **{part: plan.offsets[part] + 8})
+    from dataclasses import replace
+    with pytest.raises(PlanError, match="alias"):
+        check_plan(h, replace(plan, offsets=moved))
+    # a slice of the input placed anywhere but at its rows is refused too
+    view = next(n for n in h.nodes if n.op == "slice" and is_alias(n))
+    moved = dict(plan.offsets, **{view.outputs[0]: plan.offsets[view.outputs[0]] - 4})
+    with pytest.raises(PlanError, match="alias"):
+        check_plan(h, replace(plan, offsets=moved))
+
+
+def _random_input(path: Path, n: int, seed: int) -> np.ndarray:
+    t = load(path)
+    t = t.tensors[t.inputs[0]]
+    rng = np.random.default_rng(seed)
+    return rng.integers(-128, 128, size=(n, *t.shape)).astype(np.int8)
+
+
+@pytest.mark.parametrize("stem", ["pretrainedResnet_quant", "vww_96_int8", "kws_ref_model"])
+@pytest.mark.parametrize("board", ["host", "mps2-an386"])
+def test_mlperf_memory_priority_bit_exact_with_tflm(stem, board):
+    require_tflm()
+    if board != "host":
+        require_tools("arm-none-eabi-gcc", "qemu-system-arm")
+    from mcuforge import runner
+    from mcuforge.tools import tflm
+    path = mlperf_model(stem)
+    x = _random_input(path, 8 if board == "host" else 2, seed=7)
+    y = runner.run(path, x, board=board, memory_priority=10.0)
+    want = tflm.run(path.read_bytes(), [x])[0]
+    assert np.array_equal(y, want)
+    assert len(np.unique(want.reshape(len(want), -1), axis=0)) > 1
+
+
+def test_compile_prints_arena_before_and_after(tmp_path, capsys):
+    """The CLI's line: the default compile's arena -> this compile's, the MACs and the bands;
+    a model nothing helps says so and compiles as without the option."""
+    import re
+
+    from mcuforge.cli import main
+    path = str(mlperf_model("pretrainedResnet_quant"))
+    assert main(["compile", path, "-o", str(tmp_path / "a"), "--board", "mps2-an386"]) == 0
+    plain = capsys.readouterr().out
+    assert main(["compile", path, "-o", str(tmp_path / "b"), "--board", "mps2-an386",
+                 "--memory-priority", "--memory-priority-max-macs", "9"]) == 0
+    out = capsys.readouterr().out
+    arena = lambda text: int(re.search(r"^arena (\d+) bytes", text, re.M).group(1))  # noqa
+    macs = lambda text: int(re.search(r"(\d+) MACs$", text, re.M).group(1))  # noqa
+    m = re.search(r"memory priority: arena ([\d,]+) -> ([\d,]+) bytes, MACs ([\d,]+) -> "
+                  r"([\d,]+) \(\+([\d.]+)%\): the first (\d+) layers in (\d+) bands of rows, "
+                  r"(each row computed once|the halos recomputed)", out)
+    assert m, out
+    num = lambda s: int(s.replace(",", ""))  # noqa
+    assert num(m.group(1)) == arena(plain) > num(m.group(2)) == arena(out)
+    assert num(m.group(3)) == macs(plain) <= num(m.group(4)) == macs(out)
+    assert float(m.group(5)) <= 9.0
+    ad = str(mlperf_model("ad01_int8"))
+    assert main(["compile", ad, "-o", str(tmp_path / "c"), "--memory-priority"]) == 0
+    assert "nothing beats the default plan" in capsys.readouterr().out
+
+
+def test_patched_graph_in_the_loop_ir_evaluator_and_verify():
+    """The evaluator (codegen_c/evaluate_graph.py) runs view slices and concats as the C
+    does: a patched chain gives the unpatched chain's values, both ways of banding; verify
+    refuses a view slice that is not one contiguous run of its input."""
+    from dataclasses import replace as dc_replace
+
+    from mcuforge.codegen_c.evaluate_graph import run_graph
+    from mcuforge.ir.graph import GraphError, Node, Tensor, verify
+    rng = np.random.default_rng(3)
+    g = optimize(load(chain_model(rng, "int8")))
+    x = {g.inputs[0]: rng.integers(-128, 128, g.tensors[g.inputs[0]].shape).astype(np.int8)}
+    want = run_graph(g, x)[g.outputs[0]]
+    for reuse in (False, True):
+        tried = 0
+        for k in patch.stage_lengths(g):
+            for count in (2, 3):
+                try:
+                    h = patch.patch_stage(g, k, count, reuse)
+                except patch.NotPatchable:
+                    continue
+                assert np.array_equal(run_graph(h, x)[g.outputs[0]], want)
+                tried += 1
+        assert tried >= 2
+    t = g.tensors[g.inputs[0]]
+    cols = Tensor("cols", (1, t.shape[1], 1, t.shape[3]), t.dtype, quant=t.quant)
+    bad = g.replace(tensors={**g.tensors, "cols": cols}, outputs=["cols"], nodes=[Node(
+        "slice", (t.name,), ("cols",), {"starts": (0, 0, 1, 0), "ends": (1, t.shape[1], 2,
+                                                                          t.shape[3]),
+                                        "steps": (1, 1, 1, 1), "view": True}, "cols")])
+    with pytest.raises(GraphError, match="contiguous"):
+        verify(bad)
+    ok = dc_replace(bad.nodes[0], attrs={**bad.nodes[0].attrs, "view": False})
+    verify(bad.replace(nodes=[ok]))  # the same slice as a copy is fine
+    # one band in two view concats would have to be in two places at once
+    h = next(patch.patch_stage(g, k, 2) for k in patch.stage_lengths(g)[:1])
+    concat = next(n for n in h.nodes if n.op == "concat" and is_alias(n))
+    twin = Tensor("twin", h.tensors[concat.outputs[0]].shape, h.tensors[concat.outputs[0]].dtype,
+                  quant=h.tensors[concat.outputs[0]].quant)
+    both = h.replace(tensors={**h.tensors, "twin": twin}, outputs=[*h.outputs, "twin"],
+                     nodes=[*h.nodes, dc_replace(concat, outputs=("twin",), name="twin")])
+    with pytest.raises(GraphError, match="already a view"):
+        verify(both)
+
+
+def test_a_negative_mac_bound_is_one_clear_error(tmp_path, capsys):
+    from mcuforge.cli import main
+    path = str(mlperf_model("ad01_int8"))
+    assert main(["compile", path, "-o", str(tmp_path / "a"), "--memory-priority",
+                 "--memory-priority-max-macs", "-1"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("mcuforge: error: --memory-priority-max-macs -1") and \
+        "Traceback" not in err
+
+
+def test_report_shows_each_band_as_a_layer(tmp_path):
+    """report --memory-priority: every band is a layer with its kernel and MACs (bands that
+    share a function keep their own names in the invoke), the MACs add up to the compile's,
+    the arena is the compile's."""
+    import json
+
+    from mcuforge.cli import main
+    path = str(mlperf_model("pretrainedResnet_quant"))
+    assert main(["report", path, "--json", "-o", str(tmp_path / "r.json"),
+                 "--memory-priority"]) == 0
+    r = json.loads((tmp_path / "r.json").read_text())
+    g, choice = _mlperf_choice("pretrainedResnet_quant", "host")
+    assert r["arena_bytes"] == choice.arena < choice.base_arena
+    bands = [x for x in r["layers"] if x["op"] == "conv2d" and "/band" in
+             x["outputs"][0]["name"]]
+    assert len(bands) >= 2 * choice.count and all(x["kernel"] and x["macs"] for x in bands)
+    assert sum(x["macs"] for x in r["layers"]) == r["macs"] == choice.macs
