@@ -142,16 +142,9 @@ def generate(g: Graph, name: str, target: Target = HOST, profile: bool = False,
     if narrowed != target:  # the flash budget keeps some layers' weights int8
         kernels = _lower_all(g, narrowed)
 
-    def scratch_of(graph, node):
-        k = kernels.get(id(node))
-        return (k.scratch_bytes, 8) if k is not None and k.scratch else None
-    declared = in_place_table(g, kernels)
-    redzone = REDZONE if arena_check else 0
-    g, plan = _best_order(g, lambda graph, search=True: plan_graph(
-        graph, scratch_of, lambda _, node: declared.get(id(node)), keep_input, search, redzone))
+    g, plan, declared = plan_model(g, kernels, keep_input, REDZONE if arena_check else 0)
     # a wrong plan stops here, before any C is written; in-place overlaps only by the rule,
     # from the kernels' declarations (not from the plan)
-    declared = {i: declared[id(n)] for i, n in enumerate(g.nodes) if id(n) in declared}
     check_plan(g, plan, declared=declared, keep_input=keep_input)
     overwrites = sorted({x for x, _ in plan.in_place.values() if x in g.inputs})
     em = _Emitter(name, kernels, ArenaCheck(name) if arena_check else None)
@@ -227,13 +220,33 @@ def in_place_table(g: Graph, kernels: dict) -> dict:
     return out
 
 
-def arena_and_macs(g: Graph, target: Target = HOST, cache: dict | None = None) -> tuple:
+def plan_model(g: Graph, kernels: dict, keep_input: bool = False, redzone: int = 0,
+               quick: bool = False) -> tuple:
+    """(graph, plan, declared): the arena plan of `g` with its kernels (id(node) -> Kernel):
+    their scratch, their in-place declarations (declared: node index -> ((input, shift), ...),
+    plan_check's), the nodes in the topological order with the smallest arena (_best_order).
+    `quick`: the graph's own order, every in-place link or none (an estimate, much faster)."""
+    def scratch_of(graph, node):
+        k = kernels.get(id(node))
+        return (k.scratch_bytes, 8) if k is not None and k.scratch else None
+    declared = in_place_table(g, kernels)
+
+    def plan_of(graph, search=True):
+        return plan_graph(graph, scratch_of, lambda _, node: declared.get(id(node)), keep_input,
+                          search and not quick, redzone)
+    g, plan = (g, plan_of(g)) if quick else _best_order(g, plan_of)
+    return g, plan, {i: declared[id(n)] for i, n in enumerate(g.nodes) if id(n) in declared}
+
+
+def arena_and_macs(g: Graph, target: Target = HOST, cache: dict | None = None,
+                   quick: bool = False) -> tuple:
     """(arena bytes, MACs) of `g` as generate would plan and count them for `target` (kernel
     scratch included), without printing any C: a cost for optimizer.patch.choose. `cache`
-    keeps each distinct layer's (scratch, MACs) between calls (its op, attributes, constants
-    and shapes decide them)."""
+    keeps each distinct layer's kernel between calls (its op, attributes, constants and shapes
+    decide it); the plan is generate's (plan_model: in place, node order), or with `quick`
+    plan_model's estimate."""
     cache = {} if cache is None else cache
-    figures = {}
+    kernels = {}
     for node in g.nodes:
         if node.op in SUBGRAPH_ATTRS:
             return generate(g, "model", target).plan.arena_size, 0  # not worth a shortcut
@@ -243,12 +256,11 @@ def arena_and_macs(g: Graph, target: Target = HOST, cache: dict | None = None) -
             for t in node.inputs), tuple((g.tensors[t].dtype, tuple(g.tensors[t].shape),
                                           g.tensors[t].quant) for t in node.outputs))
         if key not in cache:
-            k = _lower_all(Graph(g.tensors, [node], [], []), target)[id(node)]
-            cache[key] = (0, 0) if k is None else (k.scratch_bytes if k.scratch else 0, k.macs)
-        figures[id(node)] = cache[key]
-    plan = plan_graph(g, lambda graph, node: (figures[id(node)][0], 8)
-                      if figures[id(node)][0] else None)
-    return plan.arena_size, sum(m for _, m in figures.values())
+            cache[key] = _lower_all(Graph(g.tensors, [node], [], []), target)[id(node)]
+        if cache[key] is not None:
+            kernels[id(node)] = cache[key]
+    _, plan, _ = plan_model(g, kernels, quick=quick)
+    return plan.arena_size, sum(k.macs for k in kernels.values())
 
 
 def _outputs(g: Graph, out: dict | None = None) -> dict:

@@ -152,7 +152,8 @@ def patch_first_stage(graph: Graph, target, max_macs: float) -> tuple:
     if max_macs < 0:
         raise McuforgeError(f"--memory-priority-max-macs {max_macs}: give a percentage >= 0")
     cache = {}
-    choice = choose(graph, lambda g: arena_and_macs(g, target, cache), max_macs)
+    choice = choose(graph, lambda g: arena_and_macs(g, target, cache), max_macs,
+                    quick=lambda g: arena_and_macs(g, target, cache, quick=True))
     return choice.graph, choice
 
 

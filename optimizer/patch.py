@@ -280,15 +280,19 @@ class Choice:
         return 100.0 * (self.macs - self.base_macs) / self.base_macs if self.base_macs else 0.0
 
 
-def choose(g: Graph, cost, max_overhead: float = 10.0, max_bands: int = 64) -> Choice:
+def choose(g: Graph, cost, max_overhead: float = 10.0, max_bands: int = 64,
+           quick=None, finalists: int = 4) -> Choice:
     """The patched graph with the smallest arena whose MACs exceed g's by at most
     `max_overhead` percent; `cost(graph)` -> (arena bytes, MACs) measures a candidate (every
-    stage, band count, halos recomputed or reused). Ties go to fewer MACs, then fewer bands,
-    then a shorter stage, then recomputing (deterministic). When nothing beats g's own arena,
-    g itself (k = 0)."""
+    stage, band count, halos recomputed or reused). `quick(graph)`, when given, is a cheaper
+    estimate of cost that ranks all candidates; the `finalists` best are then measured by
+    `cost`. Ties go to fewer MACs, then fewer bands, then a shorter stage, then recomputing
+    (deterministic). When nothing beats g's own arena, g itself (k = 0)."""
+    quick = quick or cost
     base_arena, base_macs = cost(g)
     best = Choice(g, 0, 1, base_arena, base_macs, base_arena, base_macs)
     rank = lambda c: (c.arena, c.macs, c.count, c.k or 1 << 30, c.reuse)  # noqa: E731
+    ranked = []
     for k in stage_lengths(g):
         out = g.tensors[_escaping(g, k)]
         rows = out.shape[1]
@@ -300,8 +304,13 @@ def choose(g: Graph, cost, max_overhead: float = 10.0, max_bands: int = 64) -> C
                     h = patch_stage(g, k, count, reuse)
                 except NotPatchable:
                     continue
-                arena, macs = cost(h)
+                arena, macs = quick(h)
                 c = Choice(h, k, count, arena, macs, base_arena, base_macs, reuse)
                 if macs <= base_macs * (1 + max_overhead / 100.0) and rank(c) < rank(best):
-                    best = c
+                    ranked = sorted(ranked + [c], key=rank)[:finalists]
+    for c in ranked:
+        arena, macs = cost(c.graph) if quick is not cost else (c.arena, c.macs)
+        c = Choice(c.graph, c.k, c.count, arena, macs, base_arena, base_macs, c.reuse)
+        if rank(c) < rank(best):
+            best = c
     return best

@@ -112,10 +112,11 @@ def chain_model(rng, dtype: str) -> bytes:
 
 def run_c(g, tmp: Path, x: np.ndarray) -> tuple:
     """The graph compiled as it is (no --memory-priority choice) and run; (outputs, plan,
-    compiled graph)."""
-    files, plan, _, compiled = generate_project(g, "model")
+    compiled graph, the kernels' in-place declarations)."""
+    files, plan, model, compiled = generate_project(g, "model")
     write_files(tmp, files)
-    return run_executable(build(tmp, "model"), compiled, [x])[0], plan, compiled
+    return (run_executable(build(tmp, "model"), compiled, [x])[0], plan, model.graph,
+            model.declared)  # (model.graph: the nodes in the order planned)
 
 
 def candidates(g) -> list:
@@ -152,9 +153,9 @@ def test_random_chains_patched_equal_the_reference(dtype, seed, tmp_path):
             h = patch.patch_stage(g, k, count, reuse)
         except patch.NotPatchable:
             continue
-        y, plan, compiled = run_c(h, tmp_path / f"c{i}", x)
+        y, plan, compiled, declared = run_c(h, tmp_path / f"c{i}", x)
         assert any(n.op == "concat" and is_alias(n) for n in compiled.nodes)  # still banded
-        check_plan(compiled, plan)
+        check_plan(compiled, plan, declared=declared)
         if dtype == "int8":
             assert np.array_equal(y, want), (k, count, reuse)
         else:
@@ -204,7 +205,7 @@ def test_mlperf_arena_shrinks_within_the_mac_bound(stem, tmp_path):
     assert plan.arena_size == choice.arena < base_plan.arena_size == choice.base_arena
     assert base_model.macs <= model.macs <= base_model.macs * 1.10
     assert model.macs == choice.macs
-    check_plan(compiled, plan)
+    check_plan(model.graph, plan, declared=model.declared)
     # the input stays whole until its last band is read, the stage's output is one buffer
     concat = next(n for n in compiled.nodes if n.op == "concat" and is_alias(n))
     out = compiled.tensors[concat.outputs[0]]
