@@ -114,26 +114,44 @@ MF_INLINE void mf_sc_split(int64_t s, int32_t *pa, int32_t *pb) {
  * L = K: one chunk). No scratch. */
 /* adds the sum over n taps of x * the lane words to *ps0 (channels 0, 1) and *ps1 (2, 3);
  * advances *pw */
+/* a tap's two lane words a = w[0], b = w[1], w += 2: one LDRD with post-increment on Thumb-2
+ * (gcc 12 emits two LDRs with offsets and a pointer add: 24 -> 19 instructions per 4 taps of
+ * a 4-channel block; M3 VWW 19.88 M -> 17.54 M, ResNet-8 23.52 M -> 19.44 M), plain C elsewhere */
+#if defined(__GNUC__) && defined(__thumb2__)
+#define MF_SC_LD2(a, b, w)                                                                    \
+    __asm__("ldrd %0, %1, [%2], #8"                                                           \
+            : "=&r"(a), "=&r"(b), "+r"(w)                                                    \
+            : "m"(*(const int32_t(*)[2])(w)))
+#else
+#define MF_SC_LD2(a, b, w) ((a) = (w)[0], (b) = (w)[1], (w) += 2)
+#endif
+
 MF_INLINE void mf_sc_l64_taps(const int8_t *xp, int32_t n, const int32_t **pw, int64_t *ps0,
                               int64_t *ps1) {
     const int32_t *w = *pw;
     const int8_t *x4 = xp + (n & ~3), *xe = xp + n;
     int64_t s0 = *ps0, s1 = *ps1;
-    for (; xp != x4; xp += 4, w += 8) {
+    int32_t wa, wb;
+    for (; xp != x4; xp += 4) {
         int32_t v0 = xp[0], v1 = xp[1], v2 = xp[2], v3 = xp[3];
-        s0 += (int64_t)v0 * w[0];
-        s1 += (int64_t)v0 * w[1];
-        s0 += (int64_t)v1 * w[2];
-        s1 += (int64_t)v1 * w[3];
-        s0 += (int64_t)v2 * w[4];
-        s1 += (int64_t)v2 * w[5];
-        s0 += (int64_t)v3 * w[6];
-        s1 += (int64_t)v3 * w[7];
+        MF_SC_LD2(wa, wb, w);
+        s0 += (int64_t)v0 * wa;
+        s1 += (int64_t)v0 * wb;
+        MF_SC_LD2(wa, wb, w);
+        s0 += (int64_t)v1 * wa;
+        s1 += (int64_t)v1 * wb;
+        MF_SC_LD2(wa, wb, w);
+        s0 += (int64_t)v2 * wa;
+        s1 += (int64_t)v2 * wb;
+        MF_SC_LD2(wa, wb, w);
+        s0 += (int64_t)v3 * wa;
+        s1 += (int64_t)v3 * wb;
     }
-    for (; xp != xe; xp++, w += 2) {
+    for (; xp != xe; xp++) {
         int32_t v0 = xp[0];
-        s0 += (int64_t)v0 * w[0];
-        s1 += (int64_t)v0 * w[1];
+        MF_SC_LD2(wa, wb, w);
+        s0 += (int64_t)v0 * wa;
+        s1 += (int64_t)v0 * wb;
     }
     *pw = w;
     *ps0 = s0;
