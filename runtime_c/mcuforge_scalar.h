@@ -67,6 +67,18 @@ typedef struct {
     int32_t bias, mult, add, pre, post;
 } mf_sc_rec;
 
+/* Armv7-M (and every core with ACLE's saturation): the clamp to the whole int8 range is one
+ * SSAT (gcc 12 emits two compares and two conditional moves for it). MF_SC_SAT8 versions the
+ * kernels on lo = -128, hi = 127 (VWW's, KWS's and ResNet-8's layers) where it pays. */
+#if defined(__GNUC__) && defined(__ARM_FEATURE_SAT) && defined(__arm__)
+#include <arm_acle.h>
+#define MF_SC_SAT8 1
+#define MF_SC_FULL(lo, hi) ((lo) == -128 && (hi) == 127)
+#else
+#define MF_SC_SAT8 0
+#define MF_SC_FULL(lo, hi) 0
+#endif
+
 /* clamp(mf_rq_apply(acc + bias)) (mcuforge_nn.h's form with a cheaper high multiply); SF: the
  * sign term, a constant where it is inlined */
 MF_INLINE int8_t mf_sc_out(int32_t acc, const mf_sc_rec *q, int32_t SF, int32_t lo,
@@ -75,6 +87,9 @@ MF_INLINE int8_t mf_sc_out(int32_t acc, const mf_sc_rec *q, int32_t SF, int32_t 
     int32_t v = h + q->add;
     if (SF) v += h >> 31 & -(q->post != 0);
     v >>= q->post;
+#if MF_SC_SAT8
+    if (lo == -128 && hi == 127) return (int8_t)__ssat(v, 8);
+#endif
     v = v < lo ? lo : v;
     return (int8_t)(v > hi ? hi : v);
 }
@@ -97,7 +112,12 @@ MF_INLINE void mf_sc_out4(int8_t *y, int32_t a0, int32_t a1, int32_t a2, int32_t
 MF_INLINE void mf_sc_store4(int8_t *y, int32_t a0, int32_t a1, int32_t a2, int32_t a3,
                             const mf_sc_rec *q, int32_t n, int32_t signfix, int32_t lo,
                             int32_t hi) {
-    if (signfix)
+    if (MF_SC_FULL(lo, hi)) { /* SSAT (constants after inlining) */
+        if (signfix)
+            mf_sc_out4(y, a0, a1, a2, a3, q, n, 1, -128, 127);
+        else
+            mf_sc_out4(y, a0, a1, a2, a3, q, n, 0, -128, 127);
+    } else if (signfix)
         mf_sc_out4(y, a0, a1, a2, a3, q, n, 1, lo, hi);
     else
         mf_sc_out4(y, a0, a1, a2, a3, q, n, 0, lo, hi);
@@ -437,7 +457,12 @@ MF_MICRO MF_SC_NOSCHED_RV void mf_sc_dw3(const int8_t *x, int8_t *y, const int32
     memset(scratch, x_zp, (size_t)(g[13] * g[14])); /* the border of every channel's plane */
     for (c = 0; c < nc; c++, pk += MF_SC_DW_REC) {
         mf_sc_dw_plane(x + c, g, scratch);
-        if (signfix)
+        if (MF_SC_FULL(lo, hi)) { /* SSAT */
+            if (signfix)
+                mf_sc_dw_rows(scratch, y + c, pk, g, 1, -128, 127);
+            else
+                mf_sc_dw_rows(scratch, y + c, pk, g, 0, -128, 127);
+        } else if (signfix)
             mf_sc_dw_rows(scratch, y + c, pk, g, 1, lo, hi);
         else
             mf_sc_dw_rows(scratch, y + c, pk, g, 0, lo, hi);
