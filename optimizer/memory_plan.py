@@ -302,7 +302,8 @@ def plan_graph(g: Graph, scratch_of=None, in_place_of=None, keep_input: bool = F
             scratch.append(Request(_scratch_name(g, n, "kernel"), need[0], i, i,
                                    max(need[1], ALIGN)))
         if subs:
-            plans = tuple(plan_graph(s, scratch_of, redzone) for s in subs)
+            # (no in-place links inside: the kernels' declarations are the top graph's)
+            plans = tuple(plan_graph(s, scratch_of, redzone=redzone) for s in subs)
             name = _scratch_name(g, n)
             # aligned for the subgraphs' widest element (nested scratch requests included)
             align = max((r.align for p in plans for r in p.requests), default=ALIGN)
