@@ -114,3 +114,10 @@ def test_in_place_bit_exact_on_the_board(stem, board):
     x = np.stack([rng.integers(-128, 128, size=t.shape),
                   np.clip(zp + rng.integers(-25, 26, size=t.shape), -128, 127)]).astype(t.dtype)
     assert_equal_to_tflm(path, x, runner.run(path, x, board=board))
+    # and with the input kept (--keep-input): the same outputs, a plan that never writes it
+    kept = generate(g, "m", load_board(board).target(None), keep_input=True).plan
+    lo, hi = kept.offsets[g.inputs[0]], kept.offsets[g.inputs[0]] + t.nbytes
+    assert not any(x_ == g.inputs[0] for x_, _ in kept.in_place.values())
+    assert all(kept.offsets[r.name] >= hi or kept.offsets[r.name] + r.size <= lo
+               for r in kept.requests if r.name != g.inputs[0])
+    assert_equal_to_tflm(path, x, runner.run(path, x, board=board, keep_input=True))
