@@ -91,15 +91,26 @@ class ArenaCheck:
                 for r in [(plan.offsets[t], g.tensors[t].nbytes)]]
         closes = []
         inputs = {t for t in node.inputs if t}
+        # inputs read for the last time that may hold this node's output (in place): the
+        # inputs (alias roots) overlapping an output, and the planned links' inputs
+        linked = {plan.in_place[t][0] for t in node.outputs if t in plan.in_place}
+        over = [(plan.offsets[r.name], r.size) for r in plan.requests
+                if r.last == i and r.name in plan.offsets and (r.name in linked or (
+                    r.name in inputs and any(
+                        plan.offsets[r.name] < oo + on and oo < plan.offsets[r.name] + r.size
+                        for oo, on in outs)))]
         for r in plan.requests:
             if not r.first <= i <= r.last or r.name not in plan.offsets:
                 continue
             o = plan.offsets[r.name]
-            # an input read for the last time may hold this node's output (in place)
-            if r.last == i and r.name in inputs and any(
-                    o < oo + on and oo < o + r.size for oo, on in outs):
+            if any(o == xo and r.size == xn for xo, xn in over):
+                continue  # its red-zone may hold the output
+            # an output's red-zone inside the input it is written over (an output smaller
+            # than its input, or shifted below it): bytes the node still reads
+            z = (o + r.size, plan.redzone)
+            if r.first == i and any(z[0] < xo + xn and xo < z[0] + z[1] for xo, xn in over):
                 continue
-            closes.append((o + r.size, plan.redzone))
+            closes.append(z)
         table = self._table(opens, closes, f"step {i}: {what}")
         return self._call(f"&arena.bytes[{base}]", plan.arena_size, table)
 

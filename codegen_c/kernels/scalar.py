@@ -15,7 +15,7 @@ import numpy as np
 
 from .. import loop_ir as ir
 from ..lower import OpContext
-from . import conv_geometry, schedules
+from . import conv_geometry, inplace, schedules
 from .gemm import gemm_layer
 
 S = 23  # MF_SC_S: the low lane's width in an "l64" word
@@ -140,7 +140,9 @@ def scalar_dw(ctx: OpContext, ref: ir.Kernel, target) -> ir.Kernel | None:
         ir.Buffer("scratch", "int8", scratch, "scratch")]
     doc = (f"{ref.doc}\nscheduled: mf_sc_dw3, per channel a padded int8 plane "
            f"{'(transposed) ' if transpose else ''}of {scratch} bytes scratch")
-    return ir.Kernel(ctx.name, tuple(bufs), tuple(body), doc, ref.macs, "mf_sc_dw3")
+    return inplace.declare(ir.Kernel(ctx.name, tuple(bufs), tuple(body), doc, ref.macs,
+                                     "mf_sc_dw3"),
+                           "x", inplace.channels(h, wd, c, oh, ow) if n == 1 else None)
 
 
 @schedules("conv2d", "fully_connected", "depthwise_conv2d")
@@ -179,6 +181,7 @@ def scalar_gemm(ctx: OpContext, ref: ir.Kernel, target) -> ir.Kernel | None:
             ir.Const(o),
             ir.Const(layer["lo"]), ir.Const(layer["hi"]), ir.Const(signfix))
     gemm_fn, scratch = f"mf_sc_gemm_{fmt}", 0
+    block = 1 if fmt == "l64" else 3  # rows a block of the GEMM (inplace.gemm_blocks)
     one_by_one = ctx.node.op == "fully_connected" or (
         k == x.shape[-1] and tuple(ctx.attrs["stride"]) == (1, 1)
         and not any(ctx.attrs["padding"]))
@@ -191,6 +194,7 @@ def scalar_gemm(ctx: OpContext, ref: ir.Kernel, target) -> ir.Kernel | None:
                                       ir.Const(k), ir.Const(chunk), *tail,
                                       ir.Ptr("y", ir.Const(0)), ir.Const(o))),)
         how, name = f"{n_rows} rows x {k} taps", gemm_fn
+        access = inplace.gemm_blocks([(0, 0, n_rows, k, k, o, o)], x.nbytes, y.nbytes, block)
     elif k == x.shape[-1] and not any(ctx.attrs["padding"]):  # strided 1x1: per output row
         n, h, w_, c = x.shape
         _, oh, ow, _ = y.shape
@@ -200,6 +204,9 @@ def scalar_gemm(ctx: OpContext, ref: ir.Kernel, target) -> ir.Kernel | None:
             ir.Const(k), ir.Const(chunk), *tail, ir.Ptr("y", b * (oh * ow * o) + oy * (ow * o)),
             ir.Const(o)))])
         how, name = f"{oh} output rows x {ow} pixels x {k} taps, stride {sw}", gemm_fn
+        access = None if n != 1 else inplace.gemm_blocks(
+            [(oy * sh * w_ * c, oy * ow * o, ow, sw * c, k, o, o) for oy in range(oh)],
+            x.nbytes, y.nbytes, block)
     else:
         n, geom, gbuf = conv_geometry(ctx)
         h, w_, c, _, _, _, _, _, _, oh, ow = (int(v) for v in geom)
@@ -212,13 +219,16 @@ def scalar_gemm(ctx: OpContext, ref: ir.Kernel, target) -> ir.Kernel | None:
             ir.Const(layer["x_zp"]), ir.Const(p), ir.Const(chunk), *tail,
             ir.Ptr("y", b * (oh * ow * o)), ir.Ptr("scratch", ir.Const(0))))])
         how = f"im2col, {oh * ow} patches x {k} taps, {p} a batch"
+        access = None if n != 1 else (inplace.sc_conv_l64(geom, o, p, chunk) if fmt == "l64"
+                                      else inplace.conv_batches(geom, o, p))
     bufs = [b for b in ref.params if b.kind != "scratch"] + consts
     if scratch:
         bufs.append(ir.Buffer("scratch", "int8", scratch, "scratch"))
     doc = (f"{ref.doc}\nscheduled: {name} ({how}), weights {fmt} ({packed.nbytes} bytes)"
            + (f", lane chunks of {chunk} taps" if fmt == "l64" else "")
            + (f", {scratch} bytes scratch" if scratch else ""))
-    return ir.Kernel(ctx.name, tuple(bufs), tuple(body), doc, ref.macs, name)
+    return inplace.declare(ir.Kernel(ctx.name, tuple(bufs), tuple(body), doc, ref.macs, name),
+                           "x", access)
 
 
 def dw_geometry(h, w, c, oh, ow, sh, sw, pt, pl) -> np.ndarray:
