@@ -309,9 +309,8 @@ MF_INLINE void mf_mve_row2(const int8_t *x0, const int8_t *x1, int32_t k, const 
 #endif
 }
 
-/* 1x1 convolution / fully connected layer: `rows` rows of K int8 activations, row r at
- * x + r * x_stride, output row r at y + r * y_stride (O bytes). pk: the stream above. */
-MF_INLINE void mf_mve_gemm_body(const int8_t *x, int32_t rows, int32_t x_stride, int32_t k,
+/* Rows two at a time through every block (mf_mve_row2), the odd last row alone. */
+MF_INLINE void mf_mve_gemm_rows(const int8_t *x, int32_t rows, int32_t x_stride, int32_t k,
                                 const int32_t *pk, int32_t o, int32_t lo, int32_t hi,
                                 int32_t flags, int8_t *y, int32_t y_stride) {
     for (; rows >= 2; rows -= 2, x += 2 * x_stride, y += 2 * y_stride)
@@ -319,10 +318,80 @@ MF_INLINE void mf_mve_gemm_body(const int8_t *x, int32_t rows, int32_t x_stride,
     if (rows) mf_mve_row(x, k, pk, o, lo, hi, flags, y);
 }
 
-MF_MICRO void mf_mve_gemm(const int8_t *x, int32_t rows, int32_t x_stride, int32_t k,
-                          const int32_t *pk, int32_t o, int32_t lo, int32_t hi, int32_t flags,
-                          int8_t *y, int32_t y_stride) {
-    mf_mve_gemm_body(x, rows, x_stride, k, pk, o, lo, hi, flags, y, y_stride);
+#if MF_MVE_ASM
+/* K <= 16, flags 0, hi = 127: per block of 4 channels one low-overhead loop over all rows,
+ * the 4 weight vectors, mult and -post in Q registers (8 Q registers in all: 4 weights, the
+ * row, mult, -post, lo); per row 19 instructions (a predicated row load, the bias by LDM, 4
+ * VMLADAVA, STM/VLDRW into a vector, VQRDMULH, VRSHL (rounding right shift: the same as
+ * mf_rq's add of 2^(post-1) then floor shift), VADD of y_zp as a scalar, VQSHL #24 / VSHR #24
+ * (the int8 saturation: hi = 127 and lo >= -128), VMAX lo, VSTRB.32) against ~27 in
+ * mf_mve_row2. y_zp is read back from lane 0's add (2^(post-1) + (y_zp << post)). Full blocks
+ * only (the store is not predicated: VPR holds the row's load predicate). Needs rows >= 1.
+ * strides: x_stride | y_stride << 16 (one register for both: UXTAH and ADD LSR #16).
+ * One block a call, not inlined, and 9 general operands: with the block loop's values live
+ * around it, or with 10 operands at -fno-omit-frame-pointer, gcc found no registers for the
+ * asm ("impossible constraints"). */
+static __attribute__((unused, noinline)) void mf_mve_rows16(const int8_t *x, int32_t rows,
+                                                            int32_t strides, int32_t k,
+                                                            const int32_t *pk, int32_t lo,
+                                                            int32_t zp, int8_t *y) {
+    register int32_t a0 __asm__("r0") = k;    /* VCTP's count, then an accumulator */
+    register int32_t a1 __asm__("r2") = rows; /* WLS's count, then an accumulator */
+    register int32_t a2 __asm__("r4") = lo;   /* VDUP's value, then an accumulator */
+    register int32_t a3 __asm__("r6");
+    register int8_t *yr __asm__("r1") = y; /* VSTRB.32 takes a low register (r0-r7) */
+    int8x16_t v, w0, w1, w2, w3;
+    int32x4_t m, s, vlo;
+    /* volatile: its outputs are unused (it works through memory) */
+    __asm__ volatile("vctp.8 %[a0]\n\t"
+                     "vdup.32 %q[vlo], %[a2]\n\t"
+                     "vldrw.u32 %q[w0], [%[w], #16]\n\t"
+                     "vldrw.u32 %q[w1], [%[w], #32]\n\t"
+                     "vldrw.u32 %q[w2], [%[w], #48]\n\t"
+                     "vldrw.u32 %q[w3], [%[w], #64]\n\t"
+                     "vldrw.u32 %q[m], [%[w], #80]\n\t"
+                     "vldrw.u32 %q[s], [%[w], #128]\n\t"
+                     "sub sp, sp, #16\n\t"
+                     "wls lr, %[a1], 2f\n"
+                     "1:\n\t"
+                     "vpst\n\t"
+                     "vldrbt.u8 %q[v], [%[x]]\n\t"
+                     "uxtah %[x], %[x], %[st]\n\t"
+                     "ldm %[w], {%[a0], %[a1], %[a2], %[a3]}\n\t"
+                     "vmladava.s8 %[a0], %q[v], %q[w0]\n\t"
+                     "vmladava.s8 %[a1], %q[v], %q[w1]\n\t"
+                     "vmladava.s8 %[a2], %q[v], %q[w2]\n\t"
+                     "vmladava.s8 %[a3], %q[v], %q[w3]\n\t"
+                     "stm sp, {%[a0], %[a1], %[a2], %[a3]}\n\t"
+                     "vldrw.u32 %q[v], [sp]\n\t"
+                     "vqrdmulh.s32 %q[v], %q[v], %q[m]\n\t"
+                     "vrshl.s32 %q[v], %q[v], %q[s]\n\t"
+                     "vadd.i32 %q[v], %q[v], %[zp]\n\t"
+                     "vqshl.s32 %q[v], %q[v], #24\n\t"
+                     "vshr.s32 %q[v], %q[v], #24\n\t"
+                     "vmax.s32 %q[v], %q[v], %q[vlo]\n\t"
+                     "vstrb.32 %q[v], [%[y]]\n\t"
+                     "add %[y], %[y], %[st], lsr #16\n\t"
+                     "le lr, 1b\n"
+                     "2:\n\t"
+                     "add sp, sp, #16"
+                     : [a0] "+r"(a0), [a1] "+r"(a1), [a2] "+r"(a2), [a3] "=&r"(a3),
+                       [v] "=&w"(v), [w0] "=&w"(w0), [w1] "=&w"(w1), [w2] "=&w"(w2),
+                       [w3] "=&w"(w3), [m] "=&w"(m), [s] "=&w"(s), [vlo] "=&w"(vlo),
+                       [x] "+r"(x), [y] "+r"(yr)
+                     : [w] "r"(pk), [st] "r"(strides), [zp] "r"(zp)
+                     : "cc", "lr", "p0", "memory");
+    (void)a0, (void)a1, (void)a2, (void)a3;
+}
+
+#endif
+
+/* 1x1 convolution / fully connected layer: `rows` rows of K int8 activations, row r at
+ * x + r * x_stride, output row r at y + r * y_stride (O bytes). pk: the stream above. */
+MF_INLINE void mf_mve_gemm_body(const int8_t *x, int32_t rows, int32_t x_stride, int32_t k,
+                                const int32_t *pk, int32_t o, int32_t lo, int32_t hi,
+                                int32_t flags, int8_t *y, int32_t y_stride) {
+    mf_mve_gemm_rows(x, rows, x_stride, k, pk, o, lo, hi, flags, y, y_stride);
 }
 
 /* The entries of one value of flags (the schedule calls these: no test of the flags per block,
@@ -339,6 +408,39 @@ MF_MVE_GEMM_ENTRY(1)
 MF_MVE_GEMM_ENTRY(2)
 MF_MVE_GEMM_ENTRY(3)
 #undef MF_MVE_GEMM_ENTRY
+
+/* flags at run time: the entry of its value */
+MF_MICRO void mf_mve_gemm(const int8_t *x, int32_t rows, int32_t x_stride, int32_t k,
+                          const int32_t *pk, int32_t o, int32_t lo, int32_t hi, int32_t flags,
+                          int8_t *y, int32_t y_stride) {
+    switch (flags & 3) {
+    case 0: mf_mve_gemm_f0(x, rows, x_stride, k, pk, o, lo, hi, 0, y, y_stride); break;
+    case 1: mf_mve_gemm_f1(x, rows, x_stride, k, pk, o, lo, hi, 1, y, y_stride); break;
+    case 2: mf_mve_gemm_f2(x, rows, x_stride, k, pk, o, lo, hi, 2, y, y_stride); break;
+    default: mf_mve_gemm_f3(x, rows, x_stride, k, pk, o, lo, hi, 3, y, y_stride); break;
+    }
+}
+
+/* K <= 16, flags 0, hi = 127 (the schedule calls it for such layers): mf_mve_rows16 over the
+ * full blocks, mf_mve_row over the last O % 4 channels; y_zp read back from block 0's add:
+ * 2^(post-1) + (y_zp << post) (y_zp when post = 0) shifted right by post. Any other layer, and
+ * the bodies without the asm: mf_mve_gemm. */
+MF_MICRO void mf_mve_gemm16(const int8_t *x, int32_t rows, int32_t x_stride, int32_t k,
+                            const int32_t *pk, int32_t o, int32_t lo, int32_t hi,
+                            int32_t flags, int8_t *y, int32_t y_stride) {
+#if MF_MVE_ASM
+    if (k <= 16 && flags == 0 && hi == 127 && lo >= -128 && (uint32_t)x_stride < 0x10000 &&
+        (uint32_t)y_stride < 0x8000) {
+        int32_t zp = pk[4 + 16 + 4] >> -pk[4 + 16 + 12];
+        for (; o >= 4; o -= 4, pk += MF_MVE_BLOCK_WORDS(16), y += 4)
+            mf_mve_rows16(x, rows, x_stride | y_stride << 16, k, pk, lo, zp, y);
+        for (; o && rows > 0; --rows, x += x_stride, y += y_stride)
+            mf_mve_row(x, k, pk, o, lo, 127, 0, y);
+        return;
+    }
+#endif
+    mf_mve_gemm(x, rows, x_stride, k, pk, o, lo, hi, flags, y, y_stride);
+}
 
 /* Byte copy and fill of the im2col patch: tail-predicated low-overhead loops (WLSTP/LETP: 3
  * instructions per 16 bytes, none per call beyond the setup); newlib-nano's are byte-wise. */
@@ -433,12 +535,6 @@ MF_INLINE void mf_mve_conv_body(const int8_t *x, const mf_conv_geom *g, int32_t 
     }
 }
 
-MF_MICRO void mf_mve_conv(const int8_t *x, const mf_conv_geom *g, int32_t x_zp,
-                          const int32_t *pk, int32_t o, int32_t lo, int32_t hi, int32_t flags,
-                          int8_t *y, int8_t *scratch) {
-    mf_mve_conv_body(x, g, x_zp, pk, o, lo, hi, flags, y, scratch);
-}
-
 #define MF_MVE_CONV_ENTRY(F)                                                                \
     MF_MICRO void mf_mve_conv_f##F(const int8_t *x, const mf_conv_geom *g, int32_t x_zp,   \
                                    const int32_t *pk, int32_t o, int32_t lo, int32_t hi,    \
@@ -451,5 +547,16 @@ MF_MVE_CONV_ENTRY(1)
 MF_MVE_CONV_ENTRY(2)
 MF_MVE_CONV_ENTRY(3)
 #undef MF_MVE_CONV_ENTRY
+
+MF_MICRO void mf_mve_conv(const int8_t *x, const mf_conv_geom *g, int32_t x_zp,
+                          const int32_t *pk, int32_t o, int32_t lo, int32_t hi, int32_t flags,
+                          int8_t *y, int8_t *scratch) {
+    switch (flags & 3) {
+    case 0: mf_mve_conv_f0(x, g, x_zp, pk, o, lo, hi, 0, y, scratch); break;
+    case 1: mf_mve_conv_f1(x, g, x_zp, pk, o, lo, hi, 1, y, scratch); break;
+    case 2: mf_mve_conv_f2(x, g, x_zp, pk, o, lo, hi, 2, y, scratch); break;
+    default: mf_mve_conv_f3(x, g, x_zp, pk, o, lo, hi, 3, y, scratch); break;
+    }
+}
 
 #endif

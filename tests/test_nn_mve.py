@@ -75,6 +75,14 @@ def all_cases(seed=0):
         cases.append(gemm_case(rng, rows, k, o, acts[int(rng.integers(0, 3))],
                                int(rng.integers(0, 3)) * int(rng.integers(0, 7)),
                                int(rng.integers(0, 2)) * int(rng.integers(0, 5))))
+    # mf_mve_rows16 (K <= 16, flags 0, hi 127, >= 2 rows, full blocks first, then the rest):
+    # VWW's K = 8 -> 16 and 16 -> 32, K = 1 / 3 / 15, O not a multiple of 4, gaps, relu with
+    # y_zp above -128 (its VMAX) and the fused int8 range
+    for i, (rows, k, o) in enumerate(((9, 8, 16), (6, 16, 32), (5, 1, 4), (4, 3, 7),
+                                      (3, 15, 9), (2, 16, 5), (11, 8, 12), (7, 13, 6))):
+        for act, fused in (("relu", False), ("none", True), ("relu", False)):
+            cases.append(gemm_case(rng, rows, k, o, act, i % 3 * 5, i % 2 * 3, fused=fused,
+                                   post0=False))
     # convolutions: KWS's 10x4 s2 1 channel, 3x3 of 3 channels s1/s2 (ResNet-8's and VWW's
     # first), 3x3 16 channels, strided 1x1, odd kernels and strides, both paddings
     for geo in ((12, 6, 1, 10, 4, 2, "SAME", 8), (9, 8, 3, 3, 3, 1, "SAME", 16),
@@ -110,6 +118,10 @@ def c_program(cases) -> str:
         # every other case through the entry of its flags (what the schedule calls)
         suffix = f"_f{c['flags']}" if i % 2 else ""
         if c["kind"] == "gemm":
+            # mf_mve_gemm16 where the schedule calls it (K <= 16, flags 0, hi 127), and its
+            # fallback (mf_mve_gemm) on every third other case
+            if (c["k"] <= 16 and c["flags"] == 0 and c["hi"] == 127) or i % 3 == 2:
+                suffix = "16"
             call = f"mf_mve_gemm{suffix}(x{i}, {c['rows']}, {c['xs']}, {c['k']}, {tail}, {c['ys']})"
             need = 0
         else:
