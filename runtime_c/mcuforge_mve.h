@@ -515,24 +515,85 @@ MF_INLINE void mf_mve_im2col(const int8_t *x, const mf_conv_geom *g, int32_t x_z
     if (ky1 < kh) mf_mve_fill(patch + ky1 * seg, x_zp, (kh - ky1) * seg);
 }
 
+#if MF_USE_MVE
+/* The patch of output pixel (oy, ox) when the kernel's rows are <= 16 bytes (first layers:
+ * 3x3x3, 10x4x1): a window inside the image is k_h predicated row copies (VPSTT VLDRBT VSTRBT,
+ * a low-overhead loop: 6 instructions a row), any other one mf_mve_im2col. */
+MF_INLINE void mf_mve_patch16(const int8_t *x, const mf_conv_geom *g, int32_t x_zp, int32_t oy,
+                              int32_t ox, int8_t *patch) {
+    int32_t ix0 = ox * g->stride_w - g->pad_l, iy0 = oy * g->stride_h - g->pad_t;
+    int32_t seg = g->k_w * g->in_c, kh = g->k_h, step = g->in_w * g->in_c;
+    const int8_t *src = x + iy0 * step + ix0 * g->in_c;
+    if (ix0 < 0 || iy0 < 0 || ix0 + g->k_w > g->in_w || iy0 + kh > g->in_h) {
+        mf_mve_im2col(x, g, x_zp, oy, ox, patch);
+        return;
+    }
+#if MF_MVE_ASM
+    {
+        int8x16_t t;
+        __asm__ volatile("vctp.8 %[seg]\n\t"
+                         "wls lr, %[kh], 2f\n"
+                         "1:\n\t"
+                         "vpstt\n\t"
+                         "vldrbt.u8 %q[t], [%[s]]\n\t"
+                         "vstrbt.8 %q[t], [%[d]]\n\t"
+                         "add %[s], %[s], %[step]\n\t"
+                         "add %[d], %[d], %[seg]\n\t"
+                         "le lr, 1b\n"
+                         "2:"
+                         : [t] "=&w"(t), [s] "+r"(src), [d] "+r"(patch), [kh] "+r"(kh)
+                         : [seg] "r"(seg), [step] "r"(step)
+                         : "lr", "p0", "memory");
+    }
+#else
+    {
+        mve_pred16_t p = vctp8q((uint32_t)seg);
+        for (; kh > 0; --kh, src += step, patch += seg)
+            vstrbq_p_s8(patch, vldrbq_z_s8(src, p), p);
+    }
+#endif
+}
+#endif
+
+/* Output pixels in pairs (see mf_mve_conv_body); small: kernel rows <= 16 bytes. */
+MF_INLINE void mf_mve_conv_pairs(const int8_t *x, const mf_conv_geom *g, int32_t x_zp,
+                                 const int32_t *pk, int32_t o, int32_t lo, int32_t hi,
+                                 int32_t flags, int8_t *y, int8_t *scratch, int32_t small) {
+    int32_t k = g->k_h * g->k_w * g->in_c, n = g->out_h * g->out_w, oy = 0, ox = 0;
+#if MF_USE_MVE
+#define MF_MVE_PATCH(OY, OX, P)                                                             \
+    (small ? mf_mve_patch16(x, g, x_zp, OY, OX, P) : mf_mve_im2col(x, g, x_zp, OY, OX, P))
+#else
+#define MF_MVE_PATCH(OY, OX, P) ((void)small, mf_mve_im2col(x, g, x_zp, OY, OX, P))
+#endif
+    for (; n >= 2; n -= 2, y += 2 * o) {
+        MF_MVE_PATCH(oy, ox, scratch);
+        if (++ox == g->out_w) ox = 0, ++oy;
+        MF_MVE_PATCH(oy, ox, scratch + k);
+        if (++ox == g->out_w) ox = 0, ++oy;
+        mf_mve_row2(scratch, scratch + k, k, pk, o, lo, hi, flags, y, y + o);
+    }
+    if (n) {
+        MF_MVE_PATCH(oy, ox, scratch);
+        mf_mve_row(scratch, k, pk, o, lo, hi, flags, y);
+    }
+#undef MF_MVE_PATCH
+}
+
 /* im2col convolution (groups 1, dilation 1, batch 1): output pixels in pairs, their two
  * patches in scratch (2 * k_h * k_w * in_c bytes, any alignment), then both rows through every
  * block (the last pixel of an odd count alone). y: NHWC. */
 MF_INLINE void mf_mve_conv_body(const int8_t *x, const mf_conv_geom *g, int32_t x_zp,
                                const int32_t *pk, int32_t o, int32_t lo, int32_t hi,
                                int32_t flags, int8_t *y, int8_t *scratch) {
-    int32_t k = g->k_h * g->k_w * g->in_c, n = g->out_h * g->out_w, oy = 0, ox = 0;
-    for (; n >= 2; n -= 2, y += 2 * o) {
-        mf_mve_im2col(x, g, x_zp, oy, ox, scratch);
-        if (++ox == g->out_w) ox = 0, ++oy;
-        mf_mve_im2col(x, g, x_zp, oy, ox, scratch + k);
-        if (++ox == g->out_w) ox = 0, ++oy;
-        mf_mve_row2(scratch, scratch + k, k, pk, o, lo, hi, flags, y, y + o);
+#if MF_USE_MVE && defined(__OPTIMIZE__) /* (at -O0 a second copy of the loop: VWW's code
+                                             * no longer fit the M55's 512 KB flash) */
+    if (g->k_w * g->in_c <= 16) {
+        mf_mve_conv_pairs(x, g, x_zp, pk, o, lo, hi, flags, y, scratch, 1);
+        return;
     }
-    if (n) {
-        mf_mve_im2col(x, g, x_zp, oy, ox, scratch);
-        mf_mve_row(scratch, k, pk, o, lo, hi, flags, y);
-    }
+#endif
+    mf_mve_conv_pairs(x, g, x_zp, pk, o, lo, hi, flags, y, scratch, 0);
 }
 
 #define MF_MVE_CONV_ENTRY(F)                                                                \
