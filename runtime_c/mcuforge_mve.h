@@ -39,20 +39,28 @@
  * MF_MVE_ASM 0 the intrinsics body is used. The portable C body (MF_USE_MVE 0: host, tests,
  * other cores) reads the same stream. tests/test_nn_mve.py checks every body and -O level.
  *
+ * mf_mve_gemm16 (1x1 layers with K <= 16, flags 0, hi = 127, >= 2 rows: VWW's K = 8 / 16)
+ * swaps the loops: per block one loop over all rows with the block's weights and
+ * requantization in Q registers (mf_mve_rows16). Convolutions whose kernel rows are <= 16
+ * bytes (first layers) copy windows inside the image by predicated row loads and stores
+ * (mf_mve_patch16) instead of mf_mve_im2col.
+ *
  * Measured on QEMU mps3-an547 (-icount, arm-none-eabi-gcc 12.2 -O2, the generated firmware:
  * `mcuforge bench MODEL --board mps3-an547 --per-layer`), per layer incl. im2col,
  * requantization and the call, MAC per instruction:
- *   KWS: 1x1 64->64 over 125 px 5.21, first conv 10x4 s2 1->64 (im2col) 3.00, FC 64->12 3.43;
- *     its GEMM layers 0.500 M instructions for 2.37 M MACs (4.74)
- *   ResNet-8: 3x3 16->16 (im2col, K = 144) 4.5-4.7, 3x3 s2 / 32->32 / 64->64 5.4-7.1,
- *     first conv 3x3 3->16 1.71, strided 1x1 shortcuts (K = 16, 32) 2.0 / 3.2, FC 64->10 2.24;
- *     GEMM layers 2.50 M for 12.5 M MACs (4.99)
- *   VWW: 1x1 with K = 8 / 16 / 32 1.12 / 2.39 / 3.7, K >= 64 5.1-6.8, first conv 3x3 s2
- *     3->8 1.61; GEMM layers 1.71 M for 6.69 M MACs (3.91)
+ *   KWS: 1x1 64->64 over 125 px 5.21, first conv 10x4 s2 1->64 (im2col) 3.18, FC 64->12 3.01;
+ *     its GEMM layers 0.494 M instructions for 2.37 M MACs (4.80)
+ *   ResNet-8: 3x3 16->16 (im2col, K = 144) 4.5-4.6, 3x3 s2 / 32->32 / 64->64 5.4-7.1,
+ *     first conv 3x3 3->16 1.99, strided 1x1 shortcuts (K = 16, 32; sign term) 2.0 / 3.2;
+ *     GEMM layers 2.47 M for 12.5 M MACs (5.05)
+ *   VWW: 1x1 with K = 8 / 16 / 32 1.68 / 3.35 / 3.7, K >= 64 5.1-6.8, first conv 3x3 s2
+ *     3->8 1.96; GEMM layers 1.53 M for 6.69 M MACs (4.37)
  *   AD (single-row FC): 640->128 5.97, 128->128 4.7, 128->8 4.0, 8->128 0.82, 128->640 4.6
  * A block of 4 channels x 2 rows costs about 40 instructions beside its 14 per 16 taps
- * (requantization, moves, loop and spills), so layers with K <= 32 stay below 4. -Os costs
- * 2-6 % more instructions, -O3 1-2 % fewer for twice the code (see the issue-13 report).
+ * (requantization, moves, loop and spills), so layers with K <= 32 stay below 4; a K <= 16
+ * block costs 19 instructions a row (4 VMLADAVA): VWW's K = 8 layer is bound by VMLADAVA's 16
+ * taps (half of them zero). -Os costs 2-6 % more instructions, -O3 1-2 % fewer for twice the
+ * code (see the issue-13 report).
  */
 #ifndef MCUFORGE_MVE_H
 #define MCUFORGE_MVE_H

@@ -41,11 +41,14 @@ def mve_gemm(ctx: OpContext, ref: ir.Kernel, target) -> ir.Kernel | None:
             ir.Const(layer["hi"]), ir.Const(flags))
     padded = ctx.node.op != "fully_connected" and any(ctx.attrs["padding"])
     pointwise = ctx.node.op == "fully_connected" or (k == x.shape[-1] and not padded)
-    # K <= 16 without sign term or shift, clamp up to 127: one row loop per block of 4 channels
-    gemm = "mf_mve_gemm16" if k <= 16 and flags == 0 and layer["hi"] == 127 else \
-        f"mf_mve_gemm_f{flags}"
-    if pointwise and (ctx.node.op == "fully_connected" or tuple(ctx.attrs["stride"]) == (1, 1)):
-        n_rows = x.size // k
+    # K <= 16 without sign term or shift, clamp up to 127, rows per call >= 2 (AD's single-row
+    # 8 -> 128 layer: 1,255 instructions on mf_mve_gemm_f0, 1,724 on it): one row loop per
+    # block of 4 channels
+    stride1 = ctx.node.op == "fully_connected" or tuple(ctx.attrs["stride"]) == (1, 1)
+    n_rows = x.size // k if stride1 else y.shape[2]
+    gemm = "mf_mve_gemm16" if k <= 16 and flags == 0 and layer["hi"] == 127 and n_rows >= 2 \
+        else f"mf_mve_gemm_f{flags}"
+    if pointwise and stride1:
         name, scratch = gemm, 0
         body = (ir.CallStmt(name, (ir.Ptr("x", ir.Const(0)), ir.Const(n_rows), ir.Const(k),
                                    ir.Const(k), *tail, ir.Ptr("y", ir.Const(0)), ir.Const(o))),)
