@@ -329,68 +329,89 @@ MF_INLINE void mf_mve_gemm_rows(const int8_t *x, int32_t rows, int32_t x_stride,
 #if MF_MVE_ASM
 /* K <= 16, flags 0, hi = 127: per block of 4 channels one low-overhead loop over all rows,
  * the 4 weight vectors, mult and -post in Q registers (8 Q registers in all: 4 weights, the
- * row, mult, -post, lo); per row 19 instructions (a predicated row load, the bias by LDM, 4
+ * row, mult, -post, lo); per row 17-19 instructions (the row's load, the bias by LDM, 4
  * VMLADAVA, STM/VLDRW into a vector, VQRDMULH, VRSHL (rounding right shift: the same as
  * mf_rq's add of 2^(post-1) then floor shift), VADD of y_zp as a scalar, VQSHL #24 / VSHR #24
- * (the int8 saturation: hi = 127 and lo >= -128), VMAX lo, VSTRB.32) against ~27 in
- * mf_mve_row2. y_zp is read back from lane 0's add (2^(post-1) + (y_zp << post)). Full blocks
- * only (the store is not predicated: VPR holds the row's load predicate). Needs rows >= 1.
- * strides: x_stride | y_stride << 16 (one register for both: UXTAH and ADD LSR #16).
- * One block a call, not inlined, and 9 general operands: with the block loop's values live
- * around it, or with 10 operands at -fno-omit-frame-pointer, gcc found no registers for the
- * asm ("impossible constraints"). */
+ * (the int8 saturation: hi = 127 and lo >= -128), VMAX lo unless lo = -128, VSTRB.32) against
+ * ~27 in mf_mve_row2. The rows whose 16-byte load stays inside the input (up to its last
+ * row's K-th byte) are loaded whole, the last `tail` ones under a VCTP predicate. Full blocks
+ * only (the store is not predicated). strides: x_stride | y_stride << 16 (one register for
+ * both: UXTAH and ADD LSR #16). One block a call, not inlined, and 9 general operands: with
+ * the block loop's values live around it, or with 10 operands at -fno-omit-frame-pointer, gcc
+ * found no registers for the asm ("impossible constraints"). */
+#define MF_MVE_ROW16(CLAMP)                                                                 \
+    "uxtah %[x], %[x], %[st]\n\t"                                                           \
+    "ldm %[w], {%[a0], %[a1], %[a2], %[a3]}\n\t"                                            \
+    "vmladava.s8 %[a0], %q[v], %q[w0]\n\t"                                                  \
+    "vmladava.s8 %[a1], %q[v], %q[w1]\n\t"                                                  \
+    "vmladava.s8 %[a2], %q[v], %q[w2]\n\t"                                                  \
+    "vmladava.s8 %[a3], %q[v], %q[w3]\n\t"                                                  \
+    "stm sp, {%[a0], %[a1], %[a2], %[a3]}\n\t"                                              \
+    "vldrw.u32 %q[v], [sp]\n\t"                                                             \
+    "vqrdmulh.s32 %q[v], %q[v], %q[m]\n\t"                                                  \
+    "vrshl.s32 %q[v], %q[v], %q[s]\n\t"                                                     \
+    "vadd.i32 %q[v], %q[v], %[zp]\n\t"                                                      \
+    "vqshl.s32 %q[v], %q[v], #24\n\t"                                                       \
+    "vshr.s32 %q[v], %q[v], #24\n\t" CLAMP                                                  \
+    "vstrb.32 %q[v], [%[y]]\n\t"                                                            \
+    "add %[y], %[y], %[st], lsr #16\n\t"
+/* a0: VCTP's count, a1: the whole rows (WLS), a2: VDUP's lo, a3: the tail rows (kept on the
+ * stack over the first loop); then the accumulators. */
+#define MF_MVE_ROWS16_ASM(CLAMP)                                                            \
+    __asm__ volatile("vctp.8 %[a0]\n\t"                                                     \
+                     "vdup.32 %q[vlo], %[a2]\n\t"                                           \
+                     "vldrw.u32 %q[w0], [%[w], #16]\n\t"                                    \
+                     "vldrw.u32 %q[w1], [%[w], #32]\n\t"                                    \
+                     "vldrw.u32 %q[w2], [%[w], #48]\n\t"                                    \
+                     "vldrw.u32 %q[w3], [%[w], #64]\n\t"                                    \
+                     "vldrw.u32 %q[m], [%[w], #80]\n\t"                                     \
+                     "vldrw.u32 %q[s], [%[w], #128]\n\t"                                    \
+                     "sub sp, sp, #24\n\t"                                                  \
+                     "str %[a3], [sp, #16]\n\t"                                             \
+                     "wls lr, %[a1], 2f\n"                                                  \
+                     "1:\n\t"                                                               \
+                     "vldrb.u8 %q[v], [%[x]]\n\t" MF_MVE_ROW16(CLAMP)                       \
+                     "le lr, 1b\n"                                                          \
+                     "2:\n\t"                                                               \
+                     "ldr %[a1], [sp, #16]\n\t"                                             \
+                     "wls lr, %[a1], 4f\n"                                                  \
+                     "3:\n\t"                                                               \
+                     "vpst\n\t"                                                             \
+                     "vldrbt.u8 %q[v], [%[x]]\n\t" MF_MVE_ROW16(CLAMP)                      \
+                     "le lr, 3b\n"                                                          \
+                     "4:\n\t"                                                               \
+                     "add sp, sp, #24"                                                      \
+                     : [a0] "+r"(a0), [a1] "+r"(a1), [a2] "+r"(a2), [a3] "+r"(a3),          \
+                       [v] "=&w"(v), [w0] "=&w"(w0), [w1] "=&w"(w1), [w2] "=&w"(w2),        \
+                       [w3] "=&w"(w3), [m] "=&w"(m), [s] "=&w"(s), [vlo] "=&w"(vlo),        \
+                       [x] "+r"(x), [y] "+r"(yr)                                            \
+                     : [w] "r"(pk), [st] "r"(strides), [zp] "r"(zp)                         \
+                     : "cc", "lr", "p0", "memory")
 static __attribute__((unused, noinline)) void mf_mve_rows16(const int8_t *x, int32_t rows,
                                                             int32_t strides, int32_t k,
                                                             const int32_t *pk, int32_t lo,
                                                             int32_t zp, int8_t *y) {
-    register int32_t a0 __asm__("r0") = k;    /* VCTP's count, then an accumulator */
-    register int32_t a1 __asm__("r2") = rows; /* WLS's count, then an accumulator */
-    register int32_t a2 __asm__("r4") = lo;   /* VDUP's value, then an accumulator */
+    /* tail: the last rows r with r * x_stride + 16 > (rows - 1) * x_stride + K */
+    int32_t xs = strides & 0xffff, tail = k < 16 ? (16 - k + xs - 1) / xs : 0;
+    register int32_t a0 __asm__("r0") = k;
+    register int32_t a1 __asm__("r2");
+    register int32_t a2 __asm__("r4") = lo;
     register int32_t a3 __asm__("r6");
     register int8_t *yr __asm__("r1") = y; /* VSTRB.32 takes a low register (r0-r7) */
     int8x16_t v, w0, w1, w2, w3;
     int32x4_t m, s, vlo;
+    if (tail > rows) tail = rows;
+    a1 = rows - tail;
+    a3 = tail;
     /* volatile: its outputs are unused (it works through memory) */
-    __asm__ volatile("vctp.8 %[a0]\n\t"
-                     "vdup.32 %q[vlo], %[a2]\n\t"
-                     "vldrw.u32 %q[w0], [%[w], #16]\n\t"
-                     "vldrw.u32 %q[w1], [%[w], #32]\n\t"
-                     "vldrw.u32 %q[w2], [%[w], #48]\n\t"
-                     "vldrw.u32 %q[w3], [%[w], #64]\n\t"
-                     "vldrw.u32 %q[m], [%[w], #80]\n\t"
-                     "vldrw.u32 %q[s], [%[w], #128]\n\t"
-                     "sub sp, sp, #16\n\t"
-                     "wls lr, %[a1], 2f\n"
-                     "1:\n\t"
-                     "vpst\n\t"
-                     "vldrbt.u8 %q[v], [%[x]]\n\t"
-                     "uxtah %[x], %[x], %[st]\n\t"
-                     "ldm %[w], {%[a0], %[a1], %[a2], %[a3]}\n\t"
-                     "vmladava.s8 %[a0], %q[v], %q[w0]\n\t"
-                     "vmladava.s8 %[a1], %q[v], %q[w1]\n\t"
-                     "vmladava.s8 %[a2], %q[v], %q[w2]\n\t"
-                     "vmladava.s8 %[a3], %q[v], %q[w3]\n\t"
-                     "stm sp, {%[a0], %[a1], %[a2], %[a3]}\n\t"
-                     "vldrw.u32 %q[v], [sp]\n\t"
-                     "vqrdmulh.s32 %q[v], %q[v], %q[m]\n\t"
-                     "vrshl.s32 %q[v], %q[v], %q[s]\n\t"
-                     "vadd.i32 %q[v], %q[v], %[zp]\n\t"
-                     "vqshl.s32 %q[v], %q[v], #24\n\t"
-                     "vshr.s32 %q[v], %q[v], #24\n\t"
-                     "vmax.s32 %q[v], %q[v], %q[vlo]\n\t"
-                     "vstrb.32 %q[v], [%[y]]\n\t"
-                     "add %[y], %[y], %[st], lsr #16\n\t"
-                     "le lr, 1b\n"
-                     "2:\n\t"
-                     "add sp, sp, #16"
-                     : [a0] "+r"(a0), [a1] "+r"(a1), [a2] "+r"(a2), [a3] "=&r"(a3),
-                       [v] "=&w"(v), [w0] "=&w"(w0), [w1] "=&w"(w1), [w2] "=&w"(w2),
-                       [w3] "=&w"(w3), [m] "=&w"(m), [s] "=&w"(s), [vlo] "=&w"(vlo),
-                       [x] "+r"(x), [y] "+r"(yr)
-                     : [w] "r"(pk), [st] "r"(strides), [zp] "r"(zp)
-                     : "cc", "lr", "p0", "memory");
+    if (lo == -128)
+        MF_MVE_ROWS16_ASM("");
+    else
+        MF_MVE_ROWS16_ASM("vmax.s32 %q[v], %q[v], %q[vlo]\n\t");
     (void)a0, (void)a1, (void)a2, (void)a3;
 }
+#undef MF_MVE_ROWS16_ASM
+#undef MF_MVE_ROW16
 
 #endif
 

@@ -78,8 +78,11 @@ def all_cases(seed=0):
     # mf_mve_rows16 (K <= 16, flags 0, hi 127, >= 2 rows, full blocks first, then the rest):
     # VWW's K = 8 -> 16 and 16 -> 32, K = 1 / 3 / 15, O not a multiple of 4, gaps, relu with
     # y_zp above -128 (its VMAX) and the fused int8 range
+    # (the rows whose 16-byte load would pass the input's end loaded under a predicate: 40 x 3
+    # and 20 x 1 run both loops)
     for i, (rows, k, o) in enumerate(((9, 8, 16), (6, 16, 32), (5, 1, 4), (4, 3, 7),
-                                      (3, 15, 9), (2, 16, 5), (11, 8, 12), (7, 13, 6))):
+                                      (3, 15, 9), (2, 16, 5), (11, 8, 12), (7, 13, 6),
+                                      (40, 3, 8), (20, 1, 4))):
         for act, fused in (("relu", False), ("none", True), ("relu", False)):
             cases.append(gemm_case(rng, rows, k, o, act, i % 3 * 5, i % 2 * 3, fused=fused,
                                    post0=False))
