@@ -39,11 +39,11 @@
  * MF_MVE_ASM 0 the intrinsics body is used. The portable C body (MF_USE_MVE 0: host, tests,
  * other cores) reads the same stream. tests/test_nn_mve.py checks every body and -O level.
  *
- * mf_mve_gemm16 (1x1 layers with K <= 16, flags 0, hi = 127, >= 2 rows: VWW's K = 8 / 16)
- * swaps the loops: per block one loop over all rows with the block's weights and
- * requantization in Q registers (mf_mve_rows16). Convolutions whose kernel rows are <= 16
- * bytes (first layers) copy windows inside the image by predicated row loads and stores
- * (mf_mve_patch16) instead of mf_mve_im2col.
+ * mf_mve_gemm_k32 (1x1 layers with K <= 32, flags 0, hi = 127, >= 2 rows: VWW's K = 8 / 16
+ * / 32) swaps the loops: per block one loop over all rows with the requantization (K <= 16:
+ * and the block's weights) in Q registers (mf_mve_rows16, mf_mve_rows32). Convolutions whose
+ * kernel rows are <= 16 bytes (first layers) copy windows inside the image by predicated row
+ * loads and stores (mf_mve_patch16) instead of mf_mve_im2col.
  *
  * Measured on QEMU mps3-an547 (-icount, arm-none-eabi-gcc 12.2 -O2, the generated firmware:
  * `mcuforge bench MODEL --board mps3-an547 --per-layer`), per layer incl. im2col,
@@ -53,13 +53,13 @@
  *   ResNet-8: 3x3 16->16 (im2col, K = 144) 4.5-4.6, 3x3 s2 / 32->32 / 64->64 5.4-7.1,
  *     first conv 3x3 3->16 1.99, strided 1x1 shortcuts (K = 16, 32; sign term) 2.0 / 3.2;
  *     GEMM layers 2.47 M for 12.5 M MACs (5.05)
- *   VWW: 1x1 with K = 8 / 16 / 32 1.68 / 3.35 / 3.7, K >= 64 5.1-6.8, first conv 3x3 s2
- *     3->8 1.96; GEMM layers 1.53 M for 6.69 M MACs (4.37)
+ *   VWW: 1x1 with K = 8 / 16 / 32 1.88 / 3.74 / 4.2, K >= 64 5.1-6.8, first conv 3x3 s2
+ *     3->8 1.96; GEMM layers 1.47 M for 6.69 M MACs (4.54)
  *   AD (single-row FC): 640->128 5.97, 128->128 4.7, 128->8 4.0, 8->128 0.82, 128->640 4.6
  * A block of 4 channels x 2 rows costs about 40 instructions beside its 14 per 16 taps
- * (requantization, moves, loop and spills), so layers with K <= 32 stay below 4; a K <= 16
- * block costs 19 instructions a row (4 VMLADAVA): VWW's K = 8 layer is bound by VMLADAVA's 16
- * taps (half of them zero). -Os costs 2-6 % more instructions, -O3 1-2 % fewer for twice the
+ * (requantization, moves, loop and spills); mf_mve_gemm_k32's blocks cost 17-19 (K <= 16,
+ * 4 VMLADAVA) and 30-31 (K <= 32, 8 VMLADAVA) instructions a row: VWW's K = 8 layer is bound
+ * by VMLADAVA's 16 taps (half of them zero). -Os costs 2-6 % more instructions, -O3 1-2 % fewer for twice the
  * code (see the issue-13 report).
  */
 #ifndef MCUFORGE_MVE_H
@@ -413,6 +413,92 @@ static __attribute__((unused, noinline)) void mf_mve_rows16(const int8_t *x, int
 #undef MF_MVE_ROWS16_ASM
 #undef MF_MVE_ROW16
 
+/* 16 < K <= 32, the same conditions: the two chunks of the row in Q registers, the block's
+ * weights loaded per row (8 VLDRW + 8 VMLADAVA), mult, -post, lo kept; 30-31 instructions a
+ * row against ~35 in mf_mve_row2 (which loads the weights once for two rows but spends ~20 a
+ * row on moves, requantization and loop). The last ceil((32 - K) / x_stride) rows load their
+ * second chunk under a VCTP predicate (K - 16 bytes). */
+#define MF_MVE_ROW32(CLAMP)                                                                 \
+    "uxtah %[x], %[x], %[st]\n\t"                                                           \
+    "ldm %[w], {%[a0], %[a1], %[a2], %[a3]}\n\t"                                            \
+    "vldrw.u32 %q[t], [%[w], #16]\n\t"                                                      \
+    "vmladava.s8 %[a0], %q[v0], %q[t]\n\t"                                                  \
+    "vldrw.u32 %q[u], [%[w], #32]\n\t"                                                      \
+    "vmladava.s8 %[a1], %q[v0], %q[u]\n\t"                                                  \
+    "vldrw.u32 %q[t], [%[w], #48]\n\t"                                                      \
+    "vmladava.s8 %[a2], %q[v0], %q[t]\n\t"                                                  \
+    "vldrw.u32 %q[u], [%[w], #64]\n\t"                                                      \
+    "vmladava.s8 %[a3], %q[v0], %q[u]\n\t"                                                  \
+    "vldrw.u32 %q[t], [%[w], #80]\n\t"                                                      \
+    "vmladava.s8 %[a0], %q[v1], %q[t]\n\t"                                                  \
+    "vldrw.u32 %q[u], [%[w], #96]\n\t"                                                      \
+    "vmladava.s8 %[a1], %q[v1], %q[u]\n\t"                                                  \
+    "vldrw.u32 %q[t], [%[w], #112]\n\t"                                                     \
+    "vmladava.s8 %[a2], %q[v1], %q[t]\n\t"                                                  \
+    "vldrw.u32 %q[u], [%[w], #128]\n\t"                                                     \
+    "vmladava.s8 %[a3], %q[v1], %q[u]\n\t"                                                  \
+    "stm sp, {%[a0], %[a1], %[a2], %[a3]}\n\t"                                              \
+    "vldrw.u32 %q[v0], [sp]\n\t"                                                            \
+    "vqrdmulh.s32 %q[v0], %q[v0], %q[m]\n\t"                                                \
+    "vrshl.s32 %q[v0], %q[v0], %q[s]\n\t"                                                   \
+    "vadd.i32 %q[v0], %q[v0], %[zp]\n\t"                                                    \
+    "vqshl.s32 %q[v0], %q[v0], #24\n\t"                                                     \
+    "vshr.s32 %q[v0], %q[v0], #24\n\t" CLAMP                                                \
+    "vstrb.32 %q[v0], [%[y]]\n\t"                                                           \
+    "add %[y], %[y], %[st], lsr #16\n\t"
+/* a0: VCTP's count (K - 16), a1: the whole rows, a2: lo, a3: the tail rows */
+#define MF_MVE_ROWS32_ASM(CLAMP)                                                            \
+    __asm__ volatile("vctp.8 %[a0]\n\t"                                                     \
+                     "vdup.32 %q[vlo], %[a2]\n\t"                                           \
+                     "vldrw.u32 %q[m], [%[w], #144]\n\t"                                    \
+                     "vldrw.u32 %q[s], [%[w], #192]\n\t"                                    \
+                     "sub sp, sp, #24\n\t"                                                  \
+                     "str %[a3], [sp, #16]\n\t"                                             \
+                     "wls lr, %[a1], 2f\n"                                                  \
+                     "1:\n\t"                                                               \
+                     "vldrb.u8 %q[v0], [%[x]]\n\t"                                          \
+                     "vldrb.u8 %q[v1], [%[x], #16]\n\t" MF_MVE_ROW32(CLAMP)                 \
+                     "le lr, 1b\n"                                                          \
+                     "2:\n\t"                                                               \
+                     "ldr %[a1], [sp, #16]\n\t"                                             \
+                     "wls lr, %[a1], 4f\n"                                                  \
+                     "3:\n\t"                                                               \
+                     "vldrb.u8 %q[v0], [%[x]]\n\t"                                          \
+                     "vpst\n\t"                                                             \
+                     "vldrbt.u8 %q[v1], [%[x], #16]\n\t" MF_MVE_ROW32(CLAMP)                \
+                     "le lr, 3b\n"                                                          \
+                     "4:\n\t"                                                               \
+                     "add sp, sp, #24"                                                      \
+                     : [a0] "+r"(a0), [a1] "+r"(a1), [a2] "+r"(a2), [a3] "+r"(a3),          \
+                       [v0] "=&w"(v0), [v1] "=&w"(v1), [t] "=&w"(t), [u] "=&w"(u),          \
+                       [m] "=&w"(m), [s] "=&w"(s), [vlo] "=&w"(vlo), [x] "+r"(x),           \
+                       [y] "+r"(yr)                                                         \
+                     : [w] "r"(pk), [st] "r"(strides), [zp] "r"(zp)                         \
+                     : "cc", "lr", "p0", "memory")
+static __attribute__((unused, noinline)) void mf_mve_rows32(const int8_t *x, int32_t rows,
+                                                            int32_t strides, int32_t k,
+                                                            const int32_t *pk, int32_t lo,
+                                                            int32_t zp, int8_t *y) {
+    int32_t xs = strides & 0xffff, tail = k < 32 ? (32 - k + xs - 1) / xs : 0;
+    register int32_t a0 __asm__("r0") = k - 16;
+    register int32_t a1 __asm__("r2");
+    register int32_t a2 __asm__("r4") = lo;
+    register int32_t a3 __asm__("r6");
+    register int8_t *yr __asm__("r1") = y; /* VSTRB.32 takes a low register (r0-r7) */
+    int8x16_t v0, v1, t, u;
+    int32x4_t m, s, vlo;
+    if (tail > rows) tail = rows;
+    a1 = rows - tail;
+    a3 = tail;
+    if (lo == -128)
+        MF_MVE_ROWS32_ASM("");
+    else
+        MF_MVE_ROWS32_ASM("vmax.s32 %q[v0], %q[v0], %q[vlo]\n\t");
+    (void)a0, (void)a1, (void)a2, (void)a3;
+}
+#undef MF_MVE_ROWS32_ASM
+#undef MF_MVE_ROW32
+
 #endif
 
 /* 1x1 convolution / fully connected layer: `rows` rows of K int8 activations, row r at
@@ -450,19 +536,25 @@ MF_MICRO void mf_mve_gemm(const int8_t *x, int32_t rows, int32_t x_stride, int32
     }
 }
 
-/* K <= 16, flags 0, hi = 127 (the schedule calls it for such layers): mf_mve_rows16 over the
- * full blocks, mf_mve_row over the last O % 4 channels; y_zp read back from block 0's add:
- * 2^(post-1) + (y_zp << post) (y_zp when post = 0) shifted right by post. Any other layer, and
- * the bodies without the asm: mf_mve_gemm. */
-MF_MICRO void mf_mve_gemm16(const int8_t *x, int32_t rows, int32_t x_stride, int32_t k,
-                            const int32_t *pk, int32_t o, int32_t lo, int32_t hi,
-                            int32_t flags, int8_t *y, int32_t y_stride) {
+/* K <= 32, flags 0, hi = 127 (the schedule calls it for such layers, >= 2 rows):
+ * mf_mve_rows16 / mf_mve_rows32 over the full blocks, mf_mve_row over the last O % 4
+ * channels; y_zp read back from block 0's add: 2^(post-1) + (y_zp << post) (y_zp when
+ * post = 0) shifted right by post. Any other layer, and the bodies without the asm:
+ * mf_mve_gemm. */
+MF_MICRO void mf_mve_gemm_k32(const int8_t *x, int32_t rows, int32_t x_stride, int32_t k,
+                              const int32_t *pk, int32_t o, int32_t lo, int32_t hi,
+                              int32_t flags, int8_t *y, int32_t y_stride) {
 #if MF_MVE_ASM
-    if (k <= 16 && flags == 0 && hi == 127 && lo >= -128 && (uint32_t)x_stride < 0x10000 &&
+    if (k <= 32 && flags == 0 && hi == 127 && lo >= -128 && (uint32_t)x_stride < 0x10000 &&
         (uint32_t)y_stride < 0x8000) {
-        int32_t zp = pk[4 + 16 + 4] >> -pk[4 + 16 + 12];
-        for (; o >= 4; o -= 4, pk += MF_MVE_BLOCK_WORDS(16), y += 4)
-            mf_mve_rows16(x, rows, x_stride | y_stride << 16, k, pk, lo, zp, y);
+        int32_t c = MF_MVE_CHUNKS(k), bw = MF_MVE_BLOCK_WORDS(k);
+        int32_t zp = pk[4 + 16 * c + 4] >> -pk[4 + 16 * c + 12];
+        for (; o >= 4; o -= 4, pk += bw, y += 4) {
+            if (c == 1)
+                mf_mve_rows16(x, rows, x_stride | y_stride << 16, k, pk, lo, zp, y);
+            else
+                mf_mve_rows32(x, rows, x_stride | y_stride << 16, k, pk, lo, zp, y);
+        }
         for (; o && rows > 0; --rows, x += x_stride, y += y_stride)
             mf_mve_row(x, k, pk, o, lo, 127, 0, y);
         return;
