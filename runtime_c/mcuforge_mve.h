@@ -59,8 +59,8 @@
  * A block of 4 channels x 2 rows costs about 40 instructions beside its 14 per 16 taps
  * (requantization, moves, loop and spills); mf_mve_gemm_k32's blocks cost 17-19 (K <= 16,
  * 4 VMLADAVA) and 30-31 (K <= 32, 8 VMLADAVA) instructions a row: VWW's K = 8 layer is bound
- * by VMLADAVA's 16 taps (half of them zero). -Os costs 2-6 % more instructions, -O3 1-2 % fewer for twice the
- * code (see the issue-13 report).
+ * by VMLADAVA's 16 taps (half of them zero). -Os costs 2-6 % more instructions, -O3 1-2 %
+ * fewer for twice the code (see the issue-13 report).
  */
 #ifndef MCUFORGE_MVE_H
 #define MCUFORGE_MVE_H
@@ -637,9 +637,11 @@ MF_INLINE void mf_mve_im2col(const int8_t *x, const mf_conv_geom *g, int32_t x_z
 }
 
 #if MF_USE_MVE
-/* The patch of output pixel (oy, ox) when the kernel's rows are <= 16 bytes (first layers:
- * 3x3x3, 10x4x1): a window inside the image is k_h predicated row copies (VPSTT VLDRBT VSTRBT,
- * a low-overhead loop: 6 instructions a row), any other one mf_mve_im2col. */
+/* The patch of output pixel (oy, ox) when the kernel's rows (k_w * in_c bytes) are <= 16
+ * bytes (first layers: 3x3x3, 10x4x1) or a multiple of 16 (ResNet-8's 3x3x16, 3x3x32): a
+ * window inside the image is k_h row copies (<= 16: VPSTT VLDRBT VSTRBT, 6 instructions a
+ * row; multiples of 16: VLDRB/VSTRB 16 bytes at a time, 3 an iteration and 5 a row), any
+ * other one mf_mve_im2col (~130 instructions for 3 rows of 48 bytes). */
 MF_INLINE void mf_mve_patch16(const int8_t *x, const mf_conv_geom *g, int32_t x_zp, int32_t oy,
                               int32_t ox, int8_t *patch) {
     int32_t ix0 = ox * g->stride_w - g->pad_l, iy0 = oy * g->stride_h - g->pad_t;
@@ -650,7 +652,7 @@ MF_INLINE void mf_mve_patch16(const int8_t *x, const mf_conv_geom *g, int32_t x_
         return;
     }
 #if MF_MVE_ASM
-    {
+    if (seg <= 16) {
         int8x16_t t;
         __asm__ volatile("vctp.8 %[seg]\n\t"
                          "wls lr, %[kh], 2f\n"
@@ -665,18 +667,40 @@ MF_INLINE void mf_mve_patch16(const int8_t *x, const mf_conv_geom *g, int32_t x_
                          : [t] "=&w"(t), [s] "+r"(src), [d] "+r"(patch), [kh] "+r"(kh)
                          : [seg] "r"(seg), [step] "r"(step)
                          : "lr", "p0", "memory");
+    } else {
+        int8x16_t t;
+        const int8_t *s;
+        __asm__ volatile("1:\n\t"
+                         "mov %[s], %[src]\n\t"
+                         "dls lr, %[n]\n"
+                         "2:\n\t"
+                         "vldrb.u8 %q[t], [%[s]], #16\n\t"
+                         "vstrb.8 %q[t], [%[d]], #16\n\t"
+                         "le lr, 2b\n\t"
+                         "add %[src], %[src], %[step]\n\t"
+                         "subs %[kh], %[kh], #1\n\t"
+                         "bne 1b"
+                         : [t] "=&w"(t), [s] "=&r"(s), [src] "+r"(src), [d] "+r"(patch),
+                           [kh] "+r"(kh)
+                         : [n] "r"(seg >> 4), [step] "r"(step)
+                         : "cc", "lr", "memory");
     }
 #else
-    {
+    if (seg <= 16) {
         mve_pred16_t p = vctp8q((uint32_t)seg);
         for (; kh > 0; --kh, src += step, patch += seg)
             vstrbq_p_s8(patch, vldrbq_z_s8(src, p), p);
+    } else {
+        int32_t j;
+        for (; kh > 0; --kh, src += step)
+            for (j = 0; j < seg; j += 16, patch += 16) vstrbq_s8(patch, vldrbq_s8(src + j));
     }
 #endif
 }
 #endif
 
-/* Output pixels in pairs (see mf_mve_conv_body); small: kernel rows <= 16 bytes. */
+/* Output pixels in pairs (see mf_mve_conv_body); small: kernel rows <= 16 bytes or a
+ * multiple of 16 (mf_mve_patch16). */
 MF_INLINE void mf_mve_conv_pairs(const int8_t *x, const mf_conv_geom *g, int32_t x_zp,
                                  const int32_t *pk, int32_t o, int32_t lo, int32_t hi,
                                  int32_t flags, int8_t *y, int8_t *scratch, int32_t small) {
@@ -709,7 +733,7 @@ MF_INLINE void mf_mve_conv_body(const int8_t *x, const mf_conv_geom *g, int32_t 
                                int32_t flags, int8_t *y, int8_t *scratch) {
 #if MF_USE_MVE && defined(__OPTIMIZE__) /* (at -O0 a second copy of the loop: VWW's code
                                              * no longer fit the M55's 512 KB flash) */
-    if (g->k_w * g->in_c <= 16) {
+    if (g->k_w * g->in_c <= 16 || !(g->k_w * g->in_c & 15)) {
         mf_mve_conv_pairs(x, g, x_zp, pk, o, lo, hi, flags, y, scratch, 1);
         return;
     }

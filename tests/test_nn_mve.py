@@ -95,7 +95,9 @@ def all_cases(seed=0):
                 (6, 6, 16, 3, 3, 1, "SAME", 7), (7, 5, 4, 1, 1, 2, "VALID", 9),
                 (5, 9, 2, 3, 2, 2, "SAME", 4), (4, 4, 5, 4, 4, 3, "SAME", 3),
                 (9, 8, 4, 3, 2, (1, 2), "SAME", 6), (8, 7, 2, 2, 3, (3, 1), "VALID", 5),
-                (3, 3, 1, 5, 5, 1, "SAME", 2)):
+                (3, 3, 1, 5, 5, 1, "SAME", 2),
+                # kernel rows of 32 / 96 bytes (mf_mve_patch16's 16-byte row copies)
+                (8, 8, 16, 2, 2, 2, "VALID", 5), (9, 9, 32, 3, 3, 2, "SAME", 4)):
         h, wd, c, kh, kw, s, pad, o = geo
         for fused, post0 in ((False, True), (True, False)):
             cases.append(conv_case(rng, h, wd, c, kh, kw, s, pad, o,
