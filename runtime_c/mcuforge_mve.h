@@ -641,14 +641,22 @@ MF_INLINE void mf_mve_im2col(const int8_t *x, const mf_conv_geom *g, int32_t x_z
  * bytes (first layers: 3x3x3, 10x4x1) or a multiple of 16 (ResNet-8's 3x3x16, 3x3x32): a
  * window inside the image is k_h row copies (<= 16: VPSTT VLDRBT VSTRBT, 6 instructions a
  * row; multiples of 16: VLDRB/VSTRB 16 bytes at a time, 3 an iteration and 5 a row), any
- * other one mf_mve_im2col (~130 instructions for 3 rows of 48 bytes). */
+ * other one mf_mve_im2col (~130 instructions for 3 rows of 48 bytes), called. */
+/* (a call: inlined, its border arithmetic was computed before the test for every window) */
+static __attribute__((unused, noinline)) void mf_mve_im2col_border(const int8_t *x,
+                                                                   const mf_conv_geom *g,
+                                                                   int32_t x_zp, int32_t oy,
+                                                                   int32_t ox, int8_t *patch) {
+    mf_mve_im2col(x, g, x_zp, oy, ox, patch);
+}
+
 MF_INLINE void mf_mve_patch16(const int8_t *x, const mf_conv_geom *g, int32_t x_zp, int32_t oy,
                               int32_t ox, int8_t *patch) {
     int32_t ix0 = ox * g->stride_w - g->pad_l, iy0 = oy * g->stride_h - g->pad_t;
     int32_t seg = g->k_w * g->in_c, kh = g->k_h, step = g->in_w * g->in_c;
     const int8_t *src = x + iy0 * step + ix0 * g->in_c;
     if (ix0 < 0 || iy0 < 0 || ix0 + g->k_w > g->in_w || iy0 + kh > g->in_h) {
-        mf_mve_im2col(x, g, x_zp, oy, ox, patch);
+        mf_mve_im2col_border(x, g, x_zp, oy, ox, patch);
         return;
     }
 #if MF_MVE_ASM
