@@ -651,14 +651,14 @@ static __attribute__((unused, noinline)) void mf_mve_im2col_border(const int8_t 
 }
 
 MF_INLINE void mf_mve_patch16(const int8_t *x, const mf_conv_geom *g, int32_t x_zp, int32_t oy,
-                              int32_t ox, int8_t *patch) {
-    int32_t ix0 = ox * g->stride_w - g->pad_l, iy0 = oy * g->stride_h - g->pad_t;
-    int32_t seg = g->k_w * g->in_c, kh = g->k_h, step = g->in_w * g->in_c;
-    const int8_t *src = x + iy0 * step + ix0 * g->in_c;
-    if (ix0 < 0 || iy0 < 0 || ix0 + g->k_w > g->in_w || iy0 + kh > g->in_h) {
+                              int32_t ox, int8_t *patch, int32_t inside, int32_t off,
+                              int32_t seg, int32_t step, int32_t kh) {
+    const int8_t *src;
+    if (!inside) {
         mf_mve_im2col_border(x, g, x_zp, oy, ox, patch);
         return;
     }
+    src = x + off;
 #if MF_MVE_ASM
     if (seg <= 16) {
         int8x16_t t;
@@ -714,23 +714,56 @@ MF_INLINE void mf_mve_conv_pairs(const int8_t *x, const mf_conv_geom *g, int32_t
                                  int32_t flags, int8_t *y, int8_t *scratch, int32_t small) {
     int32_t k = g->k_h * g->k_w * g->in_c, n = g->out_h * g->out_w, oy = 0, ox = 0;
 #if MF_USE_MVE
-#define MF_MVE_PATCH(OY, OX, P)                                                             \
-    (small ? mf_mve_patch16(x, g, x_zp, OY, OX, P) : mf_mve_im2col(x, g, x_zp, OY, OX, P))
+    if (small) {
+        /* windows inside the image: ox in [oxa, oxb], oy in [oya, oyb]; off: the window's
+         * first byte in x (kept along the output row: + stride_w * in_c a pixel) */
+        int32_t sw = g->stride_w, sh = g->stride_h, c = g->in_c, kh = g->k_h;
+        int32_t seg = g->k_w * c, step = g->in_w * c, dx = sw * c;
+        int32_t limx = g->in_w - g->k_w + g->pad_l, limy = g->in_h - kh + g->pad_t;
+        int32_t oxa = (g->pad_l + sw - 1) / sw, oxb = limx >= 0 ? limx / sw : -1;
+        int32_t oya = (g->pad_t + sh - 1) / sh, oyb = limy >= 0 ? limy / sh : -1;
+        int32_t off = -g->pad_t * step - g->pad_l * c, rin = oya <= 0 && 0 <= oyb;
+#define MF_MVE_PATCH(P)                                                                     \
+    mf_mve_patch16(x, g, x_zp, oy, ox, P, rin && ox >= oxa && ox <= oxb, off, seg, step, kh)
+#define MF_MVE_NEXT()                                                                       \
+    do {                                                                                    \
+        if (++ox == g->out_w) {                                                             \
+            ox = 0, ++oy;                                                                   \
+            off = (oy * sh - g->pad_t) * step - g->pad_l * c;                               \
+            rin = oya <= oy && oy <= oyb;                                                   \
+        } else {                                                                            \
+            off += dx;                                                                      \
+        }                                                                                   \
+    } while (0)
+        for (; n >= 2; n -= 2, y += 2 * o) {
+            MF_MVE_PATCH(scratch);
+            MF_MVE_NEXT();
+            MF_MVE_PATCH(scratch + k);
+            MF_MVE_NEXT();
+            mf_mve_row2(scratch, scratch + k, k, pk, o, lo, hi, flags, y, y + o);
+        }
+        if (n) {
+            MF_MVE_PATCH(scratch);
+            mf_mve_row(scratch, k, pk, o, lo, hi, flags, y);
+        }
+#undef MF_MVE_NEXT
+#undef MF_MVE_PATCH
+        return;
+    }
 #else
-#define MF_MVE_PATCH(OY, OX, P) ((void)small, mf_mve_im2col(x, g, x_zp, OY, OX, P))
+    (void)small;
 #endif
     for (; n >= 2; n -= 2, y += 2 * o) {
-        MF_MVE_PATCH(oy, ox, scratch);
+        mf_mve_im2col(x, g, x_zp, oy, ox, scratch);
         if (++ox == g->out_w) ox = 0, ++oy;
-        MF_MVE_PATCH(oy, ox, scratch + k);
+        mf_mve_im2col(x, g, x_zp, oy, ox, scratch + k);
         if (++ox == g->out_w) ox = 0, ++oy;
         mf_mve_row2(scratch, scratch + k, k, pk, o, lo, hi, flags, y, y + o);
     }
     if (n) {
-        MF_MVE_PATCH(oy, ox, scratch);
+        mf_mve_im2col(x, g, x_zp, oy, ox, scratch);
         mf_mve_row(scratch, k, pk, o, lo, hi, flags, y);
     }
-#undef MF_MVE_PATCH
 }
 
 /* im2col convolution (groups 1, dilation 1, batch 1): output pixels in pairs, their two
