@@ -48,13 +48,13 @@
  * Measured on QEMU mps3-an547 (-icount, arm-none-eabi-gcc 12.2 -O2, the generated firmware:
  * `mcuforge bench MODEL --board mps3-an547 --per-layer`), per layer incl. im2col,
  * requantization and the call, MAC per instruction:
- *   KWS: 1x1 64->64 over 125 px 5.21, first conv 10x4 s2 1->64 (im2col) 3.18, FC 64->12 3.01;
- *     its GEMM layers 0.494 M instructions for 2.37 M MACs (4.80)
- *   ResNet-8: 3x3 16->16 (im2col, K = 144) 4.5-4.6, 3x3 s2 / 32->32 / 64->64 5.4-7.1,
- *     first conv 3x3 3->16 1.99, strided 1x1 shortcuts (K = 16, 32; sign term) 2.0 / 3.2;
- *     GEMM layers 2.47 M for 12.5 M MACs (5.05)
+ *   KWS: 1x1 64->64 over 125 px 5.21, first conv 10x4 s2 1->64 (im2col) 3.21, FC 64->12 3.43;
+ *     its GEMM layers 0.493 M instructions for 2.37 M MACs (4.81)
+ *   ResNet-8: 3x3 16->16 (im2col, K = 144) 5.0-5.2, 3x3 s2 / 32->32 / 64->64 5.7-7.2,
+ *     first conv 3x3 3->16 2.17, strided 1x1 shortcuts (K = 16, 32; sign term) 2.0 / 3.2;
+ *     GEMM layers 2.32 M for 12.5 M MACs (5.40)
  *   VWW: 1x1 with K = 8 / 16 / 32 1.88 / 3.74 / 4.2, K >= 64 5.1-6.8, first conv 3x3 s2
- *     3->8 1.96; GEMM layers 1.47 M for 6.69 M MACs (4.54)
+ *     3->8 2.03; GEMM layers 1.47 M for 6.69 M MACs (4.57)
  *   AD (single-row FC): 640->128 5.97, 128->128 4.7, 128->8 4.0, 8->128 0.82, 128->640 4.6
  * A block of 4 channels x 2 rows costs about 40 instructions beside its 14 per 16 taps
  * (requantization, moves, loop and spills); mf_mve_gemm_k32's blocks cost 17-19 (K <= 16,
