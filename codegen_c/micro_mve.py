@@ -52,7 +52,8 @@ def _conv(x, geom, x_zp, pk, o, lo, hi, flags, y, scratch):
     y[:out.size] = out.reshape(-1)
 
 
-INTRINSICS.update({"mf_mve_gemm": _gemm, "mf_mve_conv": _conv})
+# mf_mve_gemm_k32 computes mf_mve_gemm's outputs (its fallback for other flags/clamps)
+INTRINSICS.update({"mf_mve_gemm": _gemm, "mf_mve_gemm_k32": _gemm, "mf_mve_conv": _conv})
 
 
 def _entry(fn, flags: int):

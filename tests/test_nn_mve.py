@@ -75,6 +75,19 @@ def all_cases(seed=0):
         cases.append(gemm_case(rng, rows, k, o, acts[int(rng.integers(0, 3))],
                                int(rng.integers(0, 3)) * int(rng.integers(0, 7)),
                                int(rng.integers(0, 2)) * int(rng.integers(0, 5))))
+    # mf_mve_rows16 / rows32 (K <= 32, flags 0, hi 127, >= 2 rows, full blocks, then the rest):
+    # VWW's K = 8 -> 16 and 16 -> 32, K = 1 / 3 / 15, O not a multiple of 4, gaps, relu with
+    # y_zp above -128 (its VMAX) and the fused int8 range
+    # (the rows whose 16-byte load would pass the input's end loaded under a predicate: 40 x 3
+    # and 20 x 1 run both loops)
+    for i, (rows, k, o) in enumerate(((9, 8, 16), (6, 16, 32), (5, 1, 4), (4, 3, 7),
+                                      (3, 15, 9), (2, 16, 5), (11, 8, 12), (7, 13, 6),
+                                      (40, 3, 8), (20, 1, 4),
+                                      # mf_mve_rows32: VWW's K = 32, 17..31 (tail rows)
+                                      (7, 32, 16), (6, 17, 8), (9, 24, 7), (12, 31, 4))):
+        for act, fused in (("relu", False), ("none", True), ("relu", False)):
+            cases.append(gemm_case(rng, rows, k, o, act, i % 3 * 5, i % 2 * 3, fused=fused,
+                                   post0=False))
     # convolutions: KWS's 10x4 s2 1 channel, 3x3 of 3 channels s1/s2 (ResNet-8's and VWW's
     # first), 3x3 16 channels, strided 1x1, odd kernels and strides, both paddings
     for geo in ((12, 6, 1, 10, 4, 2, "SAME", 8), (9, 8, 3, 3, 3, 1, "SAME", 16),
@@ -82,7 +95,9 @@ def all_cases(seed=0):
                 (6, 6, 16, 3, 3, 1, "SAME", 7), (7, 5, 4, 1, 1, 2, "VALID", 9),
                 (5, 9, 2, 3, 2, 2, "SAME", 4), (4, 4, 5, 4, 4, 3, "SAME", 3),
                 (9, 8, 4, 3, 2, (1, 2), "SAME", 6), (8, 7, 2, 2, 3, (3, 1), "VALID", 5),
-                (3, 3, 1, 5, 5, 1, "SAME", 2)):
+                (3, 3, 1, 5, 5, 1, "SAME", 2),
+                # kernel rows of 32 / 96 bytes (mf_mve_patch16's 16-byte row copies)
+                (8, 8, 16, 2, 2, 2, "VALID", 5), (9, 9, 32, 3, 3, 2, "SAME", 4)):
         h, wd, c, kh, kw, s, pad, o = geo
         for fused, post0 in ((False, True), (True, False)):
             cases.append(conv_case(rng, h, wd, c, kh, kw, s, pad, o,
@@ -110,6 +125,10 @@ def c_program(cases) -> str:
         # every other case through the entry of its flags (what the schedule calls)
         suffix = f"_f{c['flags']}" if i % 2 else ""
         if c["kind"] == "gemm":
+            # mf_mve_gemm_k32 where the schedule calls it (K <= 32, flags 0, hi 127), and its
+            # fallback (mf_mve_gemm) on every third other case
+            if (c["k"] <= 32 and c["flags"] == 0 and c["hi"] == 127) or i % 3 == 2:
+                suffix = "_k32"
             call = f"mf_mve_gemm{suffix}(x{i}, {c['rows']}, {c['xs']}, {c['k']}, {tail}, {c['ys']})"
             need = 0
         else:

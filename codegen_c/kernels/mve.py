@@ -4,7 +4,9 @@ a fully connected layer is one mf_mve_gemm call over its rows (a single row too:
 a strided 1x1 convolution without padding one call per output row, any other convolution
 (groups 1, dilation 1; also a depthwise convolution of one input channel, which gemm_layer maps
 to the convolution 1 -> M) one mf_mve_conv call per image (im2col, two patches in scratch).
-The entries called are those of the layer's flags (mf_mve_gemm_f<F>: sign term, left shift).
+The entries called are those of the layer's flags (mf_mve_gemm_f<F>: sign term, left shift);
+1x1 layers with K <= 32, flags 0 and the upper clamp 127 call mf_mve_gemm_k32 (one row loop per
+block of 4 channels, the requantization in Q registers).
 
 Same proofs as gemm.py (gemm_layer: the input zero point folded into the bias, constant
 channels, requant_params' int32 bounds); the schedule declines where they fail, and the DSP
@@ -40,9 +42,15 @@ def mve_gemm(ctx: OpContext, ref: ir.Kernel, target) -> ir.Kernel | None:
     padded = ctx.node.op != "fully_connected" and any(ctx.attrs["padding"])
     calls, access = None, None  # (gemm_blocks' calls of the GEMM forms)
     pointwise = ctx.node.op == "fully_connected" or (k == x.shape[-1] and not padded)
-    if pointwise and (ctx.node.op == "fully_connected" or tuple(ctx.attrs["stride"]) == (1, 1)):
-        n_rows = x.size // k
-        name, scratch = f"mf_mve_gemm_f{flags}", 0
+    # K <= 32 without sign term or shift, clamp up to 127, rows per call >= 2 (AD's single-row
+    # 8 -> 128 layer: 1,255 instructions on mf_mve_gemm_f0, 1,724 on it): one row loop per
+    # block of 4 channels
+    stride1 = ctx.node.op == "fully_connected" or tuple(ctx.attrs["stride"]) == (1, 1)
+    n_rows = x.size // k if stride1 else y.shape[2]
+    gemm = "mf_mve_gemm_k32" if k <= 32 and flags == 0 and layer["hi"] == 127 and n_rows >= 2 \
+        else f"mf_mve_gemm_f{flags}"
+    if pointwise and stride1:
+        name, scratch = gemm, 0
         body = (ir.CallStmt(name, (ir.Ptr("x", ir.Const(0)), ir.Const(n_rows), ir.Const(k),
                                    ir.Const(k), *tail, ir.Ptr("y", ir.Const(0)), ir.Const(o))),)
         how = f"{n_rows} rows x {k} taps"
@@ -51,7 +59,7 @@ def mve_gemm(ctx: OpContext, ref: ir.Kernel, target) -> ir.Kernel | None:
         n, h, w_, c = x.shape
         _, oh, ow, _ = y.shape
         sh, sw = ctx.attrs["stride"]
-        name, scratch = f"mf_mve_gemm_f{flags}", 0
+        name, scratch = gemm, 0
         body = ir.loops([("n", n), ("oy", oh)], lambda b, oy: [ir.CallStmt(name, (
             ir.Ptr("x", b * (h * w_ * c) + oy * (sh * w_ * c)), ir.Const(ow), ir.Const(sw * c),
             ir.Const(k), *tail, ir.Ptr("y", b * (oh * ow * o) + oy * (ow * o)), ir.Const(o)))])
