@@ -124,15 +124,18 @@ MF_MVDW_INLINE void mf_mve_dw_viewof(const mf_mve_dw_geom *g, mf_mve_dw_view *v)
 }
 
 /* The flat walk's table (int32, 4-byte aligned after the planes): the window offset in the
- * plane of each unit (a pair of neighbours, or one output), padded with 0 to whole quads. */
+ * plane of each unit (a pair of neighbours, or one output), padded to whole quads with copies
+ * of the last unit (the unpredicated asm walk stores their outputs again at the same place). */
 MF_MVDW_INLINE int32_t *mf_mve_dw_table(const mf_mve_dw_view *v, int8_t *scratch) {
     int32_t *t = (int32_t *)(void *)(((uintptr_t)(scratch + v->cg * v->ph * v->pw) + 3u)
                                      & ~(uintptr_t)3u);
     const int total = v->oh * v->ow, step = v->units2 ? 2 : 1;
     const int n = (total + 3) / 4 * (4 / step);
     int u, i;
-    for (u = 0, i = 0; u < n; ++u, i += step)
-        t[u] = i < total ? (i / v->ow) * v->sh * v->pw + (i % v->ow) * v->sw : 0;
+    for (u = 0, i = 0; u < n; ++u, i += step) {
+        const int j = i < total ? i : total - step; /* the last unit */
+        t[u] = (j / v->ow) * v->sh * v->pw + (j % v->ow) * v->sw;
+    }
     return t;
 }
 
@@ -262,32 +265,51 @@ MF_MVDW_INLINE int32x4_t mf_mve_dw_quad_groups(const int8_t *p, int sw, int grou
 }
 
 #if defined(__GNUC__) && defined(__OPTIMIZE__) && !defined(__OPTIMIZE_SIZE__) && !defined(MF_MVDW_NO_ASM)
-/* n >= 1 quads of the pair layout as one asm loop (gcc spends ~2 more instructions a quad on
- * moves of the window pointer): 21 instructions for 4 outputs, 23 with the sign term. VMLADAV
- * needs an even accumulator register: r0 and r2, reused (r0 also as the second window's
- * address). SF: the sign term; SW: the stride (1 or 2), an immediate. */
+/* The asm loops below put two VMLADAV results into a vector with one VMOV of two lanes
+ * (VMOV Qd[2], Qd[0], Rt, Rt2, then Qd[3], Qd[1]): outputs 0 and 1 of a quad go to lanes
+ * {0, 2}, outputs 2 and 3 to lanes {1, 3}. Which of the two lanes takes Rt is left open (gcc 12
+ * and QEMU 7.2 disagree): the store's offset vector is built by the same two instructions from
+ * the outputs' offsets (mf_mve_dw_yoff2), so each value lands beside its own offset either way,
+ * and no lane is predicated off (a quad's unused lanes repeat a used one, offset and value). */
+MF_MVDW_INLINE uint32x4_t mf_mve_dw_yoff2(uint32_t o0, uint32_t o1, uint32_t o2, uint32_t o3) {
+    uint32x4_t q = vdupq_n_u32(0);
+    __asm__("vmov  %q[q][2], %q[q][0], %[a], %[b]\n\t"
+            "vmov  %q[q][3], %q[q][1], %[c], %[d]"
+            : [q] "+w"(q)
+            : [a] "r"(o0), [b] "r"(o1), [c] "r"(o2), [d] "r"(o3));
+    return q;
+}
+
+/* The requantization of the quad in %q[A] (mf_mve_dw_rq4 with pre = 1) and its store. */
+#define MF_MVDW_RQ_ASM(SF, A)                                                                  \
+    "vadd.i32  %q[" A "], %q[" A "], %[bias]\n\t"                                              \
+    "vqrdmulh.s32  %q[" A "], %q[" A "], %[mult]\n\t"                                          \
+    SF                                                                                         \
+    "vadd.i32  %q[" A "], %q[" A "], %[add]\n\t"                                               \
+    "vshl.s32  %q[" A "], %[np]\n\t"                                                           \
+    "vmax.s32  %q[" A "], %q[" A "], %q[lo]\n\t"                                               \
+    "vmin.s32  %q[" A "], %q[" A "], %q[hi]\n\t"                                               \
+    "vstrb.32  %q[" A "], [%[y], %q[yo]]\n\t"
+/* the sign term: on the accumulator %q[a] (temporary %q[g]), or the other way round */
+#define MF_MVDW_SF_ASM "vshr.s32  %q[g], %q[a], #31\n\tvadd.i32  %q[a], %q[a], %q[g]\n\t"
+#define MF_MVDW_SF_ASM_G "vshr.s32  %q[a], %q[g], #31\n\tvadd.i32  %q[g], %q[g], %q[a]\n\t"
+
+/* n >= 1 quads of the pair layout along a row as one asm loop: 19 instructions for 4 outputs,
+ * 21 with the sign term. VMLADAV needs an even accumulator register: r0 and r2, reused (r0
+ * also as the second window's address). SF: the sign term; SW: the stride, an immediate. */
 #define MF_MVDW_PAIR_ASM(SF, SW)                                                               \
     __asm__ volatile("dls    lr, %[n]\n"                                                       \
                      "1:\n\t"                                                                  \
                      "vldrb.u8  %q[g], [%[p], %q[o]]\n\t"                                      \
                      "vmladav.s8  r0, %q[g], %q[wa]\n\t"                                       \
                      "vmladav.s8  r2, %q[g], %q[wb]\n\t"                                       \
-                     "vmov.32  %q[a][0], r0\n\t"                                               \
+                     "vmov  %q[a][2], %q[a][0], r0, r2\n\t"                                    \
                      "add    r0, %[p], %[s2]\n\t"                                             \
                      "vldrb.u8  %q[g], [r0, %q[o]]\n\t"                                        \
-                     "vmov.32  %q[a][1], r2\n\t"                                               \
                      "vmladav.s8  r0, %q[g], %q[wa]\n\t"                                       \
                      "vmladav.s8  r2, %q[g], %q[wb]\n\t"                                       \
-                     "vmov.32  %q[a][2], r0\n\t"                                               \
-                     "vmov.32  %q[a][3], r2\n\t"                                               \
-                     "vadd.i32  %q[a], %q[a], %[bias]\n\t"                                     \
-                     "vqrdmulh.s32  %q[a], %q[a], %[mult]\n\t"                                 \
-                     SF                                                                        \
-                     "vadd.i32  %q[a], %q[a], %[add]\n\t"                                      \
-                     "vshl.s32  %q[a], %[np]\n\t"                                              \
-                     "vmax.s32  %q[a], %q[a], %q[lo]\n\t"                                      \
-                     "vmin.s32  %q[a], %q[a], %q[hi]\n\t"                                      \
-                     "vstrb.32  %q[a], [%[y], %q[yo]]\n\t"                                     \
+                     "vmov  %q[a][3], %q[a][1], r0, r2\n\t"                                    \
+                     MF_MVDW_RQ_ASM(SF, "a")                                                   \
                      "add    %[p], %[p], %[s4]\n\t"                                           \
                      "add    %[y], %[y], %[ys]\n\t"                                            \
                      "le     lr, 1b\n\t"                                                       \
@@ -297,7 +319,7 @@ MF_MVDW_INLINE int32x4_t mf_mve_dw_quad_groups(const int8_t *p, int sw, int grou
                        [add] "r"(add), [np] "r"(npost), [s2] "i"(2 * SW), [s4] "i"(4 * SW),   \
                        [ys] "r"(ystep)                                                         \
                      : "r0", "r2", "lr", "memory")
-#define MF_MVDW_SF_ASM "vshr.s32  %q[g], %q[a], #31\n\tvadd.i32  %q[a], %q[a], %q[g]\n\t"
+/* yoff: mf_mve_dw_yoff2 of the four outputs' offsets */
 MF_MVDW_INLINE void mf_mve_dw_pairs_asm(const int8_t *p, int n, int sw, uint8x16_t o,
                                         int8x16_t wa, int8x16_t wb, int32_t bias, int32_t mult,
                                         int32_t add, int32_t npost, int32_t sf, int32x4_t lo,
@@ -313,6 +335,77 @@ MF_MVDW_INLINE void mf_mve_dw_pairs_asm(const int8_t *p, int n, int sw, uint8x16
     else
         MF_MVDW_PAIR_ASM("", 2);
     (void)g, (void)a;
+}
+
+/* n >= 1 quads of the flat walk from the table t (offsets in the plane pl): 20 instructions
+ * for 4 outputs from pairs of neighbours (two table entries a quad), 25 from single windows
+ * (four); 2 more with the sign term. The quad is built in %q[g] (the gathers alternate). */
+#define MF_MVDW_FLAT2_ASM(SF)                                                                  \
+    __asm__ volatile("dls    lr, lr\n"                                                         \
+                     "1:\n\t"                                                                  \
+                     "ldrd   r0, r2, [%[t]], #8\n\t"                                           \
+                     "add    r0, r0, %[pl]\n\t"                                               \
+                     "add    r2, r2, %[pl]\n\t"                                               \
+                     "vldrb.u8  %q[g], [r0, %q[o]]\n\t"                                        \
+                     "vldrb.u8  %q[a], [r2, %q[o]]\n\t"                                        \
+                     "vmladav.s8  r0, %q[g], %q[wa]\n\t"                                       \
+                     "vmladav.s8  r2, %q[g], %q[wb]\n\t"                                       \
+                     "vmov  %q[g][2], %q[g][0], r0, r2\n\t"                                    \
+                     "vmladav.s8  r0, %q[a], %q[wa]\n\t"                                       \
+                     "vmladav.s8  r2, %q[a], %q[wb]\n\t"                                       \
+                     "vmov  %q[g][3], %q[g][1], r0, r2\n\t"                                    \
+                     MF_MVDW_RQ_ASM(SF, "g")                                                   \
+                     "add    %[y], %[y], %[ys]\n\t"                                            \
+                     "le     lr, 1b\n\t"                                                       \
+                     : [t] "+r"(t), [y] "+r"(y), [g] "=&w"(g), [a] "=&w"(a), "+r"(cnt)       \
+                     : [pl] "r"(plane), [o] "w"(o), [wa] "w"(wa), [wb] "w"(wb), [lo] "w"(lo), \
+                       [hi] "w"(hi), [yo] "w"(yoff), [bias] "r"(bias), [mult] "r"(mult),      \
+                       [add] "r"(add), [np] "r"(npost), [ys] "r"(ystep)                        \
+                     : "r0", "r2", "memory")
+#define MF_MVDW_FLAT1_ASM(SF)                                                                  \
+    __asm__ volatile("dls    lr, lr\n"                                                         \
+                     "1:\n\t"                                                                  \
+                     "ldrd   r0, r2, [%[t]], #8\n\t"                                           \
+                     "add    r0, r0, %[pl]\n\t"                                               \
+                     "add    r2, r2, %[pl]\n\t"                                               \
+                     "vldrb.u8  %q[g], [r0, %q[o]]\n\t"                                        \
+                     "vldrb.u8  %q[a], [r2, %q[o]]\n\t"                                        \
+                     "vmladav.s8  r0, %q[g], %q[wa]\n\t"                                       \
+                     "vmladav.s8  r2, %q[a], %q[wa]\n\t"                                       \
+                     "vmov  %q[g][2], %q[g][0], r0, r2\n\t"                                    \
+                     "ldrd   r0, r2, [%[t]], #8\n\t"                                           \
+                     "add    r0, r0, %[pl]\n\t"                                               \
+                     "add    r2, r2, %[pl]\n\t"                                               \
+                     "vldrb.u8  %q[a], [r0, %q[o]]\n\t"                                        \
+                     "vmladav.s8  r0, %q[a], %q[wa]\n\t"                                       \
+                     "vldrb.u8  %q[a], [r2, %q[o]]\n\t"                                        \
+                     "vmladav.s8  r2, %q[a], %q[wa]\n\t"                                       \
+                     "vmov  %q[g][3], %q[g][1], r0, r2\n\t"                                    \
+                     MF_MVDW_RQ_ASM(SF, "g")                                                   \
+                     "add    %[y], %[y], %[ys]\n\t"                                            \
+                     "le     lr, 1b\n\t"                                                       \
+                     : [t] "+r"(t), [y] "+r"(y), [g] "=&w"(g), [a] "=&w"(a), "+r"(cnt)       \
+                     : [pl] "r"(plane), [o] "w"(o), [wa] "w"(wa), [lo] "w"(lo), [hi] "w"(hi), \
+                       [yo] "w"(yoff), [bias] "r"(bias), [mult] "r"(mult), [add] "r"(add),    \
+                       [np] "r"(npost), [ys] "r"(ystep)                                        \
+                     : "r0", "r2", "memory")
+MF_MVDW_INLINE void mf_mve_dw_flat_asm(const int8_t *plane, const int32_t *t, int n, int units2,
+                                       uint8x16_t o, int8x16_t wa, int8x16_t wb, int32_t bias,
+                                       int32_t mult, int32_t add, int32_t npost, int32_t sf,
+                                       int32x4_t lo, int32x4_t hi, int8_t *y, uint32x4_t yoff,
+                                       int ystep) {
+    register int cnt __asm__("lr") = n;
+    int8x16_t g;
+    int32x4_t a;
+    if (units2 && sf)
+        MF_MVDW_FLAT2_ASM(MF_MVDW_SF_ASM_G);
+    else if (units2)
+        MF_MVDW_FLAT2_ASM("");
+    else if (sf)
+        MF_MVDW_FLAT1_ASM(MF_MVDW_SF_ASM_G);
+    else
+        MF_MVDW_FLAT1_ASM("");
+    (void)g, (void)a, (void)wb;
 }
 #define MF_MVDW_HAVE_ASM 1
 #else
@@ -389,6 +482,15 @@ MF_MVDW_INLINE void mf_mve_dw_chans(const mf_mve_dw_view *v, const int8_t *x, in
     const uint32x4_t yoff = vmulq_n_u32(vidupq_n_u32(0, 1), (uint32_t)v->yp);
     const int ow = v->ow, ystep = 4 * v->yp, step = v->sh * v->pw, nq = ow >> 2, tail = ow & 3;
     int k;
+#if MF_MVDW_HAVE_ASM
+    /* the asm walks' store offsets (mf_mve_dw_yoff2): a full quad, and the flat walk's last
+     * quad of r = total % 4 outputs (its unused lanes repeat the last output, or pair) */
+    const uint32_t yp = (uint32_t)v->yp, r = (uint32_t)(v->oh * v->ow) & 3u;
+    const uint32x4_t yoff2 = mf_mve_dw_yoff2(0u, yp, 2u * yp, 3u * yp);
+    const uint32x4_t ytail = v->units2 ? mf_mve_dw_yoff2(0u, yp, 0u, yp)
+                             : mf_mve_dw_yoff2(0u, (r > 1u ? 1u : 0u) * yp,
+                                               (r > 2u ? 2u : r - 1u) * yp, (r - 1u) * yp);
+#endif
     if (gen) sw = v->sw;
     for (k = 0; k < nch; ++k, pk += rec, ++x, ++y, plane += pstep) {
         const int8_t *w = (const int8_t *)(pk + MF_MVDW_W(pair));
@@ -401,6 +503,19 @@ MF_MVDW_INLINE void mf_mve_dw_chans(const mf_mve_dw_view *v, const int8_t *x, in
         int oy;
         if (!pstep) mf_mve_dw_plane(x, v, plane); /* one plane: copied here */
         if (v->flat) { /* one walk over all outputs: consecutive, yp apart */
+#if MF_MVDW_HAVE_ASM
+            if (!gen) { /* the fast instances: the pair layout, pre = 1 */
+                const int total = v->oh * v->ow, nq = total >> 2;
+                if (nq)
+                    mf_mve_dw_flat_asm(plane, table, nq, v->units2, o, wa, wb, bias, mult, add,
+                                       npost, csf, vlo, vhi, yr, yoff2, ystep);
+                if (r)
+                    mf_mve_dw_flat_asm(plane, table + nq * (v->units2 ? 2 : 4), 1, v->units2,
+                                       o, wa, wb, bias, mult, add, npost, csf, vlo, vhi,
+                                       yr + nq * ystep, ytail, ystep);
+                continue;
+            }
+#endif
             if (v->units2)
                 mf_mve_dw_flat(v, plane, table, 1, pair, o, wa, wb, off, base, w, bias, mult,
                                add, npost, pre1, csf, vlo, vhi, yr, yoff, ystep);
@@ -416,7 +531,7 @@ MF_MVDW_INLINE void mf_mve_dw_chans(const mf_mve_dw_view *v, const int8_t *x, in
 #if MF_MVDW_HAVE_ASM
             if (!gen && nq) { /* the fast instances: the pair layout, pre = 1 */
                 mf_mve_dw_pairs_asm(p, nq, sw, o, wa, wb, bias, mult, add, npost, csf, vlo, vhi,
-                                    yy, yoff, ystep);
+                                    yy, yoff2, ystep);
                 p += 4 * sw * nq, yy += ystep * nq, n = 0;
             } else {
                 n = nq;

@@ -142,6 +142,12 @@ def dw_cases(seed=0, n=30):
             same = True
         out.append(dw_case(rng, h, w, c, k, s, same, acts[i % 3]))
     out += [dw_case(rng, 7, 6, 7, (3, 3), (s, s), True, "none", small=True) for s in (1, 2)]
+    # flat walks of single windows (ow odd) ending in a quad of 1, 2 or 3 outputs (the asm
+    # walk repeats the last output in the unused lanes), with and without the sign term
+    out += [dw_case(rng, h, w, c, (3, 3), (s, s), True, act) for h, w, c, s, act in
+            [(3, 3, 19, 1, "none"), (5, 5, 6, 1, "relu"), (3, 5, 21, 1, "none"),
+             (5, 7, 9, 1, "relu6"), (6, 6, 12, 2, "none"), (6, 10, 5, 2, "relu"),
+             (3, 3, 33, 1, "relu")]]
     return out
 
 
@@ -187,6 +193,11 @@ def test_dw_cases_cover_the_edges(dwc):
     assert any(g["pair"] and g["ow"] % 2 == 0 for g in flat)
     assert any(g["pair"] and g["ow"] % 2 for g in flat) and any(not g["pair"] for g in flat)
     assert any(g["oh"] * g["ow"] % 4 for g in flat) and any(not g["flat"] for g in gs)
+    flat1 = [(g["oh"] * g["ow"] % 4, c["sf"]) for g, c in zip(gs, dwc)
+             if g["flat"] and g["pair"] and g["ow"] % 2]
+    assert {(r, sf) for r in range(4) for sf in (0, 1)} <= set(flat1)
+    assert {(2, 0), (2, 1)} <= {(g["oh"] * g["ow"] % 4, c["sf"]) for g, c in zip(gs, dwc)
+                                if g["flat"] and g["pair"] and g["ow"] % 2 == 0}
     assert any(g["pair"] and g["transpose"] for g in gs) and any(g["pair"] and g["sw"] == 2 for g in gs)
 
 
