@@ -47,6 +47,14 @@
 #include <arm_mve.h>
 #endif
 
+/* the asm loops (gcc, optimizing for speed; -DMF_MVDW_NO_ASM turns them off) */
+#if MF_USE_MVE && defined(__GNUC__) && defined(__OPTIMIZE__) && !defined(__OPTIMIZE_SIZE__) \
+    && !defined(MF_MVDW_NO_ASM)
+#define MF_MVDW_HAVE_ASM 1
+#else
+#define MF_MVDW_HAVE_ASM 0
+#endif
+
 #if defined(__GNUC__)
 #define MF_MVDW_INLINE static inline __attribute__((always_inline))
 #else
@@ -178,7 +186,46 @@ MF_MVDW_INLINE void mf_mve_dw_plane(const int8_t *x, const mf_mve_dw_view *v, in
     const int h = v->h, w = v->w, xr = v->xr, xp = v->xp, pw = v->pw;
     int8_t *d = plane + v->pt * pw + v->pl;
     int r;
-#if MF_USE_MVE
+#if MF_MVDW_HAVE_ASM
+    /* all rows in one asm loop: 7 instructions a row and 4 every 8 pixels (+4 for the
+     * row's last 1..7, predicated), where gcc's loops spend ~16 a row */
+    const uint16x8_t off = vmulq_n_u16(vidupq_n_u16(0, 1), (uint16_t)xp);
+    const int full = w >> 3, tail = w & 7, step = 8 * xp;
+    const int8_t *s;
+    int8_t *e;
+    uint16x8_t q;
+#define MF_MVDW_PLANE_ASM(TAIL, ...)                                                           \
+    __asm__ volatile("2:\n\t"                                                                  \
+                     "mov    %[s], %[x]\n\t"                                                  \
+                     "mov    %[e], %[d]\n\t"                                                  \
+                     "wls    lr, %[full], 4f\n"                                               \
+                     "3:\n\t"                                                                  \
+                     "vldrb.u16  %q[q], [%[s], %q[o]]\n\t"                                     \
+                     "add    %[s], %[s], %[st]\n\t"                                           \
+                     "vstrb.16  %q[q], [%[e]], #8\n\t"                                         \
+                     "le     lr, 3b\n"                                                         \
+                     "4:\n\t" TAIL                                                             \
+                     "add    %[x], %[x], %[xr]\n\t"                                           \
+                     "add    %[d], %[d], %[pw]\n\t"                                           \
+                     "subs   %[h], %[h], #1\n\t"                                              \
+                     "bne    2b"                                                              \
+                     : [x] "+r"(x), [d] "+r"(d), [h] "+r"(r), [s] "=&r"(s), [e] "=&r"(e),   \
+                       [q] "=&w"(q)                                                           \
+                     : [full] "r"(full), [xr] "r"(xr), [pw] "r"(pw), [st] "r"(step),        \
+                       [o] "w"(off)__VA_ARGS__                                                \
+                     : "lr", "cc", "memory")
+    r = h;
+    if (r <= 0) return;
+    if (tail) {
+        const mve_pred16_t p = vctp16q((uint32_t)tail);
+        MF_MVDW_PLANE_ASM("vpst\n\tvldrbt.u16  %q[q], [%[s], %q[o]]\n\t"
+                          "vpst\n\tvstrbt.16  %q[q], [%[e]]\n\t", , [p] "Up"(p));
+    } else {
+        MF_MVDW_PLANE_ASM("", );
+    }
+#undef MF_MVDW_PLANE_ASM
+    (void)s, (void)e, (void)q;
+#elif MF_USE_MVE
     const uint16x8_t off = vmulq_n_u16(vidupq_n_u16(0, 1), (uint16_t)xp);
     const int full = w >> 3, tail = w & 7, step = 8 * xp;
     const mve_pred16_t p = vctp16q((uint32_t)tail);
@@ -264,7 +311,7 @@ MF_MVDW_INLINE int32x4_t mf_mve_dw_quad_groups(const int8_t *p, int sw, int grou
     return mf_mve_dw_lanes(a[0], a[1], a[2], a[3]);
 }
 
-#if defined(__GNUC__) && defined(__OPTIMIZE__) && !defined(__OPTIMIZE_SIZE__) && !defined(MF_MVDW_NO_ASM)
+#if MF_MVDW_HAVE_ASM
 /* The asm loops below put two VMLADAV results into a vector with one VMOV of two lanes
  * (VMOV Qd[2], Qd[0], Rt, Rt2, then Qd[3], Qd[1]): outputs 0 and 1 of a quad go to lanes
  * {0, 2}, outputs 2 and 3 to lanes {1, 3}. Which of the two lanes takes Rt is left open (gcc 12
@@ -407,9 +454,6 @@ MF_MVDW_INLINE void mf_mve_dw_flat_asm(const int8_t *plane, const int32_t *t, in
         MF_MVDW_FLAT1_ASM("");
     (void)g, (void)a, (void)wb;
 }
-#define MF_MVDW_HAVE_ASM 1
-#else
-#define MF_MVDW_HAVE_ASM 0
 #endif
 
 /* nch channels from x (planes copied one at a time), records pk, outputs y: four outputs a

@@ -148,6 +148,9 @@ def dw_cases(seed=0, n=30):
             [(3, 3, 19, 1, "none"), (5, 5, 6, 1, "relu"), (3, 5, 21, 1, "none"),
              (5, 7, 9, 1, "relu6"), (6, 6, 12, 2, "none"), (6, 10, 5, 2, "relu"),
              (3, 3, 33, 1, "relu")]]
+    # planes copied one channel at a time (cg 1), rows of whole groups of 8 pixels and not
+    out += [dw_case(rng, h, w, c, (3, 3), (s, s), True, act) for h, w, c, s, act in
+            [(24, 24, 3, 1, "relu"), (23, 25, 2, 2, "none"), (26, 17, 3, 1, "relu6")]]
     return out
 
 
@@ -187,6 +190,9 @@ def test_dw_cases_cover_the_edges(dwc):
     # passes of 8 planes copied together, a last pass of fewer; passes of one plane
     assert any(g["cg"] == 8 and g["c"] > 8 and g["c"] % 8 for g in gs)
     assert any(g["cg"] == 8 and g["c"] < 8 for g in gs) and any(g["cg"] == 1 for g in gs)
+    # one plane at a time: rows of 8 pixels and more, with and without a last 1..7
+    w1 = {(g["h"] if g["transpose"] else g["w"]) for g in gs if g["cg"] == 1}
+    assert any(w % 8 == 0 and w >= 8 for w in w1) and any(w % 8 and w > 8 for w in w1)
     # the flat walk: pairs (ow even), single windows of the pair layout (ow odd), tap groups;
     # a last partial quad; and layers walked by rows
     flat = [g for g in gs if g["flat"]]
