@@ -47,7 +47,9 @@
 #include <arm_mve.h>
 #endif
 
-/* the asm loops (gcc, optimizing for speed; -DMF_MVDW_NO_ASM turns them off) */
+/* the asm loops (gcc, optimizing for speed; -DMF_MVDW_NO_ASM turns them off). They hold 11
+ * core registers: tested at -O2 and -O3 (-O0 and -Os take the C loops); with
+ * -fno-omit-frame-pointer gcc 12 may report "impossible constraints": add -DMF_MVDW_NO_ASM. */
 #if MF_USE_MVE && defined(__GNUC__) && defined(__OPTIMIZE__) && !defined(__OPTIMIZE_SIZE__) \
     && !defined(MF_MVDW_NO_ASM)
 #define MF_MVDW_HAVE_ASM 1
@@ -188,7 +190,8 @@ MF_MVDW_INLINE void mf_mve_dw_plane(const int8_t *x, const mf_mve_dw_view *v, in
     int r;
 #if MF_MVDW_HAVE_ASM
     /* all rows in one asm loop: 7 instructions a row and 4 every 8 pixels (+4 for the
-     * row's last 1..7, predicated), where gcc's loops spend ~16 a row */
+     * row's last 1..7, predicated), where gcc's loops spend ~16 a row. VSTRB.16's base must
+     * be a low register (r0-r7): the "l" constraint. */
     const uint16x8_t off = vmulq_n_u16(vidupq_n_u16(0, 1), (uint16_t)xp);
     const int full = w >> 3, tail = w & 7, step = 8 * xp;
     const int8_t *s;
@@ -209,7 +212,7 @@ MF_MVDW_INLINE void mf_mve_dw_plane(const int8_t *x, const mf_mve_dw_view *v, in
                      "add    %[d], %[d], %[pw]\n\t"                                           \
                      "subs   %[h], %[h], #1\n\t"                                              \
                      "bne    2b"                                                              \
-                     : [x] "+r"(x), [d] "+r"(d), [h] "+r"(r), [s] "=&r"(s), [e] "=&r"(e),   \
+                     : [x] "+r"(x), [d] "+r"(d), [h] "+r"(r), [s] "=&r"(s), [e] "=&l"(e),   \
                        [q] "=&w"(q)                                                           \
                      : [full] "r"(full), [xr] "r"(xr), [pw] "r"(pw), [st] "r"(step),        \
                        [o] "w"(off)__VA_ARGS__                                                \
@@ -536,6 +539,24 @@ MF_MVDW_INLINE void mf_mve_dw_chans(const mf_mve_dw_view *v, const int8_t *x, in
                                                (r > 2u ? 2u : r - 1u) * yp, (r - 1u) * yp);
 #endif
     if (gen) sw = v->sw;
+#if MF_MVDW_HAVE_ASM
+    if (!gen && v->flat) { /* the fast flat walks: little more than the asm a channel */
+        const int total = v->oh * v->ow, nq = total >> 2, u2 = v->units2;
+        const int32_t *tt = table + nq * (u2 ? 2 : 4);
+        for (k = 0; k < nch; ++k, pk += MF_MVDW_REC(1, 1), ++x, ++y, plane += pstep) {
+            const int8_t *w = (const int8_t *)(pk + MF_MVDW_W(1));
+            const int8x16_t wa = vld1q_s8(w), wb = vld1q_s8(w - sw);
+            if (!pstep) mf_mve_dw_plane(x, v, plane);
+            if (nq)
+                mf_mve_dw_flat_asm(plane, table, nq, u2, o, wa, wb, pk[0], pk[1], pk[2], -pk[3],
+                                   sf, vlo, vhi, y, yoff2, ystep);
+            if (r)
+                mf_mve_dw_flat_asm(plane, tt, 1, u2, o, wa, wb, pk[0], pk[1], pk[2], -pk[3], sf,
+                                   vlo, vhi, y + nq * ystep, ytail, ystep);
+        }
+        return;
+    }
+#endif
     for (k = 0; k < nch; ++k, pk += rec, ++x, ++y, plane += pstep) {
         const int8_t *w = (const int8_t *)(pk + MF_MVDW_W(pair));
         const int8x16_t wa = vld1q_s8(w), wb = pair ? vld1q_s8(w - sw) : wa; /* MF_MVDW_REC */
