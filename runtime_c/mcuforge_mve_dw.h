@@ -556,6 +556,28 @@ MF_MVDW_INLINE void mf_mve_dw_chans(const mf_mve_dw_view *v, const int8_t *x, in
         }
         return;
     }
+    if (!gen && ow >= 4) { /* the fast rows: the asm quads, and a row's last 1..3 outputs as
+                            * one more quad ending at its end (the outputs it repeats are
+                            * stored again, the same values) */
+        const int back = ow - 4, yp = v->yp, yrs = v->yr;
+        for (k = 0; k < nch; ++k, pk += MF_MVDW_REC(1, 1), ++x, ++y, plane += pstep) {
+            const int8_t *w = (const int8_t *)(pk + MF_MVDW_W(1));
+            const int8x16_t wa = vld1q_s8(w), wb = vld1q_s8(w - sw);
+            const int32_t bias = pk[0], mult = pk[1], add = pk[2], npost = -pk[3];
+            const int8_t *row = plane;
+            int8_t *yr = y;
+            int oy;
+            if (!pstep) mf_mve_dw_plane(x, v, plane);
+            for (oy = v->oh; oy > 0; --oy, row += step, yr += yrs) {
+                mf_mve_dw_pairs_asm(row, nq, sw, o, wa, wb, bias, mult, add, npost, sf, vlo, vhi,
+                                    yr, yoff2, ystep);
+                if (tail)
+                    mf_mve_dw_pairs_asm(row + back * sw, 1, sw, o, wa, wb, bias, mult, add, npost,
+                                        sf, vlo, vhi, yr + back * yp, yoff2, ystep);
+            }
+        }
+        return;
+    }
 #endif
     for (k = 0; k < nch; ++k, pk += rec, ++x, ++y, plane += pstep) {
         const int8_t *w = (const int8_t *)(pk + MF_MVDW_W(pair));

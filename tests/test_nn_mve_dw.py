@@ -151,6 +151,12 @@ def dw_cases(seed=0, n=30):
     # planes copied one channel at a time (cg 1), rows of whole groups of 8 pixels and not
     out += [dw_case(rng, h, w, c, (3, 3), (s, s), True, act) for h, w, c, s, act in
             [(24, 24, 3, 1, "relu"), (23, 25, 2, 2, "none"), (26, 17, 3, 1, "relu6")]]
+    # walks by rows whose last quad ends at the row's end (ow % 4 = 1, 2, 3; strides 1, 2)
+    out += [dw_case(rng, h, w, 1, (3, 3), (s, s), True, act) for h, w, s, act in
+            [(20, 19, 1, "none"), (21, 18, 1, "relu"), (48, 22, 2, "none"), (44, 18, 2, "relu"),
+             (50, 26, 2, "relu6"), (19, 23, 1, "relu6"), (30, 9, 1, "none"),
+             (60, 10, 2, "none"), (21, 19, 1, "none"), (45, 46, 2, "none"),
+             (21, 21, 1, "none"), (46, 46, 2, "relu"), (66, 18, 2, "none")]]
     return out
 
 
@@ -191,6 +197,12 @@ def test_dw_cases_cover_the_edges(dwc):
     assert any(g["cg"] == 8 and g["c"] > 8 and g["c"] % 8 for g in gs)
     assert any(g["cg"] == 8 and g["c"] < 8 for g in gs) and any(g["cg"] == 1 for g in gs)
     # one plane at a time: rows of 8 pixels and more, with and without a last 1..7
+    # walks by rows (asm at -O2/-O3): each ow % 4, strides 1 and 2, with and without the sign
+    # term (a row's last 1..3 outputs: a quad ending at the row's end)
+    rows = {((g["oh"] if g["transpose"] else g["ow"]) % 4, pack_mve_dw.view_kernel(g)[2],
+             c["sf"]) for g, c in zip(gs, dwc)
+            if g["pair"] and not g["flat"] and (g["oh"] if g["transpose"] else g["ow"]) >= 4}
+    assert {(r, s, f) for r in range(4) for s in (1, 2) for f in (0, 1)} <= rows
     w1 = {(g["h"] if g["transpose"] else g["w"]) for g in gs if g["cg"] == 1}
     assert any(w % 8 == 0 and w >= 8 for w in w1) and any(w % 8 and w > 8 for w in w1)
     # the flat walk: pairs (ow even), single windows of the pair layout (ow odd), tap groups;
