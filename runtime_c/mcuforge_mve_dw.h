@@ -27,8 +27,24 @@
  * VMIN to [lo, hi] (which also saturates to int8: -128 <= lo <= hi <= 127).
  * pack.requant_params proves acc << pre and h + add inside int32.
  *
- * Instructions on QEMU mps3-an547 (Cortex-M55), arm-none-eabi-gcc 12.2, see the figures in
- * tests/test_nn_mve_dw.py's bench and the report: filled in below.
+ * At -O2/-O3 the channels whose constants allow it (pair layout, pre = 1, stride 1 or 2) run
+ * asm loops: along a row, 19 instructions for 4 outputs (2 gathers, 4 VMLADAV, 2 two-lane
+ * VMOVs, the requantization, a scatter store), a row's last 1..3 outputs as one more quad
+ * ending at the row's end; or, for small layers (flat), from a table of window offsets: 20
+ * (pairs of neighbours) or 25 (single windows) for 4 outputs; +2 with the sign term. The
+ * one-plane copy is an asm loop too. -O0 and -Os take the C loops (intrinsics).
+ *
+ * Instructions on QEMU mps3-an547 (Cortex-M55), arm-none-eabi-gcc 12.2, the layers of
+ * tests/nn_bench/mve_dw_bench.py (random constants), -O2 / -Os:
+ *   KWS 25x5x64 s1   62,969 / 85,625  (1.14 / 0.84 MAC/instr)
+ *   VWW 48x48x8 s1  105,812 / 159,875 (1.57 / 1.04)   48x48x16 s2  74,531 / 124,031 (1.11)
+ *   VWW 24x24x32 s1 117,594 / 178,688 (1.41 / 0.93)   24x24x32 s2  42,031 / 74,406 (0.99)
+ *   VWW 12x12x64 s1  59,938 / 90,688  (1.38 / 0.91)   12x12x64 s2  25,562 / 36,938 (0.81)
+ *   VWW 6x6x128 s1   38,438 / 54,844  (1.08 / 0.76)   6x6x128 s2   28,156 / 35,969 (0.37)
+ *   VWW 3x3x256 s1   48,656 / 61,000  (0.43 / 0.34)
+ * Per output: ~4.75 instructions in the quads; the rest is per row, per channel (weights,
+ * constants, the plane copy: ~50-100 a channel), which dominates the small layers.
+ * Recommended: -O2 (or -O3).
  */
 #ifndef MCUFORGE_MVE_DW_H
 #define MCUFORGE_MVE_DW_H
