@@ -36,12 +36,12 @@
  *
  * Instructions on QEMU mps3-an547 (Cortex-M55), arm-none-eabi-gcc 12.2, the layers of
  * tests/nn_bench/mve_dw_bench.py (random constants), -O2 / -Os:
- *   KWS 25x5x64 s1   62,969 / 85,625  (1.14 / 0.84 MAC/instr)
- *   VWW 48x48x8 s1  105,812 / 159,875 (1.57 / 1.04)   48x48x16 s2  74,531 / 124,031 (1.11)
- *   VWW 24x24x32 s1 117,594 / 178,688 (1.41 / 0.93)   24x24x32 s2  42,031 / 74,406 (0.99)
- *   VWW 12x12x64 s1  59,938 / 90,688  (1.38 / 0.91)   12x12x64 s2  25,562 / 36,938 (0.81)
- *   VWW 6x6x128 s1   38,438 / 54,844  (1.08 / 0.76)   6x6x128 s2   28,156 / 35,969 (0.37)
- *   VWW 3x3x256 s1   48,656 / 61,000  (0.43 / 0.34)
+ *   KWS 25x5x64 s1   63,250 / 85,625  (1.14 / 0.84 MAC/instr)
+ *   VWW 48x48x8 s1  101,281 / 159,875 (1.64 / 1.04)   48x48x16 s2  65,469 / 124,031 (1.27)
+ *   VWW 24x24x32 s1 118,000 / 178,688 (1.41 / 0.93)   24x24x32 s2  42,156 / 74,406 (0.98)
+ *   VWW 12x12x64 s1  59,969 / 90,688  (1.38 / 0.91)   12x12x64 s2  25,594 / 36,938 (0.81)
+ *   VWW 6x6x128 s1   38,531 / 54,844  (1.08 / 0.76)   6x6x128 s2   28,281 / 35,969 (0.37)
+ *   VWW 3x3x256 s1   48,875 / 61,000  (0.42 / 0.34)
  * Per output: ~4.75 instructions in the quads; the rest is per row, per channel (weights,
  * constants, the plane copy: ~50-100 a channel), which dominates the small layers.
  * Recommended: -O2 (or -O3).
@@ -205,23 +205,21 @@ MF_MVDW_INLINE void mf_mve_dw_plane(const int8_t *x, const mf_mve_dw_view *v, in
     int8_t *d = plane + v->pt * pw + v->pl;
     int r;
 #if MF_MVDW_HAVE_ASM
-    /* all rows in one asm loop: 7 instructions a row and 4 every 8 pixels (+4 for the
-     * row's last 1..7, predicated), where gcc's loops spend ~16 a row. VSTRB.16's base must
-     * be a low register (r0-r7): the "l" constraint. */
-    const uint16x8_t off = vmulq_n_u16(vidupq_n_u16(0, 1), (uint16_t)xp);
-    const int full = w >> 3, tail = w & 7, step = 8 * xp;
+    /* all rows in one asm loop: 7 instructions a row and 4 every 16 pixels (pixel stride
+     * <= 17: byte gathers of 16 lanes) or 8 (halfword lanes), +4 for the row's last ones
+     * (predicated), where gcc's loops spend ~16 a row and 4 every 8 pixels. The narrowing
+     * VSTRB.16's base must be a low register (r0-r7): the "l" constraint. */
     const int8_t *s;
     int8_t *e;
-    uint16x8_t q;
-#define MF_MVDW_PLANE_ASM(TAIL, ...)                                                           \
+#define MF_MVDW_PLANE_ASM(LD, ST, NB, Q, OFF, TAIL, ...)                                       \
     __asm__ volatile("2:\n\t"                                                                  \
                      "mov    %[s], %[x]\n\t"                                                  \
                      "mov    %[e], %[d]\n\t"                                                  \
                      "wls    lr, %[full], 4f\n"                                               \
                      "3:\n\t"                                                                  \
-                     "vldrb.u16  %q[q], [%[s], %q[o]]\n\t"                                     \
+                     LD "  %q[q], [%[s], %q[o]]\n\t"                                           \
                      "add    %[s], %[s], %[st]\n\t"                                           \
-                     "vstrb.16  %q[q], [%[e]], #8\n\t"                                         \
+                     ST "  %q[q], [%[e]], %[n]\n\t"                                            \
                      "le     lr, 3b\n"                                                         \
                      "4:\n\t" TAIL                                                             \
                      "add    %[x], %[x], %[xr]\n\t"                                           \
@@ -229,21 +227,41 @@ MF_MVDW_INLINE void mf_mve_dw_plane(const int8_t *x, const mf_mve_dw_view *v, in
                      "subs   %[h], %[h], #1\n\t"                                              \
                      "bne    2b"                                                              \
                      : [x] "+r"(x), [d] "+r"(d), [h] "+r"(r), [s] "=&r"(s), [e] "=&l"(e),   \
-                       [q] "=&w"(q)                                                           \
+                       [q] "=&w"(Q)                                                           \
                      : [full] "r"(full), [xr] "r"(xr), [pw] "r"(pw), [st] "r"(step),        \
-                       [o] "w"(off)__VA_ARGS__                                                \
+                       [o] "w"(OFF), [n] "i"(NB)__VA_ARGS__                                   \
                      : "lr", "cc", "memory")
     r = h;
     if (r <= 0) return;
-    if (tail) {
-        const mve_pred16_t p = vctp16q((uint32_t)tail);
-        MF_MVDW_PLANE_ASM("vpst\n\tvldrbt.u16  %q[q], [%[s], %q[o]]\n\t"
-                          "vpst\n\tvstrbt.16  %q[q], [%[e]]\n\t", , [p] "Up"(p));
+    if (15 * xp <= 255) { /* 16 pixels a gather (8-bit offsets) */
+        const uint8x16_t off = vmulq_n_u8(vidupq_n_u8(0, 1), (uint8_t)xp);
+        const int full = w >> 4, tail = w & 15, step = 16 * xp;
+        uint8x16_t q;
+        if (tail) {
+            const mve_pred16_t p = vctp8q((uint32_t)tail);
+            MF_MVDW_PLANE_ASM("vldrb.u8", "vstrb.8", 16, q, off,
+                              "vpst\n\tvldrbt.u8  %q[q], [%[s], %q[o]]\n\t"
+                              "vpst\n\tvstrbt.8  %q[q], [%[e]]\n\t", , [p] "Up"(p));
+        } else {
+            MF_MVDW_PLANE_ASM("vldrb.u8", "vstrb.8", 16, q, off, "", );
+        }
+        (void)q;
     } else {
-        MF_MVDW_PLANE_ASM("", );
+        const uint16x8_t off = vmulq_n_u16(vidupq_n_u16(0, 1), (uint16_t)xp);
+        const int full = w >> 3, tail = w & 7, step = 8 * xp;
+        uint16x8_t q;
+        if (tail) {
+            const mve_pred16_t p = vctp16q((uint32_t)tail);
+            MF_MVDW_PLANE_ASM("vldrb.u16", "vstrb.16", 8, q, off,
+                              "vpst\n\tvldrbt.u16  %q[q], [%[s], %q[o]]\n\t"
+                              "vpst\n\tvstrbt.16  %q[q], [%[e]]\n\t", , [p] "Up"(p));
+        } else {
+            MF_MVDW_PLANE_ASM("vldrb.u16", "vstrb.16", 8, q, off, "", );
+        }
+        (void)q;
     }
 #undef MF_MVDW_PLANE_ASM
-    (void)s, (void)e, (void)q;
+    (void)s, (void)e;
 #elif MF_USE_MVE
     const uint16x8_t off = vmulq_n_u16(vidupq_n_u16(0, 1), (uint16_t)xp);
     const int full = w >> 3, tail = w & 7, step = 8 * xp;

@@ -150,7 +150,8 @@ def dw_cases(seed=0, n=30):
              (3, 3, 33, 1, "relu")]]
     # planes copied one channel at a time (cg 1), rows of whole groups of 8 pixels and not
     out += [dw_case(rng, h, w, c, (3, 3), (s, s), True, act) for h, w, c, s, act in
-            [(24, 24, 3, 1, "relu"), (23, 25, 2, 2, "none"), (26, 17, 3, 1, "relu6")]]
+            [(24, 24, 3, 1, "relu"), (23, 25, 2, 2, "none"), (26, 17, 3, 1, "relu6"),
+             (32, 32, 1, 1, "relu")]]
     # walks by rows whose last quad ends at the row's end (ow % 4 = 1, 2, 3; strides 1, 2)
     out += [dw_case(rng, h, w, 1, (3, 3), (s, s), True, act) for h, w, s, act in
             [(20, 19, 1, "none"), (21, 18, 1, "relu"), (48, 22, 2, "none"), (44, 18, 2, "relu"),
@@ -203,8 +204,14 @@ def test_dw_cases_cover_the_edges(dwc):
              c["sf"]) for g, c in zip(gs, dwc)
             if g["pair"] and not g["flat"] and (g["oh"] if g["transpose"] else g["ow"]) >= 4}
     assert {(r, s, f) for r in range(4) for s in (1, 2) for f in (0, 1)} <= rows
-    w1 = {(g["h"] if g["transpose"] else g["w"]) for g in gs if g["cg"] == 1}
-    assert any(w % 8 == 0 and w >= 8 for w in w1) and any(w % 8 and w > 8 for w in w1)
+    # (the asm copy: 16 pixels a gather where the pixel stride is <= 17, else 8)
+    w1 = set()
+    for g in gs:
+        if g["cg"] == 1:
+            w, xp = (g["h"], g["w"] * g["c"]) if g["transpose"] else (g["w"], g["c"])
+            b = 16 if 15 * xp <= 255 else 8
+            w1.add((b, w >= b, w % b > 0))
+    assert {(16, True, False), (16, True, True), (8, True, False), (8, True, True)} <= w1
     # the flat walk: pairs (ow even), single windows of the pair layout (ow odd), tap groups;
     # a last partial quad; and layers walked by rows
     flat = [g for g in gs if g["flat"]]
