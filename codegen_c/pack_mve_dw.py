@@ -67,14 +67,19 @@ def _view(h, w, oh, ow, kh, kw, sh, sw, pt, pl, c, t):
         return None
     # two neighbours' windows in one gather of 16 byte offsets
     pair = int(kh * (kw + sw) <= 16 and sw <= 4 and (kh - 1) * pw + kw + sw - 1 <= 255)
-    quad = 22 if pair else 6 * groups(taps) + 18  # instructions per 4 outputs, roughly
-    cost = oh * (-(-ow // 4) * quad + 20) + h * (3 + 2 * -(-w // 8))
+    copy = h * (3 + 2 * -(-w // 8))  # the plane
+    if pair:  # instructions measured at -O2 (the asm loops): a row's full quads 19 each, its
+        # last partial quad ~30 (predicated, C), ~14 a row; the flat walk's quads 20 (pairs of
+        # neighbours, ow even) or 25 (single windows), ~20 a channel
+        cost = oh * (ow // 4 * 19 + (30 if ow % 4 else 0) + 14) + copy
+        fcost = -(-(oh * ow) // 4) * (20 if ow % 2 == 0 else 25) + 20 + copy
+    else:
+        quad = 6 * groups(taps) + 18  # instructions per 4 outputs, roughly
+        cost = oh * (-(-ow // 4) * quad + 20) + copy
+        fcost = -(-(oh * ow) // 4) * (quad + 10) + 30 + copy
     flat = 0
-    if not t and oh * ow <= FLATMAX:  # one walk over all outputs (contiguous in NHWC)
-        fcost = -(-(oh * ow) // 4) * (quad + (3 if pair and ow % 2 == 0 else 10)) + 30 \
-            + h * (3 + 2 * -(-w // 8))
-        if fcost < cost:
-            cost, flat = fcost, 1
+    if not t and oh * ow <= FLATMAX and fcost < cost:  # one walk over all outputs (NHWC)
+        cost, flat = fcost, 1
     return dict(ph=ph, pw=pw, cost=cost, pair=pair, flat=flat)
 
 

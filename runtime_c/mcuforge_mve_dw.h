@@ -27,8 +27,24 @@
  * VMIN to [lo, hi] (which also saturates to int8: -128 <= lo <= hi <= 127).
  * pack.requant_params proves acc << pre and h + add inside int32.
  *
- * Instructions on QEMU mps3-an547 (Cortex-M55), arm-none-eabi-gcc 12.2, see the figures in
- * tests/test_nn_mve_dw.py's bench and the report: filled in below.
+ * At -O2/-O3 the channels whose constants allow it (pair layout, pre = 1, stride 1 or 2) run
+ * asm loops: along a row, 19 instructions for 4 outputs (2 gathers, 4 VMLADAV, 2 two-lane
+ * VMOVs, the requantization, a scatter store), a row's last 1..3 outputs as one more quad
+ * ending at the row's end; or, for small layers (flat), from a table of window offsets: 20
+ * (pairs of neighbours) or 25 (single windows) for 4 outputs; +2 with the sign term. The
+ * one-plane copy is an asm loop too. -O0 and -Os take the C loops (intrinsics).
+ *
+ * Instructions on QEMU mps3-an547 (Cortex-M55), arm-none-eabi-gcc 12.2, the layers of
+ * tests/nn_bench/mve_dw_bench.py (random constants), -O2 / -Os:
+ *   KWS 25x5x64 s1   63,250 / 85,625  (1.14 / 0.84 MAC/instr)
+ *   VWW 48x48x8 s1  101,281 / 159,875 (1.64 / 1.04)   48x48x16 s2  65,469 / 124,031 (1.27)
+ *   VWW 24x24x32 s1 118,000 / 178,688 (1.41 / 0.93)   24x24x32 s2  42,156 / 74,406 (0.98)
+ *   VWW 12x12x64 s1  59,969 / 90,688  (1.38 / 0.91)   12x12x64 s2  25,594 / 36,938 (0.81)
+ *   VWW 6x6x128 s1   38,531 / 54,844  (1.08 / 0.76)   6x6x128 s2   28,281 / 35,969 (0.37)
+ *   VWW 3x3x256 s1   48,875 / 61,000  (0.42 / 0.34)
+ * Per output: ~4.75 instructions in the quads; the rest is per row, per channel (weights,
+ * constants, the plane copy: ~50-100 a channel), which dominates the small layers.
+ * Recommended: -O2 (or -O3).
  */
 #ifndef MCUFORGE_MVE_DW_H
 #define MCUFORGE_MVE_DW_H
@@ -45,6 +61,16 @@
 
 #if MF_USE_MVE
 #include <arm_mve.h>
+#endif
+
+/* the asm loops (gcc, optimizing for speed; -DMF_MVDW_NO_ASM turns them off). They hold 11
+ * core registers: tested at -O2 and -O3 (-O0 and -Os take the C loops); with
+ * -fno-omit-frame-pointer gcc 12 may report "impossible constraints": add -DMF_MVDW_NO_ASM. */
+#if MF_USE_MVE && defined(__GNUC__) && defined(__OPTIMIZE__) && !defined(__OPTIMIZE_SIZE__) \
+    && !defined(MF_MVDW_NO_ASM)
+#define MF_MVDW_HAVE_ASM 1
+#else
+#define MF_MVDW_HAVE_ASM 0
 #endif
 
 #if defined(__GNUC__)
@@ -124,15 +150,18 @@ MF_MVDW_INLINE void mf_mve_dw_viewof(const mf_mve_dw_geom *g, mf_mve_dw_view *v)
 }
 
 /* The flat walk's table (int32, 4-byte aligned after the planes): the window offset in the
- * plane of each unit (a pair of neighbours, or one output), padded with 0 to whole quads. */
+ * plane of each unit (a pair of neighbours, or one output), padded to whole quads with copies
+ * of the last unit (the unpredicated asm walk stores their outputs again at the same place). */
 MF_MVDW_INLINE int32_t *mf_mve_dw_table(const mf_mve_dw_view *v, int8_t *scratch) {
     int32_t *t = (int32_t *)(void *)(((uintptr_t)(scratch + v->cg * v->ph * v->pw) + 3u)
                                      & ~(uintptr_t)3u);
     const int total = v->oh * v->ow, step = v->units2 ? 2 : 1;
     const int n = (total + 3) / 4 * (4 / step);
     int u, i;
-    for (u = 0, i = 0; u < n; ++u, i += step)
-        t[u] = i < total ? (i / v->ow) * v->sh * v->pw + (i % v->ow) * v->sw : 0;
+    for (u = 0, i = 0; u < n; ++u, i += step) {
+        const int j = i < total ? i : total - step; /* the last unit */
+        t[u] = (j / v->ow) * v->sh * v->pw + (j % v->ow) * v->sw;
+    }
     return t;
 }
 
@@ -175,7 +204,65 @@ MF_MVDW_INLINE void mf_mve_dw_plane(const int8_t *x, const mf_mve_dw_view *v, in
     const int h = v->h, w = v->w, xr = v->xr, xp = v->xp, pw = v->pw;
     int8_t *d = plane + v->pt * pw + v->pl;
     int r;
-#if MF_USE_MVE
+#if MF_MVDW_HAVE_ASM
+    /* all rows in one asm loop: 7 instructions a row and 4 every 16 pixels (pixel stride
+     * <= 17: byte gathers of 16 lanes) or 8 (halfword lanes), +4 for the row's last ones
+     * (predicated), where gcc's loops spend ~16 a row and 4 every 8 pixels. The narrowing
+     * VSTRB.16's base must be a low register (r0-r7): the "l" constraint. */
+    const int8_t *s;
+    int8_t *e;
+#define MF_MVDW_PLANE_ASM(LD, ST, NB, Q, OFF, TAIL, ...)                                       \
+    __asm__ volatile("2:\n\t"                                                                  \
+                     "mov    %[s], %[x]\n\t"                                                  \
+                     "mov    %[e], %[d]\n\t"                                                  \
+                     "wls    lr, %[full], 4f\n"                                               \
+                     "3:\n\t"                                                                  \
+                     LD "  %q[q], [%[s], %q[o]]\n\t"                                           \
+                     "add    %[s], %[s], %[st]\n\t"                                           \
+                     ST "  %q[q], [%[e]], %[n]\n\t"                                            \
+                     "le     lr, 3b\n"                                                         \
+                     "4:\n\t" TAIL                                                             \
+                     "add    %[x], %[x], %[xr]\n\t"                                           \
+                     "add    %[d], %[d], %[pw]\n\t"                                           \
+                     "subs   %[h], %[h], #1\n\t"                                              \
+                     "bne    2b"                                                              \
+                     : [x] "+r"(x), [d] "+r"(d), [h] "+r"(r), [s] "=&r"(s), [e] "=&l"(e),   \
+                       [q] "=&w"(Q)                                                           \
+                     : [full] "r"(full), [xr] "r"(xr), [pw] "r"(pw), [st] "r"(step),        \
+                       [o] "w"(OFF), [n] "i"(NB)__VA_ARGS__                                   \
+                     : "lr", "cc", "memory")
+    r = h;
+    if (r <= 0) return;
+    if (15 * xp <= 255) { /* 16 pixels a gather (8-bit offsets) */
+        const uint8x16_t off = vmulq_n_u8(vidupq_n_u8(0, 1), (uint8_t)xp);
+        const int full = w >> 4, tail = w & 15, step = 16 * xp;
+        uint8x16_t q;
+        if (tail) {
+            const mve_pred16_t p = vctp8q((uint32_t)tail);
+            MF_MVDW_PLANE_ASM("vldrb.u8", "vstrb.8", 16, q, off,
+                              "vpst\n\tvldrbt.u8  %q[q], [%[s], %q[o]]\n\t"
+                              "vpst\n\tvstrbt.8  %q[q], [%[e]]\n\t", , [p] "Up"(p));
+        } else {
+            MF_MVDW_PLANE_ASM("vldrb.u8", "vstrb.8", 16, q, off, "", );
+        }
+        (void)q;
+    } else {
+        const uint16x8_t off = vmulq_n_u16(vidupq_n_u16(0, 1), (uint16_t)xp);
+        const int full = w >> 3, tail = w & 7, step = 8 * xp;
+        uint16x8_t q;
+        if (tail) {
+            const mve_pred16_t p = vctp16q((uint32_t)tail);
+            MF_MVDW_PLANE_ASM("vldrb.u16", "vstrb.16", 8, q, off,
+                              "vpst\n\tvldrbt.u16  %q[q], [%[s], %q[o]]\n\t"
+                              "vpst\n\tvstrbt.16  %q[q], [%[e]]\n\t", , [p] "Up"(p));
+        } else {
+            MF_MVDW_PLANE_ASM("vldrb.u16", "vstrb.16", 8, q, off, "", );
+        }
+        (void)q;
+    }
+#undef MF_MVDW_PLANE_ASM
+    (void)s, (void)e;
+#elif MF_USE_MVE
     const uint16x8_t off = vmulq_n_u16(vidupq_n_u16(0, 1), (uint16_t)xp);
     const int full = w >> 3, tail = w & 7, step = 8 * xp;
     const mve_pred16_t p = vctp16q((uint32_t)tail);
@@ -261,33 +348,52 @@ MF_MVDW_INLINE int32x4_t mf_mve_dw_quad_groups(const int8_t *p, int sw, int grou
     return mf_mve_dw_lanes(a[0], a[1], a[2], a[3]);
 }
 
-#if defined(__GNUC__) && defined(__OPTIMIZE__) && !defined(__OPTIMIZE_SIZE__) && !defined(MF_MVDW_NO_ASM)
-/* n >= 1 quads of the pair layout as one asm loop (gcc spends ~2 more instructions a quad on
- * moves of the window pointer): 21 instructions for 4 outputs, 23 with the sign term. VMLADAV
- * needs an even accumulator register: r0 and r2, reused (r0 also as the second window's
- * address). SF: the sign term; SW: the stride (1 or 2), an immediate. */
+#if MF_MVDW_HAVE_ASM
+/* The asm loops below put two VMLADAV results into a vector with one VMOV of two lanes
+ * (VMOV Qd[2], Qd[0], Rt, Rt2, then Qd[3], Qd[1]): outputs 0 and 1 of a quad go to lanes
+ * {0, 2}, outputs 2 and 3 to lanes {1, 3}. Which of the two lanes takes Rt is left open (gcc 12
+ * and QEMU 7.2 disagree): the store's offset vector is built by the same two instructions from
+ * the outputs' offsets (mf_mve_dw_yoff2), so each value lands beside its own offset either way,
+ * and no lane is predicated off (a quad's unused lanes repeat a used one, offset and value). */
+MF_MVDW_INLINE uint32x4_t mf_mve_dw_yoff2(uint32_t o0, uint32_t o1, uint32_t o2, uint32_t o3) {
+    uint32x4_t q = vdupq_n_u32(0);
+    __asm__("vmov  %q[q][2], %q[q][0], %[a], %[b]\n\t"
+            "vmov  %q[q][3], %q[q][1], %[c], %[d]"
+            : [q] "+w"(q)
+            : [a] "r"(o0), [b] "r"(o1), [c] "r"(o2), [d] "r"(o3));
+    return q;
+}
+
+/* The requantization of the quad in %q[A] (mf_mve_dw_rq4 with pre = 1) and its store. */
+#define MF_MVDW_RQ_ASM(SF, A)                                                                  \
+    "vadd.i32  %q[" A "], %q[" A "], %[bias]\n\t"                                              \
+    "vqrdmulh.s32  %q[" A "], %q[" A "], %[mult]\n\t"                                          \
+    SF                                                                                         \
+    "vadd.i32  %q[" A "], %q[" A "], %[add]\n\t"                                               \
+    "vshl.s32  %q[" A "], %[np]\n\t"                                                           \
+    "vmax.s32  %q[" A "], %q[" A "], %q[lo]\n\t"                                               \
+    "vmin.s32  %q[" A "], %q[" A "], %q[hi]\n\t"                                               \
+    "vstrb.32  %q[" A "], [%[y], %q[yo]]\n\t"
+/* the sign term: on the accumulator %q[a] (temporary %q[g]), or the other way round */
+#define MF_MVDW_SF_ASM "vshr.s32  %q[g], %q[a], #31\n\tvadd.i32  %q[a], %q[a], %q[g]\n\t"
+#define MF_MVDW_SF_ASM_G "vshr.s32  %q[a], %q[g], #31\n\tvadd.i32  %q[g], %q[g], %q[a]\n\t"
+
+/* n >= 1 quads of the pair layout along a row as one asm loop: 19 instructions for 4 outputs,
+ * 21 with the sign term. VMLADAV needs an even accumulator register: r0 and r2, reused (r0
+ * also as the second window's address). SF: the sign term; SW: the stride, an immediate. */
 #define MF_MVDW_PAIR_ASM(SF, SW)                                                               \
     __asm__ volatile("dls    lr, %[n]\n"                                                       \
                      "1:\n\t"                                                                  \
                      "vldrb.u8  %q[g], [%[p], %q[o]]\n\t"                                      \
                      "vmladav.s8  r0, %q[g], %q[wa]\n\t"                                       \
                      "vmladav.s8  r2, %q[g], %q[wb]\n\t"                                       \
-                     "vmov.32  %q[a][0], r0\n\t"                                               \
+                     "vmov  %q[a][2], %q[a][0], r0, r2\n\t"                                    \
                      "add    r0, %[p], %[s2]\n\t"                                             \
                      "vldrb.u8  %q[g], [r0, %q[o]]\n\t"                                        \
-                     "vmov.32  %q[a][1], r2\n\t"                                               \
                      "vmladav.s8  r0, %q[g], %q[wa]\n\t"                                       \
                      "vmladav.s8  r2, %q[g], %q[wb]\n\t"                                       \
-                     "vmov.32  %q[a][2], r0\n\t"                                               \
-                     "vmov.32  %q[a][3], r2\n\t"                                               \
-                     "vadd.i32  %q[a], %q[a], %[bias]\n\t"                                     \
-                     "vqrdmulh.s32  %q[a], %q[a], %[mult]\n\t"                                 \
-                     SF                                                                        \
-                     "vadd.i32  %q[a], %q[a], %[add]\n\t"                                      \
-                     "vshl.s32  %q[a], %[np]\n\t"                                              \
-                     "vmax.s32  %q[a], %q[a], %q[lo]\n\t"                                      \
-                     "vmin.s32  %q[a], %q[a], %q[hi]\n\t"                                      \
-                     "vstrb.32  %q[a], [%[y], %q[yo]]\n\t"                                     \
+                     "vmov  %q[a][3], %q[a][1], r0, r2\n\t"                                    \
+                     MF_MVDW_RQ_ASM(SF, "a")                                                   \
                      "add    %[p], %[p], %[s4]\n\t"                                           \
                      "add    %[y], %[y], %[ys]\n\t"                                            \
                      "le     lr, 1b\n\t"                                                       \
@@ -297,7 +403,7 @@ MF_MVDW_INLINE int32x4_t mf_mve_dw_quad_groups(const int8_t *p, int sw, int grou
                        [add] "r"(add), [np] "r"(npost), [s2] "i"(2 * SW), [s4] "i"(4 * SW),   \
                        [ys] "r"(ystep)                                                         \
                      : "r0", "r2", "lr", "memory")
-#define MF_MVDW_SF_ASM "vshr.s32  %q[g], %q[a], #31\n\tvadd.i32  %q[a], %q[a], %q[g]\n\t"
+/* yoff: mf_mve_dw_yoff2 of the four outputs' offsets */
 MF_MVDW_INLINE void mf_mve_dw_pairs_asm(const int8_t *p, int n, int sw, uint8x16_t o,
                                         int8x16_t wa, int8x16_t wb, int32_t bias, int32_t mult,
                                         int32_t add, int32_t npost, int32_t sf, int32x4_t lo,
@@ -314,9 +420,77 @@ MF_MVDW_INLINE void mf_mve_dw_pairs_asm(const int8_t *p, int n, int sw, uint8x16
         MF_MVDW_PAIR_ASM("", 2);
     (void)g, (void)a;
 }
-#define MF_MVDW_HAVE_ASM 1
-#else
-#define MF_MVDW_HAVE_ASM 0
+
+/* n >= 1 quads of the flat walk from the table t (offsets in the plane pl): 20 instructions
+ * for 4 outputs from pairs of neighbours (two table entries a quad), 25 from single windows
+ * (four); 2 more with the sign term. The quad is built in %q[g] (the gathers alternate). */
+#define MF_MVDW_FLAT2_ASM(SF)                                                                  \
+    __asm__ volatile("dls    lr, lr\n"                                                         \
+                     "1:\n\t"                                                                  \
+                     "ldrd   r0, r2, [%[t]], #8\n\t"                                           \
+                     "add    r0, r0, %[pl]\n\t"                                               \
+                     "add    r2, r2, %[pl]\n\t"                                               \
+                     "vldrb.u8  %q[g], [r0, %q[o]]\n\t"                                        \
+                     "vldrb.u8  %q[a], [r2, %q[o]]\n\t"                                        \
+                     "vmladav.s8  r0, %q[g], %q[wa]\n\t"                                       \
+                     "vmladav.s8  r2, %q[g], %q[wb]\n\t"                                       \
+                     "vmov  %q[g][2], %q[g][0], r0, r2\n\t"                                    \
+                     "vmladav.s8  r0, %q[a], %q[wa]\n\t"                                       \
+                     "vmladav.s8  r2, %q[a], %q[wb]\n\t"                                       \
+                     "vmov  %q[g][3], %q[g][1], r0, r2\n\t"                                    \
+                     MF_MVDW_RQ_ASM(SF, "g")                                                   \
+                     "add    %[y], %[y], %[ys]\n\t"                                            \
+                     "le     lr, 1b\n\t"                                                       \
+                     : [t] "+r"(t), [y] "+r"(y), [g] "=&w"(g), [a] "=&w"(a), "+r"(cnt)       \
+                     : [pl] "r"(plane), [o] "w"(o), [wa] "w"(wa), [wb] "w"(wb), [lo] "w"(lo), \
+                       [hi] "w"(hi), [yo] "w"(yoff), [bias] "r"(bias), [mult] "r"(mult),      \
+                       [add] "r"(add), [np] "r"(npost), [ys] "r"(ystep)                        \
+                     : "r0", "r2", "memory")
+#define MF_MVDW_FLAT1_ASM(SF)                                                                  \
+    __asm__ volatile("dls    lr, lr\n"                                                         \
+                     "1:\n\t"                                                                  \
+                     "ldrd   r0, r2, [%[t]], #8\n\t"                                           \
+                     "add    r0, r0, %[pl]\n\t"                                               \
+                     "add    r2, r2, %[pl]\n\t"                                               \
+                     "vldrb.u8  %q[g], [r0, %q[o]]\n\t"                                        \
+                     "vldrb.u8  %q[a], [r2, %q[o]]\n\t"                                        \
+                     "vmladav.s8  r0, %q[g], %q[wa]\n\t"                                       \
+                     "vmladav.s8  r2, %q[a], %q[wa]\n\t"                                       \
+                     "vmov  %q[g][2], %q[g][0], r0, r2\n\t"                                    \
+                     "ldrd   r0, r2, [%[t]], #8\n\t"                                           \
+                     "add    r0, r0, %[pl]\n\t"                                               \
+                     "add    r2, r2, %[pl]\n\t"                                               \
+                     "vldrb.u8  %q[a], [r0, %q[o]]\n\t"                                        \
+                     "vmladav.s8  r0, %q[a], %q[wa]\n\t"                                       \
+                     "vldrb.u8  %q[a], [r2, %q[o]]\n\t"                                        \
+                     "vmladav.s8  r2, %q[a], %q[wa]\n\t"                                       \
+                     "vmov  %q[g][3], %q[g][1], r0, r2\n\t"                                    \
+                     MF_MVDW_RQ_ASM(SF, "g")                                                   \
+                     "add    %[y], %[y], %[ys]\n\t"                                            \
+                     "le     lr, 1b\n\t"                                                       \
+                     : [t] "+r"(t), [y] "+r"(y), [g] "=&w"(g), [a] "=&w"(a), "+r"(cnt)       \
+                     : [pl] "r"(plane), [o] "w"(o), [wa] "w"(wa), [lo] "w"(lo), [hi] "w"(hi), \
+                       [yo] "w"(yoff), [bias] "r"(bias), [mult] "r"(mult), [add] "r"(add),    \
+                       [np] "r"(npost), [ys] "r"(ystep)                                        \
+                     : "r0", "r2", "memory")
+MF_MVDW_INLINE void mf_mve_dw_flat_asm(const int8_t *plane, const int32_t *t, int n, int units2,
+                                       uint8x16_t o, int8x16_t wa, int8x16_t wb, int32_t bias,
+                                       int32_t mult, int32_t add, int32_t npost, int32_t sf,
+                                       int32x4_t lo, int32x4_t hi, int8_t *y, uint32x4_t yoff,
+                                       int ystep) {
+    register int cnt __asm__("lr") = n;
+    int8x16_t g;
+    int32x4_t a;
+    if (units2 && sf)
+        MF_MVDW_FLAT2_ASM(MF_MVDW_SF_ASM_G);
+    else if (units2)
+        MF_MVDW_FLAT2_ASM("");
+    else if (sf)
+        MF_MVDW_FLAT1_ASM(MF_MVDW_SF_ASM_G);
+    else
+        MF_MVDW_FLAT1_ASM("");
+    (void)g, (void)a, (void)wb;
+}
 #endif
 
 /* nch channels from x (planes copied one at a time), records pk, outputs y: four outputs a
@@ -389,7 +563,56 @@ MF_MVDW_INLINE void mf_mve_dw_chans(const mf_mve_dw_view *v, const int8_t *x, in
     const uint32x4_t yoff = vmulq_n_u32(vidupq_n_u32(0, 1), (uint32_t)v->yp);
     const int ow = v->ow, ystep = 4 * v->yp, step = v->sh * v->pw, nq = ow >> 2, tail = ow & 3;
     int k;
+#if MF_MVDW_HAVE_ASM
+    /* the asm walks' store offsets (mf_mve_dw_yoff2): a full quad, and the flat walk's last
+     * quad of r = total % 4 outputs (its unused lanes repeat the last output, or pair) */
+    const uint32_t yp = (uint32_t)v->yp, r = (uint32_t)(v->oh * v->ow) & 3u;
+    const uint32x4_t yoff2 = mf_mve_dw_yoff2(0u, yp, 2u * yp, 3u * yp);
+    const uint32x4_t ytail = v->units2 ? mf_mve_dw_yoff2(0u, yp, 0u, yp)
+                             : mf_mve_dw_yoff2(0u, (r > 1u ? 1u : 0u) * yp,
+                                               (r > 2u ? 2u : r - 1u) * yp, (r - 1u) * yp);
+#endif
     if (gen) sw = v->sw;
+#if MF_MVDW_HAVE_ASM
+    if (!gen && v->flat) { /* the fast flat walks: little more than the asm a channel */
+        const int total = v->oh * v->ow, nq = total >> 2, u2 = v->units2;
+        const int32_t *tt = table + nq * (u2 ? 2 : 4);
+        for (k = 0; k < nch; ++k, pk += MF_MVDW_REC(1, 1), ++x, ++y, plane += pstep) {
+            const int8_t *w = (const int8_t *)(pk + MF_MVDW_W(1));
+            const int8x16_t wa = vld1q_s8(w), wb = vld1q_s8(w - sw);
+            if (!pstep) mf_mve_dw_plane(x, v, plane);
+            if (nq)
+                mf_mve_dw_flat_asm(plane, table, nq, u2, o, wa, wb, pk[0], pk[1], pk[2], -pk[3],
+                                   sf, vlo, vhi, y, yoff2, ystep);
+            if (r)
+                mf_mve_dw_flat_asm(plane, tt, 1, u2, o, wa, wb, pk[0], pk[1], pk[2], -pk[3], sf,
+                                   vlo, vhi, y + nq * ystep, ytail, ystep);
+        }
+        return;
+    }
+    if (!gen && ow >= 4) { /* the fast rows: the asm quads, and a row's last 1..3 outputs as
+                            * one more quad ending at its end (the outputs it repeats are
+                            * stored again, the same values) */
+        const int back = ow - 4, yp = v->yp, yrs = v->yr;
+        for (k = 0; k < nch; ++k, pk += MF_MVDW_REC(1, 1), ++x, ++y, plane += pstep) {
+            const int8_t *w = (const int8_t *)(pk + MF_MVDW_W(1));
+            const int8x16_t wa = vld1q_s8(w), wb = vld1q_s8(w - sw);
+            const int32_t bias = pk[0], mult = pk[1], add = pk[2], npost = -pk[3];
+            const int8_t *row = plane;
+            int8_t *yr = y;
+            int oy;
+            if (!pstep) mf_mve_dw_plane(x, v, plane);
+            for (oy = v->oh; oy > 0; --oy, row += step, yr += yrs) {
+                mf_mve_dw_pairs_asm(row, nq, sw, o, wa, wb, bias, mult, add, npost, sf, vlo, vhi,
+                                    yr, yoff2, ystep);
+                if (tail)
+                    mf_mve_dw_pairs_asm(row + back * sw, 1, sw, o, wa, wb, bias, mult, add, npost,
+                                        sf, vlo, vhi, yr + back * yp, yoff2, ystep);
+            }
+        }
+        return;
+    }
+#endif
     for (k = 0; k < nch; ++k, pk += rec, ++x, ++y, plane += pstep) {
         const int8_t *w = (const int8_t *)(pk + MF_MVDW_W(pair));
         const int8x16_t wa = vld1q_s8(w), wb = pair ? vld1q_s8(w - sw) : wa; /* MF_MVDW_REC */
@@ -401,6 +624,19 @@ MF_MVDW_INLINE void mf_mve_dw_chans(const mf_mve_dw_view *v, const int8_t *x, in
         int oy;
         if (!pstep) mf_mve_dw_plane(x, v, plane); /* one plane: copied here */
         if (v->flat) { /* one walk over all outputs: consecutive, yp apart */
+#if MF_MVDW_HAVE_ASM
+            if (!gen) { /* the fast instances: the pair layout, pre = 1 */
+                const int total = v->oh * v->ow, nq = total >> 2;
+                if (nq)
+                    mf_mve_dw_flat_asm(plane, table, nq, v->units2, o, wa, wb, bias, mult, add,
+                                       npost, csf, vlo, vhi, yr, yoff2, ystep);
+                if (r)
+                    mf_mve_dw_flat_asm(plane, table + nq * (v->units2 ? 2 : 4), 1, v->units2,
+                                       o, wa, wb, bias, mult, add, npost, csf, vlo, vhi,
+                                       yr + nq * ystep, ytail, ystep);
+                continue;
+            }
+#endif
             if (v->units2)
                 mf_mve_dw_flat(v, plane, table, 1, pair, o, wa, wb, off, base, w, bias, mult,
                                add, npost, pre1, csf, vlo, vhi, yr, yoff, ystep);
@@ -416,7 +652,7 @@ MF_MVDW_INLINE void mf_mve_dw_chans(const mf_mve_dw_view *v, const int8_t *x, in
 #if MF_MVDW_HAVE_ASM
             if (!gen && nq) { /* the fast instances: the pair layout, pre = 1 */
                 mf_mve_dw_pairs_asm(p, nq, sw, o, wa, wb, bias, mult, add, npost, csf, vlo, vhi,
-                                    yy, yoff, ystep);
+                                    yy, yoff2, ystep);
                 p += 4 * sw * nq, yy += ystep * nq, n = 0;
             } else {
                 n = nq;

@@ -142,6 +142,22 @@ def dw_cases(seed=0, n=30):
             same = True
         out.append(dw_case(rng, h, w, c, k, s, same, acts[i % 3]))
     out += [dw_case(rng, 7, 6, 7, (3, 3), (s, s), True, "none", small=True) for s in (1, 2)]
+    # flat walks of single windows (ow odd) ending in a quad of 1, 2 or 3 outputs (the asm
+    # walk repeats the last output in the unused lanes), with and without the sign term
+    out += [dw_case(rng, h, w, c, (3, 3), (s, s), True, act) for h, w, c, s, act in
+            [(3, 3, 19, 1, "none"), (5, 5, 6, 1, "relu"), (3, 5, 21, 1, "none"),
+             (5, 7, 9, 1, "relu6"), (6, 6, 12, 2, "none"), (6, 10, 5, 2, "relu"),
+             (3, 3, 33, 1, "relu")]]
+    # planes copied one channel at a time (cg 1), rows of whole groups of 8 pixels and not
+    out += [dw_case(rng, h, w, c, (3, 3), (s, s), True, act) for h, w, c, s, act in
+            [(24, 24, 3, 1, "relu"), (23, 25, 2, 2, "none"), (26, 17, 3, 1, "relu6"),
+             (32, 32, 1, 1, "relu")]]
+    # walks by rows whose last quad ends at the row's end (ow % 4 = 1, 2, 3; strides 1, 2)
+    out += [dw_case(rng, h, w, 1, (3, 3), (s, s), True, act) for h, w, s, act in
+            [(20, 19, 1, "none"), (21, 18, 1, "relu"), (48, 22, 2, "none"), (44, 18, 2, "relu"),
+             (50, 26, 2, "relu6"), (19, 23, 1, "relu6"), (30, 9, 1, "none"),
+             (60, 10, 2, "none"), (21, 19, 1, "none"), (45, 46, 2, "none"),
+             (21, 21, 1, "none"), (46, 46, 2, "relu"), (66, 18, 2, "none")]]
     return out
 
 
@@ -181,12 +197,32 @@ def test_dw_cases_cover_the_edges(dwc):
     # passes of 8 planes copied together, a last pass of fewer; passes of one plane
     assert any(g["cg"] == 8 and g["c"] > 8 and g["c"] % 8 for g in gs)
     assert any(g["cg"] == 8 and g["c"] < 8 for g in gs) and any(g["cg"] == 1 for g in gs)
+    # one plane at a time: rows of 8 pixels and more, with and without a last 1..7
+    # walks by rows (asm at -O2/-O3): each ow % 4, strides 1 and 2, with and without the sign
+    # term (a row's last 1..3 outputs: a quad ending at the row's end)
+    rows = {((g["oh"] if g["transpose"] else g["ow"]) % 4, pack_mve_dw.view_kernel(g)[2],
+             c["sf"]) for g, c in zip(gs, dwc)
+            if g["pair"] and not g["flat"] and (g["oh"] if g["transpose"] else g["ow"]) >= 4}
+    assert {(r, s, f) for r in range(4) for s in (1, 2) for f in (0, 1)} <= rows
+    # (the asm copy: 16 pixels a gather where the pixel stride is <= 17, else 8)
+    w1 = set()
+    for g in gs:
+        if g["cg"] == 1:
+            w, xp = (g["h"], g["w"] * g["c"]) if g["transpose"] else (g["w"], g["c"])
+            b = 16 if 15 * xp <= 255 else 8
+            w1.add((b, w >= b, w % b > 0))
+    assert {(16, True, False), (16, True, True), (8, True, False), (8, True, True)} <= w1
     # the flat walk: pairs (ow even), single windows of the pair layout (ow odd), tap groups;
     # a last partial quad; and layers walked by rows
     flat = [g for g in gs if g["flat"]]
     assert any(g["pair"] and g["ow"] % 2 == 0 for g in flat)
     assert any(g["pair"] and g["ow"] % 2 for g in flat) and any(not g["pair"] for g in flat)
     assert any(g["oh"] * g["ow"] % 4 for g in flat) and any(not g["flat"] for g in gs)
+    flat1 = [(g["oh"] * g["ow"] % 4, c["sf"]) for g, c in zip(gs, dwc)
+             if g["flat"] and g["pair"] and g["ow"] % 2]
+    assert {(r, sf) for r in range(4) for sf in (0, 1)} <= set(flat1)
+    assert {(2, 0), (2, 1)} <= {(g["oh"] * g["ow"] % 4, c["sf"]) for g, c in zip(gs, dwc)
+                                if g["flat"] and g["pair"] and g["ow"] % 2 == 0}
     assert any(g["pair"] and g["transpose"] for g in gs) and any(g["pair"] and g["sw"] == 2 for g in gs)
 
 

@@ -18,8 +18,10 @@ from test_nn_mve_dw import dw_c, dw_case  # noqa: E402
 
 SHAPES = [("KWS 25x5x64 s1", 25, 5, 64, 1), ("VWW 48x48x8 s1", 48, 48, 8, 1),
           ("VWW 48x48x16 s2", 48, 48, 16, 2), ("VWW 24x24x32 s1", 24, 24, 32, 1),
-          ("VWW 12x12x64 s1", 12, 12, 64, 1), ("VWW 6x6x128 s1", 6, 6, 128, 1),
-          ("VWW 6x6x256 s1", 6, 6, 256, 1), ("VWW 3x3x256 s1", 3, 3, 256, 1)]
+          ("VWW 24x24x32 s2", 24, 24, 32, 2), ("VWW 12x12x64 s1", 12, 12, 64, 1),
+          ("VWW 12x12x64 s2", 12, 12, 64, 2), ("VWW 6x6x128 s1", 6, 6, 128, 1),
+          ("VWW 6x6x128 s2", 6, 6, 128, 2), ("VWW 3x3x256 s1", 3, 3, 256, 1)]
+COUNT = {"KWS 25x5x64 s1": 4, "VWW 6x6x128 s1": 5}  # layers of that shape in the model
 
 
 def main(flags):
@@ -33,9 +35,12 @@ def main(flags):
         exe = H.build(cases, "m55", flags, d)
         rows, ok, log = H.run(exe, "m55")
     assert ok, log
+    tot = {"KWS": 0.0, "VWW": 0.0}
     for (name, *_), (ticks, bad), m in zip(SHAPES, rows, macs):
         instr = ticks * H.TICK
+        tot[name[:3]] += instr * COUNT.get(name, 1)
         print(f"{name:18s} {instr:9.0f} instr  {m / instr:5.2f} MAC/instr  bad {bad}")
+    print("in the models: " + ", ".join(f"{k} {v:,.0f}" for k, v in tot.items()))
 
 
 if __name__ == "__main__":
