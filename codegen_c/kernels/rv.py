@@ -1,0 +1,160 @@
+"""int8 convolutions and fully connected layers on RV32's "p16" GEMM (runtime_c/mcuforge_rv.h,
+mirrored in codegen_c/micro_rv.py): two channels' weights in one int32 word w_a + 2^16 w_b,
+one mul + one add for two MACs, the taps cut into chunks inside which both 16-bit lanes
+provably hold their sums (chunks_p16). Tried before scalar.py on RISC-V targets; it takes the
+layers scalar.py's m8 would (gemm.gemm_layer's TFLM int8 arithmetic) when the chunks are long
+enough to beat m8, and declines the rest (m8 then takes them)."""
+from __future__ import annotations
+
+import numpy as np
+
+from .. import loop_ir as ir
+from ..lower import OpContext
+from . import conv_geometry, schedules
+from .gemm import gemm_layer
+from .scalar import PATCH_BYTES, rq_records
+
+OFF = 2**15  # MF_RV_OFF: a chunk accumulator's start
+MIN_CHUNK = 2.5  # mean taps a chunk below which m8 is as fast (see rv_gemm)
+
+
+def is_rv(target) -> bool:
+    return target.cpu.startswith("rv") and not (target.host or target.dsp or target.mve)
+
+
+def _lane_ok(pos, neg) -> np.ndarray:
+    """Per channel: a chunk whose positive weights sum to pos, negative to -neg keeps
+    sum x * w in [-2^15, 2^15) for every x in [-128, 127]."""
+    return (127 * pos + 128 * neg <= OFF - 1) & (128 * pos + 127 * neg <= OFF)
+
+
+def chunks_p16(rows: np.ndarray) -> list[list[int]]:
+    """Per block of 4 channels (rows [O, K], zero channels pad) the chunk lengths, greedy:
+    each chunk as long as every channel of the block passes _lane_ok (one tap always does:
+    |x w| <= 2^14)."""
+    o, k = rows.shape
+    w = np.zeros(((o + 3) // 4 * 4, k), np.int64)
+    w[:o] = rows
+    out = []
+    for b in range(0, len(w), 4):
+        blk = w[b:b + 4]
+        cpos = np.concatenate([np.zeros((4, 1), np.int64),
+                               np.cumsum(np.where(blk > 0, blk, 0), 1)], 1)
+        cneg = np.concatenate([np.zeros((4, 1), np.int64),
+                               np.cumsum(np.where(blk < 0, -blk, 0), 1)], 1)
+        lens, a = [], 0
+        while a < k:
+            e = a + 1
+            while e < k and _lane_ok(cpos[:, e + 1] - cpos[:, a],
+                                     cneg[:, e + 1] - cneg[:, a]).all():
+                e += 1
+            lens.append(e - a)
+            a = e
+        out.append(lens)
+    return out
+
+
+def pack_p16(rows: np.ndarray, chunks) -> np.ndarray:
+    """The "p16" stream (mcuforge_rv.h): per block of 4 channels, per chunk of L taps the word
+    8 L + 4 (its bytes), then per tap the words w0 + 2^16 w1, w2 + 2^16 w3: int32."""
+    o, k = rows.shape
+    w = np.zeros(((o + 3) // 4 * 4, k), np.int64)
+    w[:o] = rows
+    words = []
+    for bi, lens in enumerate(chunks):
+        blk = w[4 * bi:4 * bi + 4]
+        pair = np.stack([blk[0] + blk[1] * 2**16, blk[2] + blk[3] * 2**16], 1)  # [K, 2]
+        a = 0
+        for n in lens:
+            words.append(np.array([8 * n + 4], np.int64))
+            words.append(pair[a:a + n].reshape(-1))
+            a += n
+    return np.concatenate(words).astype(np.int32)
+
+
+def p16_bias(bias, chunks) -> np.ndarray:
+    """The folded bias less each even channel's n 2^15 (its block's n chunk offsets)."""
+    b = np.asarray(bias, np.int64).copy()
+    for bi, lens in enumerate(chunks):
+        for ch in (4 * bi, 4 * bi + 2):
+            if ch < len(b):
+                b[ch] -= len(lens) * OFF
+    return b
+
+
+def patches_per_batch(k: int, n: int) -> int:
+    """P: im2col patches a GEMM call, a multiple of 3 (the row block)."""
+    return max(1, min(n, max(3, PATCH_BYTES // k // 3 * 3)))
+
+
+@schedules("conv2d", "fully_connected")
+def rv_gemm(ctx: OpContext, ref: ir.Kernel, target) -> ir.Kernel | None:
+    """Measured per tap of a 3 x 4 block: 17 instructions + 3 loop steps for 12 MACs, and
+    about 30 a chunk (its 12 sums, the loop): beats m8's ~34 per 12 MACs from about 2.5 taps a
+    chunk."""
+    if not is_rv(target):
+        return None
+    layer = gemm_layer(ctx)
+    if layer is None:
+        return None
+    rows = np.asarray(layer["rows"], np.int64)
+    o, k = rows.shape
+    chunks = chunks_p16(rows)
+    n_max = max(len(c) for c in chunks)
+    bound = 128 * int(np.abs(rows).sum(axis=1).max(initial=0))
+    if bound + n_max * OFF > 2**31 - 1:
+        return None  # SA - 2^16 SB (= sum + n 2^15) could leave int32
+    if k * len(chunks) / sum(len(c) for c in chunks) < MIN_CHUNK:
+        return None
+    x, y = ctx.input(0), ctx.output()
+    one_by_one = ctx.node.op == "fully_connected" or (
+        k == x.shape[-1] and tuple(ctx.attrs["stride"]) == (1, 1)
+        and not any(ctx.attrs["padding"]))
+    n_rows = x.size // k
+    if one_by_one and n_rows < 3:
+        return None  # 3-row blocks: one or two rows cost 1.5-3x (scalar.py's reason)
+    packed = pack_p16(rows, chunks)
+    signfix = 1 if layer["signfix"] else 0
+    consts = [ir.Buffer("w", "int32", packed.size, "const", packed,
+                        "p16: per block of 4 channels, per chunk 8 L + 4 then L taps of words "
+                        "w0 + 2^16 w1, w2 + 2^16 w3"),
+              ir.Buffer("rq", "int32", 5 * o, "const",
+                        rq_records(p16_bias(layer["bias"], chunks), layer["rq"]),
+                        "mf_sc_rec per channel: bias - x_zp * sum(w) (even channels less "
+                        "n 2^15), mult, add, pre, post")]
+    tail = (ir.Ptr("w", ir.Const(0)), ir.Ptr("rq", ir.Const(0), ctype="const mf_sc_rec *"),
+            ir.Const(o), ir.Const(layer["lo"]), ir.Const(layer["hi"]), ir.Const(signfix))
+    if one_by_one:
+        scratch = 3 * k
+        body = (ir.CallStmt("mf_rv_gemm_p16", (
+            ir.Ptr("x", ir.Const(0)), ir.Const(n_rows), ir.Const(k), ir.Const(k), *tail,
+            ir.Ptr("y", ir.Const(0)), ir.Const(o), ir.Ptr("scratch", ir.Const(0)))),)
+        how, name = f"{n_rows} rows x {k} taps", "mf_rv_gemm_p16"
+    elif k == x.shape[-1] and not any(ctx.attrs["padding"]):  # strided 1x1: per output row
+        n, h, w_, c = x.shape
+        _, oh, ow, _ = y.shape
+        sh, sw = ctx.attrs["stride"]
+        scratch = 3 * k
+        body = ir.loops([("n", n), ("oy", oh)], lambda b, oy: [ir.CallStmt("mf_rv_gemm_p16", (
+            ir.Ptr("x", b * (h * w_ * c) + oy * (sh * w_ * c)), ir.Const(ow), ir.Const(sw * c),
+            ir.Const(k), *tail, ir.Ptr("y", b * (oh * ow * o) + oy * (ow * o)), ir.Const(o),
+            ir.Ptr("scratch", ir.Const(0))))])
+        how, name = f"{oh} output rows x {ow} pixels x {k} taps, stride {sw}", "mf_rv_gemm_p16"
+    else:
+        n, geom, gbuf = conv_geometry(ctx)
+        h, w_, c, _, _, _, _, _, _, oh, ow = (int(v) for v in geom)
+        consts.append(gbuf)
+        p = patches_per_batch(k, oh * ow)
+        scratch = p * k + 3 * k
+        name = "mf_rv_conv_p16"
+        body = ir.loops([("n", n)], lambda b: [ir.CallStmt(name, (
+            ir.Ptr("x", b * (h * w_ * c)), ir.Ptr("geom", ir.Const(0), ctype="const mf_conv_geom *"),
+            ir.Const(layer["x_zp"]), ir.Const(p), *tail,
+            ir.Ptr("y", b * (oh * ow * o)), ir.Ptr("scratch", ir.Const(0))))])
+        how = f"im2col, {oh * ow} patches x {k} taps, {p} a batch"
+    bufs = [b for b in ref.params if b.kind != "scratch"] + consts + [
+        ir.Buffer("scratch", "int8", scratch, "scratch")]
+    mean = k * len(chunks) / sum(len(c) for c in chunks)
+    doc = (f"{ref.doc}\nscheduled: {name} ({how}), weights p16 ({packed.nbytes} bytes), "
+           f"{mean:.1f} taps a chunk, {scratch} bytes scratch")
+    return ir.Kernel(ctx.name, tuple(bufs), tuple(body), doc, ref.macs, name)

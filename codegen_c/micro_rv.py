@@ -1,0 +1,80 @@
+"""Python mirrors of the RV32 micro-kernels in runtime_c/mcuforge_rv.h for the loop-IR
+evaluator: they decode the "p16" stream from the header's description (per block of 4
+channels, chunks of 8 L + 4 then L taps of pair words), check the lane proof the C relies on (every
+chunk's lane sums inside [-2^15, 2^15) for any int8 x, else UndefinedBehaviour) and compute
+TFLM's arithmetic on whole arrays. Registered into qmath.INTRINSICS on import."""
+from __future__ import annotations
+
+import numpy as np
+
+from .loop_ir import UndefinedBehaviour
+from .micro import GEOM_FIELDS, _fits, im2col, requantize
+from .qmath import INTRINSICS
+
+
+def unpack_p16(pw, o: int, k: int):
+    """([O, K] weights, chunks per block) from a "p16" stream; raises where a chunk's lane
+    could leave its 16 bits."""
+    pw = np.asarray(pw, np.int64)
+    ob = (o + 3) // 4
+    w = np.zeros((ob * 4, k), np.int64)
+    nch, i = [], 0
+    for b in range(ob):
+        a, n = 0, 0
+        while a < k:
+            if i >= pw.size or pw[i] <= 0 or pw[i] % 8 != 4 or a + pw[i] // 8 > k:
+                raise UndefinedBehaviour("mf_rv_gemm_p16: a chunk length off the taps")
+            ln = int(pw[i]) // 8
+            words = pw[i + 1:i + 1 + 2 * ln].reshape(ln, 2)
+            low = ((words & 0xFFFF) ^ 0x8000) - 0x8000
+            high = (words - low) >> 16
+            if (np.abs(high) > 128).any():
+                raise UndefinedBehaviour("mf_rv_gemm_p16: a pair word is not two int8 lanes")
+            blk = np.stack([low[:, 0], high[:, 0], low[:, 1], high[:, 1]])  # [4, L]
+            pos = np.where(blk > 0, blk, 0).sum(1)
+            neg = np.where(blk < 0, -blk, 0).sum(1)
+            if ((127 * pos + 128 * neg > 2**15 - 1) | (128 * pos + 127 * neg > 2**15)).any():
+                raise UndefinedBehaviour("mf_rv_gemm_p16: a chunk's lane may overflow")
+            w[4 * b:4 * b + 4, a:a + ln] = blk
+            a += ln
+            i += 1 + 2 * ln
+            n += 1
+        nch.append(n)
+    return w[:o], np.repeat(np.array(nch, np.int64), 4)[:o]
+
+
+def _acc(xs, pw, rq, o, k):
+    """The int32 accumulators of the C (even channels SA - 2^16 SB = sum + n 2^15, checked to
+    fit) plus the records' biases, and the mf_rq rows."""
+    wm, nch = unpack_p16(pw, o, k)
+    rec = np.asarray(rq[:5 * o], np.int64).reshape(o, 5)
+    dot = xs @ wm.T
+    even = (np.arange(o) % 2 == 0)
+    _fits(np.abs(xs) @ np.abs(wm).T + np.where(even, nch * 2**15, 0), "the p16 sums")
+    return dot + rec[:, 0] + np.where(even, nch * 2**15, 0), rec[:, 1:]
+
+
+def _gemm(x, rows, x_stride, k, pw, rq, o, lo, hi, signfix, y, y_stride, scratch):
+    if scratch.nbytes < 3 * k:
+        raise UndefinedBehaviour(f"mf_rv_gemm_p16: {scratch.nbytes} bytes of scratch, "
+                                 f"needs {3 * k}")
+    xs = np.stack([np.asarray(x[r * x_stride:r * x_stride + k], np.int64) for r in range(rows)])
+    acc, rqr = _acc(xs, pw, rq, o, k)
+    out = requantize(acc, rqr, 1 if signfix else 0, lo, hi)
+    for r in range(rows):
+        y[r * y_stride:r * y_stride + o] = out[r]
+
+
+def _conv(x, geom, x_zp, p, pw, rq, o, lo, hi, signfix, y, scratch):
+    g = dict(zip(GEOM_FIELDS, (int(v) for v in geom[:len(GEOM_FIELDS)])))
+    k = g["k_h"] * g["k_w"] * g["in_c"]
+    if scratch.nbytes < p * k + 3 * k:
+        raise UndefinedBehaviour(f"mf_rv_conv_p16: {scratch.nbytes} bytes of scratch, "
+                                 f"needs {p * k + 3 * k}")
+    acc, rqr = _acc(im2col(x, g, x_zp), pw, rq, o, k)
+    out = requantize(acc, rqr, 1 if signfix else 0, lo, hi)
+    y[:out.size] = out.reshape(-1)
+
+
+INTRINSICS["mf_rv_gemm_p16"] = _gemm
+INTRINSICS["mf_rv_conv_p16"] = _conv

@@ -1,0 +1,141 @@
+/* mcuforge_rv.h: GEMM micro-kernels for RV32IM (no multiply-accumulate, no SIMD), portable
+ * C99, TFLM int8 numerics. The schedule (codegen_c/kernels/rv.py, mirrored in
+ * codegen_c/micro_rv.py) picks them on RISC-V targets; tests/test_nn_rv.py checks every output
+ * byte against a numpy model of TFLM on the host and riscv32-virt.
+ *
+ * Same contract as mcuforge_scalar.h's GEMM: for r < rows, o < O (input zero point folded into
+ * the bias)
+ *   y[r * y_stride + o] = clamp(mf_rq_apply(bias[o] + sum_{k<K} x_r[k] * w[o][k]), lo, hi)
+ *
+ * "p16" (two channels a mul): a pair of channels a, b is one int32 word W = w_a + 2^16 w_b; for
+ * int8 x, x * W = x w_a + 2^16 x w_b, so one mul + one add does two MACs. The taps are cut
+ * into chunks (per block of 4 channels, chosen by the schedule from the weights) inside which
+ * both lanes' sums A, B provably stay in [-2^15, 2^15) for every int8 x. A chunk's
+ * accumulator starts at 2^15, so after the chunk c = A + 2^15 + 2^16 B (mod 2^32) with the
+ * low half in [0, 2^16): c >> 16 (arithmetic) is B exactly. Per chunk: SB += c >> 16,
+ * SA += c (mod 2^32); at the end channel b = SB and channel a = SA - 2^16 SB = sum A +
+ * n 2^15, the n chunks' offsets taken out of a's folded bias by the schedule.
+ * Layout (int32 words, blocks of 4 channels, zero channels pad, blocks one after the other):
+ *   per chunk: 8 L + 4 (the chunk's bytes with this word), then per tap the words of channels
+ *   (0, 1) and (2, 3).
+ * Block: 3 rows x 4 channels (6 chunk accumulators + 12 sums in registers): per tap 3 lb, 2 lw,
+ * 6 mul, 6 add for 12 MACs. The 3 rows are first interleaved into xs[3 K] (x of tap k, row r
+ * at 3 k + r: one pointer, immediate offsets); rows past the end re-read the last row (not
+ * stored).
+ * rq[O] (mf_sc_rec) per channel, unpadded, a's bias less n 2^15. */
+#ifndef MCUFORGE_RV_H
+#define MCUFORGE_RV_H
+
+#include <stdint.h>
+#include <string.h>
+
+#include "mcuforge_scalar.h" /* mf_sc_rec, mf_sc_store4, mf_sc_im2col, MF_SC_NOSCHED */
+
+#define MF_RV_OFF 0x8000u /* a chunk accumulator's start: the low lane's offset */
+
+/* gcc would derive one pointer of the tap loop from the other after it (a division by 3);
+ * an empty asm makes x's pointer opaque */
+#if defined(__GNUC__)
+#define MF_RV_OPAQUE(p) __asm__("" : "+r"(p))
+#else
+#define MF_RV_OPAQUE(p) ((void)0)
+#endif
+
+/* the 3 rows x0, x1, x2 (K bytes each) interleaved into xs[3 K] */
+MF_INLINE void mf_rv_interleave3(const int8_t *x0, const int8_t *x1, const int8_t *x2,
+                                 int32_t K, int8_t *xs) {
+    int32_t k;
+    for (k = 0; k < K; k++, xs += 3) {
+        int8_t v0 = x0[k], v1 = x1[k], v2 = x2[k];
+        xs[0] = v0;
+        xs[1] = v1;
+        xs[2] = v2;
+    }
+}
+
+/* a finished chunk accumulator c into the sums sa (a lane and b lane mixed), sb (b lane) */
+#define MF_RV_FOLD(c, sa, sb)                                                                 \
+    do {                                                                                      \
+        sb += (uint32_t)((int32_t)(c) >> 16);                                                 \
+        sa += (c);                                                                            \
+    } while (0)
+
+/* channel a of a pair from its sums */
+#define MF_RV_A(sa, sb) ((int32_t)((sa) - ((sb) << 16)))
+
+MF_MICRO MF_SC_NOSCHED void mf_rv_gemm_p16(const int8_t *x, int32_t rows, int32_t x_stride,
+                                           int32_t K, const int32_t *pw, const mf_sc_rec *rq,
+                                           int32_t O, int32_t lo, int32_t hi, int32_t signfix,
+                                           int8_t *y, int32_t y_stride, int8_t *xs) {
+    int32_t r, o;
+    const int8_t *xend = xs + 3 * K;
+    for (r = 0; r < rows; r += 3) {
+        int32_t nr = rows - r < 3 ? rows - r : 3;
+        const int8_t *x0 = x + r * x_stride;
+        const int8_t *x1 = x0 + (nr > 1 ? x_stride : 0);
+        const int8_t *x2 = x0 + (nr > 2 ? 2 * x_stride : 0);
+        const int32_t *w = pw;
+        mf_rv_interleave3(x0, x1, x2, K, xs);
+        for (o = 0; o < O; o += 4) {
+            uint32_t sa00 = 0, sb00 = 0, sa01 = 0, sb01 = 0, sa10 = 0, sb10 = 0, sa11 = 0,
+                     sb11 = 0, sa20 = 0, sb20 = 0, sa21 = 0, sb21 = 0;
+            const int8_t *xp = xs;
+            do {
+                const int32_t *we = (const int32_t *)((const char *)w + *w);
+                uint32_t c00 = MF_RV_OFF, c01 = MF_RV_OFF, c10 = MF_RV_OFF, c11 = MF_RV_OFF,
+                         c20 = MF_RV_OFF, c21 = MF_RV_OFF;
+                w++;
+                do {
+                    int32_t w0 = w[0], w1 = w[1], v;
+                    v = xp[0];
+                    c00 += (uint32_t)(v * w0);
+                    c01 += (uint32_t)(v * w1);
+                    v = xp[1];
+                    c10 += (uint32_t)(v * w0);
+                    c11 += (uint32_t)(v * w1);
+                    v = xp[2];
+                    c20 += (uint32_t)(v * w0);
+                    c21 += (uint32_t)(v * w1);
+                    xp += 3;
+                    w += 2;
+                    MF_RV_OPAQUE(xp);
+                    MF_RV_OPAQUE(w);
+                } while (w != we);
+                MF_RV_FOLD(c00, sa00, sb00);
+                MF_RV_FOLD(c01, sa01, sb01);
+                MF_RV_FOLD(c10, sa10, sb10);
+                MF_RV_FOLD(c11, sa11, sb11);
+                MF_RV_FOLD(c20, sa20, sb20);
+                MF_RV_FOLD(c21, sa21, sb21);
+            } while (xp != xend);
+            {
+                int32_t n = O - o < 4 ? O - o : 4;
+                int8_t *yo = y + r * y_stride + o;
+                mf_sc_store4(yo, MF_RV_A(sa00, sb00), (int32_t)sb00, MF_RV_A(sa01, sb01),
+                             (int32_t)sb01, rq + o, n, signfix, lo, hi);
+                if (nr > 1)
+                    mf_sc_store4(yo + y_stride, MF_RV_A(sa10, sb10), (int32_t)sb10,
+                                 MF_RV_A(sa11, sb11), (int32_t)sb11, rq + o, n, signfix, lo, hi);
+                if (nr > 2)
+                    mf_sc_store4(yo + 2 * y_stride, MF_RV_A(sa20, sb20), (int32_t)sb20,
+                                 MF_RV_A(sa21, sb21), (int32_t)sb21, rq + o, n, signfix, lo, hi);
+            }
+        }
+    }
+}
+
+/* Convolution: P patches a batch (im2col into scratch[P * K], a multiple of 3 rows) through
+ * mf_rv_gemm_p16, whose interleaved rows take scratch[P * K .. P * K + 3 K). */
+MF_MICRO void mf_rv_conv_p16(const int8_t *x, const mf_conv_geom *g, int32_t x_zp, int32_t P,
+                             const int32_t *pw, const mf_sc_rec *rq, int32_t O, int32_t lo,
+                             int32_t hi, int32_t signfix, int8_t *y, int8_t *scratch) {
+    int32_t K = g->k_h * g->k_w * g->in_c, n = g->out_h * g->out_w, q;
+    for (q = 0; q < n; q += P) {
+        int32_t p = n - q < P ? n - q : P;
+        mf_sc_im2col(x, g, x_zp, q, p, scratch);
+        mf_rv_gemm_p16(scratch, p, K, K, pw, rq, O, lo, hi, signfix, y + q * O, O,
+                       scratch + P * K);
+    }
+}
+
+#endif
