@@ -1,6 +1,6 @@
 """Python mirrors of the RV32 micro-kernels in runtime_c/mcuforge_rv.h for the loop-IR
 evaluator: they decode the "p16" stream from the header's description (per block of 4
-channels, chunks of 8 L + 4 then L taps of pair words), check the lane proof the C relies on (every
+channels, chunks of 8 L + 4 then L taps of pair words, a 0 word), check the lane proof the C relies on (every
 chunk's lane sums inside [-2^15, 2^15) for any int8 x, else UndefinedBehaviour) and compute
 TFLM's arithmetic on whole arrays. Registered into qmath.INTRINSICS on import."""
 from __future__ import annotations
@@ -39,6 +39,9 @@ def unpack_p16(pw, o: int, k: int):
             a += ln
             i += 1 + 2 * ln
             n += 1
+        if i >= pw.size or pw[i] != 0:
+            raise UndefinedBehaviour("mf_rv_gemm_p16: a block without its 0 word")
+        i += 1
         nch.append(n)
     return w[:o], np.repeat(np.array(nch, np.int64), 4)[:o]
 
@@ -65,12 +68,12 @@ def _gemm(x, rows, x_stride, k, pw, rq, o, lo, hi, signfix, y, y_stride, scratch
         y[r * y_stride:r * y_stride + o] = out[r]
 
 
-def _conv(x, geom, x_zp, p, pw, rq, o, lo, hi, signfix, y, scratch):
+def _conv(x, geom, x_zp, pw, rq, o, lo, hi, signfix, y, scratch):
     g = dict(zip(GEOM_FIELDS, (int(v) for v in geom[:len(GEOM_FIELDS)])))
     k = g["k_h"] * g["k_w"] * g["in_c"]
-    if scratch.nbytes < p * k + 3 * k:
+    if scratch.nbytes < 6 * k:
         raise UndefinedBehaviour(f"mf_rv_conv_p16: {scratch.nbytes} bytes of scratch, "
-                                 f"needs {p * k + 3 * k}")
+                                 f"needs {6 * k}")
     acc, rqr = _acc(im2col(x, g, x_zp), pw, rq, o, k)
     out = requantize(acc, rqr, 1 if signfix else 0, lo, hi)
     y[:out.size] = out.reshape(-1)

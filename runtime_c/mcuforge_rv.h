@@ -17,7 +17,7 @@
  * n 2^15, the n chunks' offsets taken out of a's folded bias by the schedule.
  * Layout (int32 words, blocks of 4 channels, zero channels pad, blocks one after the other):
  *   per chunk: 8 L + 4 (the chunk's bytes with this word), then per tap the words of channels
- *   (0, 1) and (2, 3).
+ *   (0, 1) and (2, 3); after the block's last chunk a 0 word.
  * Block: 3 rows x 4 channels (6 chunk accumulators + 12 sums in registers): per tap 3 lb, 2 lw,
  * 6 mul, 6 add for 12 MACs. The 3 rows are first interleaved into xs[3 K] (x of tap k, row r
  * at 3 k + r: one pointer, immediate offsets); rows past the end re-read the last row (not
@@ -63,78 +63,109 @@ MF_INLINE void mf_rv_interleave3(const int8_t *x0, const int8_t *x1, const int8_
 /* channel a of a pair from its sums */
 #define MF_RV_A(sa, sb) ((int32_t)((sa) - ((sb) << 16)))
 
-MF_MICRO MF_SC_NOSCHED void mf_rv_gemm_p16(const int8_t *x, int32_t rows, int32_t x_stride,
-                                           int32_t K, const int32_t *pw, const mf_sc_rec *rq,
-                                           int32_t O, int32_t lo, int32_t hi, int32_t signfix,
-                                           int8_t *y, int32_t y_stride, int8_t *xs) {
-    int32_t r, o;
-    const int8_t *xend = xs + 3 * K;
+/* One block of 3 interleaved rows xs (K taps) against every channel: y rows y_stride apart,
+ * nr of them stored. */
+MF_INLINE MF_SC_NOSCHED void mf_rv_block3(const int8_t *xs, const int32_t *w,
+                                          const mf_sc_rec *rq, int32_t O, int32_t lo,
+                                          int32_t hi, int32_t signfix, int8_t *y,
+                                          int32_t y_stride, int32_t nr) {
+    int32_t o;
+    for (o = 0; o < O; o += 4) {
+        uint32_t sa00 = 0, sb00 = 0, sa01 = 0, sb01 = 0, sa10 = 0, sb10 = 0, sa11 = 0,
+                 sb11 = 0, sa20 = 0, sb20 = 0, sa21 = 0, sb21 = 0;
+        const int8_t *xp = xs;
+        int32_t nb = *w;
+        do { /* chunks until the block's 0 word */
+            const int32_t *we = (const int32_t *)((const char *)w + nb);
+            uint32_t c00 = MF_RV_OFF, c01 = MF_RV_OFF, c10 = MF_RV_OFF, c11 = MF_RV_OFF,
+                     c20 = MF_RV_OFF, c21 = MF_RV_OFF;
+            w++;
+            do {
+                int32_t w0 = w[0], w1 = w[1], v;
+                v = xp[0];
+                c00 += (uint32_t)(v * w0);
+                c01 += (uint32_t)(v * w1);
+                v = xp[1];
+                c10 += (uint32_t)(v * w0);
+                c11 += (uint32_t)(v * w1);
+                v = xp[2];
+                c20 += (uint32_t)(v * w0);
+                c21 += (uint32_t)(v * w1);
+                xp += 3;
+                w += 2;
+                MF_RV_OPAQUE(xp);
+                MF_RV_OPAQUE(w);
+            } while (w != we);
+            MF_RV_FOLD(c00, sa00, sb00);
+            MF_RV_FOLD(c01, sa01, sb01);
+            MF_RV_FOLD(c10, sa10, sb10);
+            MF_RV_FOLD(c11, sa11, sb11);
+            MF_RV_FOLD(c20, sa20, sb20);
+            MF_RV_FOLD(c21, sa21, sb21);
+            nb = *w;
+        } while (nb != 0);
+        w++;
+        {
+            int32_t n = O - o < 4 ? O - o : 4;
+            int8_t *yo = y + o;
+            mf_sc_store4(yo, MF_RV_A(sa00, sb00), (int32_t)sb00, MF_RV_A(sa01, sb01),
+                         (int32_t)sb01, rq + o, n, signfix, lo, hi);
+            if (nr > 1)
+                mf_sc_store4(yo + y_stride, MF_RV_A(sa10, sb10), (int32_t)sb10,
+                             MF_RV_A(sa11, sb11), (int32_t)sb11, rq + o, n, signfix, lo, hi);
+            if (nr > 2)
+                mf_sc_store4(yo + 2 * y_stride, MF_RV_A(sa20, sb20), (int32_t)sb20,
+                             MF_RV_A(sa21, sb21), (int32_t)sb21, rq + o, n, signfix, lo, hi);
+        }
+    }
+}
+
+MF_MICRO void mf_rv_gemm_p16(const int8_t *x, int32_t rows, int32_t x_stride, int32_t K,
+                             const int32_t *pw, const mf_sc_rec *rq, int32_t O, int32_t lo,
+                             int32_t hi, int32_t signfix, int8_t *y, int32_t y_stride,
+                             int8_t *xs) {
+    int32_t r;
     for (r = 0; r < rows; r += 3) {
         int32_t nr = rows - r < 3 ? rows - r : 3;
         const int8_t *x0 = x + r * x_stride;
         const int8_t *x1 = x0 + (nr > 1 ? x_stride : 0);
         const int8_t *x2 = x0 + (nr > 2 ? 2 * x_stride : 0);
-        const int32_t *w = pw;
         mf_rv_interleave3(x0, x1, x2, K, xs);
-        for (o = 0; o < O; o += 4) {
-            uint32_t sa00 = 0, sb00 = 0, sa01 = 0, sb01 = 0, sa10 = 0, sb10 = 0, sa11 = 0,
-                     sb11 = 0, sa20 = 0, sb20 = 0, sa21 = 0, sb21 = 0;
-            const int8_t *xp = xs;
-            do {
-                const int32_t *we = (const int32_t *)((const char *)w + *w);
-                uint32_t c00 = MF_RV_OFF, c01 = MF_RV_OFF, c10 = MF_RV_OFF, c11 = MF_RV_OFF,
-                         c20 = MF_RV_OFF, c21 = MF_RV_OFF;
-                w++;
-                do {
-                    int32_t w0 = w[0], w1 = w[1], v;
-                    v = xp[0];
-                    c00 += (uint32_t)(v * w0);
-                    c01 += (uint32_t)(v * w1);
-                    v = xp[1];
-                    c10 += (uint32_t)(v * w0);
-                    c11 += (uint32_t)(v * w1);
-                    v = xp[2];
-                    c20 += (uint32_t)(v * w0);
-                    c21 += (uint32_t)(v * w1);
-                    xp += 3;
-                    w += 2;
-                    MF_RV_OPAQUE(xp);
-                    MF_RV_OPAQUE(w);
-                } while (w != we);
-                MF_RV_FOLD(c00, sa00, sb00);
-                MF_RV_FOLD(c01, sa01, sb01);
-                MF_RV_FOLD(c10, sa10, sb10);
-                MF_RV_FOLD(c11, sa11, sb11);
-                MF_RV_FOLD(c20, sa20, sb20);
-                MF_RV_FOLD(c21, sa21, sb21);
-            } while (xp != xend);
-            {
-                int32_t n = O - o < 4 ? O - o : 4;
-                int8_t *yo = y + r * y_stride + o;
-                mf_sc_store4(yo, MF_RV_A(sa00, sb00), (int32_t)sb00, MF_RV_A(sa01, sb01),
-                             (int32_t)sb01, rq + o, n, signfix, lo, hi);
-                if (nr > 1)
-                    mf_sc_store4(yo + y_stride, MF_RV_A(sa10, sb10), (int32_t)sb10,
-                                 MF_RV_A(sa11, sb11), (int32_t)sb11, rq + o, n, signfix, lo, hi);
-                if (nr > 2)
-                    mf_sc_store4(yo + 2 * y_stride, MF_RV_A(sa20, sb20), (int32_t)sb20,
-                                 MF_RV_A(sa21, sb21), (int32_t)sb21, rq + o, n, signfix, lo, hi);
-            }
-        }
+        mf_rv_block3(xs, pw, rq, O, lo, hi, signfix, y + r * y_stride, y_stride, nr);
     }
 }
 
-/* Convolution: P patches a batch (im2col into scratch[P * K], a multiple of 3 rows) through
- * mf_rv_gemm_p16, whose interleaved rows take scratch[P * K .. P * K + 3 K). */
-MF_MICRO void mf_rv_conv_p16(const int8_t *x, const mf_conv_geom *g, int32_t x_zp, int32_t P,
+/* Convolution: per 3 output pixels (row-major) their patches gathered straight into the
+ * interleaved rows xs = scratch[0, 3 K) (k_h row segments of k_w * in_c bytes each, read in
+ * place; a patch touching the padding is first built by im2col in scratch[3 K, 6 K)), then
+ * mf_rv_block3; pixels past the end repeat the last one (not stored). */
+MF_MICRO void mf_rv_conv_p16(const int8_t *x, const mf_conv_geom *g, int32_t x_zp,
                              const int32_t *pw, const mf_sc_rec *rq, int32_t O, int32_t lo,
                              int32_t hi, int32_t signfix, int8_t *y, int8_t *scratch) {
-    int32_t K = g->k_h * g->k_w * g->in_c, n = g->out_h * g->out_w, q;
-    for (q = 0; q < n; q += P) {
-        int32_t p = n - q < P ? n - q : P;
-        mf_sc_im2col(x, g, x_zp, q, p, scratch);
-        mf_rv_gemm_p16(scratch, p, K, K, pw, rq, O, lo, hi, signfix, y + q * O, O,
-                       scratch + P * K);
+    int32_t kh = g->k_h, seg = g->k_w * g->in_c, rowb = g->in_w * g->in_c;
+    int32_t K = kh * seg, n = g->out_h * g->out_w, q, r, ky;
+    int8_t *tmp = scratch + 3 * K;
+    for (q = 0; q < n; q += 3) {
+        int32_t nr = n - q < 3 ? n - q : 3;
+        const int8_t *b[3];
+        int32_t bs[3];
+        for (r = 0; r < 3; r++) {
+            int32_t p = q + (r < nr ? r : nr - 1);
+            int32_t oy = p / g->out_w, ox = p % g->out_w;
+            int32_t iy0 = oy * g->stride_h - g->pad_t, ix0 = ox * g->stride_w - g->pad_l;
+            if (iy0 >= 0 && iy0 + kh <= g->in_h && ix0 >= 0 && ix0 + g->k_w <= g->in_w) {
+                b[r] = x + iy0 * rowb + ix0 * g->in_c;
+                bs[r] = rowb;
+            } else {
+                mf_sc_im2col(x, g, x_zp, p, 1, tmp + r * K);
+                b[r] = tmp + r * K;
+                bs[r] = seg;
+            }
+        }
+        for (ky = 0; ky < kh; ky++)
+            mf_rv_interleave3(b[0] + ky * bs[0], b[1] + ky * bs[1], b[2] + ky * bs[2], seg,
+                              scratch + 3 * ky * seg);
+        mf_rv_block3(scratch, pw, rq, O, lo, hi, signfix, y + q * O, O, nr);
     }
 }
 

@@ -72,8 +72,7 @@ def conv_case(rng, h, wd, c, kh, kw, s, padding, o, scale=None):
                   L["lo"], L["hi"])
     oh, ow, pt, pl = conv_geometry(h, wd, kh, kw, s, padding)
     geom = (h, wd, c, kh, kw, s, s, pt, pl, oh, ow)
-    p = rv.patches_per_batch(kh * kw * c, oh * ow)
-    return dict(kind="conv", L=L, x=x, geom=geom, o=o, p=p, y=y)
+    return dict(kind="conv", L=L, x=x, geom=geom, o=o, y=y)
 
 
 def all_cases(seed=0):
@@ -132,7 +131,7 @@ def program(cases, out: str) -> str:
             '#include "bench.h"\n' if out == "bench" else '#include "mf_board.h"\n']
     body = []
     ymax = max(c["y"].size + 8 for c in cases)
-    smax = max([(c["p"] + 3) * c["geom"][3] * c["geom"][4] * c["geom"][2] for c in cases
+    smax = max([6 * c["geom"][3] * c["geom"][4] * c["geom"][2] for c in cases
                 if c["kind"] == "conv"] + [3 * c["k"] for c in cases if c["kind"] == "gemm"])
     head.append(f"static int8_t ybuf[{ymax}];\nstatic int8_t scratch[{smax}];\n")
     for i, c in enumerate(cases):
@@ -146,7 +145,7 @@ def program(cases, out: str) -> str:
         else:
             head.append(c_array("int32_t", f"g{i}", c["geom"]))
             call = (f"mf_rv_conv_p16(x{i}, (const mf_conv_geom *)g{i}, {c['L']['x_zp']}, "
-                    f"{c['p']}, w{i}, (const mf_sc_rec *)q{i}, {o}, {lo}, {hi}, {sf}, ybuf, "
+                    f"w{i}, (const mf_sc_rec *)q{i}, {o}, {lo}, {hi}, {sf}, ybuf, "
                     f"scratch);")
         body.append(check(i, c["y"].size, call, puts, puti))
     return "".join(head) + f"""

@@ -12,7 +12,7 @@ from .. import loop_ir as ir
 from ..lower import OpContext
 from . import conv_geometry, schedules
 from .gemm import gemm_layer
-from .scalar import PATCH_BYTES, rq_records
+from .scalar import rq_records
 
 OFF = 2**15  # MF_RV_OFF: a chunk accumulator's start
 MIN_CHUNK = 2.5  # mean taps a chunk below which m8 is as fast (see rv_gemm)
@@ -56,7 +56,8 @@ def chunks_p16(rows: np.ndarray) -> list[list[int]]:
 
 def pack_p16(rows: np.ndarray, chunks) -> np.ndarray:
     """The "p16" stream (mcuforge_rv.h): per block of 4 channels, per chunk of L taps the word
-    8 L + 4 (its bytes), then per tap the words w0 + 2^16 w1, w2 + 2^16 w3: int32."""
+    8 L + 4 (its bytes), then per tap the words w0 + 2^16 w1, w2 + 2^16 w3; a 0 word ends
+    the block: int32."""
     o, k = rows.shape
     w = np.zeros(((o + 3) // 4 * 4, k), np.int64)
     w[:o] = rows
@@ -69,6 +70,7 @@ def pack_p16(rows: np.ndarray, chunks) -> np.ndarray:
             words.append(np.array([8 * n + 4], np.int64))
             words.append(pair[a:a + n].reshape(-1))
             a += n
+        words.append(np.zeros(1, np.int64))
     return np.concatenate(words).astype(np.int32)
 
 
@@ -80,11 +82,6 @@ def p16_bias(bias, chunks) -> np.ndarray:
             if ch < len(b):
                 b[ch] -= len(lens) * OFF
     return b
-
-
-def patches_per_batch(k: int, n: int) -> int:
-    """P: im2col patches a GEMM call, a multiple of 3 (the row block)."""
-    return max(1, min(n, max(3, PATCH_BYTES // k // 3 * 3)))
 
 
 @schedules("conv2d", "fully_connected")
@@ -117,7 +114,7 @@ def rv_gemm(ctx: OpContext, ref: ir.Kernel, target) -> ir.Kernel | None:
     signfix = 1 if layer["signfix"] else 0
     consts = [ir.Buffer("w", "int32", packed.size, "const", packed,
                         "p16: per block of 4 channels, per chunk 8 L + 4 then L taps of words "
-                        "w0 + 2^16 w1, w2 + 2^16 w3"),
+                        "w0 + 2^16 w1, w2 + 2^16 w3, then 0"),
               ir.Buffer("rq", "int32", 5 * o, "const",
                         rq_records(p16_bias(layer["bias"], chunks), layer["rq"]),
                         "mf_sc_rec per channel: bias - x_zp * sum(w) (even channels less "
@@ -144,14 +141,13 @@ def rv_gemm(ctx: OpContext, ref: ir.Kernel, target) -> ir.Kernel | None:
         n, geom, gbuf = conv_geometry(ctx)
         h, w_, c, _, _, _, _, _, _, oh, ow = (int(v) for v in geom)
         consts.append(gbuf)
-        p = patches_per_batch(k, oh * ow)
-        scratch = p * k + 3 * k
+        scratch = 6 * k
         name = "mf_rv_conv_p16"
         body = ir.loops([("n", n)], lambda b: [ir.CallStmt(name, (
             ir.Ptr("x", b * (h * w_ * c)), ir.Ptr("geom", ir.Const(0), ctype="const mf_conv_geom *"),
-            ir.Const(layer["x_zp"]), ir.Const(p), *tail,
+            ir.Const(layer["x_zp"]), *tail,
             ir.Ptr("y", b * (oh * ow * o)), ir.Ptr("scratch", ir.Const(0))))])
-        how = f"im2col, {oh * ow} patches x {k} taps, {p} a batch"
+        how = f"{oh * ow} patches x {k} taps gathered 3 at a time"
     bufs = [b for b in ref.params if b.kind != "scratch"] + consts + [
         ir.Buffer("scratch", "int8", scratch, "scratch")]
     mean = k * len(chunks) / sum(len(c) for c in chunks)
