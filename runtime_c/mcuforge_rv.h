@@ -33,12 +33,15 @@
 
 #define MF_RV_OFF 0x8000u /* a chunk accumulator's start: the low lane's offset */
 
-/* gcc would derive one pointer of the tap loop from the other after it (a division by 3);
- * an empty asm makes x's pointer opaque */
+/* gcc would derive one pointer of the tap loop from the other after it (a division by 3), and
+ * reassociate two taps' sums (more registers live: spills); empty asms hide the values */
 #if defined(__GNUC__)
 #define MF_RV_OPAQUE(p) __asm__("" : "+r"(p))
+#define MF_RV_OPAQUE6(a, b, c, d, e, f)                                                       \
+    __asm__("" : "+r"(a), "+r"(b), "+r"(c), "+r"(d), "+r"(e), "+r"(f) : : "memory")
 #else
 #define MF_RV_OPAQUE(p) ((void)0)
+#define MF_RV_OPAQUE6(a, b, c, d, e, f) ((void)0)
 #endif
 
 /* the 3 rows x0, x1, x2 (K bytes each) interleaved into xs[3 K] */
@@ -80,22 +83,34 @@ MF_INLINE MF_SC_NOSCHED void mf_rv_block3(const int8_t *xs, const int32_t *w,
             uint32_t c00 = MF_RV_OFF, c01 = MF_RV_OFF, c10 = MF_RV_OFF, c11 = MF_RV_OFF,
                      c20 = MF_RV_OFF, c21 = MF_RV_OFF;
             w++;
-            do {
-                int32_t w0 = w[0], w1 = w[1], v;
-                v = xp[0];
-                c00 += (uint32_t)(v * w0);
-                c01 += (uint32_t)(v * w1);
-                v = xp[1];
-                c10 += (uint32_t)(v * w0);
-                c11 += (uint32_t)(v * w1);
-                v = xp[2];
-                c20 += (uint32_t)(v * w0);
-                c21 += (uint32_t)(v * w1);
+#define MF_RV_TAP(J)                                                                          \
+    do {                                                                                      \
+        int32_t w0 = w[2 * (J)], w1 = w[2 * (J) + 1], v;                                      \
+        v = xp[3 * (J)];                                                                      \
+        c00 += (uint32_t)(v * w0);                                                            \
+        c01 += (uint32_t)(v * w1);                                                            \
+        v = xp[3 * (J) + 1];                                                                  \
+        c10 += (uint32_t)(v * w0);                                                            \
+        c11 += (uint32_t)(v * w1);                                                            \
+        v = xp[3 * (J) + 2];                                                                  \
+        c20 += (uint32_t)(v * w0);                                                            \
+        c21 += (uint32_t)(v * w1);                                                            \
+    } while (0)
+            if (nb & 8) { /* an odd number of taps: one, then pairs */
+                MF_RV_TAP(0);
                 xp += 3;
                 w += 2;
+            }
+            while (w != we) { /* two taps a step: immediate offsets, one step of each pointer */
+                MF_RV_TAP(0);
+                MF_RV_OPAQUE6(c00, c01, c10, c11, c20, c21); /* no reassociation across taps */
+                MF_RV_TAP(1);
+                xp += 6;
+                w += 4;
                 MF_RV_OPAQUE(xp);
                 MF_RV_OPAQUE(w);
-            } while (w != we);
+            }
+#undef MF_RV_TAP
             MF_RV_FOLD(c00, sa00, sb00);
             MF_RV_FOLD(c01, sa01, sb01);
             MF_RV_FOLD(c10, sa10, sb10);
