@@ -66,6 +66,23 @@ MF_INLINE void mf_rv_interleave3(const int8_t *x0, const int8_t *x1, const int8_
 /* channel a of a pair from its sums */
 #define MF_RV_A(sa, sb) ((int32_t)((sa) - ((sb) << 16)))
 
+/* One channel's outputs of the nr <= 3 rows (accumulators a0..a2, y rows ys apart): its record
+ * read once into registers for the rows */
+MF_INLINE void mf_rv_out3(int8_t *y, int32_t ys, int32_t a0, int32_t a1, int32_t a2,
+                          const mf_sc_rec *q, int32_t nr, int32_t signfix, int32_t lo,
+                          int32_t hi) {
+    mf_sc_rec r = *q;
+    if (signfix) {
+        y[0] = mf_sc_out(a0, &r, 1, lo, hi);
+        if (nr > 1) y[ys] = mf_sc_out(a1, &r, 1, lo, hi);
+        if (nr > 2) y[2 * ys] = mf_sc_out(a2, &r, 1, lo, hi);
+    } else {
+        y[0] = mf_sc_out(a0, &r, 0, lo, hi);
+        if (nr > 1) y[ys] = mf_sc_out(a1, &r, 0, lo, hi);
+        if (nr > 2) y[2 * ys] = mf_sc_out(a2, &r, 0, lo, hi);
+    }
+}
+
 /* One block of 3 interleaved rows xs (K taps) against every channel: y rows y_stride apart,
  * nr of them stored. */
 MF_INLINE MF_SC_NOSCHED void mf_rv_block3(const int8_t *xs, const int32_t *w,
@@ -123,14 +140,17 @@ MF_INLINE MF_SC_NOSCHED void mf_rv_block3(const int8_t *xs, const int32_t *w,
         {
             int32_t n = O - o < 4 ? O - o : 4;
             int8_t *yo = y + o;
-            mf_sc_store4(yo, MF_RV_A(sa00, sb00), (int32_t)sb00, MF_RV_A(sa01, sb01),
-                         (int32_t)sb01, rq + o, n, signfix, lo, hi);
-            if (nr > 1)
-                mf_sc_store4(yo + y_stride, MF_RV_A(sa10, sb10), (int32_t)sb10,
-                             MF_RV_A(sa11, sb11), (int32_t)sb11, rq + o, n, signfix, lo, hi);
-            if (nr > 2)
-                mf_sc_store4(yo + 2 * y_stride, MF_RV_A(sa20, sb20), (int32_t)sb20,
-                             MF_RV_A(sa21, sb21), (int32_t)sb21, rq + o, n, signfix, lo, hi);
+            mf_rv_out3(yo, y_stride, MF_RV_A(sa00, sb00), MF_RV_A(sa10, sb10),
+                       MF_RV_A(sa20, sb20), rq + o, nr, signfix, lo, hi);
+            if (n > 1)
+                mf_rv_out3(yo + 1, y_stride, (int32_t)sb00, (int32_t)sb10, (int32_t)sb20,
+                           rq + o + 1, nr, signfix, lo, hi);
+            if (n > 2)
+                mf_rv_out3(yo + 2, y_stride, MF_RV_A(sa01, sb01), MF_RV_A(sa11, sb11),
+                           MF_RV_A(sa21, sb21), rq + o + 2, nr, signfix, lo, hi);
+            if (n > 3)
+                mf_rv_out3(yo + 3, y_stride, (int32_t)sb01, (int32_t)sb11, (int32_t)sb21,
+                           rq + o + 3, nr, signfix, lo, hi);
         }
     }
 }
