@@ -113,10 +113,18 @@ MF_INLINE MF_SC_NOSCHED void mf_rv_block3(const int8_t *xs, const int32_t *w,
         c20 += (uint32_t)(v * w0);                                                            \
         c21 += (uint32_t)(v * w1);                                                            \
     } while (0)
-            if (nb & 8) { /* an odd number of taps: one, then pairs */
+            /* the first one (odd L) or two taps peeled: their adds start from MF_RV_OFF (no
+             * separate reset of the accumulators) */
+            if (nb & 8) {
                 MF_RV_TAP(0);
                 xp += 3;
                 w += 2;
+            } else {
+                MF_RV_TAP(0);
+                MF_RV_OPAQUE6(c00, c01, c10, c11, c20, c21);
+                MF_RV_TAP(1);
+                xp += 6;
+                w += 4;
             }
             while (w != we) { /* two taps a step: immediate offsets, one step of each pointer */
                 MF_RV_TAP(0);

@@ -127,17 +127,7 @@ def rv_gemm(ctx: OpContext, ref: ir.Kernel, target) -> ir.Kernel | None:
             ir.Ptr("x", ir.Const(0)), ir.Const(n_rows), ir.Const(k), ir.Const(k), *tail,
             ir.Ptr("y", ir.Const(0)), ir.Const(o), ir.Ptr("scratch", ir.Const(0)))),)
         how, name = f"{n_rows} rows x {k} taps", "mf_rv_gemm_p16"
-    elif k == x.shape[-1] and not any(ctx.attrs["padding"]):  # strided 1x1: per output row
-        n, h, w_, c = x.shape
-        _, oh, ow, _ = y.shape
-        sh, sw = ctx.attrs["stride"]
-        scratch = 3 * k
-        body = ir.loops([("n", n), ("oy", oh)], lambda b, oy: [ir.CallStmt("mf_rv_gemm_p16", (
-            ir.Ptr("x", b * (h * w_ * c) + oy * (sh * w_ * c)), ir.Const(ow), ir.Const(sw * c),
-            ir.Const(k), *tail, ir.Ptr("y", b * (oh * ow * o) + oy * (ow * o)), ir.Const(o),
-            ir.Ptr("scratch", ir.Const(0))))])
-        how, name = f"{oh} output rows x {ow} pixels x {k} taps, stride {sw}", "mf_rv_gemm_p16"
-    else:
+    else:  # (a strided 1x1 too: its pixels gathered 3 at a time, no short blocks per row)
         n, geom, gbuf = conv_geometry(ctx)
         h, w_, c, _, _, _, _, _, _, oh, ow = (int(v) for v in geom)
         consts.append(gbuf)
