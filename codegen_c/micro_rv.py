@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 
 from .loop_ir import UndefinedBehaviour
-from .micro import GEOM_FIELDS, _fits, im2col, requantize
+from .micro import GEOM_FIELDS, im2col, requantize
 from .qmath import INTRINSICS
 
 
@@ -46,36 +46,44 @@ def unpack_p16(pw, o: int, k: int):
     return w[:o], np.repeat(np.array(nch, np.int64), 4)[:o]
 
 
-def _acc(xs, pw, rq, o, k):
-    """The int32 accumulators of the C (even channels SA - 2^16 SB = sum + n 2^15, checked to
-    fit) plus the records' biases, and the mf_rq rows."""
+def _acc(xs, pw, rq, o, k, mode):
+    """The accumulators with their biases (decoded from the records' init) and the mf_rq rows
+    (mult = m2 / 2, pre = pre1 + 1)."""
     wm, nch = unpack_p16(pw, o, k)
     rec = np.asarray(rq[:5 * o], np.int64).reshape(o, 5)
-    dot = xs @ wm.T
-    even = (np.arange(o) % 2 == 0)
-    _fits(np.abs(xs) @ np.abs(wm).T + np.where(even, nch * 2**15, 0), "the p16 sums")
-    return dot + rec[:, 0] + np.where(even, nch * 2**15, 0), rec[:, 1:]
+    init, m2 = rec[:, 0], rec[:, 1] % 2**32
+    if (m2 % 2).any() or (rec[:, 3] < 0).any():
+        raise UndefinedBehaviour("mf_rv_rec: m2 odd or pre1 < 0")
+    if not int(mode) & 2 and (rec[:, 3] != 0).any():
+        raise UndefinedBehaviour("mf_rv_gemm_p16: a channel shifts (pre1 != 0) in mode 0/1")
+    bias = init.copy()
+    for ch in range(0, o, 2):  # channel a: init = bias_a - n 2^15 + 2^16 bias_b (mod 2^32)
+        nb = init[ch + 1] if ch + 1 < o else 0
+        v = (init[ch] + nch[ch] * 2**15 - nb * 2**16) % 2**32
+        bias[ch] = v - 2**32 if v >= 2**31 else v
+    rqr = np.stack([m2 // 2, rec[:, 2], rec[:, 3] + 1, rec[:, 4]], 1)
+    return xs @ wm.T + bias, rqr
 
 
-def _gemm(x, rows, x_stride, k, pw, rq, o, lo, hi, signfix, y, y_stride, scratch):
+def _gemm(x, rows, x_stride, k, pw, rq, o, lo, hi, mode, y, y_stride, scratch):
     if scratch.nbytes < 3 * k:
         raise UndefinedBehaviour(f"mf_rv_gemm_p16: {scratch.nbytes} bytes of scratch, "
                                  f"needs {3 * k}")
     xs = np.stack([np.asarray(x[r * x_stride:r * x_stride + k], np.int64) for r in range(rows)])
-    acc, rqr = _acc(xs, pw, rq, o, k)
-    out = requantize(acc, rqr, 1 if signfix else 0, lo, hi)
+    acc, rqr = _acc(xs, pw, rq, o, k, mode)
+    out = requantize(acc, rqr, int(mode) & 1, lo, hi)
     for r in range(rows):
         y[r * y_stride:r * y_stride + o] = out[r]
 
 
-def _conv(x, geom, x_zp, pw, rq, o, lo, hi, signfix, y, scratch):
+def _conv(x, geom, x_zp, pw, rq, o, lo, hi, mode, y, scratch):
     g = dict(zip(GEOM_FIELDS, (int(v) for v in geom[:len(GEOM_FIELDS)])))
     k = g["k_h"] * g["k_w"] * g["in_c"]
     if scratch.nbytes < 6 * k:
         raise UndefinedBehaviour(f"mf_rv_conv_p16: {scratch.nbytes} bytes of scratch, "
                                  f"needs {6 * k}")
-    acc, rqr = _acc(im2col(x, g, x_zp), pw, rq, o, k)
-    out = requantize(acc, rqr, 1 if signfix else 0, lo, hi)
+    acc, rqr = _acc(im2col(x, g, x_zp), pw, rq, o, k, mode)
+    out = requantize(acc, rqr, int(mode) & 1, lo, hi)
     y[:out.size] = out.reshape(-1)
 
 

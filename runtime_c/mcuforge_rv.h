@@ -13,8 +13,9 @@
  * both lanes' sums A, B provably stay in [-2^15, 2^15) for every int8 x. A chunk's
  * accumulator starts at 2^15, so after the chunk c = A + 2^15 + 2^16 B (mod 2^32) with the
  * low half in [0, 2^16): c >> 16 (arithmetic) is B exactly. Per chunk: SB += c >> 16,
- * SA += c (mod 2^32); at the end channel b = SB and channel a = SA - 2^16 SB = sum A +
- * n 2^15, the n chunks' offsets taken out of a's folded bias by the schedule.
+ * SA += c (mod 2^32); with SB starting at bias_b and SA at bias_a - n 2^15 + 2^16 bias_b (the
+ * n chunks' offsets taken out: mf_rv_rec.init), channel b = SB and channel a = SA - 2^16 SB,
+ * each with its bias.
  * Layout (int32 words, blocks of 4 channels, zero channels pad, blocks one after the other):
  *   per chunk: 8 L + 4 (the chunk's bytes with this word), then per tap the words of channels
  *   (0, 1) and (2, 3); after the block's last chunk a 0 word.
@@ -22,14 +23,15 @@
  * 6 mul, 6 add for 12 MACs. The 3 rows are first interleaved into xs[3 K] (x of tap k, row r
  * at 3 k + r: one pointer, immediate offsets); rows past the end re-read the last row (not
  * stored).
- * rq[O] (mf_sc_rec) per channel, unpadded, a's bias less n 2^15. */
+ * rq[O] (mf_rv_rec) per channel, unpadded; mode: bit 0 the sign term (mf_rq's signfix), bit 1
+ * some channel's pre1 != 0. */
 #ifndef MCUFORGE_RV_H
 #define MCUFORGE_RV_H
 
 #include <stdint.h>
 #include <string.h>
 
-#include "mcuforge_scalar.h" /* mf_sc_rec, mf_sc_store4, mf_sc_im2col, MF_SC_NOSCHED */
+#include "mcuforge_scalar.h" /* mf_sc_im2col, MF_SC_NOSCHED */
 
 #define MF_RV_OFF 0x8000u /* a chunk accumulator's start: the low lane's offset */
 
@@ -66,33 +68,65 @@ MF_INLINE void mf_rv_interleave3(const int8_t *x0, const int8_t *x1, const int8_
 /* channel a of a pair from its sums */
 #define MF_RV_A(sa, sb) ((int32_t)((sa) - ((sb) << 16)))
 
+/* Per channel output record: init (the channel's sums start there: its folded bias; a pair's
+ * channel a: bias_a - n 2^15 + 2^16 bias_b mod 2^32), m2 = 2 mult (< 2^32), add, pre1 =
+ * pre - 1, post (mf_rq's fields): (acc << pre) * mult = (acc << pre1) * m2, the high word by
+ * mulhsu (no shift for pre = 1, the usual case). */
+typedef struct {
+    int32_t init;
+    uint32_t m2;
+    int32_t add, pre1, post;
+} mf_rv_rec;
+
+/* clamp(mf_rq_apply(acc)) (acc with its bias); mode bit 0: the sign term, bit 1: the shift;
+ * constants where inlined */
+MF_INLINE int8_t mf_rv_out(int32_t acc, const mf_rv_rec *q, int32_t mode, int32_t lo,
+                           int32_t hi) {
+    int32_t t = mode & 2 ? (int32_t)((uint32_t)acc << q->pre1) : acc;
+    int64_t p = (int64_t)t * (int64_t)q->m2;
+    int32_t h = (int32_t)(p >> 32) + (int32_t)((uint32_t)p >> 31);
+    int32_t v = h + q->add;
+    if (mode & 1) v += h >> 31 & -(q->post != 0);
+    v >>= q->post;
+    v = v < lo ? lo : v;
+    return (int8_t)(v > hi ? hi : v);
+}
+
 /* One channel's outputs of the nr <= 3 rows (accumulators a0..a2, y rows ys apart): its record
  * read once into registers for the rows */
+#define MF_RV_OUT3(MODE)                                                                      \
+    do {                                                                                      \
+        y[0] = mf_rv_out(a0, &r, MODE, lo, hi);                                               \
+        if (nr > 1) y[ys] = mf_rv_out(a1, &r, MODE, lo, hi);                                  \
+        if (nr > 2) y[2 * ys] = mf_rv_out(a2, &r, MODE, lo, hi);                              \
+    } while (0)
 MF_INLINE void mf_rv_out3(int8_t *y, int32_t ys, int32_t a0, int32_t a1, int32_t a2,
-                          const mf_sc_rec *q, int32_t nr, int32_t signfix, int32_t lo,
+                          const mf_rv_rec *q, int32_t nr, int32_t mode, int32_t lo,
                           int32_t hi) {
-    mf_sc_rec r = *q;
-    if (signfix) {
-        y[0] = mf_sc_out(a0, &r, 1, lo, hi);
-        if (nr > 1) y[ys] = mf_sc_out(a1, &r, 1, lo, hi);
-        if (nr > 2) y[2 * ys] = mf_sc_out(a2, &r, 1, lo, hi);
-    } else {
-        y[0] = mf_sc_out(a0, &r, 0, lo, hi);
-        if (nr > 1) y[ys] = mf_sc_out(a1, &r, 0, lo, hi);
-        if (nr > 2) y[2 * ys] = mf_sc_out(a2, &r, 0, lo, hi);
+    mf_rv_rec r = *q;
+    switch (mode & 3) {
+    case 0: MF_RV_OUT3(0); break;
+    case 1: MF_RV_OUT3(1); break;
+    case 2: MF_RV_OUT3(2); break;
+    default: MF_RV_OUT3(3); break;
     }
 }
+#undef MF_RV_OUT3
 
 /* One block of 3 interleaved rows xs (K taps) against every channel: y rows y_stride apart,
  * nr of them stored. */
 MF_INLINE MF_SC_NOSCHED void mf_rv_block3(const int8_t *xs, const int32_t *w,
-                                          const mf_sc_rec *rq, int32_t O, int32_t lo,
-                                          int32_t hi, int32_t signfix, int8_t *y,
+                                          const mf_rv_rec *rq, int32_t O, int32_t lo,
+                                          int32_t hi, int32_t mode, int8_t *y,
                                           int32_t y_stride, int32_t nr) {
     int32_t o;
     for (o = 0; o < O; o += 4) {
-        uint32_t sa00 = 0, sb00 = 0, sa01 = 0, sb01 = 0, sa10 = 0, sb10 = 0, sa11 = 0,
-                 sb11 = 0, sa20 = 0, sb20 = 0, sa21 = 0, sb21 = 0;
+        int32_t n = O - o < 4 ? O - o : 4;
+        uint32_t sa00 = (uint32_t)rq[o].init, sb00 = n > 1 ? (uint32_t)rq[o + 1].init : 0;
+        uint32_t sa01 = n > 2 ? (uint32_t)rq[o + 2].init : 0;
+        uint32_t sb01 = n > 3 ? (uint32_t)rq[o + 3].init : 0;
+        uint32_t sa10 = sa00, sb10 = sb00, sa11 = sa01, sb11 = sb01, sa20 = sa00, sb20 = sb00,
+                 sa21 = sa01, sb21 = sb01;
         const int8_t *xp = xs;
         int32_t nb = *w;
         do { /* chunks until the block's 0 word */
@@ -146,26 +180,25 @@ MF_INLINE MF_SC_NOSCHED void mf_rv_block3(const int8_t *xs, const int32_t *w,
         } while (nb != 0);
         w++;
         {
-            int32_t n = O - o < 4 ? O - o : 4;
             int8_t *yo = y + o;
             mf_rv_out3(yo, y_stride, MF_RV_A(sa00, sb00), MF_RV_A(sa10, sb10),
-                       MF_RV_A(sa20, sb20), rq + o, nr, signfix, lo, hi);
+                       MF_RV_A(sa20, sb20), rq + o, nr, mode, lo, hi);
             if (n > 1)
                 mf_rv_out3(yo + 1, y_stride, (int32_t)sb00, (int32_t)sb10, (int32_t)sb20,
-                           rq + o + 1, nr, signfix, lo, hi);
+                           rq + o + 1, nr, mode, lo, hi);
             if (n > 2)
                 mf_rv_out3(yo + 2, y_stride, MF_RV_A(sa01, sb01), MF_RV_A(sa11, sb11),
-                           MF_RV_A(sa21, sb21), rq + o + 2, nr, signfix, lo, hi);
+                           MF_RV_A(sa21, sb21), rq + o + 2, nr, mode, lo, hi);
             if (n > 3)
                 mf_rv_out3(yo + 3, y_stride, (int32_t)sb01, (int32_t)sb11, (int32_t)sb21,
-                           rq + o + 3, nr, signfix, lo, hi);
+                           rq + o + 3, nr, mode, lo, hi);
         }
     }
 }
 
 MF_MICRO void mf_rv_gemm_p16(const int8_t *x, int32_t rows, int32_t x_stride, int32_t K,
-                             const int32_t *pw, const mf_sc_rec *rq, int32_t O, int32_t lo,
-                             int32_t hi, int32_t signfix, int8_t *y, int32_t y_stride,
+                             const int32_t *pw, const mf_rv_rec *rq, int32_t O, int32_t lo,
+                             int32_t hi, int32_t mode, int8_t *y, int32_t y_stride,
                              int8_t *xs) {
     int32_t r;
     for (r = 0; r < rows; r += 3) {
@@ -174,7 +207,7 @@ MF_MICRO void mf_rv_gemm_p16(const int8_t *x, int32_t rows, int32_t x_stride, in
         const int8_t *x1 = x0 + (nr > 1 ? x_stride : 0);
         const int8_t *x2 = x0 + (nr > 2 ? 2 * x_stride : 0);
         mf_rv_interleave3(x0, x1, x2, K, xs);
-        mf_rv_block3(xs, pw, rq, O, lo, hi, signfix, y + r * y_stride, y_stride, nr);
+        mf_rv_block3(xs, pw, rq, O, lo, hi, mode, y + r * y_stride, y_stride, nr);
     }
 }
 
@@ -183,8 +216,8 @@ MF_MICRO void mf_rv_gemm_p16(const int8_t *x, int32_t rows, int32_t x_stride, in
  * place; a patch touching the padding is first built by im2col in scratch[3 K, 6 K)), then
  * mf_rv_block3; pixels past the end repeat the last one (not stored). */
 MF_MICRO void mf_rv_conv_p16(const int8_t *x, const mf_conv_geom *g, int32_t x_zp,
-                             const int32_t *pw, const mf_sc_rec *rq, int32_t O, int32_t lo,
-                             int32_t hi, int32_t signfix, int8_t *y, int8_t *scratch) {
+                             const int32_t *pw, const mf_rv_rec *rq, int32_t O, int32_t lo,
+                             int32_t hi, int32_t mode, int8_t *y, int8_t *scratch) {
     int32_t kh = g->k_h, seg = g->k_w * g->in_c, rowb = g->in_w * g->in_c;
     int32_t K = kh * seg, n = g->out_h * g->out_w, q, r, ky;
     int8_t *tmp = scratch + 3 * K;
@@ -208,7 +241,7 @@ MF_MICRO void mf_rv_conv_p16(const int8_t *x, const mf_conv_geom *g, int32_t x_z
         for (ky = 0; ky < kh; ky++)
             mf_rv_interleave3(b[0] + ky * bs[0], b[1] + ky * bs[1], b[2] + ky * bs[2], seg,
                               scratch + 3 * ky * seg);
-        mf_rv_block3(scratch, pw, rq, O, lo, hi, signfix, y + q * O, O, nr);
+        mf_rv_block3(scratch, pw, rq, O, lo, hi, mode, y + q * O, O, nr);
     }
 }
 

@@ -22,7 +22,6 @@ import pytest
 from conftest import require_tools
 from mcuforge.codegen_c import pack
 from mcuforge.codegen_c.kernels import rv
-from mcuforge.codegen_c.kernels.scalar import rq_records
 from tests.nn_bench import harness
 from test_nn_gemm import conv_geometry, quantize_multiplier, tflm_conv, tflm_outputs
 from test_nn_scalar import c_array, check, layer
@@ -47,12 +46,29 @@ def big_scales(L):
     L.update(mults=[m for m, _ in ms], shifts=[s for _, s in ms], lo=-128, hi=127, y_zp=0)
 
 
-def gemm_case(rng, rows, k, o, gap=0, scale=None, extreme=False):
+def upscale(L, rng):
+    """Output scales above 1 on odd channels: TFLM shift > 0 (mf_rq's pre >= 2, mode bit 1 of
+    the kernel); weights in [-2, 2], small biases (with inputs near the zero point the outputs
+    stay inside the int8 range)."""
+    L["w"] = L["w"] // 64
+    L["bias"] = L["bias"] // 300
+    ms = [quantize_multiplier(float(2.0 ** rng.uniform(0.2, 2.5)) if c % 2 else 0.05)
+          for c in range(len(L["w"]))]
+    relu = len(L["w"]) % 2 == 0  # (one case each: the sign term or none)
+    L.update(mults=[m for m, _ in ms], shifts=[s for _, s in ms], y_zp=0,
+             lo=0 if relu else -128, hi=127)
+
+
+def gemm_case(rng, rows, k, o, gap=0, scale=None, extreme=False, up=False):
     L = layer(rng, o, k, big=scale is not None)
+    if up:
+        upscale(L, rng)
     if scale is not None:  # weights of about this magnitude: chunk lengths from 1 to K
         L["w"] = np.clip(np.round(rng.standard_normal((o, k)) * scale), -127, 127).astype(int)
         big_scales(L)
     xs = rng.integers(-128, 128, (rows, k + gap))
+    if up:
+        xs = np.clip(L["x_zp"] + rng.integers(-4, 5, (rows, k + gap)), -128, 127)
     if extreme:
         xs[:, :k] = extreme_rows(L["w"], rows, k, rng)
     y = tflm_outputs(xs[:, :k], L["w"], L["bias"], L["x_zp"], L["mults"], L["shifts"],
@@ -84,6 +100,9 @@ def all_cases(seed=0):
     for _ in range(6):
         cases.append(gemm_case(rng, int(rng.integers(1, 11)), int(rng.integers(1, 90)),
                                int(rng.integers(1, 20)), gap=int(rng.integers(0, 4))))
+    # positive shifts (pre > 1)
+    for rows, k, o in ((4, 7, 5), (3, 12, 8)):
+        cases.append(gemm_case(rng, rows, k, o, up=True))
     # full-scale weights at the extremes (chunks of 1-2 taps); tiny weights (one long chunk)
     for rows, k, o, scale in ((4, 40, 6, 127.0), (5, 33, 5, 60.0), (3, 200, 4, 1.0),
                               (4, 96, 7, 20.0)):
@@ -97,15 +116,20 @@ def all_cases(seed=0):
 
 
 def kernel_data(L, chunks=None):
-    """What the schedule passes: the p16 stream and the records (even channels' bias less
-    n 2^15)."""
+    """What the schedule passes: the p16 stream, the records, the mode."""
     w = L["w"]
     folded = pack.fold_bias(L["bias"], w, L["x_zp"])
     rq = pack.requant_params(L["mults"], L["shifts"], L["y_zp"], pack.acc_bounds(folded, w))
     assert folded is not None and rq is not None
     chunks = rv.chunks_p16(w) if chunks is None else chunks
-    return (rv.pack_p16(w, chunks), rq_records(rv.p16_bias(folded, chunks), rq),
-            pack.needs_signfix(L["y_zp"], L["lo"]))
+    return (rv.pack_p16(w, chunks), rv.rv_records(folded, rq, chunks),
+            rv.rv_mode(pack.needs_signfix(L["y_zp"], L["lo"]), rq))
+
+
+def test_cases_exercise_modes():
+    """The cases cover the four modes (sign term, shift)."""
+    modes = {kernel_data(c["L"])[2] for c in CASES}
+    assert modes == {0, 1, 2, 3}, modes
 
 
 def test_chunks_follow_the_lane_bound():
@@ -135,17 +159,17 @@ def program(cases, out: str) -> str:
                 if c["kind"] == "conv"] + [3 * c["k"] for c in cases if c["kind"] == "gemm"])
     head.append(f"static int8_t ybuf[{ymax}];\nstatic int8_t scratch[{smax}];\n")
     for i, c in enumerate(cases):
-        packed, rec, sf = kernel_data(c["L"], c.get("chunks"))
+        packed, rec, mode = kernel_data(c["L"], c.get("chunks"))
         lo, hi, o = c["L"]["lo"], c["L"]["hi"], c["o"]
         head += [c_array("int32_t", f"w{i}", packed), c_array("int32_t", f"q{i}", rec),
                  c_array("int8_t", f"x{i}", c["x"]), c_array("int8_t", f"y{i}", c["y"])]
         if c["kind"] == "gemm":
             call = (f"mf_rv_gemm_p16(x{i}, {c['rows']}, {c['xs']}, {c['k']}, w{i}, "
-                    f"(const mf_sc_rec *)q{i}, {o}, {lo}, {hi}, {sf}, ybuf, {o}, scratch);")
+                    f"(const mf_rv_rec *)q{i}, {o}, {lo}, {hi}, {mode}, ybuf, {o}, scratch);")
         else:
             head.append(c_array("int32_t", f"g{i}", c["geom"]))
             call = (f"mf_rv_conv_p16(x{i}, (const mf_conv_geom *)g{i}, {c['L']['x_zp']}, "
-                    f"w{i}, (const mf_sc_rec *)q{i}, {o}, {lo}, {hi}, {sf}, ybuf, "
+                    f"w{i}, (const mf_rv_rec *)q{i}, {o}, {lo}, {hi}, {mode}, ybuf, "
                     f"scratch);")
         body.append(check(i, c["y"].size, call, puts, puti))
     return "".join(head) + f"""

@@ -12,7 +12,6 @@ from .. import loop_ir as ir
 from ..lower import OpContext
 from . import conv_geometry, schedules
 from .gemm import gemm_layer
-from .scalar import rq_records
 
 OFF = 2**15  # MF_RV_OFF: a chunk accumulator's start
 MIN_CHUNK = 2.5  # mean taps a chunk below which m8 is as fast (see rv_gemm)
@@ -74,14 +73,26 @@ def pack_p16(rows: np.ndarray, chunks) -> np.ndarray:
     return np.concatenate(words).astype(np.int32)
 
 
-def p16_bias(bias, chunks) -> np.ndarray:
-    """The folded bias less each even channel's n 2^15 (its block's n chunk offsets)."""
-    b = np.asarray(bias, np.int64).copy()
-    for bi, lens in enumerate(chunks):
-        for ch in (4 * bi, 4 * bi + 2):
-            if ch < len(b):
-                b[ch] -= len(lens) * OFF
-    return b
+def rv_records(bias, rq, chunks) -> np.ndarray:
+    """mf_rv_rec per channel (mcuforge_rv.h): init, m2, add, pre1, post as int32 [O * 5] (m2
+    and init as their 32-bit patterns). init: channel b of a pair (odd) its folded bias;
+    channel a bias_a - n 2^15 + 2^16 bias_b (mod 2^32; bias_b = 0 past the last channel), n
+    its block's chunks."""
+    b = np.asarray(bias, np.int64).reshape(-1)
+    o = len(b)
+    rq = np.asarray(rq, np.int64).reshape(-1, 4)
+    init = b.copy()
+    for ch in range(0, o, 2):
+        nb = b[ch + 1] if ch + 1 < o else 0
+        init[ch] = b[ch] - len(chunks[ch // 4]) * OFF + nb * 2**16
+    rec = np.stack([init, rq[:, 0] * 2, rq[:, 1], rq[:, 2] - 1, rq[:, 3]], 1)
+    return ((rec + 2**31) % 2**32 - 2**31).reshape(-1).astype(np.int32)
+
+
+def rv_mode(signfix, rq) -> int:
+    """mf_rv_gemm_p16's mode: bit 0 the sign term, bit 1 some channel shifts (pre != 1)."""
+    pre = np.asarray(rq, np.int64).reshape(-1, 4)[:, 2]
+    return (1 if signfix else 0) | (2 if (pre != 1).any() else 0)
 
 
 @schedules("conv2d", "fully_connected")
@@ -97,10 +108,6 @@ def rv_gemm(ctx: OpContext, ref: ir.Kernel, target) -> ir.Kernel | None:
     rows = np.asarray(layer["rows"], np.int64)
     o, k = rows.shape
     chunks = chunks_p16(rows)
-    n_max = max(len(c) for c in chunks)
-    bound = 128 * int(np.abs(rows).sum(axis=1).max(initial=0))
-    if bound + n_max * OFF > 2**31 - 1:
-        return None  # SA - 2^16 SB (= sum + n 2^15) could leave int32
     if k * len(chunks) / sum(len(c) for c in chunks) < MIN_CHUNK:
         return None
     x, y = ctx.input(0), ctx.output()
@@ -111,16 +118,17 @@ def rv_gemm(ctx: OpContext, ref: ir.Kernel, target) -> ir.Kernel | None:
     if one_by_one and n_rows < 3:
         return None  # 3-row blocks: one or two rows cost 1.5-3x (scalar.py's reason)
     packed = pack_p16(rows, chunks)
-    signfix = 1 if layer["signfix"] else 0
+    mode = rv_mode(layer["signfix"], layer["rq"])
     consts = [ir.Buffer("w", "int32", packed.size, "const", packed,
                         "p16: per block of 4 channels, per chunk 8 L + 4 then L taps of words "
                         "w0 + 2^16 w1, w2 + 2^16 w3, then 0"),
               ir.Buffer("rq", "int32", 5 * o, "const",
-                        rq_records(p16_bias(layer["bias"], chunks), layer["rq"]),
-                        "mf_sc_rec per channel: bias - x_zp * sum(w) (even channels less "
-                        "n 2^15), mult, add, pre, post")]
-    tail = (ir.Ptr("w", ir.Const(0)), ir.Ptr("rq", ir.Const(0), ctype="const mf_sc_rec *"),
-            ir.Const(o), ir.Const(layer["lo"]), ir.Const(layer["hi"]), ir.Const(signfix))
+                        rv_records(layer["bias"], layer["rq"], chunks),
+                        "mf_rv_rec per channel: the sums' start (bias - x_zp * sum(w); even "
+                        "channels less n 2^15 plus 2^16 the next one's), 2 mult, add, pre - 1, "
+                        "post")]
+    tail = (ir.Ptr("w", ir.Const(0)), ir.Ptr("rq", ir.Const(0), ctype="const mf_rv_rec *"),
+            ir.Const(o), ir.Const(layer["lo"]), ir.Const(layer["hi"]), ir.Const(mode))
     if one_by_one:
         scratch = 3 * k
         body = (ir.CallStmt("mf_rv_gemm_p16", (
