@@ -89,3 +89,21 @@ def _conv(x, geom, x_zp, pw, rq, o, lo, hi, mode, y, scratch):
 
 INTRINSICS["mf_rv_gemm_p16"] = _gemm
 INTRINSICS["mf_rv_conv_p16"] = _conv
+
+
+def _dw3(x, y, pk, g, x_zp, lo, hi, mode, scratch):
+    """mf_rv_dw3: mf_sc_dw3 (micro_scalar's mirror) with mf_rv_rec records (init = bias,
+    m2 = 2 mult, pre1 = pre - 1) and mode (bit 0 the sign term, bit 1 the shift)."""
+    from .micro_scalar import _dw3 as sc_dw3
+    c = int(g[2])
+    rec = np.asarray(pk[:14 * c], np.int64).reshape(c, 14).copy()
+    m2 = rec[:, 10] % 2**32
+    if (m2 % 2).any() or (rec[:, 12] < 0).any():
+        raise UndefinedBehaviour("mf_rv_dw3: m2 odd or pre1 < 0")
+    if not int(mode) & 2 and (rec[:, 12] != 0).any():
+        raise UndefinedBehaviour("mf_rv_dw3: a channel shifts (pre1 != 0) in mode 0/1")
+    rec[:, 10], rec[:, 12] = m2 // 2, rec[:, 12] + 1
+    sc_dw3(x, y, rec.reshape(-1), g, x_zp, lo, hi, int(mode) & 1, scratch)
+
+
+INTRINSICS["mf_rv_dw3"] = _dw3

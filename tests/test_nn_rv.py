@@ -24,7 +24,7 @@ from mcuforge.codegen_c import pack
 from mcuforge.codegen_c.kernels import rv
 from tests.nn_bench import harness
 from test_nn_gemm import conv_geometry, quantize_multiplier, tflm_conv, tflm_outputs
-from test_nn_scalar import c_array, check, layer
+from test_nn_scalar import c_array, check, dw_case, layer
 
 SENTINEL = 0x55
 
@@ -112,7 +112,34 @@ def all_cases(seed=0):
                 (7, 5, 4, 1, 1, 2, "VALID", 9), (5, 9, 2, 3, 2, 2, "SAME", 4)):
         cases.append(conv_case(rng, *geo))
     cases.append(conv_case(rng, 5, 6, 64, 3, 3, 1, "SAME", 5, scale=40.0))
+    # depthwise 3x3 (mf_rv_dw3): strides 1 and 2 (and mixed), SAME / VALID, planes transposed
+    # or not, one column or row, KWS's 25x5 (test_nn_scalar's dw_case: numpy TFLM model)
+    for h, wd, c, sh, sw, pad in ((5, 6, 3, 1, 1, "SAME"), (7, 4, 5, 2, 2, "SAME"),
+                                  (25, 5, 4, 1, 1, "SAME"), (6, 9, 2, 2, 2, "VALID"),
+                                  (1, 7, 3, 1, 1, "SAME"), (8, 1, 2, 1, 1, "SAME"),
+                                  (9, 8, 3, 2, 1, "SAME"), (5, 11, 6, 1, 2, "VALID"),
+                                  (3, 3, 9, 1, 1, "SAME"), (12, 12, 2, 2, 2, "SAME")):
+        cases.append(dw_case(rng, h, wd, c, sh, sw, pad))
+    dw = dw_case(rng, 6, 7, 4, 1, 1, "SAME")  # positive shifts (mode bit 1)
+    upscale(dw["L"], rng)
+    dw["x"] = np.clip(dw["L"]["x_zp"] + rng.integers(-3, 4, dw["x"].shape), -128, 127)
+    cases.append(dw_redo(dw))
     return cases
+
+
+def dw_redo(c):
+    """A dw_case's expected output again after its layer or input changed."""
+    from test_nn_scalar import tflm_dw
+    L, (h, wd, ch) = c["L"], c["x"].shape
+    g = [int(v) for v in c["geom"]]
+    if c["transpose"]:  # plane rows = image columns: dw_geometry's fields swapped
+        oh, ow, sh, sw, pt, pl = g[4], g[3], g[6], g[5], g[8], g[7]
+    else:
+        oh, ow, sh, sw, pt, pl = g[3], g[4], g[5], g[6], g[7], g[8]
+    w = L["w"].T.reshape(3, 3, ch)
+    c["y"] = tflm_dw(c["x"], w, L["bias"], L["x_zp"], sh, sw, pt, pl, oh, ow, L["mults"],
+                     L["shifts"], L["y_zp"], L["lo"], L["hi"])
+    return c
 
 
 def kernel_data(L, chunks=None):
@@ -128,8 +155,10 @@ def kernel_data(L, chunks=None):
 
 def test_cases_exercise_modes():
     """The cases cover the four modes (sign term, shift)."""
-    modes = {kernel_data(c["L"])[2] for c in CASES}
+    modes = {kernel_data(c["L"])[2] for c in CASES if c["kind"] != "dw"}
     assert modes == {0, 1, 2, 3}, modes
+    dw = [c["L"] for c in CASES if c["kind"] == "dw"]
+    assert any(min(L["shifts"]) < 0 < max(L["shifts"]) for L in dw)
 
 
 def test_chunks_follow_the_lane_bound():
@@ -156,9 +185,23 @@ def program(cases, out: str) -> str:
     body = []
     ymax = max(c["y"].size + 8 for c in cases)
     smax = max([6 * c["geom"][3] * c["geom"][4] * c["geom"][2] for c in cases
-                if c["kind"] == "conv"] + [3 * c["k"] for c in cases if c["kind"] == "gemm"])
+                if c["kind"] == "conv"] + [3 * c["k"] for c in cases if c["kind"] == "gemm"]
+               + [int(c["geom"][13] * c["geom"][14]) for c in cases if c["kind"] == "dw"])
     head.append(f"static int8_t ybuf[{ymax}];\nstatic int8_t scratch[{smax}];\n")
     for i, c in enumerate(cases):
+        if c["kind"] == "dw":
+            L = c["L"]
+            folded = pack.fold_bias(L["bias"], L["w"], L["x_zp"])
+            rq = pack.requant_params(L["mults"], L["shifts"], L["y_zp"],
+                                     pack.acc_bounds(folded, L["w"]))
+            pk = rv.pack_rv_dw3(L["w"], folded, rq, c["transpose"])
+            mode = rv.rv_mode(pack.needs_signfix(L["y_zp"], L["lo"]), rq)
+            head += [c_array("int32_t", f"w{i}", pk), c_array("int32_t", f"g{i}", c["geom"]),
+                     c_array("int8_t", f"x{i}", c["x"]), c_array("int8_t", f"y{i}", c["y"])]
+            call = (f"mf_rv_dw3(x{i}, ybuf, w{i}, g{i}, {L['x_zp']}, {L['lo']}, {L['hi']}, "
+                    f"{mode}, scratch);")
+            body.append(check(i, c["y"].size, call, puts, puti))
+            continue
         packed, rec, mode = kernel_data(c["L"], c.get("chunks"))
         lo, hi, o = c["L"]["lo"], c["L"]["hi"], c["o"]
         head += [c_array("int32_t", f"w{i}", packed), c_array("int32_t", f"q{i}", rec),
@@ -267,7 +310,7 @@ def test_riscv(riscv_project, opt):
 # ---- the schedule: scheduled kernel == reference kernel in the loop-IR evaluator ---------------
 def _sched_cases():
     from test_sched_layers import CASES as LAYERS
-    return [c for c in LAYERS if c[1] in ("CONV_2D", "FULLY_CONNECTED")]
+    return [c for c in LAYERS if c[1] in ("CONV_2D", "FULLY_CONNECTED", "DEPTHWISE_CONV_2D")]
 
 
 @pytest.mark.parametrize("name,op,kw", _sched_cases(), ids=[c[0] for c in _sched_cases()])
@@ -301,4 +344,4 @@ def test_some_layers_take_p16():
     for name, op, kw in _sched_cases():
         g = load_tflite(layer_model(sum(map(ord, name)), op, **kw)[0])
         names.append(lower_node(g.nodes[0], g, "k", Target("riscv32-virt", "rv32imac")).schedule)
-    assert {"mf_rv_gemm_p16", "mf_rv_conv_p16"} <= set(names), names
+    assert {"mf_rv_gemm_p16", "mf_rv_conv_p16", "mf_rv_dw3"} <= set(names), names
