@@ -87,7 +87,29 @@ def _conv(x, geom, x_zp, pw, rq, o, lo, hi, mode, y, scratch):
     y[:out.size] = out.reshape(-1)
 
 
+def _stream_k(pw) -> int:
+    """The taps of a p16 stream: its first block's chunk lengths summed (the C kernel reads
+    chunks up to the block's 0 word)."""
+    pw = np.asarray(pw, np.int64)
+    i = k = 0
+    while i < pw.size and pw[i] != 0:
+        if pw[i] % 8 != 4:
+            raise UndefinedBehaviour("mf_rv_fc_p16: a chunk length off the stream")
+        k += int(pw[i]) // 8
+        i += int(pw[i]) // 4
+    return k
+
+
+def _fc(x, pw, rq, o, lo, hi, mode, y):
+    """mf_rv_fc_p16: one row, K taps from the stream."""
+    k = _stream_k(pw)
+    if len(x) < k:
+        raise UndefinedBehaviour(f"mf_rv_fc_p16: reads {k} bytes of x, has {len(x)}")
+    _gemm(x, 1, k, k, pw, rq, o, lo, hi, mode, y, o, np.zeros(3 * k, np.int8))
+
+
 INTRINSICS["mf_rv_gemm_p16"] = _gemm
+INTRINSICS["mf_rv_fc_p16"] = _fc
 INTRINSICS["mf_rv_conv_p16"] = _conv
 
 

@@ -196,6 +196,69 @@ MF_INLINE MF_SC_NOSCHED void mf_rv_block3(const int8_t *xs, const int32_t *w,
     }
 }
 
+/* One row x (K taps, in place) against every channel (mf_rv_block3's stream and sums, 1 row:
+ * per tap 1 lb, 2 lw, 2 mul, 2 add for 4 MACs). */
+MF_INLINE MF_SC_NOSCHED void mf_rv_block1(const int8_t *x, const int32_t *w,
+                                          const mf_rv_rec *rq, int32_t O, int32_t lo,
+                                          int32_t hi, int32_t mode, int8_t *y) {
+    int32_t o;
+    for (o = 0; o < O; o += 4) {
+        int32_t n = O - o < 4 ? O - o : 4;
+        uint32_t sa0 = (uint32_t)rq[o].init, sb0 = n > 1 ? (uint32_t)rq[o + 1].init : 0;
+        uint32_t sa1 = n > 2 ? (uint32_t)rq[o + 2].init : 0;
+        uint32_t sb1 = n > 3 ? (uint32_t)rq[o + 3].init : 0;
+        const int8_t *xp = x;
+        int32_t nb = *w;
+        do {
+            const int32_t *we = (const int32_t *)((const char *)w + nb);
+            uint32_t c0 = MF_RV_OFF, c1 = MF_RV_OFF;
+            w++;
+            do {
+                int32_t v = *xp;
+                c0 += (uint32_t)(v * w[0]);
+                c1 += (uint32_t)(v * w[1]);
+                xp++;
+                w += 2;
+                MF_RV_OPAQUE(xp);
+                MF_RV_OPAQUE(w);
+            } while (w != we);
+            MF_RV_FOLD(c0, sa0, sb0);
+            MF_RV_FOLD(c1, sa1, sb1);
+            nb = *w;
+        } while (nb != 0);
+        w++;
+        {
+            mf_rv_rec r = rq[o];
+            y[o] = mf_rv_out(MF_RV_A(sa0, sb0), &r, mode, lo, hi);
+            if (n > 1) {
+                r = rq[o + 1];
+                y[o + 1] = mf_rv_out((int32_t)sb0, &r, mode, lo, hi);
+            }
+            if (n > 2) {
+                r = rq[o + 2];
+                y[o + 2] = mf_rv_out(MF_RV_A(sa1, sb1), &r, mode, lo, hi);
+            }
+            if (n > 3) {
+                r = rq[o + 3];
+                y[o + 3] = mf_rv_out((int32_t)sb1, &r, mode, lo, hi);
+            }
+        }
+    }
+}
+
+/* One row (a fully connected layer of batch 1): y[o] for o < O from x[K] (read in place).
+ * (Its own entry: calls from mf_rv_gemm_p16 cost its 3-row code 1 %, gcc then specialising
+ * fewer of its arguments.) */
+MF_MICRO void mf_rv_fc_p16(const int8_t *x, const int32_t *pw, const mf_rv_rec *rq, int32_t O,
+                           int32_t lo, int32_t hi, int32_t mode, int8_t *y) {
+    switch (mode & 3) {
+    case 0: mf_rv_block1(x, pw, rq, O, lo, hi, 0, y); break;
+    case 1: mf_rv_block1(x, pw, rq, O, lo, hi, 1, y); break;
+    case 2: mf_rv_block1(x, pw, rq, O, lo, hi, 2, y); break;
+    default: mf_rv_block1(x, pw, rq, O, lo, hi, 3, y); break;
+    }
+}
+
 MF_MICRO void mf_rv_gemm_p16(const int8_t *x, int32_t rows, int32_t x_stride, int32_t K,
                              const int32_t *pw, const mf_rv_rec *rq, int32_t O, int32_t lo,
                              int32_t hi, int32_t mode, int8_t *y, int32_t y_stride,

@@ -100,6 +100,8 @@ def all_cases(seed=0):
     for _ in range(6):
         cases.append(gemm_case(rng, int(rng.integers(1, 11)), int(rng.integers(1, 90)),
                                int(rng.integers(1, 20)), gap=int(rng.integers(0, 4))))
+    # one row through mf_rv_gemm_p16 (the others of one row: mf_rv_fc_p16)
+    cases.append(dict(gemm_case(rng, 1, 10, 5), rows_entry=True))
     # positive shifts (pre > 1)
     for rows, k, o in ((4, 7, 5), (3, 12, 8)):
         cases.append(gemm_case(rng, rows, k, o, up=True))
@@ -151,6 +153,12 @@ def kernel_data(L, chunks=None):
     chunks = rv.chunks_p16(w) if chunks is None else chunks
     return (rv.pack_p16(w, chunks), rv.rv_records(folded, rq, chunks),
             rv.rv_mode(pack.needs_signfix(L["y_zp"], L["lo"]), rq))
+
+
+def test_cases_exercise_entries():
+    """Both one-row entries and the others are in the cases."""
+    rows = [(c["rows"], bool(c.get("rows_entry"))) for c in CASES if c["kind"] == "gemm"]
+    assert (1, True) in rows and (1, False) in rows and any(r > 3 for r, _ in rows)
 
 
 def test_cases_exercise_modes():
@@ -206,7 +214,10 @@ def program(cases, out: str) -> str:
         lo, hi, o = c["L"]["lo"], c["L"]["hi"], c["o"]
         head += [c_array("int32_t", f"w{i}", packed), c_array("int32_t", f"q{i}", rec),
                  c_array("int8_t", f"x{i}", c["x"]), c_array("int8_t", f"y{i}", c["y"])]
-        if c["kind"] == "gemm":
+        if c["kind"] == "gemm" and c["rows"] == 1 and not c.get("rows_entry"):
+            call = (f"mf_rv_fc_p16(x{i}, w{i}, (const mf_rv_rec *)q{i}, {o}, {lo}, {hi}, "
+                    f"{mode}, ybuf);")
+        elif c["kind"] == "gemm":
             call = (f"mf_rv_gemm_p16(x{i}, {c['rows']}, {c['xs']}, {c['k']}, w{i}, "
                     f"(const mf_rv_rec *)q{i}, {o}, {lo}, {hi}, {mode}, ybuf, {o}, scratch);")
         else:
@@ -344,4 +355,4 @@ def test_some_layers_take_p16():
     for name, op, kw in _sched_cases():
         g = load_tflite(layer_model(sum(map(ord, name)), op, **kw)[0])
         names.append(lower_node(g.nodes[0], g, "k", Target("riscv32-virt", "rv32imac")).schedule)
-    assert {"mf_rv_gemm_p16", "mf_rv_conv_p16", "mf_rv_dw3"} <= set(names), names
+    assert {"mf_rv_gemm_p16", "mf_rv_conv_p16", "mf_rv_dw3", "mf_rv_fc_p16"} <= set(names), names

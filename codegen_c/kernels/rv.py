@@ -115,8 +115,6 @@ def rv_gemm(ctx: OpContext, ref: ir.Kernel, target) -> ir.Kernel | None:
         k == x.shape[-1] and tuple(ctx.attrs["stride"]) == (1, 1)
         and not any(ctx.attrs["padding"]))
     n_rows = x.size // k
-    if one_by_one and n_rows < 3:
-        return None  # 3-row blocks: one or two rows cost 1.5-3x (scalar.py's reason)
     packed = pack_p16(rows, chunks)
     mode = rv_mode(layer["signfix"], layer["rq"])
     consts = [ir.Buffer("w", "int32", packed.size, "const", packed,
@@ -129,7 +127,12 @@ def rv_gemm(ctx: OpContext, ref: ir.Kernel, target) -> ir.Kernel | None:
                         "post")]
     tail = (ir.Ptr("w", ir.Const(0)), ir.Ptr("rq", ir.Const(0), ctype="const mf_rv_rec *"),
             ir.Const(o), ir.Const(layer["lo"]), ir.Const(layer["hi"]), ir.Const(mode))
-    if one_by_one:
+    if one_by_one and n_rows == 1:  # batch-1 fully connected: one row in place, no scratch
+        scratch = 0
+        body = (ir.CallStmt("mf_rv_fc_p16", (
+            ir.Ptr("x", ir.Const(0)), *tail[:2], *tail[2:], ir.Ptr("y", ir.Const(0)))),)
+        how, name = f"1 row x {k} taps", "mf_rv_fc_p16"
+    elif one_by_one:
         scratch = 3 * k
         body = (ir.CallStmt("mf_rv_gemm_p16", (
             ir.Ptr("x", ir.Const(0)), ir.Const(n_rows), ir.Const(k), ir.Const(k), *tail,
@@ -146,8 +149,8 @@ def rv_gemm(ctx: OpContext, ref: ir.Kernel, target) -> ir.Kernel | None:
             ir.Const(layer["x_zp"]), *tail,
             ir.Ptr("y", b * (oh * ow * o)), ir.Ptr("scratch", ir.Const(0))))])
         how = f"{oh * ow} patches x {k} taps gathered 3 at a time"
-    bufs = [b for b in ref.params if b.kind != "scratch"] + consts + [
-        ir.Buffer("scratch", "int8", scratch, "scratch")]
+    bufs = [b for b in ref.params if b.kind != "scratch"] + consts + (
+        [ir.Buffer("scratch", "int8", scratch, "scratch")] if scratch else [])
     mean = k * len(chunks) / sum(len(c) for c in chunks)
     doc = (f"{ref.doc}\nscheduled: {name} ({how}), weights p16 ({packed.nbytes} bytes), "
            f"{mean:.1f} taps a chunk, {scratch} bytes scratch")
