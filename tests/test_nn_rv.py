@@ -3,7 +3,8 @@ into chunks the schedule proves safe) and its schedule (codegen_c/kernels/rv.py)
 against a numpy model of TFLM's int8 reference kernels (tests/test_nn_gemm.py's, written
 independently of the packing code).
 
-1. C harness: host gcc with ASan/UBSan, riscv32-virt (QEMU) at -O0/-O2/-Os/-O3; random shapes
+1. C harness: host gcc with ASan/UBSan and at -O0/-O2/-Os/-O3, riscv32-virt (QEMU) at
+   -O0/-O2/-Os/-O3 (all -std=c99 -pedantic -Wall -Wextra -Werror); random shapes
    with tails (rows not a multiple of 3, O not a multiple of 4, odd K), random zero points,
    clamps, rounding ties, row gaps; full-scale weights (chunks of one or two taps) with inputs
    at a channel's extreme (the lanes at the edge of their window), tiny weights (one chunk).
@@ -272,6 +273,12 @@ def test_host_sanitizers(main_c, tmp_path):
                         extra=["-fsanitize=address,undefined", "-fno-sanitize-recover=all",
                                "-g"])
     check_output(harness.run(exe, "host"))
+
+
+@pytest.mark.parametrize("opt", ["-O0", "-O2", "-Os", "-O3"])
+def test_host_opt_levels(main_c, tmp_path, opt):
+    """-std=c99 -pedantic -Wall -Wextra -Werror at every level (harness.WARN), same bytes."""
+    check_output(harness.run(harness.build(main_c, "host", opt, tmp_path), "host"))
 
 
 def test_a_chunk_past_the_bound_fails(tmp_path):
