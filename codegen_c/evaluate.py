@@ -17,8 +17,8 @@ _LIMITS = {"int32": (-2**31, 2**31 - 1), "int64": (-2**63, 2**63 - 1)}
 
 
 def _intrinsics() -> dict:
-    from . import (mathmirror, micro, micro_ew, micro_mve_dw, micro_scalar,  # noqa: F401
-                   micro_seq, micro_vec, qmath)  # (they add their mirrors)
+    from . import (mathmirror, micro, micro_ew, micro_mve_dw, micro_rv,  # noqa: F401
+                   micro_scalar, micro_seq, micro_vec, qmath)  # (they add their mirrors)
     return qmath.INTRINSICS
 
 

@@ -29,7 +29,8 @@ MICRO_HEADERS = {"mcuforge_nn.h": ("mf_gemm_", "mf_gemm2_", "mf_gemm1k8_", "mf_c
                  "mcuforge_dw.h": ("mf_dw3x3_s8",), "mcuforge_ew.h": ("mf_ew_",),
                  "mcuforge_vec.h": ("mf_vec_",), "mcuforge_seq.h": ("mf_seq_",),
                  "mcuforge_mve.h": ("mf_mve_gemm", "mf_mve_conv"),
-                 "mcuforge_mve_dw.h": ("mf_mve_dw_",), "mcuforge_scalar.h": ("mf_sc_",)}
+                 "mcuforge_mve_dw.h": ("mf_mve_dw_",), "mcuforge_scalar.h": ("mf_sc_",),
+                 "mcuforge_rv.h": ("mf_rv_",)}
 
 
 @dataclass

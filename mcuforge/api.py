@@ -21,7 +21,8 @@ from .stamp import stamp_lines
 
 RUNTIME_FILES = ("mcuforge_rt.h", "mcuforge_math.h", "mcuforge_nn.h", "mcuforge_dw.h",
                  "mcuforge_ew.h", "mcuforge_vec.h", "mcuforge_seq.h",
-                 "mcuforge_mve.h", "mcuforge_mve_dw.h", "mcuforge_scalar.h")
+                 "mcuforge_mve.h", "mcuforge_mve_dw.h", "mcuforge_scalar.h",
+                 "mcuforge_rv.h")
 
 
 @dataclass

@@ -320,8 +320,8 @@ def test_scheduled_equals_reference(name, op, kw):
         # two-row GEMMs (a 3-row block would compute them 1.5-3x), mf_sc_dw3 takes every 3x3
         # depthwise layer of depth multiplier 1; declined layers keep gemm.py / depthwise.py
         assert k is not ref
-        if op == "DEPTHWISE_CONV_2D" and kw.get("mult", 1) == 1:
-            assert k.schedule == "mf_sc_dw3", k.schedule
+        if op == "DEPTHWISE_CONV_2D" and kw.get("mult", 1) == 1:  # (RV32: mcuforge_rv.h's)
+            assert k.schedule == ("mf_sc_dw3" if fmt == "l64" else "mf_rv_dw3"), k.schedule
         elif fmt == "l64" and k.schedule.startswith("mf_sc_"):
             assert k.schedule.endswith(("l64", "m8")), k.schedule
         elif fmt == "m8" and k.schedule.startswith("mf_sc_"):
@@ -355,9 +355,10 @@ def test_mlperf_m3_matches_tflm(stem):
 
 @pytest.mark.parametrize("c,target,want", [
     (64, "cortex-m3", "mf_sc_gemm_l64"), (8, "cortex-m3", "mf_sc_gemm_l64"),
-    (64, "rv32imac", "mf_sc_gemm_m8"), (8, "rv32imac", "mf_sc_gemm_m8")])
+    (64, "rv32imac", "mf_rv_gemm_p16"), (8, "rv32imac", "mf_rv_gemm_p16")])
 def test_kernel_choice(c, target, want):
-    """1x1 layers over 15 pixels: l64 (SMLAL) on Armv7-M at every K, m8 on RV32."""
+    """1x1 layers over 15 pixels: l64 (SMLAL) on Armv7-M at every K; on RV32 p16
+    (mcuforge_rv.h) where its chunks average 2 taps or more (these weights: yes), else m8."""
     from mcuforge.codegen_c.kernels import lower_node
     from mcuforge.frontend.tflite import load_tflite
     from mcuforge.ir.target import Target

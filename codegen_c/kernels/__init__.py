@@ -19,7 +19,7 @@ SCHEDULES = {}  # op -> [fn(ctx, reference kernel, target) -> Kernel | None]
 # without SIMD), then the DSP/host ones; svdf before seq (the whole int8 SVDF where it applies);
 # lut (the table serves what no other schedule takes), then reference: the reference loops
 # themselves with their in-place declarations, where nothing else applied.
-ORDER = ("mve_dw", "mve", "scalar", "depthwise", "eltwise", "gemm", "host", "requant", "svdf",
+ORDER = ("mve_dw", "mve", "rv", "scalar", "depthwise", "eltwise", "gemm", "host", "requant", "svdf",
          "seq", "lut", "reference")
 
 
@@ -83,7 +83,7 @@ def schedule_kernel(ctx, kernel, target: Target):
 
 def _load_all():
     from . import (depthwise, eltwise, gemm, host, lut, mve, mve_dw, reference,  # noqa: F401
-                   requant, scalar, seq, svdf)  # (they register their schedules)
+                   requant, rv, scalar, seq, svdf)  # (they register their schedules)
 
 
 def lower_node(node, graph, name: str, target: Target | None = None):

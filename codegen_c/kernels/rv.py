@@ -1,0 +1,229 @@
+"""int8 convolutions and fully connected layers on RV32's "p16" GEMM (runtime_c/mcuforge_rv.h,
+mirrored in codegen_c/micro_rv.py): two channels' weights in one int32 word w_a + 2^16 w_b,
+one mul + one add for two MACs, the taps cut into chunks inside which both 16-bit lanes
+provably hold their sums (chunks_p16). Tried before scalar.py on RISC-V targets; it takes the
+layers scalar.py's m8 would (gemm.gemm_layer's TFLM int8 arithmetic) when the chunks are long
+enough to beat m8, and declines the rest (m8 then takes them)."""
+from __future__ import annotations
+
+import numpy as np
+
+from .. import loop_ir as ir
+from ..lower import OpContext
+from . import conv_geometry, schedules
+from .gemm import gemm_layer
+
+OFF = 2**15  # MF_RV_OFF: a chunk accumulator's start
+MIN_CHUNK = 2.0  # mean taps a chunk below which m8 is as fast (see rv_gemm)
+
+
+def is_rv(target) -> bool:
+    return target.cpu.startswith("rv") and not (target.host or target.dsp or target.mve)
+
+
+def _lane_ok(pos, neg) -> np.ndarray:
+    """Per channel: a chunk whose positive weights sum to pos, negative to -neg keeps
+    sum x * w in [-2^15, 2^15) for every x in [-128, 127]."""
+    return (127 * pos + 128 * neg <= OFF - 1) & (128 * pos + 127 * neg <= OFF)
+
+
+def chunks_p16(rows: np.ndarray) -> list[list[int]]:
+    """Per block of 4 channels (rows [O, K], zero channels pad) the chunk lengths, greedy:
+    each chunk as long as every channel of the block passes _lane_ok (one tap always does:
+    |x w| <= 2^14)."""
+    o, k = rows.shape
+    w = np.zeros(((o + 3) // 4 * 4, k), np.int64)
+    w[:o] = rows
+    out = []
+    for b in range(0, len(w), 4):
+        blk = w[b:b + 4]
+        cpos = np.concatenate([np.zeros((4, 1), np.int64),
+                               np.cumsum(np.where(blk > 0, blk, 0), 1)], 1)
+        cneg = np.concatenate([np.zeros((4, 1), np.int64),
+                               np.cumsum(np.where(blk < 0, -blk, 0), 1)], 1)
+        lens, a = [], 0
+        while a < k:
+            e = a + 1
+            while e < k and _lane_ok(cpos[:, e + 1] - cpos[:, a],
+                                     cneg[:, e + 1] - cneg[:, a]).all():
+                e += 1
+            lens.append(e - a)
+            a = e
+        out.append(lens)
+    return out
+
+
+def pack_p16(rows: np.ndarray, chunks) -> np.ndarray:
+    """The "p16" stream (mcuforge_rv.h): per block of 4 channels, per chunk of L taps the word
+    8 L + 4 (its bytes), then per tap the words w0 + 2^16 w1, w2 + 2^16 w3; a 0 word ends
+    the block: int32."""
+    o, k = rows.shape
+    w = np.zeros(((o + 3) // 4 * 4, k), np.int64)
+    w[:o] = rows
+    words = []
+    for bi, lens in enumerate(chunks):
+        blk = w[4 * bi:4 * bi + 4]
+        pair = np.stack([blk[0] + blk[1] * 2**16, blk[2] + blk[3] * 2**16], 1)  # [K, 2]
+        a = 0
+        for n in lens:
+            words.append(np.array([8 * n + 4], np.int64))
+            words.append(pair[a:a + n].reshape(-1))
+            a += n
+        words.append(np.zeros(1, np.int64))
+    return np.concatenate(words).astype(np.int32)
+
+
+def rv_records(bias, rq, chunks) -> np.ndarray:
+    """mf_rv_rec per channel (mcuforge_rv.h): init, m2, add, pre1, post as int32 [O * 5] (m2
+    and init as their 32-bit patterns). init: channel b of a pair (odd) its folded bias;
+    channel a bias_a - n 2^15 + 2^16 bias_b (mod 2^32; bias_b = 0 past the last channel), n
+    its block's chunks."""
+    b = np.asarray(bias, np.int64).reshape(-1)
+    o = len(b)
+    rq = np.asarray(rq, np.int64).reshape(-1, 4)
+    init = b.copy()
+    for ch in range(0, o, 2):
+        nb = b[ch + 1] if ch + 1 < o else 0
+        init[ch] = b[ch] - len(chunks[ch // 4]) * OFF + nb * 2**16
+    rec = np.stack([init, rq[:, 0] * 2, rq[:, 1], rq[:, 2] - 1, rq[:, 3]], 1)
+    return ((rec + 2**31) % 2**32 - 2**31).reshape(-1).astype(np.int32)
+
+
+def rv_mode(signfix, rq) -> int:
+    """mf_rv_gemm_p16's mode: bit 0 the sign term, bit 1 some channel shifts (pre != 1)."""
+    pre = np.asarray(rq, np.int64).reshape(-1, 4)[:, 2]
+    return (1 if signfix else 0) | (2 if (pre != 1).any() else 0)
+
+
+@schedules("conv2d", "fully_connected")
+def rv_gemm(ctx: OpContext, ref: ir.Kernel, target) -> ir.Kernel | None:
+    """Measured (gcc 12 -O2, the disassembly): per tap of a 3 x 4 block 18.5 instructions for
+    12 MACs (two taps a step: 4 lw, 6 lb, 12 mul, 12 add, 3 loop), 29 a chunk (24 for its 12
+    sums, 5 for the chunk word and the loop): 18.5 + 29 / L per 12 MACs against m8's ~34.5,
+    so p16 from about 2 taps a chunk (the MLPerf layers have 2.9-105)."""
+    if not is_rv(target):
+        return None
+    layer = gemm_layer(ctx)
+    if layer is None:
+        return None
+    rows = np.asarray(layer["rows"], np.int64)
+    o, k = rows.shape
+    chunks = chunks_p16(rows)
+    if k * len(chunks) / sum(len(c) for c in chunks) < MIN_CHUNK:
+        return None
+    x, y = ctx.input(0), ctx.output()
+    one_by_one = ctx.node.op == "fully_connected" or (
+        k == x.shape[-1] and tuple(ctx.attrs["stride"]) == (1, 1)
+        and not any(ctx.attrs["padding"]))
+    n_rows = x.size // k
+    packed = pack_p16(rows, chunks)
+    mode = rv_mode(layer["signfix"], layer["rq"])
+    consts = [ir.Buffer("w", "int32", packed.size, "const", packed,
+                        "p16: per block of 4 channels, per chunk 8 L + 4 then L taps of words "
+                        "w0 + 2^16 w1, w2 + 2^16 w3, then 0"),
+              ir.Buffer("rq", "int32", 5 * o, "const",
+                        rv_records(layer["bias"], layer["rq"], chunks),
+                        "mf_rv_rec per channel: the sums' start (bias - x_zp * sum(w); even "
+                        "channels less n 2^15 plus 2^16 the next one's), 2 mult, add, pre - 1, "
+                        "post")]
+    tail = (ir.Ptr("w", ir.Const(0)), ir.Ptr("rq", ir.Const(0), ctype="const mf_rv_rec *"),
+            ir.Const(o), ir.Const(layer["lo"]), ir.Const(layer["hi"]), ir.Const(mode))
+    if one_by_one and n_rows == 1:  # batch-1 fully connected: one row in place, no scratch
+        scratch = 0
+        body = (ir.CallStmt("mf_rv_fc_p16", (
+            ir.Ptr("x", ir.Const(0)), *tail[:2], *tail[2:], ir.Ptr("y", ir.Const(0)))),)
+        how, name = f"1 row x {k} taps", "mf_rv_fc_p16"
+    elif one_by_one:
+        scratch = 3 * k
+        body = (ir.CallStmt("mf_rv_gemm_p16", (
+            ir.Ptr("x", ir.Const(0)), ir.Const(n_rows), ir.Const(k), ir.Const(k), *tail,
+            ir.Ptr("y", ir.Const(0)), ir.Const(o), ir.Ptr("scratch", ir.Const(0)))),)
+        how, name = f"{n_rows} rows x {k} taps", "mf_rv_gemm_p16"
+    else:  # (a strided 1x1 too: its pixels gathered 3 at a time, no short blocks per row)
+        n, geom, gbuf = conv_geometry(ctx)
+        h, w_, c, _, _, _, _, _, _, oh, ow = (int(v) for v in geom)
+        consts.append(gbuf)
+        scratch = 6 * k
+        name = "mf_rv_conv_p16"
+        body = ir.loops([("n", n)], lambda b: [ir.CallStmt(name, (
+            ir.Ptr("x", b * (h * w_ * c)), ir.Ptr("geom", ir.Const(0), ctype="const mf_conv_geom *"),
+            ir.Const(layer["x_zp"]), *tail,
+            ir.Ptr("y", b * (oh * ow * o)), ir.Ptr("scratch", ir.Const(0))))])
+        how = f"{oh * ow} patches x {k} taps gathered 3 at a time"
+    bufs = [b for b in ref.params if b.kind != "scratch"] + consts + (
+        [ir.Buffer("scratch", "int8", scratch, "scratch")] if scratch else [])
+    mean = k * len(chunks) / sum(len(c) for c in chunks)
+    doc = (f"{ref.doc}\nscheduled: {name} ({how}), weights p16 ({packed.nbytes} bytes), "
+           f"{mean:.1f} taps a chunk, {scratch} bytes scratch")
+    return ir.Kernel(ctx.name, tuple(bufs), tuple(body), doc, ref.macs, name)
+
+
+def pack_rv_dw3(rows, bias, rq, transpose: bool) -> np.ndarray:
+    """mf_rv_dw3's table: per channel the 9 weights (rows [C, 9] in (ky, kx) order; (kx, ky)
+    for a transposed plane), then mf_rv_rec (bias, 2 mult, add, pre - 1, post): int32 [C * 14]."""
+    c = len(rows)
+    taps = np.asarray(rows, np.int64).reshape(c, 3, 3)
+    if transpose:
+        taps = taps.transpose(0, 2, 1)
+    rq = np.asarray(rq, np.int64).reshape(-1, 4)
+    rec = np.stack([np.asarray(bias, np.int64).reshape(-1), rq[:, 0] * 2, rq[:, 1],
+                    rq[:, 2] - 1, rq[:, 3]], 1)
+    pk = np.concatenate([taps.reshape(c, 9), rec], axis=1)
+    return ((pk + 2**31) % 2**32 - 2**31).reshape(-1).astype(np.int32)
+
+
+@schedules("depthwise_conv2d")
+def rv_dw(ctx: OpContext, ref: ir.Kernel, target) -> ir.Kernel | None:
+    """A 3x3 depthwise layer (depth multiplier 1, dilation 1) on mf_rv_dw3 (scalar.py's
+    mf_sc_dw3 planes with two output rows a step and mf_rv_rec records)."""
+    from .. import pack
+    from ..lower.conv import output_multipliers
+    from ..lower.q_uint8 import activation_range
+    from . import tflm_int8_layer
+    from .scalar import dw_geometry
+    if not is_rv(target) or not tflm_int8_layer(ctx):
+        return None
+    x, w, bias, y = ctx.input(0), ctx.input(1), ctx.input(2), ctx.output()
+    if len(x.shape) != 4 or tuple(w.shape[1:3]) != (3, 3) \
+            or tuple(ctx.attrs.get("dilation", (1, 1))) != (1, 1):
+        return None
+    n, h, wd, c = x.shape
+    _, oh, ow, o = y.shape
+    if w.shape[3] != c or o != c:
+        return None
+    (sh, sw), (pt, _, pl, _) = ctx.attrs["stride"], ctx.attrs["padding"]
+    g = dw_geometry(h, wd, c, oh, ow, sh, sw, pt, pl)
+    transpose = ow < oh
+    rows = np.asarray(w.data, np.int64).reshape(9, c).T.copy()  # [C, 9] in (ky, kx) order
+    x_zp, y_zp = int(x.quant.zero_point[0]), int(y.quant.zero_point[0])
+    folded = pack.fold_bias(None if bias is None else bias.data, rows, x_zp)
+    if folded is None:
+        return None
+    mults, shifts = (a.copy() for a in output_multipliers(ctx, c))
+    lo, hi = activation_range(ctx.attrs.get("activation", "none"), y.quant.scale[0], y_zp, "int8")
+    const = pack.constant_channels(folded, rows, mults, shifts, y_zp, lo, hi)
+    for ch in const:
+        rows[ch], folded[ch], mults[ch], shifts[ch] = 0, 0, 0, 0
+    rq = pack.requant_params(mults, shifts, y_zp, pack.acc_bounds(folded, rows))
+    if rq is None:
+        return None
+    for ch, value in const.items():
+        rq[ch] = (0, value, 1, 0)
+    pk = pack_rv_dw3(rows, folded, rq, transpose)
+    mode = rv_mode(pack.needs_signfix(y_zp, int(lo)), rq)
+    scratch = int(g[13]) * int(g[14])
+    consts = [ir.Buffer("pk", "int32", pk.size, "const", pk,
+                        "per channel: 9 weights (plane order), bias - x_zp * sum(w), 2 mult, "
+                        "add, pre - 1, post"),
+              ir.Buffer("geom", "int32", g.size, "const", g,
+                        "mf_rv_dw3: VH VW C VOH VOW sy sx pad_y pad_x in_ys in_xs out_ys out_xs "
+                        "PH PW")]
+    body = ir.loops([("n", n)], lambda i: [ir.CallStmt("mf_rv_dw3", (
+        ir.Ptr("x", i * (h * wd * c)), ir.Ptr("y", i * (oh * ow * c)), ir.Ptr("pk", ir.Const(0)),
+        ir.Ptr("geom", ir.Const(0)), ir.Const(x_zp), ir.Const(int(lo)), ir.Const(int(hi)),
+        ir.Const(mode), ir.Ptr("scratch", ir.Const(0))))])
+    bufs = [b_ for b_ in ref.params if b_.kind != "scratch"] + consts + [
+        ir.Buffer("scratch", "int8", scratch, "scratch")]
+    doc = (f"{ref.doc}\nscheduled: mf_rv_dw3, per channel a padded int8 plane "
+           f"{'(transposed) ' if transpose else ''}of {scratch} bytes scratch")
+    return ir.Kernel(ctx.name, tuple(bufs), tuple(body), doc, ref.macs, "mf_rv_dw3")

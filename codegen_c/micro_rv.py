@@ -1,0 +1,131 @@
+"""Python mirrors of the RV32 micro-kernels in runtime_c/mcuforge_rv.h for the loop-IR
+evaluator: they decode the "p16" stream from the header's description (per block of 4
+channels, chunks of 8 L + 4 then L taps of pair words, a 0 word), check the lane proof the C relies on (every
+chunk's lane sums inside [-2^15, 2^15) for any int8 x, else UndefinedBehaviour) and compute
+TFLM's arithmetic on whole arrays. Registered into qmath.INTRINSICS on import."""
+from __future__ import annotations
+
+import numpy as np
+
+from .loop_ir import UndefinedBehaviour
+from .micro import GEOM_FIELDS, im2col, requantize
+from .qmath import INTRINSICS
+
+
+def unpack_p16(pw, o: int, k: int):
+    """([O, K] weights, chunks per block) from a "p16" stream; raises where a chunk's lane
+    could leave its 16 bits."""
+    pw = np.asarray(pw, np.int64)
+    ob = (o + 3) // 4
+    w = np.zeros((ob * 4, k), np.int64)
+    nch, i = [], 0
+    for b in range(ob):
+        a, n = 0, 0
+        while a < k:
+            if i >= pw.size or pw[i] <= 0 or pw[i] % 8 != 4 or a + pw[i] // 8 > k:
+                raise UndefinedBehaviour("mf_rv_gemm_p16: a chunk length off the taps")
+            ln = int(pw[i]) // 8
+            words = pw[i + 1:i + 1 + 2 * ln].reshape(ln, 2)
+            low = ((words & 0xFFFF) ^ 0x8000) - 0x8000
+            high = (words - low) >> 16
+            if (np.abs(high) > 128).any():
+                raise UndefinedBehaviour("mf_rv_gemm_p16: a pair word is not two int8 lanes")
+            blk = np.stack([low[:, 0], high[:, 0], low[:, 1], high[:, 1]])  # [4, L]
+            pos = np.where(blk > 0, blk, 0).sum(1)
+            neg = np.where(blk < 0, -blk, 0).sum(1)
+            if ((127 * pos + 128 * neg > 2**15 - 1) | (128 * pos + 127 * neg > 2**15)).any():
+                raise UndefinedBehaviour("mf_rv_gemm_p16: a chunk's lane may overflow")
+            w[4 * b:4 * b + 4, a:a + ln] = blk
+            a += ln
+            i += 1 + 2 * ln
+            n += 1
+        if i >= pw.size or pw[i] != 0:
+            raise UndefinedBehaviour("mf_rv_gemm_p16: a block without its 0 word")
+        i += 1
+        nch.append(n)
+    return w[:o], np.repeat(np.array(nch, np.int64), 4)[:o]
+
+
+def _acc(xs, pw, rq, o, k, mode):
+    """The accumulators with their biases (decoded from the records' init) and the mf_rq rows
+    (mult = m2 / 2, pre = pre1 + 1)."""
+    wm, nch = unpack_p16(pw, o, k)
+    rec = np.asarray(rq[:5 * o], np.int64).reshape(o, 5)
+    init, m2 = rec[:, 0], rec[:, 1] % 2**32
+    if (m2 % 2).any() or (rec[:, 3] < 0).any():
+        raise UndefinedBehaviour("mf_rv_rec: m2 odd or pre1 < 0")
+    if not int(mode) & 2 and (rec[:, 3] != 0).any():
+        raise UndefinedBehaviour("mf_rv_gemm_p16: a channel shifts (pre1 != 0) in mode 0/1")
+    bias = init.copy()
+    for ch in range(0, o, 2):  # channel a: init = bias_a - n 2^15 + 2^16 bias_b (mod 2^32)
+        nb = init[ch + 1] if ch + 1 < o else 0
+        v = (init[ch] + nch[ch] * 2**15 - nb * 2**16) % 2**32
+        bias[ch] = v - 2**32 if v >= 2**31 else v
+    rqr = np.stack([m2 // 2, rec[:, 2], rec[:, 3] + 1, rec[:, 4]], 1)
+    return xs @ wm.T + bias, rqr
+
+
+def _gemm(x, rows, x_stride, k, pw, rq, o, lo, hi, mode, y, y_stride, scratch):
+    if scratch.nbytes < 3 * k:
+        raise UndefinedBehaviour(f"mf_rv_gemm_p16: {scratch.nbytes} bytes of scratch, "
+                                 f"needs {3 * k}")
+    xs = np.stack([np.asarray(x[r * x_stride:r * x_stride + k], np.int64) for r in range(rows)])
+    acc, rqr = _acc(xs, pw, rq, o, k, mode)
+    out = requantize(acc, rqr, int(mode) & 1, lo, hi)
+    for r in range(rows):
+        y[r * y_stride:r * y_stride + o] = out[r]
+
+
+def _conv(x, geom, x_zp, pw, rq, o, lo, hi, mode, y, scratch):
+    g = dict(zip(GEOM_FIELDS, (int(v) for v in geom[:len(GEOM_FIELDS)])))
+    k = g["k_h"] * g["k_w"] * g["in_c"]
+    if scratch.nbytes < 6 * k:
+        raise UndefinedBehaviour(f"mf_rv_conv_p16: {scratch.nbytes} bytes of scratch, "
+                                 f"needs {6 * k}")
+    acc, rqr = _acc(im2col(x, g, x_zp), pw, rq, o, k, mode)
+    out = requantize(acc, rqr, int(mode) & 1, lo, hi)
+    y[:out.size] = out.reshape(-1)
+
+
+def _stream_k(pw) -> int:
+    """The taps of a p16 stream: its first block's chunk lengths summed (the C kernel reads
+    chunks up to the block's 0 word)."""
+    pw = np.asarray(pw, np.int64)
+    i = k = 0
+    while i < pw.size and pw[i] != 0:
+        if pw[i] % 8 != 4:
+            raise UndefinedBehaviour("mf_rv_fc_p16: a chunk length off the stream")
+        k += int(pw[i]) // 8
+        i += int(pw[i]) // 4
+    return k
+
+
+def _fc(x, pw, rq, o, lo, hi, mode, y):
+    """mf_rv_fc_p16: one row, K taps from the stream."""
+    k = _stream_k(pw)
+    if len(x) < k:
+        raise UndefinedBehaviour(f"mf_rv_fc_p16: reads {k} bytes of x, has {len(x)}")
+    _gemm(x, 1, k, k, pw, rq, o, lo, hi, mode, y, o, np.zeros(3 * k, np.int8))
+
+
+INTRINSICS["mf_rv_gemm_p16"] = _gemm
+INTRINSICS["mf_rv_fc_p16"] = _fc
+INTRINSICS["mf_rv_conv_p16"] = _conv
+
+
+def _dw3(x, y, pk, g, x_zp, lo, hi, mode, scratch):
+    """mf_rv_dw3: mf_sc_dw3 (micro_scalar's mirror) with mf_rv_rec records (init = bias,
+    m2 = 2 mult, pre1 = pre - 1) and mode (bit 0 the sign term, bit 1 the shift)."""
+    from .micro_scalar import _dw3 as sc_dw3
+    c = int(g[2])
+    rec = np.asarray(pk[:14 * c], np.int64).reshape(c, 14).copy()
+    m2 = rec[:, 10] % 2**32
+    if (m2 % 2).any() or (rec[:, 12] < 0).any():
+        raise UndefinedBehaviour("mf_rv_dw3: m2 odd or pre1 < 0")
+    if not int(mode) & 2 and (rec[:, 12] != 0).any():
+        raise UndefinedBehaviour("mf_rv_dw3: a channel shifts (pre1 != 0) in mode 0/1")
+    rec[:, 10], rec[:, 12] = m2 // 2, rec[:, 12] + 1
+    sc_dw3(x, y, rec.reshape(-1), g, x_zp, lo, hi, int(mode) & 1, scratch)
+
+
+INTRINSICS["mf_rv_dw3"] = _dw3

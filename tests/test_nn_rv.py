@@ -1,0 +1,365 @@
+"""RV32's "p16" GEMM (runtime_c/mcuforge_rv.h: two channels a mul in 16-bit lanes, the taps cut
+into chunks the schedule proves safe) and its schedule (codegen_c/kernels/rv.py), byte for byte
+against a numpy model of TFLM's int8 reference kernels (tests/test_nn_gemm.py's, written
+independently of the packing code).
+
+1. C harness: host gcc with ASan/UBSan and at -O0/-O2/-Os/-O3, riscv32-virt (QEMU) at
+   -O0/-O2/-Os/-O3 (all -std=c99 -pedantic -Wall -Wextra -Werror); random shapes
+   with tails (rows not a multiple of 3, O not a multiple of 4, odd K), random zero points,
+   clamps, rounding ties, row gaps; full-scale weights (chunks of one or two taps) with inputs
+   at a channel's extreme (the lanes at the edge of their window), tiny weights (one chunk).
+2. The proof is tight: a stream whose chunk is one tap longer than chunks_p16 allows gives wrong
+   bytes in C for the extreme input, and the mirror refuses it.
+3. Schedule: the loop-IR evaluator runs the scheduled kernel for a RISC-V target and gets the
+   reference kernel's outputs. (End to end: tests/test_board_riscv.py, MLPerf on riscv32-virt
+   against tflite-micro.)"""
+from __future__ import annotations
+
+import subprocess
+
+import numpy as np
+import pytest
+
+from conftest import require_tools
+from mcuforge.codegen_c import pack
+from mcuforge.codegen_c.kernels import rv
+from tests.nn_bench import harness
+from test_nn_gemm import conv_geometry, quantize_multiplier, tflm_conv, tflm_outputs
+from test_nn_scalar import c_array, check, dw_case, layer
+
+SENTINEL = 0x55
+
+
+def extreme_rows(w, rows, k, rng):
+    """Inputs that drive a random channel's lane to the end of its range (x = 127 where w > 0,
+    -128 where w < 0, or the opposite)."""
+    xs = rng.integers(-128, 128, (rows, k))
+    for r in range(rows):
+        ch, sign = int(rng.integers(0, len(w))), (1, -1)[r % 2]
+        xs[r] = np.where(w[ch] * sign > 0, 127, -128)
+    return xs
+
+
+def big_scales(L):
+    """Multipliers that keep accumulators of full-scale weights inside the output range."""
+    bound = 128 * np.abs(L["w"]).sum(axis=1) + 1
+    ms = [quantize_multiplier(90.0 / b) for b in bound]
+    L.update(mults=[m for m, _ in ms], shifts=[s for _, s in ms], lo=-128, hi=127, y_zp=0)
+
+
+def upscale(L, rng):
+    """Output scales above 1 on odd channels: TFLM shift > 0 (mf_rq's pre >= 2, mode bit 1 of
+    the kernel); weights in [-2, 2], small biases (with inputs near the zero point the outputs
+    stay inside the int8 range)."""
+    L["w"] = L["w"] // 64
+    L["bias"] = L["bias"] // 300
+    ms = [quantize_multiplier(float(2.0 ** rng.uniform(0.2, 2.5)) if c % 2 else 0.05)
+          for c in range(len(L["w"]))]
+    relu = len(L["w"]) % 2 == 0  # (one case each: the sign term or none)
+    L.update(mults=[m for m, _ in ms], shifts=[s for _, s in ms], y_zp=0,
+             lo=0 if relu else -128, hi=127)
+
+
+def gemm_case(rng, rows, k, o, gap=0, scale=None, extreme=False, up=False):
+    L = layer(rng, o, k, big=scale is not None)
+    if up:
+        upscale(L, rng)
+    if scale is not None:  # weights of about this magnitude: chunk lengths from 1 to K
+        L["w"] = np.clip(np.round(rng.standard_normal((o, k)) * scale), -127, 127).astype(int)
+        big_scales(L)
+    xs = rng.integers(-128, 128, (rows, k + gap))
+    if up:
+        xs = np.clip(L["x_zp"] + rng.integers(-4, 5, (rows, k + gap)), -128, 127)
+    if extreme:
+        xs[:, :k] = extreme_rows(L["w"], rows, k, rng)
+    y = tflm_outputs(xs[:, :k], L["w"], L["bias"], L["x_zp"], L["mults"], L["shifts"],
+                     L["y_zp"], L["lo"], L["hi"])
+    return dict(kind="gemm", L=L, x=xs, rows=rows, k=k, o=o, xs=k + gap, y=y)
+
+
+def conv_case(rng, h, wd, c, kh, kw, s, padding, o, scale=None):
+    L = layer(rng, o, kh * kw * c)
+    if scale is not None:
+        L["w"] = np.clip(np.round(rng.standard_normal((o, kh * kw * c)) * scale), -127,
+                         127).astype(int)
+        big_scales(L)
+    x = rng.integers(-128, 128, (h, wd, c))
+    w4 = L["w"].reshape(o, kh, kw, c)
+    y = tflm_conv(x, w4, L["bias"], L["x_zp"], s, padding, L["mults"], L["shifts"], L["y_zp"],
+                  L["lo"], L["hi"])
+    oh, ow, pt, pl = conv_geometry(h, wd, kh, kw, s, padding)
+    geom = (h, wd, c, kh, kw, s, s, pt, pl, oh, ow)
+    return dict(kind="conv", L=L, x=x, geom=geom, o=o, y=y)
+
+
+def all_cases(seed=0):
+    rng = np.random.default_rng(seed)
+    cases = []
+    for rows, k, o in ((1, 1, 1), (3, 5, 6), (4, 8, 3), (7, 64, 12), (5, 63, 13), (2, 3, 9),
+                       (6, 17, 4), (3, 128, 8)):
+        cases.append(gemm_case(rng, rows, k, o, gap=int(rng.integers(0, 3))))
+    for _ in range(6):
+        cases.append(gemm_case(rng, int(rng.integers(1, 11)), int(rng.integers(1, 90)),
+                               int(rng.integers(1, 20)), gap=int(rng.integers(0, 4))))
+    # one row through mf_rv_gemm_p16 (the others of one row: mf_rv_fc_p16)
+    cases.append(dict(gemm_case(rng, 1, 10, 5), rows_entry=True))
+    # positive shifts (pre > 1)
+    for rows, k, o in ((4, 7, 5), (3, 12, 8)):
+        cases.append(gemm_case(rng, rows, k, o, up=True))
+    # full-scale weights at the extremes (chunks of 1-2 taps); tiny weights (one long chunk)
+    for rows, k, o, scale in ((4, 40, 6, 127.0), (5, 33, 5, 60.0), (3, 200, 4, 1.0),
+                              (4, 96, 7, 20.0)):
+        cases.append(gemm_case(rng, rows, k, o, scale=scale, extreme=True))
+    for geo in ((12, 6, 1, 10, 4, 2, "SAME", 8), (9, 8, 3, 3, 3, 1, "SAME", 5),
+                (9, 7, 3, 3, 3, 2, "VALID", 6), (6, 6, 16, 3, 3, 1, "SAME", 7),
+                (7, 5, 4, 1, 1, 2, "VALID", 9), (5, 9, 2, 3, 2, 2, "SAME", 4)):
+        cases.append(conv_case(rng, *geo))
+    cases.append(conv_case(rng, 5, 6, 64, 3, 3, 1, "SAME", 5, scale=40.0))
+    # depthwise 3x3 (mf_rv_dw3): strides 1 and 2 (and mixed), SAME / VALID, planes transposed
+    # or not, one column or row, KWS's 25x5 (test_nn_scalar's dw_case: numpy TFLM model)
+    for h, wd, c, sh, sw, pad in ((5, 6, 3, 1, 1, "SAME"), (7, 4, 5, 2, 2, "SAME"),
+                                  (25, 5, 4, 1, 1, "SAME"), (6, 9, 2, 2, 2, "VALID"),
+                                  (1, 7, 3, 1, 1, "SAME"), (8, 1, 2, 1, 1, "SAME"),
+                                  (9, 8, 3, 2, 1, "SAME"), (5, 11, 6, 1, 2, "VALID"),
+                                  (3, 3, 9, 1, 1, "SAME"), (12, 12, 2, 2, 2, "SAME")):
+        cases.append(dw_case(rng, h, wd, c, sh, sw, pad))
+    dw = dw_case(rng, 6, 7, 4, 1, 1, "SAME")  # positive shifts (mode bit 1)
+    upscale(dw["L"], rng)
+    dw["x"] = np.clip(dw["L"]["x_zp"] + rng.integers(-3, 4, dw["x"].shape), -128, 127)
+    cases.append(dw_redo(dw))
+    return cases
+
+
+def dw_redo(c):
+    """A dw_case's expected output again after its layer or input changed."""
+    from test_nn_scalar import tflm_dw
+    L, (h, wd, ch) = c["L"], c["x"].shape
+    g = [int(v) for v in c["geom"]]
+    if c["transpose"]:  # plane rows = image columns: dw_geometry's fields swapped
+        oh, ow, sh, sw, pt, pl = g[4], g[3], g[6], g[5], g[8], g[7]
+    else:
+        oh, ow, sh, sw, pt, pl = g[3], g[4], g[5], g[6], g[7], g[8]
+    w = L["w"].T.reshape(3, 3, ch)
+    c["y"] = tflm_dw(c["x"], w, L["bias"], L["x_zp"], sh, sw, pt, pl, oh, ow, L["mults"],
+                     L["shifts"], L["y_zp"], L["lo"], L["hi"])
+    return c
+
+
+def kernel_data(L, chunks=None):
+    """What the schedule passes: the p16 stream, the records, the mode."""
+    w = L["w"]
+    folded = pack.fold_bias(L["bias"], w, L["x_zp"])
+    rq = pack.requant_params(L["mults"], L["shifts"], L["y_zp"], pack.acc_bounds(folded, w))
+    assert folded is not None and rq is not None
+    chunks = rv.chunks_p16(w) if chunks is None else chunks
+    return (rv.pack_p16(w, chunks), rv.rv_records(folded, rq, chunks),
+            rv.rv_mode(pack.needs_signfix(L["y_zp"], L["lo"]), rq))
+
+
+def test_cases_exercise_entries():
+    """Both one-row entries and the others are in the cases."""
+    rows = [(c["rows"], bool(c.get("rows_entry"))) for c in CASES if c["kind"] == "gemm"]
+    assert (1, True) in rows and (1, False) in rows and any(r > 3 for r, _ in rows)
+
+
+def test_cases_exercise_modes():
+    """The cases cover the four modes (sign term, shift)."""
+    modes = {kernel_data(c["L"])[2] for c in CASES if c["kind"] != "dw"}
+    assert modes == {0, 1, 2, 3}, modes
+    dw = [c["L"] for c in CASES if c["kind"] == "dw"]
+    assert any(min(L["shifts"]) < 0 < max(L["shifts"]) for L in dw)
+
+
+def test_chunks_follow_the_lane_bound():
+    """A chunk's lane sum must stay in [-2^15, 2^15) for x in [-128, 127]: weights 127 fit 2
+    taps (128 * 254 = 32512 <= 32768, 3 taps: 48768); weights 64 fit 4 (128 * 256 = 32768:
+    the lower end exactly; x = 127: 127 * 256 = 32512 <= 32767); weights 1: 256 taps; weights
+    -1: 255 (x = -128 gives +128 a tap: 128 * 255 = 32640 <= 32767 < 128 * 256)."""
+    assert rv.chunks_p16(np.full((4, 6), 127)) == [[2, 2, 2]]
+    assert rv.chunks_p16(np.full((4, 6), 64)) == [[4, 2]]
+    assert rv.chunks_p16(np.full((3, 600), 1)) == [[256, 256, 88]]
+    assert rv.chunks_p16(np.full((1, 600), -1)) == [[255, 255, 90]]
+    w = np.zeros((6, 10), np.int64)
+    w[5, :] = 127  # block 1 (channels 4, 5) has its own chunks
+    assert rv.chunks_p16(w) == [[10], [2] * 5]
+
+
+# ---- the C program ---------------------------------------------------------------------------
+def program(cases, out: str) -> str:
+    """A C program running every case; `out` is "bench" (tests/nn_bench) or "mf" (a riscv32
+    project's mf_board.h)."""
+    puts, puti = ("bench_puts", "bench_put_i64") if out == "bench" else ("mf_puts", "mf_put_u64")
+    head = ['#include <stdint.h>\n#include <string.h>\n#include "mcuforge_rv.h"\n',
+            '#include "bench.h"\n' if out == "bench" else '#include "mf_board.h"\n']
+    body = []
+    ymax = max(c["y"].size + 8 for c in cases)
+    smax = max([6 * c["geom"][3] * c["geom"][4] * c["geom"][2] for c in cases
+                if c["kind"] == "conv"] + [3 * c["k"] for c in cases if c["kind"] == "gemm"]
+               + [int(c["geom"][13] * c["geom"][14]) for c in cases if c["kind"] == "dw"])
+    head.append(f"static int8_t ybuf[{ymax}];\nstatic int8_t scratch[{smax}];\n")
+    for i, c in enumerate(cases):
+        if c["kind"] == "dw":
+            L = c["L"]
+            folded = pack.fold_bias(L["bias"], L["w"], L["x_zp"])
+            rq = pack.requant_params(L["mults"], L["shifts"], L["y_zp"],
+                                     pack.acc_bounds(folded, L["w"]))
+            pk = rv.pack_rv_dw3(L["w"], folded, rq, c["transpose"])
+            mode = rv.rv_mode(pack.needs_signfix(L["y_zp"], L["lo"]), rq)
+            head += [c_array("int32_t", f"w{i}", pk), c_array("int32_t", f"g{i}", c["geom"]),
+                     c_array("int8_t", f"x{i}", c["x"]), c_array("int8_t", f"y{i}", c["y"])]
+            call = (f"mf_rv_dw3(x{i}, ybuf, w{i}, g{i}, {L['x_zp']}, {L['lo']}, {L['hi']}, "
+                    f"{mode}, scratch);")
+            body.append(check(i, c["y"].size, call, puts, puti))
+            continue
+        packed, rec, mode = kernel_data(c["L"], c.get("chunks"))
+        lo, hi, o = c["L"]["lo"], c["L"]["hi"], c["o"]
+        head += [c_array("int32_t", f"w{i}", packed), c_array("int32_t", f"q{i}", rec),
+                 c_array("int8_t", f"x{i}", c["x"]), c_array("int8_t", f"y{i}", c["y"])]
+        if c["kind"] == "gemm" and c["rows"] == 1 and not c.get("rows_entry"):
+            call = (f"mf_rv_fc_p16(x{i}, w{i}, (const mf_rv_rec *)q{i}, {o}, {lo}, {hi}, "
+                    f"{mode}, ybuf);")
+        elif c["kind"] == "gemm":
+            call = (f"mf_rv_gemm_p16(x{i}, {c['rows']}, {c['xs']}, {c['k']}, w{i}, "
+                    f"(const mf_rv_rec *)q{i}, {o}, {lo}, {hi}, {mode}, ybuf, {o}, scratch);")
+        else:
+            head.append(c_array("int32_t", f"g{i}", c["geom"]))
+            call = (f"mf_rv_conv_p16(x{i}, (const mf_conv_geom *)g{i}, {c['L']['x_zp']}, "
+                    f"w{i}, (const mf_rv_rec *)q{i}, {o}, {lo}, {hi}, {mode}, ybuf, "
+                    f"scratch);")
+        body.append(check(i, c["y"].size, call, puts, puti))
+    return "".join(head) + f"""
+int main(void) {{
+    int j, bad;
+    int total = 0;
+{''.join(body)}    {puts}("total ");
+    {puti}((uint64_t)total);
+    {puts}("\\ndone\\n");
+    return 0;
+}}
+"""
+
+
+def check_output(text: str):
+    assert "total 0\n" in text and "bad" not in text, text[-2000:]
+
+
+CASES = all_cases()
+
+
+def broken_case():
+    """Weights 127, x = 127: chunks_p16 gives chunks of 2 taps; a stream whose first chunk
+    has 3 overflows the low lane (3 * 127 * 127 = 48387 >= 2^15)."""
+    rng = np.random.default_rng(7)
+    L = layer(rng, 4, 6)
+    L["w"] = np.full((4, 6), 127)
+    big_scales(L)
+    x = np.full((3, 6), 127)
+    y = tflm_outputs(x, L["w"], L["bias"], L["x_zp"], L["mults"], L["shifts"], L["y_zp"],
+                     L["lo"], L["hi"])
+    assert rv.chunks_p16(L["w"]) == [[2, 2, 2]]
+    return dict(kind="gemm", L=L, x=x, rows=3, k=6, o=4, xs=6, y=y, chunks=[[3, 1, 2]])
+
+
+@pytest.fixture(scope="module")
+def main_c(tmp_path_factory):
+    d = tmp_path_factory.mktemp("rv")
+    p = d / "rv_main.c"
+    p.write_text(program(CASES, "bench"))
+    return p
+
+
+def test_host_sanitizers(main_c, tmp_path):
+    exe = harness.build(main_c, "host", "-O1", tmp_path,
+                        extra=["-fsanitize=address,undefined", "-fno-sanitize-recover=all",
+                               "-g"])
+    check_output(harness.run(exe, "host"))
+
+
+@pytest.mark.parametrize("opt", ["-O0", "-O2", "-Os", "-O3"])
+def test_host_opt_levels(main_c, tmp_path, opt):
+    """-std=c99 -pedantic -Wall -Wextra -Werror at every level (harness.WARN), same bytes."""
+    check_output(harness.run(harness.build(main_c, "host", opt, tmp_path), "host"))
+
+
+def test_a_chunk_past_the_bound_fails(tmp_path):
+    """The C gives wrong bytes for a chunk one tap longer than proven, and the mirror refuses
+    the stream (the schedule's bound is what makes the kernel exact)."""
+    from mcuforge.codegen_c.loop_ir import UndefinedBehaviour
+    from mcuforge.codegen_c.micro_rv import unpack_p16
+    c = broken_case()
+    p = tmp_path / "broken.c"
+    p.write_text(program([c], "bench"))
+    out = harness.run(harness.build(p, "host", "-O2", tmp_path), "host")
+    assert "case 0 bad" in out, out
+    with pytest.raises(UndefinedBehaviour):
+        unpack_p16(kernel_data(c["L"], c["chunks"])[0], 4, 6)
+
+
+@pytest.fixture(scope="module")
+def riscv_project(tmp_path_factory):
+    """A riscv32-virt firmware project (the demo model's, for its start-up code, linker script
+    and mf_board) whose main.c is the harness."""
+    require_tools("riscv64-unknown-elf-gcc", "qemu-system-riscv32")
+    from pathlib import Path
+
+    from mcuforge.api import compile as compile_model
+    from mcuforge.runtime_c import __file__ as rt
+    from mcuforge.tools.demo import demo_tflite_bytes
+    d = tmp_path_factory.mktemp("rvq")
+    compile_model(demo_tflite_bytes(), d, board="riscv32-virt", name="demo")
+    for h in ("mcuforge_nn.h", "mcuforge_scalar.h", "mcuforge_rv.h"):
+        (d / h).write_text((Path(rt).parent / h).read_text())
+    (d / "main.c").write_text(program(CASES, "mf"))
+    return d
+
+
+@pytest.mark.parametrize("opt", ["-O0", "-O2", "-Os", "-O3"])
+def test_riscv(riscv_project, opt):
+    from mcuforge.board import load_board
+    from mcuforge.target import run_elf
+    d = riscv_project
+    subprocess.run(["make", "-s", "-C", str(d), "clean"], capture_output=True)
+    r = subprocess.run(["make", "-s", "-C", str(d), f"OPT={opt}"], capture_output=True,
+                       text=True)
+    assert r.returncode == 0, r.stdout + r.stderr
+    check_output(run_elf(load_board("riscv32-virt"), d / "demo.elf", timeout=300))
+
+
+# ---- the schedule: scheduled kernel == reference kernel in the loop-IR evaluator ---------------
+def _sched_cases():
+    from test_sched_layers import CASES as LAYERS
+    return [c for c in LAYERS if c[1] in ("CONV_2D", "FULLY_CONNECTED", "DEPTHWISE_CONV_2D")]
+
+
+@pytest.mark.parametrize("name,op,kw", _sched_cases(), ids=[c[0] for c in _sched_cases()])
+def test_scheduled_equals_reference(name, op, kw):
+    from mcuforge.codegen_c.evaluate import run_kernel
+    from mcuforge.codegen_c.kernels import lower_node
+    from mcuforge.codegen_c.lower import reference_kernel
+    from mcuforge.frontend.tflite import load_tflite
+    from mcuforge.ir.target import Target
+    from test_sched_layers import layer_model
+    model, x = layer_model(sum(map(ord, name)), op, **kw)
+    g = load_tflite(model)
+    node = g.nodes[0]
+    ref = reference_kernel(node, g, "k")
+    y0 = np.zeros(g.tensors[g.outputs[0]].size, np.int8)
+    run_kernel(ref, {"x": x[0].reshape(-1).copy(), "y": y0})
+    k = lower_node(node, g, "k", Target("riscv32-virt", "rv32imac"))
+    assert k is not ref
+    y = np.zeros_like(y0)
+    run_kernel(k, {"x": x[0].reshape(-1).copy(), "y": y})
+    assert y.tolist() == y0.tolist(), k.schedule
+
+
+def test_some_layers_take_p16():
+    """The schedule cases include layers on p16 (else the test above checks nothing of it)."""
+    from mcuforge.codegen_c.kernels import lower_node
+    from mcuforge.frontend.tflite import load_tflite
+    from mcuforge.ir.target import Target
+    from test_sched_layers import layer_model
+    names = []
+    for name, op, kw in _sched_cases():
+        g = load_tflite(layer_model(sum(map(ord, name)), op, **kw)[0])
+        names.append(lower_node(g.nodes[0], g, "k", Target("riscv32-virt", "rv32imac")).schedule)
+    assert {"mf_rv_gemm_p16", "mf_rv_conv_p16", "mf_rv_dw3", "mf_rv_fc_p16"} <= set(names), names
