@@ -34,7 +34,8 @@ def _dw(x, y, pk, geom, x_zp, lo, hi, signfix, scratch):
     then bias, mult, add, post, pre; the view is the image's columns when `transpose`."""
     g = dict(zip(pack_mve_dw.GEOM_FIELDS, (int(v) for v in geom[:len(pack_mve_dw.GEOM_FIELDS)])))
     if scratch.nbytes < pack_mve_dw.scratch_bytes(g):
-        raise UndefinedBehaviour("mf_mve_dw_conv_s8: scratch smaller than its planes")
+        raise UndefinedBehaviour("mf_mve_dw_conv_s8: scratch smaller than its planes "
+                                 "and the bytes its gathers read past them")
     h, w, c, t = g["h"], g["w"], g["c"], g["transpose"]
     kh, kw = (g["kw"], g["kh"]) if t else (g["kh"], g["kw"])  # the view's kernel
     taps, pair = kh * kw, g["pair"]

@@ -110,12 +110,30 @@ def geometry(h: int, w: int, c: int, oh: int, ow: int, kernel=(3, 3), stride=(1,
     return g
 
 
+def reach(geom: dict) -> int:
+    """One past the last scratch byte a body of mf_mve_dw_conv_s8 reads in the planes: the
+    last plane's last window row, up to the widest of its gathers. Tap groups and the MVE
+    quads (four outputs, the ow rounded up to 4 of pw) stay inside the plane's rows; but in the
+    pair layout a window's gather spans kw + sw columns (its neighbour's too, weighed by 0),
+    and the portable body and the flat walk of single windows gather it for every output:
+    for the last one sw bytes past pw where pw is (ow - 1) * sw + kw, past the last plane."""
+    _, kw, sw = view_kernel(geom)
+    t = geom["transpose"]
+    kh, sh = (geom["kw"], geom["sw"]) if t else (geom["kh"], geom["sh"])
+    oh, ow = (geom["ow"], geom["oh"]) if t else (geom["oh"], geom["ow"])
+    ph, pw = geom["ph"], geom["pw"]
+    row = (geom["cg"] - 1) * ph * pw + ((oh - 1) * sh + kh - 1) * pw
+    return max(geom["cg"] * ph * pw, row + (ow - 1) * sw + kw + (sw if geom["pair"] else 0))
+
+
 def scratch_bytes(geom: dict) -> int:
-    """Bytes of the int8 planes mf_mve_dw_conv_s8 needs."""
+    """Bytes of int8 scratch mf_mve_dw_conv_s8 needs: the planes (and what its gathers read
+    past the last one: reach), then (flat) the 4-byte aligned int32 table."""
     planes = geom["cg"] * geom["ph"] * geom["pw"]
     if not geom.get("flat"):
-        return planes
-    return planes + 3 + 16 * (-(-(geom["oh"] * geom["ow"]) // 4))  # aligned int32 table
+        return reach(geom)
+    # (the pair gathers' <= 4 bytes past the planes read the alignment or the table)
+    return max(reach(geom), planes + 3 + 16 * (-(-(geom["oh"] * geom["ow"]) // 4)))
 
 
 def pack_dw(weights, bias, x_zp: int, mults, shifts, y_zp: int, transpose: int = 0,

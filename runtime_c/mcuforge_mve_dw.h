@@ -86,7 +86,8 @@
  * (the rest is implied by the output size). transpose: the kernel walks the image's columns
  * (then kh/kw, sh/sw, pad_t/pad_l and the plane are in that view). ph x pw: the plane (the
  * kernel's view), ph >= pad_t + h and (oh - 1) * sh + kh, pw >= pad_l + w and
- * (ow rounded up to 4 - 1) * sw + kw. pair: see MF_MVDW_REC. cg: channels a pass (1, or 8
+ * (ow rounded up to 4 - 1) * sw + kw (the quads' gathers stay in a row; the pair layout's
+ * single-window gathers may not: see the scratch argument of mf_mve_dw_conv_s8). pair: see MF_MVDW_REC. cg: channels a pass (1, or 8
  * where 8 planes are small: they are copied together, 8 channels of a pixel a load). flat (small
  * images, transpose 0): the outputs walked as one sequence, four a vector whatever their rows,
  * their windows from a table in the scratch (no per-row cost, no per-row tail). */
@@ -697,13 +698,20 @@ MF_MVDW_CHANS(mf_mve_dw_chans_p2f, 0, 2, 1)
 #endif
 
 /* mf_mve_dw_conv_s8: y = DepthwiseConv2D(x), TFLM reference int8 numerics, batch 1.
- *   x       input [g->h][g->w][g->c] int8 NHWC; y output [g->oh][g->ow][g->c], not over x
+ *   x       input [g->h][g->w][g->c] int8 NHWC; y output [g->oh][g->ow][g->c]. y may overlap
+ *           x as codegen_c/kernels/inplace.channels allows: channels are walked in passes
+ *           (g->cg channels, or one), each pass reads all its channels' input into the planes
+ *           before it writes any of their outputs, and reads no other channel's input
  *   pk      const int32 [g->c][MF_MVDW_REC(g->pair, G)] (codegen_c/pack_mve_dw.pack_dw)
  *   x_zp    the input zero point (the plane's border)
  *   lo, hi  the activation's clamp, -128 <= lo <= hi <= 127
  *   signfix pack.needs_signfix(y_zp, lo): the sign term on channels with post > 0
  *   scratch int8 [g->cg][g->ph][g->pw], then (flat) the table: pack_mve_dw.scratch_bytes,
- *           any alignment; free on return */
+ *           any alignment; free on return. With the pair layout the gathers read up to sw
+ *           bytes past the last plane (a window's gather spans kw + sw columns: the portable
+ *           body's and the flat walk's for every output, the last one's past pw); those
+ *           bytes are weighed by 0 but must exist: scratch_bytes counts them (pack_mve_dw.reach)
+ *           and the flat walk's table is there */
 MF_MICRO void mf_mve_dw_conv_s8(const int8_t *x, int8_t *y, const int32_t *pk,
                                 const mf_mve_dw_geom *g, int32_t x_zp, int32_t lo, int32_t hi,
                                 int32_t signfix, int8_t *scratch) {

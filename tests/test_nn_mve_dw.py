@@ -242,6 +242,55 @@ def test_dw_m55_qemu(dwc, kind, opt, tmp_path):
     check(dwc, kind, [opt], tmp_path)
 
 
+# ---- the scratch the schedule requests, and not a byte more -------------------------------
+# Pair layouts whose last plane ends exactly where the last output's window does (VALID, the
+# view's ow a multiple of 4, channels filling the last pass): each output's 16-lane gather
+# spans kw + sw columns (its neighbour's window too), sw past the plane's end for the last one.
+# (h, w, c, kernel, stride, transpose): the view's stride along its rows is sw = 1..4
+TIGHT = [(30, 1, 40, (3, 1), (1, 1), 1),  # the wakeword model's first depthwise layer
+         (17, 1, 16, (3, 1), (2, 1), 1), (24, 5, 8, (3, 2), (3, 1), 1),
+         (30, 6, 8, (2, 2), (4, 2), 1), (29, 3, 3, (3, 3), (1, 1), 1),
+         (12, 30, 8, (1, 3), (1, 1), 0), (40, 24, 8, (2, 3), (1, 3), 0),
+         (66, 30, 3, (2, 2), (2, 4), 0)]
+
+
+@pytest.fixture(scope="module")
+def tight():
+    rng = np.random.default_rng(7)
+    cases = [dw_c(i, dw_case(rng, h, w, c, k, s, False, ("none", "relu")[i % 2]), transpose=t)
+             for i, (h, w, c, k, s, t) in enumerate(TIGHT)]
+    for c, (h, w, ch, k, s, t) in zip(cases, TIGHT):  # the layouts meant
+        g = c["geom"]
+        assert g["transpose"] == t and g["pair"] and not g["flat"], g
+    sws = {pack_mve_dw.view_kernel(c["geom"])[2] for c in cases if c["geom"]["transpose"]}
+    assert sws == {1, 2, 3, 4}
+    return cases
+
+
+@pytest.mark.parametrize("opt", ["-O0", "-O2"])
+def test_dw_scratch_exact_host(tight, opt, tmp_path):
+    """The portable body with its scratch at the end of an array of exactly the bytes the
+    schedule requests: ASan reports any read past it."""
+    require_tools("gcc")
+    exe = H.build(tight, "host", [opt, "-fsanitize=address,undefined",
+                                  "-fno-sanitize-recover=all"], tmp_path, tail=True)
+    rows, ok, log = H.run(exe, "host")
+    assert ok and len(rows) == len(tight) and not any(b for _, b in rows), log[-3000:]
+
+
+M55T = [("m55", "-O0"), ("m55", "-O2"), ("m55", "-Os"), ("m55", "-O3"), ("m55-portable", "-O2")]
+
+
+@pytest.mark.parametrize("kind,opt", M55T, ids=[f"{k}{o}" for k, o in M55T])
+def test_dw_scratch_exact_m55(tight, kind, opt, tmp_path):
+    """Both bodies on QEMU with each scratch ending at the end of the ITCM: a read past it
+    (a plain load or a byte of a 16-lane gather) raises a BusFault (the harness prints FAULT)."""
+    require_tools("arm-none-eabi-gcc", "qemu-system-arm")
+    exe = H.build(tight, kind, [opt], tmp_path, tail=True)
+    rows, ok, log = H.run(exe, kind)
+    assert ok and len(rows) == len(tight) and not any(b for _, b in rows), log[-2000:]
+
+
 def test_dw_geometry_refusals():
     assert pack_mve_dw.geometry(8, 8, 4, 8, 8, (3, 3), 1, 1, 1) is not None
     assert pack_mve_dw.geometry(8, 8, 4, 8, 8, (3, 3), 1, 1, 1, dilation=(2, 2)) is None
