@@ -87,10 +87,11 @@
  * (then kh/kw, sh/sw, pad_t/pad_l and the plane are in that view). ph x pw: the plane (the
  * kernel's view), ph >= pad_t + h and (oh - 1) * sh + kh, pw >= pad_l + w and
  * (ow rounded up to 4 - 1) * sw + kw (the quads' gathers stay in a row; the pair layout's
- * single-window gathers may not: see the scratch argument of mf_mve_dw_conv_s8). pair: see MF_MVDW_REC. cg: channels a pass (1, or 8
- * where 8 planes are small: they are copied together, 8 channels of a pixel a load). flat (small
- * images, transpose 0): the outputs walked as one sequence, four a vector whatever their rows,
- * their windows from a table in the scratch (no per-row cost, no per-row tail). */
+ * single-window gathers may not: see the scratch argument of mf_mve_dw_conv_s8). pair: see
+ * MF_MVDW_REC. cg: channels a pass (1, or 8 where 8 planes are small: they are copied together,
+ * 8 channels of a pixel a load). flat (small images, transpose 0): the outputs walked as one
+ * sequence, four a vector whatever their rows, their windows from a table in the scratch (no
+ * per-row cost, no per-row tail). */
 typedef struct {
     int16_t h, w, c, oh, ow, kh, kw, sh, sw, pad_t, pad_l, transpose, ph, pw, pair, cg, flat;
 } mf_mve_dw_geom;
