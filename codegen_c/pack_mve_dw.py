@@ -115,8 +115,9 @@ def reach(geom: dict) -> int:
     last plane's last window row, up to the widest of its gathers. Tap groups and the MVE
     quads (four outputs, the ow rounded up to 4 of pw) stay inside the plane's rows; but in the
     pair layout a window's gather spans kw + sw columns (its neighbour's too, weighed by 0),
-    and the portable body and the flat walk of single windows gather it for every output:
-    for the last one sw bytes past pw where pw is (ow - 1) * sw + kw, past the last plane."""
+    and the portable body gathers it for every output: for the last one sw bytes past pw
+    where pw is (ow - 1) * sw + kw (ow a multiple of 4), past the last plane. (The MVE flat
+    walk gathers single windows only where ow is odd: inside pw.)"""
     _, kw, sw = view_kernel(geom)
     t = geom["transpose"]
     kh, sh = (geom["kw"], geom["sw"]) if t else (geom["kh"], geom["sh"])
@@ -132,7 +133,7 @@ def scratch_bytes(geom: dict) -> int:
     planes = geom["cg"] * geom["ph"] * geom["pw"]
     if not geom.get("flat"):
         return reach(geom)
-    # (the pair gathers' <= 4 bytes past the planes read the alignment or the table)
+    # (the portable body's <= 4 bytes past the planes read the alignment or the table)
     return max(reach(geom), planes + 3 + 16 * (-(-(geom["oh"] * geom["ow"]) // 4)))
 
 

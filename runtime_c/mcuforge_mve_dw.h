@@ -709,10 +709,10 @@ MF_MVDW_CHANS(mf_mve_dw_chans_p2f, 0, 2, 1)
  *   signfix pack.needs_signfix(y_zp, lo): the sign term on channels with post > 0
  *   scratch int8 [g->cg][g->ph][g->pw], then (flat) the table: pack_mve_dw.scratch_bytes,
  *           any alignment; free on return. With the pair layout the gathers read up to sw
- *           bytes past the last plane (a window's gather spans kw + sw columns: the portable
- *           body's and the flat walk's for every output, the last one's past pw); those
- *           bytes are weighed by 0 but must exist: scratch_bytes counts them (pack_mve_dw.reach)
- *           and the flat walk's table is there */
+ *           bytes past the last plane (a window's gather spans kw + sw columns and the
+ *           portable body gathers it for every output: the last one's ends sw bytes past pw
+ *           where pw = (ow - 1) * sw + kw); those bytes are weighed by 0 but must exist:
+ *           scratch_bytes counts them (pack_mve_dw.reach; flat: they are the table's) */
 MF_MICRO void mf_mve_dw_conv_s8(const int8_t *x, int8_t *y, const int32_t *pk,
                                 const mf_mve_dw_geom *g, int32_t x_zp, int32_t lo, int32_t hi,
                                 int32_t signfix, int8_t *scratch) {
