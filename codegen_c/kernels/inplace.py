@@ -87,7 +87,8 @@ VERIFIED = re.compile(r"|mf_gemm_w(16|8)(_g\d+)?|mf_gemm2_w16_s[02]|mf_gemm1k8_w
                       r"|mf_dw3x3_s8_[12]f?c?_\d|mf_ew_(add|mul)_s8|mf_seq_quantize_s16_s8"
                       r"|mf_vec_(gemm|gemm_t|conv|dw)"
                       r"|mf_sc_gemm_(l64|m8)|mf_sc_conv_(l64|m8)|mf_sc_dw3"
-                      r"|mf_mve_gemm_f[0-3]|mf_mve_conv_f[0-3]|mf_mve_dw_conv_s8|mf_mve_dw_add_s8")
+                      r"|mf_mve_gemm_f[0-3]|mf_mve_conv_f[0-3]|mf_mve_dw_conv_s8|mf_mve_dw_add_s8"
+                      r"|mf_rv_gemm_p16|mf_rv_conv_p16|mf_rv_fc_p16")
 
 
 def declare(kernel, buf: str, acc):
@@ -124,7 +125,9 @@ def gemm_rows(calls, n_in: int, n_out: int, block: int) -> Access:
     O), rows in blocks of `block` whose K input bytes each are read (widened into scratch or
     registers) before any of the block's O outputs is written. mf_gemm_body and the
     mf_gemm_w16_g<G> entries (block 1), mf_gemm2_body (2: pairs, an odd last row alone),
-    mf_gemm1k8_body (1), mf_vec_gemm (2), mf_vec_gemm_t (1)."""
+    mf_gemm1k8_body (1), mf_vec_gemm (2), mf_vec_gemm_t (1), mf_rv_gemm_p16 (3: the group's
+    rows interleaved into scratch by mf_rv_interleave3, then mf_rv_block3 reads only the
+    scratch; a short last group re-reads its last row)."""
     acc = Access(n_in, n_out)
     step = 0
     for xo, yo, rows, xs, k, ys, o in calls:
@@ -245,7 +248,8 @@ def gemm_blocks(calls, n_in: int, n_out: int, rows: int, oblock: int = 4) -> Acc
     re-reads its last row, which changes nothing here), mf_mve_gemm_f<F> (mf_mve_gemm_body,
     Helium: pairs through mf_mve_row2, an odd last row alone through mf_mve_row, blocks of 4;
     its portable body: row after row, each channel stored after its own pass over the row:
-    groups of 1, blocks of 1)."""
+    groups of 1, blocks of 1), mf_rv_fc_p16 (mf_rv_block1: one row read in place again per
+    block of 4 channels: groups of 1, blocks of 4)."""
     acc = Access(n_in, n_out)
     step = 0
     for xo, yo, n, xs, k, ys, o in calls:
@@ -274,7 +278,10 @@ def conv_batches(geom, o: int, batch: int) -> Access:
     """im2col convolutions: output pixels (row-major) in batches of `batch`, the batch's
     patches gathered from the input into scratch, then the batch's outputs written from the
     scratch. mf_mve_conv_f<F> (mf_mve_conv_body: pairs, an odd last pixel alone; = vec_conv),
-    mf_sc_conv_m8 and mf_sc_conv_l64_im2col (MF_SC_CONV: P patches a batch)."""
+    mf_sc_conv_m8 and mf_sc_conv_l64_im2col (MF_SC_CONV: P patches a batch), mf_rv_conv_p16
+    (3 a batch: a patch inside the image read in place, one touching the padding gathered by
+    mf_sc_im2col, both into the interleaved scratch before mf_rv_block3 stores the three
+    pixels; a short last batch re-reads its last patch)."""
     h, w, c, _, _, _, _, _, _, oh, ow = (int(v) for v in geom)
     acc = Access(h * w * c, oh * ow * o)
     x = np.arange(h * w * c).reshape(h, w, c)

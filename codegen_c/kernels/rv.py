@@ -10,7 +10,7 @@ import numpy as np
 
 from .. import loop_ir as ir
 from ..lower import OpContext
-from . import conv_geometry, schedules
+from . import conv_geometry, inplace, schedules
 from .gemm import gemm_layer
 
 OFF = 2**15  # MF_RV_OFF: a chunk accumulator's start
@@ -133,12 +133,14 @@ def rv_gemm(ctx: OpContext, ref: ir.Kernel, target) -> ir.Kernel | None:
         body = (ir.CallStmt("mf_rv_fc_p16", (
             ir.Ptr("x", ir.Const(0)), *tail[:2], *tail[2:], ir.Ptr("y", ir.Const(0)))),)
         how, name = f"1 row x {k} taps", "mf_rv_fc_p16"
+        access = inplace.gemm_blocks([(0, 0, 1, k, k, o, o)], x.nbytes, y.nbytes, 1)
     elif one_by_one:
         scratch = 3 * k
         body = (ir.CallStmt("mf_rv_gemm_p16", (
             ir.Ptr("x", ir.Const(0)), ir.Const(n_rows), ir.Const(k), ir.Const(k), *tail,
             ir.Ptr("y", ir.Const(0)), ir.Const(o), ir.Ptr("scratch", ir.Const(0)))),)
         how, name = f"{n_rows} rows x {k} taps", "mf_rv_gemm_p16"
+        access = inplace.gemm_rows([(0, 0, n_rows, k, k, o, o)], x.nbytes, y.nbytes, 3)
     else:  # (a strided 1x1 too: its pixels gathered 3 at a time, no short blocks per row)
         n, geom, gbuf = conv_geometry(ctx)
         h, w_, c, _, _, _, _, _, _, oh, ow = (int(v) for v in geom)
@@ -150,12 +152,14 @@ def rv_gemm(ctx: OpContext, ref: ir.Kernel, target) -> ir.Kernel | None:
             ir.Const(layer["x_zp"]), *tail,
             ir.Ptr("y", b * (oh * ow * o)), ir.Ptr("scratch", ir.Const(0))))])
         how = f"{oh * ow} patches x {k} taps gathered 3 at a time"
+        access = inplace.conv_batches(geom, o, 3) if n == 1 else None
     bufs = [b for b in ref.params if b.kind != "scratch"] + consts + (
         [ir.Buffer("scratch", "int8", scratch, "scratch")] if scratch else [])
     mean = k * len(chunks) / sum(len(c) for c in chunks)
     doc = (f"{ref.doc}\nscheduled: {name} ({how}), weights p16 ({packed.nbytes} bytes), "
            f"{mean:.1f} taps a chunk, {scratch} bytes scratch")
-    return ir.Kernel(ctx.name, tuple(bufs), tuple(body), doc, ref.macs, name)
+    return inplace.declare(ir.Kernel(ctx.name, tuple(bufs), tuple(body), doc, ref.macs, name),
+                           "x", access)
 
 
 def pack_rv_dw3(rows, bias, rq, transpose: bool) -> np.ndarray:
