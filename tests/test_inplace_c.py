@@ -3,7 +3,8 @@ prints it, run with its output written over its input at the declared shift must
 output byte of the run with separate buffers, on each body: the host kernels (with ASan and
 UBSan), the M4 DSP bodies on QEMU mps2-an386 at -O2 and -Os, the scalar kernels on mps2-an385
 (Cortex-M3) and on the host, the Helium bodies on mps3-an547 (Cortex-M55) at -O2 and -Os and
-their portable bodies on the host, RV32's scalar kernels on the host. And a shift one step tighter than the kernel's access schedule allows (the
+their portable bodies on the host, RV32's kernels (scalar and p16) on the host and on QEMU
+riscv32-virt at -O2 and -Os. And a shift one step tighter than the kernel's access schedule allows (the
 `tighter` of its declaration) must break it: the schedule is not looser than the C.
 
 The layers are those of the MLPerf Tiny models (every declaring kernel of KWS, ResNet-8, AD,
@@ -162,3 +163,42 @@ ARM = [("mps2-an386", "m4", "-O2"), ("mps2-an386", "m4", "-Os"), ("mps2-an385", 
 def test_arm(stem, board, kind, opt, tmp_path):
     require_tools("arm-none-eabi-gcc", "qemu-system-arm")
     check(run_all(stem, load_board(board).target(None), kind, opt, tmp_path))
+
+
+RV = ["-O2", "-Os"]
+
+
+@pytest.mark.parametrize("opt", RV)
+@pytest.mark.parametrize("stem", list(MODELS))
+def test_riscv(stem, opt, tmp_path):
+    """RV32's kernels (mcuforge_rv.h's p16 GEMMs, mcuforge_scalar.h) built by the board's
+    own project (its start-up code, linker script, libc, flags) and run on QEMU."""
+    require_tools("riscv64-unknown-elf-gcc", "qemu-system-riscv32")
+    import subprocess
+
+    from mcuforge.api import compile as compile_model
+    from mcuforge.runtime_c import __file__ as rt
+    from mcuforge.target import run_elf
+    from mcuforge.tools.demo import demo_tflite_bytes
+    board = load_board("riscv32-virt")
+    gen, decls = cases(stem, board.target(None))
+    assert decls, f"{stem}: no kernel declares in place"
+    d = tmp_path / "rv"
+    compile_model(demo_tflite_bytes(), d, board="riscv32-virt", name="demo")
+    for h in Path(rt).parent.glob("*.h"):
+        (d / h.name).write_text(h.read_text())
+    # the harness's output calls on the board's (run_elf wants a last line "done")
+    (d / "bench.h").write_text('#include "mf_board.h"\n#define bench_puts mf_puts\n'
+                               '#define bench_exit(s) (mf_puts("done\\n"), mf_exit(s))\n')
+    (d / "main.c").write_text(program(gen, decls, tmp_path / "gen").read_text())
+    for f in ("m.c", "m.h"):
+        (d / f).write_text(gen.files[f])
+    r = subprocess.run(["make", "-s", "-C", str(d), f"OPT={opt}",
+                        "SRCS=main.c mf_board.c startup.S mf_libc.c"],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout + r.stderr
+    names = {k.name for k, _ in decls}
+    text = run_elf(board, d / "demo.elf", timeout=600)
+    rows = [ln.split() for ln in text.splitlines() if ln.split()[:1] and ln.split()[0] in names]
+    assert len(rows) == len(decls), text[-2000:]
+    check(rows)
