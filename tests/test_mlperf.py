@@ -93,9 +93,10 @@ IN_PLACE_BOARDS = {"mps3-an547": "qemu-system-arm", "mps2-an385": "qemu-system-a
 @pytest.mark.parametrize("board", list(IN_PLACE_BOARDS))
 @pytest.mark.parametrize("stem", MLPERF_INT8)
 def test_in_place_bit_exact_on_the_board(stem, board):
-    """In place on the Helium (M55) and scalar (M3, RV32) kernels, on QEMU: the plan links
-    their outputs over their inputs, and the outputs are tflite-micro's (one input over the
-    full range, one near the zero point, whose outputs stay sensitive to every layer)."""
+    """In place on the Helium (M55), scalar (M3, RV32) and p16 (RV32) kernels, on QEMU: the
+    plan links their outputs over their inputs, and the outputs are tflite-micro's (one input
+    over the full range, one near the zero point, whose outputs stay sensitive to every
+    layer)."""
     from conftest import require_tools
     from mcuforge.board import load_board
     from mcuforge.codegen_c.model import generate
@@ -105,9 +106,9 @@ def test_in_place_bit_exact_on_the_board(stem, board):
     gen = generate(g, "m", load_board(board).target(None))
     ours = {gen.graph.nodes[i].outputs[0] for i in gen.declared
             if gen.kernels and any(k.name.startswith(f"l{i:02d}_") and k.schedule.startswith(
-                ("mf_mve_", "mf_sc_")) for k in gen.kernels)}
+                ("mf_mve_", "mf_sc_", "mf_rv_")) for k in gen.kernels)}
     if stem != "ad01_int8":  # (AD's links do not pay on the M3: its plan keeps none)
-        assert set(gen.plan.in_place) & ours, "no Helium / scalar kernel planned in place"
+        assert set(gen.plan.in_place) & ours, "no Helium / scalar / p16 kernel planned in place"
     t = g.tensors[g.inputs[0]]
     zp = int(t.quant.zero_point[0])
     rng = np.random.default_rng(21)
