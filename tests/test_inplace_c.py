@@ -4,8 +4,8 @@ output byte of the run with separate buffers, on each body: the host kernels (wi
 UBSan), the M4 DSP bodies on QEMU mps2-an386 at -O2 and -Os, the scalar kernels on mps2-an385
 (Cortex-M3) and on the host, the Helium bodies on mps3-an547 (Cortex-M55) at -O2 and -Os and
 their portable bodies on the host, RV32's kernels (scalar and p16) on the host and on QEMU
-riscv32-virt at -O2 and -Os. And a shift one step tighter than the kernel's access schedule allows (the
-`tighter` of its declaration) must break it: the schedule is not looser than the C.
+riscv32-virt at -O2 and -Os. And a shift one step tighter than the kernel's access schedule
+allows (the `tighter` of its declaration) must break it: the schedule is not looser than the C.
 
 The layers are those of the MLPerf Tiny models (every declaring kernel of KWS, ResNet-8, AD,
 the wakeword model and VWW's first layers: 1x1 GEMMs expanding, equal and shrinking, strided
