@@ -20,7 +20,7 @@ Nothing of this is in the default output: generate() emits it only when asked.""
 from __future__ import annotations
 
 from mcuforge.ir.graph import Graph
-from mcuforge.optimizer.memory_plan import MemoryPlan, _scratch_name
+from mcuforge.optimizer.memory_plan import MemoryPlan, _scratch_name, views
 
 REDZONE = 32  # bytes after each buffer: a multiple of ASan's 8-byte granule
 
@@ -71,7 +71,7 @@ class ArenaCheck:
     each method returns the C statement that runs one."""
 
     def __init__(self, name: str):
-        self.name, self.tables = name, []
+        self.name, self.tables, self.roots = name, [], {}
 
     def _table(self, opens: list, closes: list, what: str) -> str:
         label = f"{self.name}_ck{len(self.tables)}"
@@ -90,16 +90,24 @@ class ArenaCheck:
         outs = [r for t in node.outputs if t in plan.offsets
                 for r in [(plan.offsets[t], g.tensors[t].nbytes)]]
         closes = []
-        inputs = {t for t in node.inputs if t}
+        if id(g) not in self.roots:  # an input through an alias is its buffer's bytes
+            self.roots[id(g)] = (g, views(g))
+        at_root = self.roots[id(g)][1]
+        inputs = {at_root.get(t, (t, 0))[0] for t in node.inputs if t}
+        held = []  # inputs read for the last time that hold this node's output (in place)
         for r in plan.requests:
             if not r.first <= i <= r.last or r.name not in plan.offsets:
                 continue
             o = plan.offsets[r.name]
-            # an input read for the last time may hold this node's output (in place)
             if r.last == i and r.name in inputs and any(
                     o < oo + on and oo < o + r.size for oo, on in outs):
+                held.append((o, o + r.size))
                 continue
             closes.append((o + r.size, plan.redzone))
+        # nor the red-zone of an output ending inside such an input, which the node still reads
+        closes = [(at, n) for at, n in closes
+                  if not any(at < hi and lo < at + n and any(oo + on == at for oo, on in outs)
+                             for lo, hi in held)]
         table = self._table(opens, closes, f"step {i}: {what}")
         return self._call(f"&arena.bytes[{base}]", plan.arena_size, table)
 
