@@ -20,7 +20,7 @@ Nothing of this is in the default output: generate() emits it only when asked.""
 from __future__ import annotations
 
 from mcuforge.ir.graph import Graph
-from mcuforge.optimizer.memory_plan import MemoryPlan, _scratch_name, views
+from mcuforge.optimizer.memory_plan import MemoryPlan, _scratch_name
 
 REDZONE = 32  # bytes after each buffer: a multiple of ASan's 8-byte granule
 
@@ -71,7 +71,7 @@ class ArenaCheck:
     each method returns the C statement that runs one."""
 
     def __init__(self, name: str):
-        self.name, self.tables, self.roots = name, [], {}
+        self.name, self.tables = name, []
 
     def _table(self, opens: list, closes: list, what: str) -> str:
         label = f"{self.name}_ck{len(self.tables)}"
@@ -90,24 +90,27 @@ class ArenaCheck:
         outs = [r for t in node.outputs if t in plan.offsets
                 for r in [(plan.offsets[t], g.tensors[t].nbytes)]]
         closes = []
-        if id(g) not in self.roots:  # an input through an alias is its buffer's bytes
-            self.roots[id(g)] = (g, views(g))
-        at_root = self.roots[id(g)][1]
-        inputs = {at_root.get(t, (t, 0))[0] for t in node.inputs if t}
-        held = []  # inputs read for the last time that hold this node's output (in place)
+        inputs = {t for t in node.inputs if t}
+        # inputs read for the last time that may hold this node's output (in place): the
+        # inputs (alias roots) overlapping an output, and the planned links' inputs
+        linked = {plan.in_place[t][0] for t in node.outputs if t in plan.in_place}
+        over = [(plan.offsets[r.name], r.size) for r in plan.requests
+                if r.last == i and r.name in plan.offsets and (r.name in linked or (
+                    r.name in inputs and any(
+                        plan.offsets[r.name] < oo + on and oo < plan.offsets[r.name] + r.size
+                        for oo, on in outs)))]
         for r in plan.requests:
             if not r.first <= i <= r.last or r.name not in plan.offsets:
                 continue
             o = plan.offsets[r.name]
-            if r.last == i and r.name in inputs and any(
-                    o < oo + on and oo < o + r.size for oo, on in outs):
-                held.append((o, o + r.size))
+            if any(o == xo and r.size == xn for xo, xn in over):
+                continue  # its red-zone may hold the output
+            # an output's red-zone inside the input it is written over (an output smaller
+            # than its input, or shifted below it): bytes the node still reads
+            z = (o + r.size, plan.redzone)
+            if r.first == i and any(z[0] < xo + xn and xo < z[0] + z[1] for xo, xn in over):
                 continue
-            closes.append((o + r.size, plan.redzone))
-        # nor the red-zone of an output ending inside such an input, which the node still reads
-        closes = [(at, n) for at, n in closes
-                  if not any(at < hi and lo < at + n and any(oo + on == at for oo, on in outs)
-                             for lo, hi in held)]
+            closes.append(z)
         table = self._table(opens, closes, f"step {i}: {what}")
         return self._call(f"&arena.bytes[{base}]", plan.arena_size, table)
 

@@ -72,10 +72,9 @@ def _cmd_compile(a) -> int:
     if r.schedules:
         kinds = Counter(c.schedule for c in r.schedules)
         print("micro-kernels: " + ", ".join(f"{k} x{n}" for k, n in sorted(kinds.items())))
-        narrow = [c.layer for c in r.schedules if c.schedule.endswith("_w8")]
-        wide = [c for c in r.schedules if "_w16" in c.schedule]
-        if narrow and wide:
-            print(f"flash budget: {len(narrow)} layers keep int8 weights, {len(wide)} int16")
+        from mcuforge.codegen_c.kernels.budget import summary
+        if summary(r.schedules):
+            print(summary(r.schedules))
     if a.layout == "library":
         print(f"use it from CMake with add_subdirectory({r.out_dir}) and target_link_libraries("
               f"APP PRIVATE mcuforge::{r.name}); Zephyr, Arduino, PlatformIO: see the README")

@@ -303,7 +303,8 @@ def plan_graph(g: Graph, scratch_of=None, in_place_of=None, keep_input: bool = F
             scratch.append(Request(_scratch_name(g, n, "kernel"), need[0], i, i,
                                    max(need[1], ALIGN)))
         if subs:
-            plans = tuple(plan_graph(s, scratch_of, redzone) for s in subs)
+            # (no in-place links inside: the kernels' declarations are the top graph's)
+            plans = tuple(plan_graph(s, scratch_of, redzone=redzone) for s in subs)
             name = _scratch_name(g, n)
             # aligned for the subgraphs' widest element (nested scratch requests included)
             align = max((r.align for p in plans for r in p.requests), default=ALIGN)
@@ -484,7 +485,8 @@ def _plan_links(reqs: tuple, scratch: tuple, links: dict, search: bool = True,
     """(offsets, the links kept): the plan with every link, then, while that makes the arena
     smaller (DROPS times at most), the link whose removal helps most dropped (ties: the first
     by name); a chain of links is one rigid group, and one that drifts (expanding layers step
-    downwards) is better cut. Deterministic."""
+    downwards) is better cut; the plan without links where that is smaller still.
+    Deterministic."""
     everything = reqs + scratch
 
     def size_of(ls):
@@ -523,6 +525,10 @@ def _plan_links(reqs: tuple, scratch: tuple, links: dict, search: bool = True,
         if size >= best:
             break
         best, offsets, kept = size, trial_offsets, trial
+    if kept:  # a chain drifting at every link (AD's 4-byte overlaps) may be worse than none
+        size, without = size_of({})
+        if size < best:
+            return without, {}
     return offsets, kept
 
 

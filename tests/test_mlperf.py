@@ -84,3 +84,40 @@ def test_in_place_bit_exact_on_the_m4(stem):
     path = mlperf_model(stem)
     x = random_batch(path, 4, seed=11)
     assert_equal_to_tflm(path, x, runner.run(path, x, board="mps2-an386"))
+
+
+IN_PLACE_BOARDS = {"mps3-an547": "qemu-system-arm", "mps2-an385": "qemu-system-arm",
+                   "riscv32-virt": "qemu-system-riscv32"}
+
+
+@pytest.mark.parametrize("board", list(IN_PLACE_BOARDS))
+@pytest.mark.parametrize("stem", MLPERF_INT8)
+def test_in_place_bit_exact_on_the_board(stem, board):
+    """In place on the Helium (M55) and scalar (M3, RV32) kernels, on QEMU: the plan links
+    their outputs over their inputs, and the outputs are tflite-micro's (one input over the
+    full range, one near the zero point, whose outputs stay sensitive to every layer)."""
+    from conftest import require_tools
+    from mcuforge.board import load_board
+    from mcuforge.codegen_c.model import generate
+    require_tools(IN_PLACE_BOARDS[board])
+    path = mlperf_model(stem)
+    g = optimize(load(path))
+    gen = generate(g, "m", load_board(board).target(None))
+    ours = {gen.graph.nodes[i].outputs[0] for i in gen.declared
+            if gen.kernels and any(k.name.startswith(f"l{i:02d}_") and k.schedule.startswith(
+                ("mf_mve_", "mf_sc_")) for k in gen.kernels)}
+    if stem != "ad01_int8":  # (AD's links do not pay on the M3: its plan keeps none)
+        assert set(gen.plan.in_place) & ours, "no Helium / scalar kernel planned in place"
+    t = g.tensors[g.inputs[0]]
+    zp = int(t.quant.zero_point[0])
+    rng = np.random.default_rng(21)
+    x = np.stack([rng.integers(-128, 128, size=t.shape),
+                  np.clip(zp + rng.integers(-25, 26, size=t.shape), -128, 127)]).astype(t.dtype)
+    assert_equal_to_tflm(path, x, runner.run(path, x, board=board))
+    # and with the input kept (--keep-input): the same outputs, a plan that never writes it
+    kept = generate(g, "m", load_board(board).target(None), keep_input=True).plan
+    lo, hi = kept.offsets[g.inputs[0]], kept.offsets[g.inputs[0]] + t.nbytes
+    assert not any(x_ == g.inputs[0] for x_, _ in kept.in_place.values())
+    assert all(kept.offsets[r.name] >= hi or kept.offsets[r.name] + r.size <= lo
+               for r in kept.requests if r.name != g.inputs[0])
+    assert_equal_to_tflm(path, x, runner.run(path, x, board=board, keep_input=True))

@@ -316,7 +316,7 @@ def test_scheduled_equals_reference(name, op, kw):
     for target, fmt in ((Target("mps2-an385", "cortex-m3"), "l64"),
                         (Target("riscv32-virt", "rv32imac"), "m8")):
         k = lower_node(node, g, "k", target)
-        # which kernel: l64 on the M3 for K >= SMALL_K, else m8; m8 declines one- and
+        # which kernel: l64 on the M3 (declined where no lane chunk passes), m8 declines one- and
         # two-row GEMMs (a 3-row block would compute them 1.5-3x), mf_sc_dw3 takes every 3x3
         # depthwise layer of depth multiplier 1; declined layers keep gemm.py / depthwise.py
         assert k is not ref
@@ -354,10 +354,10 @@ def test_mlperf_m3_matches_tflm(stem):
 
 
 @pytest.mark.parametrize("c,target,want", [
-    (64, "cortex-m3", "mf_sc_gemm_l64"), (8, "cortex-m3", "mf_sc_gemm_m8"),
+    (64, "cortex-m3", "mf_sc_gemm_l64"), (8, "cortex-m3", "mf_sc_gemm_l64"),
     (64, "rv32imac", "mf_sc_gemm_m8"), (8, "rv32imac", "mf_sc_gemm_m8")])
 def test_kernel_choice(c, target, want):
-    """1x1 layers over 15 pixels: l64 (SMLAL) on Armv7-M from K = 16, m8 below and on RV32."""
+    """1x1 layers over 15 pixels: l64 (SMLAL) on Armv7-M at every K, m8 on RV32."""
     from mcuforge.codegen_c.kernels import lower_node
     from mcuforge.frontend.tflite import load_tflite
     from mcuforge.ir.target import Target

@@ -240,6 +240,23 @@ def test_board_bench_a_recorded_model_has_its_figure_and_no_missing_line(tmp_pat
     assert "583,240" in text and "tests/yardstick/" in text and "TFLM+CMSIS -" not in text
 
 
+def test_board_bench_without_simd_shows_tflm_reference_kernels(tmp_path):
+    """On a core without DSP or Helium (the M3) a row carries TFLM's reference-kernel figure of
+    the M4 (issue 13: KWS 43.0 M, IC 107.4 M, VWW 100.3 M, AD 1.95 M) and the table its ratio;
+    the M4's rows do not (it has CMSIS-NN's)."""
+    require_tools("arm-none-eabi-gcc", "qemu-system-arm")
+    from conftest import mlperf_model
+    from mcuforge.tools.bench import bench, format_table
+    model = mlperf_model("ad01_int8")
+    [row] = bench([str(model)], board="mps2-an385", with_tflm=False)
+    assert row["tflm_reference_m4_instructions"] == 1_950_000
+    head, line = format_table([row]).splitlines()[:2]
+    assert "TFLM ref (M4)" in head and "1,950,000" in line
+    assert f"{row['instructions'] / 1_950_000:.2f}" in line.split()
+    [m4] = bench([str(model)], board="mps2-an386", with_tflm=False)
+    assert "tflm_reference_m4_instructions" not in m4
+
+
 def test_host_bench_legend_and_input_shape(tmp_path):
     onnx.save(matmul_model("N"), tmp_path / "dyn.onnx")
     r = cli("bench", "dyn.onnx", "--iterations", "2", "--input-shape", "x=1,4", cwd=tmp_path,

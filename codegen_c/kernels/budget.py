@@ -4,7 +4,9 @@ allowance for the code) would not fit the target's flash budget, layers go back 
 weights widened in the loop, cheapest first: the fewest extra instructions per byte saved,
 estimated from the micro-kernels' measured costs. The choice is reported per layer.
 On Helium targets the GEMM layers run mcuforge_mve.h's kernels on int8 weights (kernels/mve.py,
-schedules mf_mve_*): 1x flash, nothing to narrow (fit only considers the "_w16" schedules)."""
+schedules mf_mve_*): 1x flash, nothing to narrow (fit only considers the "_w16" schedules and,
+on Armv7-M without DSP, kernels/scalar.py's "l64" lane words: two channels an int32 word, 2x
+flash, narrowed to its "m8" kernels on int8 weights)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
@@ -19,6 +21,12 @@ W8_EXTRA_PER_MAC = 0.45
 # the row-paired first convolutions (mf_convrp*) fall back to im2col with int8 weights
 # (mf_conv_w8): KWS's first layer 276K -> 494K instructions for 320K MACs
 CONVRP_W8_EXTRA_PER_MAC = 0.68
+# Armv7-M without DSP (kernels/scalar.py): the "l64" kernels keep two channels' weights in one
+# int32 lane word (2x the int8 bytes); narrowed they run "m8" (int8 weights, mla per MAC,
+# accumulators spilled on the M3): VWW's 10 layers narrowed under a 320,000-byte budget 20.92 M
+# instructions against 11.24 M on lane words, for 6.19 M MACs
+L64 = ("mf_sc_gemm_l64", "mf_sc_conv_l64")
+L64_M8_EXTRA_PER_MAC = 1.56
 
 
 @dataclass(frozen=True)
@@ -36,7 +44,8 @@ def flash_bytes(kernels) -> int:
 def fit(target, lowered: dict):
     """The target with Target.narrow_weights set so that the model fits target.budget (as far
     as int8 weights can make it fit): `lowered` maps each layer's output tensor to its kernel
-    for `target`. Layers leave int16 weights in order of extra instructions per byte saved."""
+    for `target`. Layers leave int16 weights (on the DSP extension) or lane words (Armv7-M
+    without it) in order of extra instructions per byte saved."""
     budget = target.budget
     if budget is None or flash_bytes(lowered.values()) <= budget:
         return target
@@ -52,6 +61,10 @@ def fit(target, lowered: dict):
                 extra = CONVRP_W8_EXTRA_PER_MAC
             if saved > 0:  # (mf_gemm1k8_w16 with O < 4 would grow)
                 wide.append((k.macs * extra / saved, key, saved))
+        elif k is not None and k.schedule in L64:  # cores without DSP: lane words -> int8
+            saved = sum(b.data.nbytes for b in k.consts if b.name == "w") // 2
+            if saved > 0:
+                wide.append((k.macs * L64_M8_EXTRA_PER_MAC / saved, key, saved))
     need = flash_bytes(lowered.values()) - budget
     narrow = set(target.narrow_weights)
     for _, key, saved in sorted(wide, key=lambda t: (t[0], str(t[1]))):
@@ -78,3 +91,17 @@ def _narrow_saving(k) -> int:
 def choices(lowered: dict) -> list:
     return [Choice(key, k.schedule, sum(b.data.nbytes for b in k.consts))
             for key, k in lowered.items() if k is not None and k.schedule]
+
+
+def summary(chosen) -> str | None:
+    """The flash budget's line of the compile report (None when every layer has one form):
+    how many layers keep int8 weights and how many the wide form (int16 on the DSP extension,
+    lane words on Armv7-M without it)."""
+    narrow = [c for c in chosen if c.schedule.endswith(("_w8", "_m8"))]
+    w16 = [c for c in chosen if "_w16" in c.schedule]
+    lanes = [c for c in chosen if c.schedule in L64]
+    if not narrow or not (w16 or lanes):
+        return None
+    wide = ", ".join(f"{len(c)} {what}" for c, what in ((w16, "int16"), (lanes, "lane words"))
+                     if c)
+    return f"flash budget: {len(narrow)} layers keep int8 weights, {wide}"

@@ -85,18 +85,25 @@ def best_shift(acc: Access, align: int = ALIGN) -> int:
 VERIFIED = re.compile(r"|mf_gemm_w(16|8)(_g\d+)?|mf_gemm2_w16_s[02]|mf_gemm1k8_w16_s[02]"
                       r"|mf_convp?_w(16|8)(_g\d+)?|mf_convrp2?_w16_n\d+(_x8)?"
                       r"|mf_dw3x3_s8_[12]f?c?_\d|mf_ew_(add|mul)_s8|mf_seq_quantize_s16_s8"
-                      r"|mf_vec_(gemm|gemm_t|conv|dw)")
+                      r"|mf_vec_(gemm|gemm_t|conv|dw)"
+                      r"|mf_sc_gemm_(l64|m8)|mf_sc_conv_(l64|m8)|mf_sc_dw3"
+                      r"|mf_mve_gemm_f[0-3]|mf_mve_conv_f[0-3]|mf_mve_dw_conv_s8|mf_mve_dw_add_s8")
 
 
-def declare(kernel, buf: str, acc: Access | None):
+def declare(kernel, buf: str, acc):
     """The kernel with its output allowed over input buffer `buf` at the best shift: the entry
     (buf, shift, tighter), `tighter` the next shift above it that the schedule rejects (None
-    past 64 steps), which tests run to see that a wrong shift does break the kernel."""
+    past 64 steps), which tests run to see that a wrong shift does break the kernel. `acc`: an
+    Access, or a list of them when the kernel's bodies (a SIMD one and its portable C) walk in
+    different orders: the shift is then safe for every one, `tighter` rejected by every one."""
     if acc is None or not VERIFIED.fullmatch(kernel.schedule):
         return kernel
-    shift = best_shift(acc)
+    accs = list(acc) if isinstance(acc, (list, tuple)) else [acc]
+    shift = min(best_shift(a) for a in accs)
+    if not all(is_safe(a, shift) for a in accs):
+        return kernel
     tighter = next((s for s in range(shift + ALIGN, shift + 65 * ALIGN, ALIGN)
-                    if not is_safe(acc, s)), None)
+                    if not any(is_safe(a, s) for a in accs)), None)
     return replace(kernel, in_place=tuple(kernel.in_place) + ((buf, shift, tighter),))
 
 
@@ -225,4 +232,90 @@ def reference_depthwise(h: int, w: int, c: int, oh: int, ow: int, m: int, kh: in
                 np.maximum.at(acc.read_last, e * x_item + b, step[ok])
     for b in range(y_item):
         acc.write_first[step.reshape(-1) * y_item + b] = step.reshape(-1)
+    return acc
+
+
+def gemm_blocks(calls, n_in: int, n_out: int, rows: int, oblock: int = 4) -> Access:
+    """GEMMs whose row loop holds a loop over blocks of `oblock` output channels, each block
+    reading its rows' K input bytes again (the weights of that block against the whole row)
+    before it stores the block's channels of those rows: per call (x offset, y offset, rows,
+    x_stride, K, y_stride, O), rows in groups of `rows` (the last group short), one step per
+    (group, channel block). The output of a row may therefore only go over input its later
+    blocks no longer read. mf_sc_gemm_l64 (groups of 1), mf_sc_gemm_m8 (3: a short last group
+    re-reads its last row, which changes nothing here), mf_mve_gemm_f<F> (mf_mve_gemm_body,
+    Helium: pairs through mf_mve_row2, an odd last row alone through mf_mve_row, blocks of 4;
+    its portable body: row after row, each channel stored after its own pass over the row:
+    groups of 1, blocks of 1)."""
+    acc = Access(n_in, n_out)
+    step = 0
+    for xo, yo, n, xs, k, ys, o in calls:
+        nb = -(-o // oblock)
+        for r0 in range(0, n, rows):
+            group = range(r0, min(n, r0 + rows))
+            for b in range(nb):
+                for r in group:
+                    acc.read_range(step, xo + r * xs, xo + r * xs + k)
+                for r in group:
+                    acc.write_range(step, yo + r * ys + b * oblock,
+                                    yo + r * ys + min(o, (b + 1) * oblock))
+                step += 1
+    return acc
+
+
+def _patch(x, geom, p: int):
+    """The input bytes of output pixel p's window inside the image (row-major pixels)."""
+    h, w, c, kh, kw, sh, sw, pt, pl, oh, ow = (int(v) for v in geom)
+    oy, ox = divmod(p, ow)
+    iy, ix = oy * sh - pt, ox * sw - pl
+    return x[max(iy, 0):max(iy + kh, 0), max(ix, 0):max(ix + kw, 0)]
+
+
+def conv_batches(geom, o: int, batch: int) -> Access:
+    """im2col convolutions: output pixels (row-major) in batches of `batch`, the batch's
+    patches gathered from the input into scratch, then the batch's outputs written from the
+    scratch. mf_mve_conv_f<F> (mf_mve_conv_body: pairs, an odd last pixel alone; = vec_conv),
+    mf_sc_conv_m8 and mf_sc_conv_l64_im2col (MF_SC_CONV: P patches a batch)."""
+    h, w, c, _, _, _, _, _, _, oh, ow = (int(v) for v in geom)
+    acc = Access(h * w * c, oh * ow * o)
+    x = np.arange(h * w * c).reshape(h, w, c)
+    for p in range(oh * ow):
+        acc.read(p // batch, _patch(x, geom, p))
+        acc.write_range(p // batch, p * o, (p + 1) * o)
+    return acc
+
+
+def sc_conv_l64(geom, o: int, batch: int, chunk: int) -> Access:
+    """mf_sc_conv_l64: where the lanes need one chunk (L >= K, k_h <= MF_SC_MAX_KH) per output
+    pixel (row-major) per block of 4 channels, the window read again (k_h row segments in
+    place; a window touching the padding gathered into scratch once, in the pixel's first
+    block) before the block's 4 outputs are stored; else mf_sc_conv_l64_im2col."""
+    h, w, c, kh, kw, _, _, _, _, oh, ow = (int(v) for v in geom)
+    k = kh * kw * c
+    if chunk < k or kh > 16:
+        return conv_batches(geom, o, batch)
+    acc = Access(h * w * c, oh * ow * o)
+    x = np.arange(h * w * c).reshape(h, w, c)
+    nb = -(-o // 4)
+    for p in range(oh * ow):
+        patch = _patch(x, geom, p)
+        inside = patch.shape[0] == kh and patch.shape[1] == kw
+        for b in range(nb):
+            step = p * nb + b
+            if inside or b == 0:
+                acc.read(step, patch)
+            acc.write_range(step, p * o + 4 * b, p * o + min(o, 4 * b + 4))
+    return acc
+
+
+def channels(h: int, w: int, c: int, oh: int, ow: int, group: int = 1) -> Access:
+    """Depthwise kernels walking channels outermost: per pass of `group` channels, every
+    input pixel of those channels copied into planes in scratch, then every output of those
+    channels written. mf_sc_dw3 (one channel a pass), mf_mve_dw_conv_s8 (geom.cg channels a
+    pass; with cg = 1 each channel's plane copied by its own channel's loop)."""
+    x = np.arange(h * w * c).reshape(h * w, c)
+    y = np.arange(oh * ow * c).reshape(oh * ow, c)
+    acc = Access(x.size, y.size)
+    for s, c0 in enumerate(range(0, c, group)):
+        acc.read(s, x[:, c0:c0 + group])
+        acc.write(s, y[:, c0:c0 + group])
     return acc

@@ -16,7 +16,7 @@ from .. import loop_ir as ir
 from .. import micro_mve  # noqa: F401  (registers the mirrors)
 from .. import pack_mve
 from ..lower import OpContext
-from . import conv_geometry, schedules
+from . import conv_geometry, inplace, schedules
 
 
 @schedules("conv2d", "fully_connected", "depthwise_conv2d")
@@ -38,6 +38,7 @@ def mve_gemm(ctx: OpContext, ref: ir.Kernel, target) -> ir.Kernel | None:
     tail = (ir.Ptr("pk", ir.Const(0)), ir.Const(o), ir.Const(layer["lo"]),
             ir.Const(layer["hi"]), ir.Const(flags))
     padded = ctx.node.op != "fully_connected" and any(ctx.attrs["padding"])
+    calls, access = None, None  # (gemm_blocks' calls of the GEMM forms)
     pointwise = ctx.node.op == "fully_connected" or (k == x.shape[-1] and not padded)
     if pointwise and (ctx.node.op == "fully_connected" or tuple(ctx.attrs["stride"]) == (1, 1)):
         n_rows = x.size // k
@@ -45,6 +46,7 @@ def mve_gemm(ctx: OpContext, ref: ir.Kernel, target) -> ir.Kernel | None:
         body = (ir.CallStmt(name, (ir.Ptr("x", ir.Const(0)), ir.Const(n_rows), ir.Const(k),
                                    ir.Const(k), *tail, ir.Ptr("y", ir.Const(0)), ir.Const(o))),)
         how = f"{n_rows} rows x {k} taps"
+        calls = [(0, 0, n_rows, k, k, o, o)]
     elif pointwise:  # strided 1x1: per output row, every stride_w-th pixel
         n, h, w_, c = x.shape
         _, oh, ow, _ = y.shape
@@ -54,6 +56,8 @@ def mve_gemm(ctx: OpContext, ref: ir.Kernel, target) -> ir.Kernel | None:
             ir.Ptr("x", b * (h * w_ * c) + oy * (sh * w_ * c)), ir.Const(ow), ir.Const(sw * c),
             ir.Const(k), *tail, ir.Ptr("y", b * (oh * ow * o) + oy * (ow * o)), ir.Const(o)))])
         how = f"{oh} output rows x {ow} pixels x {k} taps, input stride {sw} pixels"
+        calls = None if n != 1 else [(oy * sh * w_ * c, oy * ow * o, ow, sw * c, k, o, o)
+                                     for oy in range(oh)]
     else:
         n, geom, gbuf = conv_geometry(ctx)
         h, w_, c, _, _, _, _, _, _, oh, ow = (int(v) for v in geom)
@@ -64,9 +68,14 @@ def mve_gemm(ctx: OpContext, ref: ir.Kernel, target) -> ir.Kernel | None:
             ir.Const(layer["x_zp"]), *tail, ir.Ptr("y", b * (oh * ow * o)),
             ir.Ptr("scratch", ir.Const(0))))])
         how = f"im2col, {oh * ow} patches x {k} taps"
+        access = inplace.conv_batches(geom, o, 2) if n == 1 else None
+    if calls:  # the Helium body (pairs of rows, blocks of 4), the portable one (see inplace)
+        access = [inplace.gemm_blocks(calls, x.nbytes, y.nbytes, 2),
+                  inplace.gemm_blocks(calls, x.nbytes, y.nbytes, 1, 1)]
     bufs = [b for b in ref.params if b.kind != "scratch"] + consts
     if scratch:
         bufs.append(ir.Buffer("scratch", "int8", scratch, "scratch"))
     doc = (f"{ref.doc}\nscheduled: {name} (Helium, {how}), 4 channels x 1 row, int8 weights in "
            f"one stream ({stream.nbytes} bytes){f', {scratch} bytes scratch' if scratch else ''}")
-    return ir.Kernel(ctx.name, tuple(bufs), tuple(body), doc, ref.macs, name)
+    return inplace.declare(ir.Kernel(ctx.name, tuple(bufs), tuple(body), doc, ref.macs, name),
+                           "x", access)

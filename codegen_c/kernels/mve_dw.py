@@ -15,7 +15,7 @@ from .. import pack, pack_mve_dw
 from ..lower import OpContext
 from ..lower.conv import output_multipliers
 from ..lower.q_uint8 import activation_range
-from . import schedules, tflm_int8_layer
+from . import inplace, schedules, tflm_int8_layer
 
 
 @schedules("depthwise_conv2d")
@@ -71,7 +71,9 @@ def depthwise(ctx: OpContext, ref: ir.Kernel, target) -> ir.Kernel | None:
         ir.Buffer("scratch", "int8", scratch, "scratch")]
     doc = (f"{ref.doc}\nscheduled: {fn} (Helium), a {geom['ph']}x{geom['pw']} int8 plane per "
            f"channel ({scratch} bytes scratch), one tap gather + VMLADAV per output")
-    return ir.Kernel(ctx.name, tuple(bufs), tuple(body), doc, ref.macs, fn)
+    return inplace.declare(ir.Kernel(ctx.name, tuple(bufs), tuple(body), doc, ref.macs, fn),
+                           "x", None if n != 1 else inplace.channels(
+                               h, wd, c, oh, ow, geom["cg"] if geom["cg"] > 1 else 1))
 
 
 @schedules("add")
@@ -89,7 +91,12 @@ def add(ctx: OpContext, ref: ir.Kernel, target) -> ir.Kernel | None:
     body = tuple(dataclasses.replace(s, fn=fn) if isinstance(s, ir.CallStmt) else s
                  for s in k.body)
     doc = k.doc.replace("scheduled: mf_ew_add_s8", f"scheduled: {fn} (Helium)")
-    return dataclasses.replace(k, body=body, doc=doc, schedule=fn)
+    # its own declaration (the DSP kernel's was checked against mf_ew_add_s8): four elements
+    # a vector, each read before it is written
+    k = dataclasses.replace(k, body=body, doc=doc, schedule=fn, in_place=())
+    n = ctx.output().size
+    return inplace.declare(inplace.declare(k, "x", inplace.elementwise(n)), "x1",
+                           inplace.elementwise(n))
 
 
 def _pool(ctx: OpContext, ref: ir.Kernel, target, dsp, fn: str) -> ir.Kernel | None:

@@ -5,7 +5,8 @@ gemm.py; it takes the same layers (gemm.gemm_layer: TFLM int8 arithmetic, the in
 folded into the bias, the fast requantization proven exact) and declines the rest.
 
 Weight format by core: "l64" on Armv7-M (SMLAL: two channels' weights in one int32 lane word
-w_a + w_b * 2^S, two MACs an instruction) where the lane proof holds (lane_chunk), "m8" (int8
+w_a + w_b * 2^S, two MACs an instruction) where the lane proof holds (lane_chunk) and the flash
+budget (kernels/budget.py) does not keep the layer's weights int8, "m8" (int8
 weights, 4 channels x 4 rows of int32 accumulators, mul + add per MAC) on RISC-V and on cores
 whose 64-bit multiply-accumulate is a library call (v6-M, v8-M Baseline)."""
 from __future__ import annotations
@@ -14,7 +15,7 @@ import numpy as np
 
 from .. import loop_ir as ir
 from ..lower import OpContext
-from . import conv_geometry, schedules
+from . import conv_geometry, inplace, schedules
 from .gemm import gemm_layer
 
 S = 23  # MF_SC_S: the low lane's width in an "l64" word
@@ -22,14 +23,12 @@ NO_SMLAL = ("cortex-m0", "cortex-m0plus", "cortex-m1", "cortex-m23")  # no 32x32
 PATCH_BYTES = 1024  # im2col: about this many bytes of patches a batch (at least 4 patches)
 
 
-SMALL_K = 16  # on Armv7-M, K below this takes m8: the per-output work dominates there, and
-# m8's 3-row blocks share a record between 3 outputs (VWW's 1x1 8 -> 16 on the M3: 2.38 M ->
-# 1.91 M; at K = 16 both ~1.4 M)
-
-
-def weight_format(target, k: int | None = None) -> str:
+def weight_format(target) -> str:
+    """l64 on every Armv7-M core (since its taps load their lane words by LDRD it beats m8 at
+    every K there: m8's 12 accumulators spill on a 14-register core; VWW's 1x1 8 -> 16 on the
+    M3 1.81 M -> 1.53 M instructions), m8 elsewhere and under the flash budget (fit)."""
     smlal = target.cpu.startswith("cortex-m") and target.cpu not in NO_SMLAL
-    return "l64" if smlal and (k is None or k >= SMALL_K) else "m8"
+    return "l64" if smlal else "m8"
 
 
 def lane_ok(rows: np.ndarray, k0: int, k1: int) -> bool:
@@ -141,7 +140,9 @@ def scalar_dw(ctx: OpContext, ref: ir.Kernel, target) -> ir.Kernel | None:
         ir.Buffer("scratch", "int8", scratch, "scratch")]
     doc = (f"{ref.doc}\nscheduled: mf_sc_dw3, per channel a padded int8 plane "
            f"{'(transposed) ' if transpose else ''}of {scratch} bytes scratch")
-    return ir.Kernel(ctx.name, tuple(bufs), tuple(body), doc, ref.macs, "mf_sc_dw3")
+    return inplace.declare(ir.Kernel(ctx.name, tuple(bufs), tuple(body), doc, ref.macs,
+                                     "mf_sc_dw3"),
+                           "x", inplace.channels(h, wd, c, oh, ow) if n == 1 else None)
 
 
 @schedules("conv2d", "fully_connected", "depthwise_conv2d")
@@ -155,7 +156,10 @@ def scalar_gemm(ctx: OpContext, ref: ir.Kernel, target) -> ir.Kernel | None:
     o, k = rows.shape
     if 128 * int(np.abs(rows).sum(axis=1).max(initial=0)) > 2**31 - 1:
         return None  # a partial sum could leave int32
-    fmt = weight_format(target, k)
+    fmt = weight_format(target)
+    narrowed = fmt == "l64" and ctx.node.outputs[0] in target.narrow_weights
+    if narrowed:  # the flash budget (kernels/budget.py): int8 weights, half the lane words
+        fmt = "m8"
     chunk = k
     if fmt == "l64":
         chunk = lane_chunk(rows)
@@ -177,10 +181,11 @@ def scalar_gemm(ctx: OpContext, ref: ir.Kernel, target) -> ir.Kernel | None:
             ir.Const(o),
             ir.Const(layer["lo"]), ir.Const(layer["hi"]), ir.Const(signfix))
     gemm_fn, scratch = f"mf_sc_gemm_{fmt}", 0
+    block = 1 if fmt == "l64" else 3  # rows a block of the GEMM (inplace.gemm_blocks)
     one_by_one = ctx.node.op == "fully_connected" or (
         k == x.shape[-1] and tuple(ctx.attrs["stride"]) == (1, 1)
         and not any(ctx.attrs["padding"]))
-    if one_by_one and fmt == "m8" and x.size // k < 3:
+    if one_by_one and fmt == "m8" and x.size // k < 3 and not narrowed:
         return None  # m8 computes 3 rows a block: one or two rows cost it 1.5-3x (measured:
         # AD's batch-1 fully connected layers 0.27 -> 0.26 MAC/instr on RV32)
     if one_by_one:
@@ -189,6 +194,7 @@ def scalar_gemm(ctx: OpContext, ref: ir.Kernel, target) -> ir.Kernel | None:
                                       ir.Const(k), ir.Const(chunk), *tail,
                                       ir.Ptr("y", ir.Const(0)), ir.Const(o))),)
         how, name = f"{n_rows} rows x {k} taps", gemm_fn
+        access = inplace.gemm_blocks([(0, 0, n_rows, k, k, o, o)], x.nbytes, y.nbytes, block)
     elif k == x.shape[-1] and not any(ctx.attrs["padding"]):  # strided 1x1: per output row
         n, h, w_, c = x.shape
         _, oh, ow, _ = y.shape
@@ -198,6 +204,9 @@ def scalar_gemm(ctx: OpContext, ref: ir.Kernel, target) -> ir.Kernel | None:
             ir.Const(k), ir.Const(chunk), *tail, ir.Ptr("y", b * (oh * ow * o) + oy * (ow * o)),
             ir.Const(o)))])
         how, name = f"{oh} output rows x {ow} pixels x {k} taps, stride {sw}", gemm_fn
+        access = None if n != 1 else inplace.gemm_blocks(
+            [(oy * sh * w_ * c, oy * ow * o, ow, sw * c, k, o, o) for oy in range(oh)],
+            x.nbytes, y.nbytes, block)
     else:
         n, geom, gbuf = conv_geometry(ctx)
         h, w_, c, _, _, _, _, _, _, oh, ow = (int(v) for v in geom)
@@ -210,13 +219,16 @@ def scalar_gemm(ctx: OpContext, ref: ir.Kernel, target) -> ir.Kernel | None:
             ir.Const(layer["x_zp"]), ir.Const(p), ir.Const(chunk), *tail,
             ir.Ptr("y", b * (oh * ow * o)), ir.Ptr("scratch", ir.Const(0))))])
         how = f"im2col, {oh * ow} patches x {k} taps, {p} a batch"
+        access = None if n != 1 else (inplace.sc_conv_l64(geom, o, p, chunk) if fmt == "l64"
+                                      else inplace.conv_batches(geom, o, p))
     bufs = [b for b in ref.params if b.kind != "scratch"] + consts
     if scratch:
         bufs.append(ir.Buffer("scratch", "int8", scratch, "scratch"))
     doc = (f"{ref.doc}\nscheduled: {name} ({how}), weights {fmt} ({packed.nbytes} bytes)"
            + (f", lane chunks of {chunk} taps" if fmt == "l64" else "")
            + (f", {scratch} bytes scratch" if scratch else ""))
-    return ir.Kernel(ctx.name, tuple(bufs), tuple(body), doc, ref.macs, name)
+    return inplace.declare(ir.Kernel(ctx.name, tuple(bufs), tuple(body), doc, ref.macs, name),
+                           "x", access)
 
 
 def dw_geometry(h, w, c, oh, ow, sh, sw, pt, pl) -> np.ndarray:

@@ -121,6 +121,13 @@ def elf_sizes(elf: Path, cross: str) -> dict:
 # measuring-on-qemu.md within 0.05% (same arenas). The others are tflite-micro's int8 examples
 # (tensorflow/lite/micro/models/, examples/*/models/, third_party/xtensa/examples/).
 TFLM_CMSIS_INSTRUCTIONS = {  # board -> first 16 hex digits of the model file's sha256 -> count
+    # the M55 (Helium kernels of CMSIS-NN): figures of the study behind issue 13, same emulator
+    "mps3-an547": {
+        "aeea436800704fce": 1_814_742,  # kws_ref_model.tflite
+        "597a384c8c2c8a12": 6_558_336,  # vww_96_int8.tflite
+        "3c002613d1b2475e": 4_911_676,  # pretrainedResnet_quant.tflite
+        "87cf24194ef93d1d": 149_995,  # ad01_int8.tflite
+    },
     "mps2-an386": {
         "aeea436800704fce": 7_698_280,  # kws_ref_model.tflite
         "597a384c8c2c8a12": 24_102_800,  # vww_96_int8.tflite
@@ -148,6 +155,18 @@ TFLM_CMSIS_INSTRUCTIONS = {  # board -> first 16 hex digits of the model file's 
         "1d5e0e5c9a7369ca": 120_800,  # keyword_scrambled_8bit.tflite
     },
 }
+
+
+# TFLM's portable reference kernels on mps2-an386 (M4): the only interpreter figures for a
+# core without SIMD (issue 13 gives them to 3 digits); rows of boards without dsp/mve show them
+TFLM_REFERENCE_M4 = {
+    "aeea436800704fce": 43_000_000,  # kws_ref_model.tflite
+    "597a384c8c2c8a12": 100_300_000,  # vww_96_int8.tflite
+    "3c002613d1b2475e": 107_400_000,  # pretrainedResnet_quant.tflite
+    "87cf24194ef93d1d": 1_950_000,  # ad01_int8.tflite
+}
+TFLM_REFERENCE_SOURCE = ("TFLM ref (M4): tflite-micro's portable reference kernels on mps2-an386, "
+                         "the only interpreter figures recorded for a core without SIMD")
 
 
 TFLM_CMSIS_SOURCE = ("TFLM+CMSIS: instructions per invoke of tflite-micro with CMSIS-NN on the "
@@ -213,6 +232,10 @@ def bench_board(model: str, board_name: str, with_tflm: bool, per_layer: bool = 
         # the recorded figure of this very file (by content, not name), else none and why
         "tflm_cmsis_instructions": tflm_cmsis, "tflm_cmsis_missing": tflm_cmsis_why,
     }
+    target = board.target(flash_budget)
+    if not (target.dsp or target.mve):
+        digest = hashlib.sha256(Path(model).read_bytes()).hexdigest()[:16]
+        row["tflm_reference_m4_instructions"] = TFLM_REFERENCE_M4.get(digest)
     if "memory_priority" in info:
         mp = row["memory_priority"] = dict(info["memory_priority"])
         # the default build's instructions beside (the same build when nothing was patched)
@@ -348,8 +371,15 @@ def format_board_table(rows: list) -> str:
               f"{r['ram_bytes']:,}", f"{r['flash_bytes']:,}", f"{r['weight_bytes']:,}",
               f"{r['code_bytes']:,}",
               f"{r['stack_bytes']:,}") for r in rows]
+    if any(r.get("tflm_reference_m4_instructions") for r in rows):  # a core without SIMD
+        head = head[:5] + ("TFLM ref (M4)", "instr/ref") + head[5:]
+        lines = [line[:5] + (f"{ref:,}" if ref else "-", _ratio(r["instructions"], ref))
+                 + line[5:] for r, line in zip(rows, lines)
+                 for ref in [r.get("tflm_reference_m4_instructions")]]
     head, lines = head + extra_head, [line + e for line, e in zip(lines, extra)]
     legend = [TFLM_CMSIS_SOURCE + "."]
+    if any(r.get("tflm_reference_m4_instructions") for r in rows):
+        legend.append(TFLM_REFERENCE_SOURCE + ".")
     if extra_head:
         legend.append(PRIORITY_LEGEND)
     for why in sorted({r.get("tflm_cmsis_missing") for r in rows} - {None}):
