@@ -471,3 +471,24 @@ def test_bench_rows_show_the_default_beside(tmp_path):
     line = table[1].split()
     assert line[-3:] == [f"{base['arena_bytes']:,}", f"{mp['mac_overhead_percent']:.1f}",
                          f"{base['instructions']:,}"]
+
+
+@pytest.mark.parametrize("seed", [12, 13, 14, 15, 32, 39])
+def test_random_chains_memory_priority_under_the_arena_check(seed, tmp_path):
+    """Random int8 chains whose choice bands a stage (asserted), compiled with
+    --memory-priority into the checked build (AddressSanitizer, the arena's red-zones,
+    codegen_c/arena_check.py): bit-exact with tflite-micro."""
+    require_tflm()
+    from mcuforge import runner
+    from mcuforge.api import patch_first_stage
+    from mcuforge.board import load_board
+    from mcuforge.tools import tflm
+    rng = np.random.default_rng(seed)
+    model = chain_model(rng, "int8")
+    path = tmp_path / "chain.tflite"
+    path.write_bytes(model)
+    g = optimize(load(model))
+    assert patch_first_stage(g, load_board("host").target(None), 10.0)[1].k > 0
+    x = rng.integers(-128, 128, (3, *g.tensors[g.inputs[0]].shape)).astype(np.int8)
+    y = runner.run(path, x, board="host", memory_priority=10.0, check_arena=True)
+    assert np.array_equal(y, tflm.run(model, [x])[0])
