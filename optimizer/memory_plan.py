@@ -494,22 +494,24 @@ def _plan_links(reqs: tuple, scratch: tuple, links: dict, search: bool = True,
         return arena_size(everything, offsets), offsets
     best, offsets = size_of(links)
     kept = dict(links)
-    if links and (not search or len(everything) > ORDER_NODES):  # every link, none, or
-        # the overlays alone (a stage's output over its input: the one that pays most)
+    starts = [(best, 0, offsets, kept)]
+    if overlaid and overlaid != links:
+        # the overlays alone (a stage's output over its input: the one that pays most), and
+        # the kernels' links but those chained to an overlay's buffers (a rigid group
+        # drifting out of the input's bytes): the search starts from the best of these
+        size, at = size_of(overlaid)
+        starts.append((size, 2, at, dict(overlaid)))
+        ends = {t for y, (x, _) in overlaid.items() for t in (x, y)}
+        apart = {y: v for y, v in links.items()
+                 if y in overlaid or (y not in ends and v[0] not in ends)}
+        if apart != overlaid and apart != links:
+            size, at = size_of(apart)
+            starts.append((size, 3, at, apart))
+        best, _, offsets, kept = min(starts, key=lambda t: (t[0], t[1]))
+    if links and (not search or len(everything) > ORDER_NODES):  # those, or none
         none, none_at = size_of({})
-        trials = [(best, 0, offsets, kept), (none, 1, none_at, {})]
-        if overlaid and overlaid != links:
-            size, at = size_of(overlaid)
-            trials.append((size, 2, at, dict(overlaid)))
-            # and the kernels' links but those chained to an overlay's buffers (a rigid
-            # group drifting out of the input's bytes)
-            ends = {t for y, (x, _) in overlaid.items() for t in (x, y)}
-            apart = {y: v for y, v in links.items()
-                     if y in overlaid or (y not in ends and v[0] not in ends)}
-            if apart != overlaid and apart != links:
-                size, at = size_of(apart)
-                trials.append((size, 3, at, apart))
-        _, _, offsets, kept = min(trials, key=lambda t: (t[0], t[1]))
+        _, _, offsets, kept = min(starts + [(none, 1, none_at, {})],
+                                  key=lambda t: (t[0], t[1]))
         return offsets, kept
     for _ in range(DROPS):
         # the candidates to cut, bounded so that large graphs plan in time: a chain drifts
