@@ -240,12 +240,12 @@ def plan_model(g: Graph, kernels: dict, keep_input: bool = False, redzone: int =
 
 
 def arena_and_macs(g: Graph, target: Target = HOST, cache: dict | None = None,
-                   quick: bool = False) -> tuple:
+                   quick: bool = False, keep_input: bool = False) -> tuple:
     """(arena bytes, MACs) of `g` as generate would plan and count them for `target` (kernel
     scratch included), without printing any C: a cost for optimizer.patch.choose. `cache`
     keeps each distinct layer's kernel between calls (its op, attributes, constants and shapes
     decide it); the plan is generate's (plan_model: in place, node order), or with `quick`
-    plan_model's estimate."""
+    plan_model's estimate; `keep_input` as generate's."""
     cache = {} if cache is None else cache
     kernels = {}
     for node in g.nodes:
@@ -260,7 +260,7 @@ def arena_and_macs(g: Graph, target: Target = HOST, cache: dict | None = None,
             cache[key] = _lower_all(Graph(g.tensors, [node], [], []), target)[id(node)]
         if cache[key] is not None:
             kernels[id(node)] = cache[key]
-    _, plan, _ = plan_model(g, kernels, quick=quick)
+    _, plan, _ = plan_model(g, kernels, keep_input, quick=quick)
     return plan.arena_size, sum(k.macs for k in kernels.values())
 
 

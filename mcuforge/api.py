@@ -100,7 +100,8 @@ def generate_project(graph: Graph, name: str, board: str = "host", vectors=None,
         raise McuforgeError(f"unknown layout '{layout}'; choose one of {', '.join(LAYOUTS)}")
     choice = None
     if memory_priority is not None:
-        graph, choice = patch_first_stage(graph, b.target(flash_budget), memory_priority)
+        graph, choice = patch_first_stage(graph, b.target(flash_budget), memory_priority,
+                                          keep_input)
     model = generate(graph, name, b.target(flash_budget), profile, stamp, keep_input,
                      arena_check)
     model.memory_priority = choice
@@ -144,17 +145,19 @@ def generate_project(graph: Graph, name: str, board: str = "host", vectors=None,
     return files, plan, model, graph
 
 
-def patch_first_stage(graph: Graph, target, max_macs: float) -> tuple:
+def patch_first_stage(graph: Graph, target, max_macs: float, keep_input: bool = False) -> tuple:
     """(graph, optimizer.patch.Choice): the optimized graph with its first stage in the bands
     that give the smallest arena for `target` within `max_macs` percent more MACs, or the
-    graph itself when nothing beats its own plan."""
+    graph itself when nothing beats its own plan; the arenas planned as generate will
+    (`keep_input`: no layer writes over the input)."""
     from mcuforge.codegen_c.model import arena_and_macs
     from mcuforge.optimizer.patch import choose
     if max_macs < 0:
         raise McuforgeError(f"--memory-priority-max-macs {max_macs}: give a percentage >= 0")
     cache = {}
-    choice = choose(graph, lambda g: arena_and_macs(g, target, cache), max_macs,
-                    quick=lambda g: arena_and_macs(g, target, cache, quick=True))
+    choice = choose(graph, lambda g: arena_and_macs(g, target, cache, keep_input=keep_input),
+                    max_macs, quick=lambda g: arena_and_macs(g, target, cache, quick=True,
+                                                             keep_input=keep_input))
     return choice.graph, choice
 
 

@@ -23,6 +23,7 @@ their offsets relative to its start. The plan of a nested subgraph nests the sam
 """
 from __future__ import annotations
 
+import bisect
 from dataclasses import dataclass, field, replace
 
 from mcuforge.ir.graph import ALIAS_OPS, Graph, is_alias, subgraphs
@@ -312,8 +313,11 @@ def plan_graph(g: Graph, scratch_of=None, in_place_of=None, keep_input: bool = F
     links = in_place_links(g, in_place_of, keep_input) if in_place_of is not None else {}
     if redzone:  # the members of a group stay on granules
         links = {y: v for y, v in links.items() if v[1] % 8 == 0}
+    overlays = overlay_links(g, keep_input, redzone)
+    links = _with_overlays(links, overlays, reqs)
+    overlaid = {y: links[y] for y in overlays if links.get(y) == overlays[y]}
     padded = _padded(reqs, redzone), _padded(scratch, redzone)
-    offsets, links = _plan_links(*padded, links, search)
+    offsets, links = _plan_links(*padded, links, search, overlaid)
     reqs += tuple(scratch)
     size_of = arena_size(padded[0] + padded[1], offsets)
     state, size = {}, 0
@@ -366,7 +370,118 @@ def in_place_links(g: Graph, in_place_of, keep_input: bool = False) -> dict:
     return out
 
 
-def _plan_links(reqs: tuple, scratch: tuple, links: dict, search: bool = True) -> tuple:
+def overlay_links(g: Graph, keep_input: bool = False, redzone: int = 0) -> dict:
+    """{y: (x, shift)}: a buffer y written piece by piece through views (a view concat's
+    output: optimizer/patch.py's bands) placed over a buffer x still being read piece by piece
+    (the input the bands read), at y offset = x offset + shift, where no byte of y is written
+    at or before a step that still touches the same byte of x (so x's bytes are each dead
+    before y takes them). The accesses are the kernels' (alias nodes touch nothing) at byte
+    granularity: views(g) gives where each tensor lies in its buffer. x must be born before
+    y and be neither a graph output, a state, nor a kept input. `redzone`: the checked build's
+    red-zone after each buffer counts as written by y when y is born and read by x until x
+    dies, and the shift is a multiple of 8. plan_check recomputes the rule on its own."""
+    reqs, root = requests_of(g, keep_input)
+    by_name = {r.name: r for r in reqs}
+    at = views(g)
+    sinks = {root.get(t, t) for t in list(g.outputs) + list(g.state.values())}
+    concats = {n.outputs[0] for n in g.nodes if n.op == "concat" and is_alias(n)}
+    # the largest only (a stage's output): overlays of the bands' own small concats make
+    # rigid groups the first fit places worse
+    ys = sorted((y for y in concats if y in by_name), key=lambda y: (-by_name[y].size, y))[:1]
+    if not ys:
+        return {}
+    touched = {}  # buffer -> [(step, lo, hi)] of its bytes a kernel reads or writes
+    written = {}  # buffer -> [(step, lo, hi)] of its bytes a kernel writes
+    for i, n in enumerate(g.nodes):
+        if is_alias(n) or subgraphs(n):
+            continue
+        for t, out in [(t, False) for t in n.inputs] + [(t, True) for t in n.outputs]:
+            if not t or g.tensors[t].is_const:
+                continue
+            r, o = at.get(t, (t, 0))
+            span = (i, o, o + g.tensors[t].nbytes)
+            touched.setdefault(r, []).append(span)
+            if out:
+                written.setdefault(r, []).append(span)
+    align = max(ALIGN, 8 if redzone else 0)
+    out = {}
+    for y in ys:
+        ry = by_name[y]
+        writes = list(written.get(y, ()))
+        if not writes or len(writes) < 2:
+            continue
+        if redzone:
+            writes.append((ry.first, ry.size, ry.size + redzone))
+        best = None
+        for x in sorted(by_name):
+            rx = by_name[x]
+            if x == y or x in sinks or x in g.state or (keep_input and x in g.inputs) \
+                    or rx.first >= ry.first or rx.last < ry.first or rx.align > align \
+                    or ry.align > align or x not in touched:
+                continue
+            reads = list(touched[x]) + ([(rx.last, rx.size, rx.size + redzone)] if redzone
+                                        else [])
+            shift = _overlay_shift(writes, reads, rx.size + redzone, ry.size + redzone, align)
+            if shift is None:
+                continue
+            span = max(rx.size, shift + ry.size) - min(0, shift)
+            key = (span - rx.size - ry.size, abs(shift), x)  # the most bytes shared
+            if best is None or key < best[0]:
+                best = (key, x, shift)
+        if best is not None and best[0][0] < 0:
+            out[y] = (best[1], best[2])
+    return out
+
+
+def _with_overlays(links: dict, overlays: dict, reqs: tuple) -> dict:
+    """links plus the overlays that keep every group sound: the planner places a group as a
+    whole and checks its members against other buffers only, so two members of one group not
+    linked to each other directly must never be live together."""
+    by_name = {r.name: r for r in reqs}
+    out = dict(links)
+    for y, (x, shift) in sorted(overlays.items()):
+        if y in out:
+            continue
+        trial = dict(out)
+        trial[y] = (x, shift)
+        direct = {frozenset((a, b)) for a, (b, _) in trial.items()}
+        members = {}
+        for name, grp in _groups(reqs, trial).items():
+            members[id(grp)] = grp
+        sound = all(frozenset((a.name, b.name)) in direct or not _live_together(a, b)
+                    for grp in members.values() for i, (_, a) in enumerate(grp)
+                    for _, b in grp[i + 1:])
+        if sound and x in by_name and y in by_name:
+            out = trial
+    return out
+
+
+def _overlay_shift(writes: list, reads: list, x_size: int, y_size: int, align: int):
+    """The shift (a multiple of `align`) putting y at x + shift such that no write of y
+    [(step, lo, hi)] meets a read of x at the same or a later step, the one sharing the most
+    bytes (then nearest 0); None when none shares any."""
+    bad = sorted((c - b + 1, d - a - 1) for sw, a, b in writes for sx, c, d in reads
+                 if sx >= sw)  # overlap iff c - b < shift < d - a: closed [c-b+1, d-a-1]
+    merged = []
+    for lo, hi in bad:
+        if merged and lo <= merged[-1][1] + 1:
+            merged[-1][1] = max(merged[-1][1], hi)
+        else:
+            merged.append([lo, hi])
+
+    def free(s):
+        k = bisect.bisect_right([m[0] for m in merged], s) - 1
+        return k < 0 or s > merged[k][1]
+    cands = {0} | {_align(hi + 1, align) for _, hi in merged} | \
+        {(lo - 1) // align * align for lo, _ in merged}
+    ok = [s for s in sorted(cands) if free(s) and -y_size < s < x_size]
+    if not ok:
+        return None
+    return min(ok, key=lambda s: (max(x_size, s + y_size) - min(0, s), abs(s), s))
+
+
+def _plan_links(reqs: tuple, scratch: tuple, links: dict, search: bool = True,
+                overlaid: dict | None = None) -> tuple:
     """(offsets, the links kept): the plan with every link, then, while that makes the arena
     smaller (DROPS times at most), the link whose removal helps most dropped (ties: the first
     by name); a chain of links is one rigid group, and one that drifts (expanding layers step
@@ -379,9 +494,25 @@ def _plan_links(reqs: tuple, scratch: tuple, links: dict, search: bool = True) -
         return arena_size(everything, offsets), offsets
     best, offsets = size_of(links)
     kept = dict(links)
-    if links and (not search or len(everything) > ORDER_NODES):  # every link or none
-        size, without = size_of({})
-        return (without, {}) if size < best else (offsets, kept)
+    starts = [(best, 0, offsets, kept)]
+    if overlaid and overlaid != links:
+        # the overlays alone (a stage's output over its input: the one that pays most), and
+        # the kernels' links but those chained to an overlay's buffers (a rigid group
+        # drifting out of the input's bytes): the search starts from the best of these
+        size, at = size_of(overlaid)
+        starts.append((size, 2, at, dict(overlaid)))
+        ends = {t for y, (x, _) in overlaid.items() for t in (x, y)}
+        apart = {y: v for y, v in links.items()
+                 if y in overlaid or (y not in ends and v[0] not in ends)}
+        if apart != overlaid and apart != links:
+            size, at = size_of(apart)
+            starts.append((size, 3, at, apart))
+        best, _, offsets, kept = min(starts, key=lambda t: (t[0], t[1]))
+    if links and (not search or len(everything) > ORDER_NODES):  # those, or none
+        none, none_at = size_of({})
+        _, _, offsets, kept = min(starts + [(none, 1, none_at, {})],
+                                  key=lambda t: (t[0], t[1]))
+        return offsets, kept
     for _ in range(DROPS):
         # the candidates to cut, bounded so that large graphs plan in time: a chain drifts
         # at its shifted links and its head may be better alone, so those first

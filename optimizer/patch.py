@@ -296,8 +296,9 @@ def choose(g: Graph, cost, max_overhead: float = 10.0, max_bands: int = 64,
     for k in stage_lengths(g):
         out = g.tensors[_escaping(g, k)]
         rows = out.shape[1]
-        if g.tensors[g.inputs[0]].nbytes + out.nbytes >= best.arena:
-            continue  # both are live while the last band runs: no gain possible
+        if max(g.tensors[g.inputs[0]].nbytes, out.nbytes) >= best.arena:
+            continue  # both are live while the last band runs (the output may take the
+            # input's bytes the bands are done with, memory_plan.overlay_links): no gain
         for count in range(2, min(rows // row_step(out), max_bands) + 1):
             for reuse in (False, True):
                 try:
@@ -306,7 +307,9 @@ def choose(g: Graph, cost, max_overhead: float = 10.0, max_bands: int = 64,
                     continue
                 arena, macs = quick(h)
                 c = Choice(h, k, count, arena, macs, base_arena, base_macs, reuse)
-                if macs <= base_macs * (1 + max_overhead / 100.0) and rank(c) < rank(best):
+                # the estimate may exceed the full plan (its links all or none): the best
+                # estimates go to the full plan even when they do not beat g's
+                if macs <= base_macs * (1 + max_overhead / 100.0):
                     ranked = sorted(ranked + [c], key=rank)[:finalists]
     for c in ranked:
         arena, macs = cost(c.graph) if quick is not cost else (c.arena, c.macs)

@@ -13,8 +13,10 @@ inputs where the node's kernel declares it (`declared`: node index -> ((input te
 ...), from the kernels, not from the plan): at exactly output offset = input offset + shift,
 when that input is a buffer of its own or a view at offset 0, its buffer is last read by this
 node (its lifetime recomputed here), is neither a graph output nor a state (nor a graph input
-when the model keeps its input), and the output is born at that node. State tensors live in a
-block of their own, always live.
+when the model keeps its input), and the output is born at that node. A view concat's output
+(a stage computed in bands, optimizer/patch.py) may take the bytes of another buffer where, byte
+by byte, every kernel access to that buffer is over before the output's first write
+(_overlay_pairs). State tensors live in a block of their own, always live.
 """
 from __future__ import annotations
 
@@ -113,6 +115,7 @@ def check_plan(g: Graph, plan, in_place: dict | None = None, declared: dict | No
                           f"its scratch has {sizes.get(mp._scratch_name(g, n), 0)}")
                 check_plan(sub, sub_plan)
     allowed = _allowed_pairs(g, plan, root, delta, first, declared or {}, keep_input)
+    allowed |= _overlay_pairs(g, plan, root, delta, keep_input)
     _disjoint(arena, 0, end, "arena", allowed)
 
 
@@ -139,6 +142,45 @@ def _allowed_pairs(g: Graph, plan, root: dict, delta: dict, first: dict, declare
             if last_reader.get(x) != i:  # over the whole alias group
                 continue
             if plan.offsets[y] == plan.offsets[x] + shift:
+                out.add(frozenset((x, y)))
+    return out
+
+
+def _overlay_pairs(g: Graph, plan, root: dict, delta: dict, keep_input: bool) -> set:
+    """{frozenset((x, y))}: a view concat's output y sharing bytes with a buffer x where, byte
+    by byte at their planned offsets, every kernel access to x (read or write; alias nodes
+    touch nothing) comes before the first kernel write of y to that byte (so each byte of x is
+    dead before y takes it, and y's bytes are never touched by x again); x is neither a graph
+    output, a state, nor a kept input."""
+    sinks = {root.get(t, t) for t in list(g.outputs) + list(g.state.values())}
+    ys = {n.outputs[0] for n in g.nodes if n.op == "concat" and is_alias(n)}
+    ys = {y for y in ys if y not in root and y in plan.offsets}
+    if not ys:
+        return set()
+    access, writes = {}, {}  # buffer -> [(step, absolute lo, absolute hi)]
+    for i, n in enumerate(g.nodes):
+        if is_alias(n):
+            continue
+        for t, out in [(t, False) for t in n.inputs] + [(t, True) for t in n.outputs]:
+            if not t or g.tensors[t].is_const or t not in plan.offsets:
+                continue
+            b = root.get(t, t)
+            span = (i, plan.offsets[t], plan.offsets[t] + g.tensors[t].nbytes)
+            access.setdefault(b, []).append(span)
+            if out:
+                writes.setdefault(b, []).append(span)
+    out = set()
+    for y in sorted(ys):
+        ylo, yhi = plan.offsets[y], plan.offsets[y] + g.tensors[y].nbytes
+        for x in sorted(access):
+            if x == y or x in root or x in sinks or x in g.state or x not in plan.offsets \
+                    or (keep_input and x in g.inputs):
+                continue
+            xlo, xhi = plan.offsets[x], plan.offsets[x] + g.tensors[x].nbytes
+            if not (xlo < yhi and ylo < xhi):
+                continue
+            if all(not (c < b and a < d) for sw, a, b in writes.get(y, ())
+                   for sx, c, d in access[x] if sx >= sw):
                 out.add(frozenset((x, y)))
     return out
 

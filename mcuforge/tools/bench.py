@@ -237,7 +237,11 @@ def bench_board(model: str, board_name: str, with_tflm: bool, per_layer: bool = 
         digest = hashlib.sha256(Path(model).read_bytes()).hexdigest()[:16]
         row["tflm_reference_m4_instructions"] = TFLM_REFERENCE_M4.get(digest)
     if "memory_priority" in info:
-        row["memory_priority"] = info["memory_priority"]
+        mp = row["memory_priority"] = dict(info["memory_priority"])
+        # the default build's instructions beside (the same build when nothing was patched)
+        mp["default_instructions"] = instructions if not mp["stage_layers"] else run_on_board(
+            model, arrays, board_name, flash_budget=flash_budget, input_shapes=input_shapes,
+            keep_input=keep_input).instructions[0]
     if with_tflm and tflm.available() and _is_tflite(model):
         row["tflm_arena_bytes"] = tflm.arena_bytes(model)["head"]
     if per_layer:
@@ -304,7 +308,9 @@ def format_table(rows: list) -> str:
     if rows and rows[0]["board"] != "host":
         return "\n\n".join([format_board_table(rows)]
                            + [format_layer_table(r) for r in rows if "layers" in r])
-    return "\n".join([_table(*_host_columns(rows)), "", textwrap.fill(HOST_LEGEND, 100)])
+    legend = [HOST_LEGEND] + ([PRIORITY_LEGEND] if any("memory_priority" in r for r in rows)
+                              else [])
+    return "\n".join([_table(*_host_columns(rows)), ""] + [textwrap.fill(t, 100) for t in legend])
 
 
 HOST_LEGEND = ("latency: this computer, gcc -O3 -march=native. TFLM arena, TFLM us: tflite-micro's "
@@ -335,9 +341,27 @@ def format_layer_table(r: dict) -> str:
     return "\n".join([head_note, _table(head, lines), foot_note])
 
 
+def _priority_columns(rows: list, instructions: bool) -> tuple:
+    """With --memory-priority: the default build's figures beside each row (its arena, the
+    extra MACs of the bands, its instructions on a board), else nothing."""
+    if not any("memory_priority" in r for r in rows):
+        return (), [() for _ in rows]
+    head = ("default arena", "MACs +%") + (("default instr",) if instructions else ())
+    cols = []
+    for r in rows:
+        mp = r.get("memory_priority")
+        if mp is None:
+            cols.append(("-",) * len(head))
+            continue
+        cols.append((f"{mp['default_arena_bytes']:,}", f"{mp['mac_overhead_percent']:.1f}")
+                    + ((f"{mp['default_instructions']:,}",) if instructions else ()))
+    return head, cols
+
+
 def format_board_table(rows: list) -> str:
     head = ("model", "MACs", "instructions", "TFLM+CMSIS", "instr/TFLM", "MACs/instr", "arena",
             "scratch", "TFLM arena", "RAM", "flash", "weights", "code", "stack")
+    extra_head, extra = _priority_columns(rows, True)
     lines = [(r["model"], f"{r['macs']:,}", f"{r['instructions']:,}",
               f"{r['tflm_cmsis_instructions']:,}" if r["tflm_cmsis_instructions"] else "-",
               _ratio(r["instructions"], r["tflm_cmsis_instructions"]),
@@ -352,13 +376,21 @@ def format_board_table(rows: list) -> str:
         lines = [line[:5] + (f"{ref:,}" if ref else "-", _ratio(r["instructions"], ref))
                  + line[5:] for r, line in zip(rows, lines)
                  for ref in [r.get("tflm_reference_m4_instructions")]]
+    head, lines = head + extra_head, [line + e for line, e in zip(lines, extra)]
     legend = [TFLM_CMSIS_SOURCE + "."]
     if any(r.get("tflm_reference_m4_instructions") for r in rows):
         legend.append(TFLM_REFERENCE_SOURCE + ".")
+    if extra_head:
+        legend.append(PRIORITY_LEGEND)
     for why in sorted({r.get("tflm_cmsis_missing") for r in rows} - {None}):
         names = ", ".join(r["model"] for r in rows if r.get("tflm_cmsis_missing") == why)
         legend.append(f"TFLM+CMSIS -: {why} ({names}).")
     return "\n".join([_table(head, lines), ""] + [textwrap.fill(t, 100) for t in legend])
+
+
+PRIORITY_LEGEND = ("--memory-priority: arena, MACs and instructions are the banded build's; "
+                   "default arena, default instr: the same model built without it; MACs +%: "
+                   "the bands' extra MACs (recomputed halos) in percent of the default's.")
 
 
 def _host_columns(rows: list) -> tuple:
@@ -374,7 +406,8 @@ def _host_columns(rows: list) -> tuple:
                       _ratio(r["latency_us"], r["tflm_latency_us"]),
                       f"{r['litert_latency_us']:,.1f}" if r.get("litert_latency_us") else "-",
                       _ratio(r["latency_us"], r.get("litert_latency_us"))))
-    return head, lines
+    extra_head, extra = _priority_columns(rows, False)
+    return head + extra_head, [line + e for line, e in zip(lines, extra)]
 
 
 def _table(head: tuple, rows: list) -> str:

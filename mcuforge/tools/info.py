@@ -21,7 +21,7 @@ def model_info(model, input_shapes: dict | None = None, board: str = "host",
     choice = None
     if memory_priority is not None:
         from ..api import patch_first_stage
-        g, choice = patch_first_stage(g, target, memory_priority)
+        g, choice = patch_first_stage(g, target, memory_priority, keep_input)
     gen = generate(g, "model", target, keep_input=keep_input)
     plan = gen.plan
     scratch = [r.size for r in plan.requests if r.name.endswith("/kernel")]
