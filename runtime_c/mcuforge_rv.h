@@ -276,7 +276,10 @@ MF_MICRO void mf_rv_gemm_p16(const int8_t *x, int32_t rows, int32_t x_stride, in
         const int8_t *x1 = x0 + (nr > 1 ? x_stride : 0);
         const int8_t *x2 = x0 + (nr > 2 ? 2 * x_stride : 0);
         mf_rv_interleave3(x0, x1, x2, K, xs);
-        mf_rv_block3(xs, pw, rq, O, lo, hi, mode, y + r * y_stride, y_stride, nr);
+        if (nr == 3) /* a constant nr: no row checks in the output stage */
+            mf_rv_block3(xs, pw, rq, O, lo, hi, mode, y + r * y_stride, y_stride, 3);
+        else
+            mf_rv_block3(xs, pw, rq, O, lo, hi, mode, y + r * y_stride, y_stride, nr);
     }
 }
 
@@ -310,7 +313,10 @@ MF_MICRO void mf_rv_conv_p16(const int8_t *x, const mf_conv_geom *g, int32_t x_z
         for (ky = 0; ky < kh; ky++)
             mf_rv_interleave3(b[0] + ky * bs[0], b[1] + ky * bs[1], b[2] + ky * bs[2], seg,
                               scratch + 3 * ky * seg);
-        mf_rv_block3(scratch, pw, rq, O, lo, hi, mode, y + q * O, O, nr);
+        if (nr == 3) /* as mf_rv_gemm_p16 */
+            mf_rv_block3(scratch, pw, rq, O, lo, hi, mode, y + q * O, O, 3);
+        else
+            mf_rv_block3(scratch, pw, rq, O, lo, hi, mode, y + q * O, O, nr);
     }
 }
 
