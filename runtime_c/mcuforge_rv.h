@@ -71,6 +71,9 @@ MF_INLINE void mf_rv_interleave3(const int8_t *x0, const int8_t *x1, const int8_
         sa += (c);                                                                            \
     } while (0)
 
+/* the kernels' mode (bits 0, 1 from the schedule) with bit 2 set for the full int8 clamp */
+#define MF_RV_MODE(mode, lo, hi) (((mode) & 3) | ((lo) == -128 && (hi) == 127 ? 4 : 0))
+
 /* channel a of a pair from its sums */
 #define MF_RV_A(sa, sb) ((int32_t)((sa) - ((sb) << 16)))
 
@@ -84,8 +87,9 @@ typedef struct {
     int32_t add, pre1, post;
 } mf_rv_rec;
 
-/* clamp(mf_rq_apply(acc)) (acc with its bias); mode bit 0: the sign term, bit 1: the shift;
- * constants where inlined */
+/* clamp(mf_rq_apply(acc)) (acc with its bias); mode bit 0: the sign term, bit 1: the shift,
+ * bit 2: lo, hi = -128, 127 (MF_RV_FULL: int8 saturation, 3 instructions without branches
+ * taken for a value in range, against 4-5 for the two compares); constants where inlined */
 MF_INLINE int8_t mf_rv_out(int32_t acc, const mf_rv_rec *q, int32_t mode, int32_t lo,
                            int32_t hi) {
     int32_t t = mode & 2 ? (int32_t)((uint32_t)acc << q->pre1) : acc;
@@ -94,6 +98,10 @@ MF_INLINE int8_t mf_rv_out(int32_t acc, const mf_rv_rec *q, int32_t mode, int32_
     int32_t v = h + q->add;
     if (mode & 1) v += h >> 31 & -(q->post != 0);
     v >>= q->post;
+    if (mode & 4) {
+        if (v >> 7 != v >> 31) v = v >> 31 ^ 127; /* outside int8: -128 or 127 by the sign */
+        return (int8_t)v;
+    }
     v = v < lo ? lo : v;
     return (int8_t)(v > hi ? hi : v);
 }
@@ -110,11 +118,15 @@ MF_INLINE void mf_rv_out3(int8_t *y, int32_t ys, int32_t a0, int32_t a1, int32_t
                           const mf_rv_rec *q, int32_t nr, int32_t mode, int32_t lo,
                           int32_t hi) {
     mf_rv_rec r = *q;
-    switch (mode & 3) {
+    switch (mode & 7) {
     case 0: MF_RV_OUT3(0); break;
     case 1: MF_RV_OUT3(1); break;
     case 2: MF_RV_OUT3(2); break;
-    default: MF_RV_OUT3(3); break;
+    case 3: MF_RV_OUT3(3); break;
+    case 4: MF_RV_OUT3(4); break;
+    case 5: MF_RV_OUT3(5); break;
+    case 6: MF_RV_OUT3(6); break;
+    default: MF_RV_OUT3(7); break;
     }
 }
 #undef MF_RV_OUT3
@@ -257,11 +269,15 @@ MF_INLINE MF_SC_NOSCHED void mf_rv_block1(const int8_t *x, const int32_t *w,
  * fewer of its arguments.) */
 MF_MICRO void mf_rv_fc_p16(const int8_t *x, const int32_t *pw, const mf_rv_rec *rq, int32_t O,
                            int32_t lo, int32_t hi, int32_t mode, int8_t *y) {
-    switch (mode & 3) {
+    switch (MF_RV_MODE(mode, lo, hi)) {
     case 0: mf_rv_block1(x, pw, rq, O, lo, hi, 0, y); break;
     case 1: mf_rv_block1(x, pw, rq, O, lo, hi, 1, y); break;
     case 2: mf_rv_block1(x, pw, rq, O, lo, hi, 2, y); break;
-    default: mf_rv_block1(x, pw, rq, O, lo, hi, 3, y); break;
+    case 3: mf_rv_block1(x, pw, rq, O, lo, hi, 3, y); break;
+    case 4: mf_rv_block1(x, pw, rq, O, lo, hi, 4, y); break;
+    case 5: mf_rv_block1(x, pw, rq, O, lo, hi, 5, y); break;
+    case 6: mf_rv_block1(x, pw, rq, O, lo, hi, 6, y); break;
+    default: mf_rv_block1(x, pw, rq, O, lo, hi, 7, y); break;
     }
 }
 
@@ -270,6 +286,7 @@ MF_MICRO void mf_rv_gemm_p16(const int8_t *x, int32_t rows, int32_t x_stride, in
                              int32_t hi, int32_t mode, int8_t *y, int32_t y_stride,
                              int8_t *xs) {
     int32_t r;
+    mode = MF_RV_MODE(mode, lo, hi);
     for (r = 0; r < rows; r += 3) {
         int32_t nr = rows - r < 3 ? rows - r : 3;
         const int8_t *x0 = x + r * x_stride;
@@ -293,6 +310,7 @@ MF_MICRO void mf_rv_conv_p16(const int8_t *x, const mf_conv_geom *g, int32_t x_z
     int32_t kh = g->k_h, seg = g->k_w * g->in_c, rowb = g->in_w * g->in_c;
     int32_t K = kh * seg, n = g->out_h * g->out_w, q, r, ky;
     int8_t *tmp = scratch + 3 * K;
+    mode = MF_RV_MODE(mode, lo, hi);
     for (q = 0; q < n; q += 3) {
         int32_t nr = n - q < 3 ? n - q : 3;
         const int8_t *b[3];
