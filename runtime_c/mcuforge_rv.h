@@ -131,15 +131,12 @@ MF_INLINE void mf_rv_out3(int8_t *y, int32_t ys, int32_t a0, int32_t a1, int32_t
 }
 #undef MF_RV_OUT3
 
-/* One block of 3 interleaved rows xs (K taps) against every channel: y rows y_stride apart,
- * nr of them stored. */
-MF_INLINE MF_SC_NOSCHED void mf_rv_block3(const int8_t *xs, const int32_t *w,
-                                          const mf_rv_rec *rq, int32_t O, int32_t lo,
-                                          int32_t hi, int32_t mode, int8_t *y,
-                                          int32_t y_stride, int32_t nr) {
-    int32_t o;
-    for (o = 0; o < O; o += 4) {
-        int32_t n = O - o < 4 ? O - o : 4;
+/* One block of 4 channels (n <= 4 of them real: o their first) for 3 interleaved rows xs:
+ * w the block's stream, returns the next block's; y rows y_stride apart, nr of them stored. */
+MF_INLINE const int32_t *mf_rv_blk3(const int8_t *xs, const int32_t *w, const mf_rv_rec *rq,
+                                    int32_t o, int32_t n, int32_t lo, int32_t hi, int32_t mode,
+                                    int8_t *y, int32_t y_stride, int32_t nr) {
+    {
         uint32_t sa00 = (uint32_t)rq[o].init, sb00 = n > 1 ? (uint32_t)rq[o + 1].init : 0;
         uint32_t sa01 = n > 2 ? (uint32_t)rq[o + 2].init : 0;
         uint32_t sb01 = n > 3 ? (uint32_t)rq[o + 3].init : 0;
@@ -212,6 +209,18 @@ MF_INLINE MF_SC_NOSCHED void mf_rv_block3(const int8_t *xs, const int32_t *w,
                            rq + o + 3, nr, mode, lo, hi);
         }
     }
+    return w;
+}
+
+/* mf_rv_blk3 for every block: full ones with a constant n (no channel checks) */
+MF_INLINE MF_SC_NOSCHED void mf_rv_block3(const int8_t *xs, const int32_t *w,
+                                          const mf_rv_rec *rq, int32_t O, int32_t lo,
+                                          int32_t hi, int32_t mode, int8_t *y,
+                                          int32_t y_stride, int32_t nr) {
+    int32_t o, full = O & ~3; /* (O & 3: gcc sees the short block is dead for O % 4 = 0) */
+    for (o = 0; o < full; o += 4)
+        w = mf_rv_blk3(xs, w, rq, o, 4, lo, hi, mode, y, y_stride, nr);
+    if (O & 3) mf_rv_blk3(xs, w, rq, full, O & 3, lo, hi, mode, y, y_stride, nr);
 }
 
 /* One row x (K taps, in place) against every channel (mf_rv_block3's stream and sums, 1 row:
