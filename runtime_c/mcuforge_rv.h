@@ -56,7 +56,17 @@
 MF_INLINE void mf_rv_interleave3(const int8_t *x0, const int8_t *x1, const int8_t *x2,
                                  int32_t K, int8_t *xs) {
     int32_t k;
-    for (k = 0; k < K; k++, xs += 3) {
+    for (k = 0; k + 2 <= K; k += 2, xs += 6) { /* two taps a step: immediate offsets */
+        int8_t v0 = x0[k], v1 = x1[k], v2 = x2[k], u0 = x0[k + 1], u1 = x1[k + 1],
+               u2 = x2[k + 1];
+        xs[0] = v0;
+        xs[1] = v1;
+        xs[2] = v2;
+        xs[3] = u0;
+        xs[4] = u1;
+        xs[5] = u2;
+    }
+    if (k < K) {
         int8_t v0 = x0[k], v1 = x1[k], v2 = x2[k];
         xs[0] = v0;
         xs[1] = v1;
