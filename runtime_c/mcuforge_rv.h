@@ -28,9 +28,16 @@
  * taps a chunk, KWS's 1x1 3.8: 1.27 M instructions for 512 K MACs (0.40 MAC/instr; m8 0.30).
  * What limits it: the lanes' 16 bits (a chunk holds sum |w| <= 256 for any int8 x: 3-6 taps
  * of these models' int8 weights, the 4 channels of a block sharing the cuts) and the
- * requantization (~13 instructions an output).
+ * requantization (~13 instructions an output; ~10 with the constant row and channel counts of
+ * full blocks and mode bit 2's saturation: KWS 7.16 M, VWW 19.42 M, ResNet-8 29.01 M
+ * instructions on riscv32-virt). Where the rest goes: a chunk's fold (3 instructions per
+ * accumulator, 6 of them, ~29 a chunk with its loop) at 3.2-4.4 taps a chunk in the small
+ * layers (cuts per pair of channels would give ~16 % fewer chunks on KWS: not done), the
+ * depthwise layers (~33 instructions an output: 22.5 for the 9 MACs, ~10 requantization; the
+ * lane trick along the row does not apply: these models' per-channel int8 weights sum
+ * |w| > 256 over one kernel row for 15-60 % of the channels).
  * rq[O] (mf_rv_rec) per channel, unpadded; mode: bit 0 the sign term (mf_rq's signfix), bit 1
- * some channel's pre1 != 0. */
+ * some channel's pre1 != 0 (bit 2, the full int8 clamp, is set by the C entries: MF_RV_MODE). */
 #ifndef MCUFORGE_RV_H
 #define MCUFORGE_RV_H
 
