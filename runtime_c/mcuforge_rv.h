@@ -28,9 +28,16 @@
  * taps a chunk, KWS's 1x1 3.8: 1.27 M instructions for 512 K MACs (0.40 MAC/instr; m8 0.30).
  * What limits it: the lanes' 16 bits (a chunk holds sum |w| <= 256 for any int8 x: 3-6 taps
  * of these models' int8 weights, the 4 channels of a block sharing the cuts) and the
- * requantization (~13 instructions an output).
+ * requantization (~13 instructions an output; ~10 with the constant row and channel counts of
+ * full blocks and mode bit 2's saturation: KWS 7.16 M, VWW 19.42 M, ResNet-8 29.01 M
+ * instructions on riscv32-virt). Where the rest goes: a chunk's fold (3 instructions per
+ * accumulator, 6 of them, ~29 a chunk with its loop) at 3.2-4.4 taps a chunk in the small
+ * layers (cuts per pair of channels would give ~16 % fewer chunks on KWS: not done), the
+ * depthwise layers (~33 instructions an output: 22.5 for the 9 MACs, ~10 requantization; the
+ * lane trick along the row does not apply: these models' per-channel int8 weights sum
+ * |w| > 256 over one kernel row for 15-60 % of the channels).
  * rq[O] (mf_rv_rec) per channel, unpadded; mode: bit 0 the sign term (mf_rq's signfix), bit 1
- * some channel's pre1 != 0. */
+ * some channel's pre1 != 0 (bit 2, the full int8 clamp, is set by the C entries: MF_RV_MODE). */
 #ifndef MCUFORGE_RV_H
 #define MCUFORGE_RV_H
 
@@ -56,7 +63,17 @@
 MF_INLINE void mf_rv_interleave3(const int8_t *x0, const int8_t *x1, const int8_t *x2,
                                  int32_t K, int8_t *xs) {
     int32_t k;
-    for (k = 0; k < K; k++, xs += 3) {
+    for (k = 0; k + 2 <= K; k += 2, xs += 6) { /* two taps a step: immediate offsets */
+        int8_t v0 = x0[k], v1 = x1[k], v2 = x2[k], u0 = x0[k + 1], u1 = x1[k + 1],
+               u2 = x2[k + 1];
+        xs[0] = v0;
+        xs[1] = v1;
+        xs[2] = v2;
+        xs[3] = u0;
+        xs[4] = u1;
+        xs[5] = u2;
+    }
+    if (k < K) {
         int8_t v0 = x0[k], v1 = x1[k], v2 = x2[k];
         xs[0] = v0;
         xs[1] = v1;
@@ -71,6 +88,9 @@ MF_INLINE void mf_rv_interleave3(const int8_t *x0, const int8_t *x1, const int8_
         sa += (c);                                                                            \
     } while (0)
 
+/* the kernels' mode (bits 0, 1 from the schedule) with bit 2 set for the full int8 clamp */
+#define MF_RV_MODE(mode, lo, hi) (((mode) & 3) | ((lo) == -128 && (hi) == 127 ? 4 : 0))
+
 /* channel a of a pair from its sums */
 #define MF_RV_A(sa, sb) ((int32_t)((sa) - ((sb) << 16)))
 
@@ -84,8 +104,9 @@ typedef struct {
     int32_t add, pre1, post;
 } mf_rv_rec;
 
-/* clamp(mf_rq_apply(acc)) (acc with its bias); mode bit 0: the sign term, bit 1: the shift;
- * constants where inlined */
+/* clamp(mf_rq_apply(acc)) (acc with its bias); mode bit 0: the sign term, bit 1: the shift,
+ * bit 2: lo, hi = -128, 127 (MF_RV_FULL: int8 saturation, 3 instructions without branches
+ * taken for a value in range, against 4-5 for the two compares); constants where inlined */
 MF_INLINE int8_t mf_rv_out(int32_t acc, const mf_rv_rec *q, int32_t mode, int32_t lo,
                            int32_t hi) {
     int32_t t = mode & 2 ? (int32_t)((uint32_t)acc << q->pre1) : acc;
@@ -94,6 +115,10 @@ MF_INLINE int8_t mf_rv_out(int32_t acc, const mf_rv_rec *q, int32_t mode, int32_
     int32_t v = h + q->add;
     if (mode & 1) v += h >> 31 & -(q->post != 0);
     v >>= q->post;
+    if (mode & 4) {
+        if (v >> 7 != v >> 31) v = v >> 31 ^ 127; /* outside int8: -128 or 127 by the sign */
+        return (int8_t)v;
+    }
     v = v < lo ? lo : v;
     return (int8_t)(v > hi ? hi : v);
 }
@@ -110,24 +135,25 @@ MF_INLINE void mf_rv_out3(int8_t *y, int32_t ys, int32_t a0, int32_t a1, int32_t
                           const mf_rv_rec *q, int32_t nr, int32_t mode, int32_t lo,
                           int32_t hi) {
     mf_rv_rec r = *q;
-    switch (mode & 3) {
+    switch (mode & 7) {
     case 0: MF_RV_OUT3(0); break;
     case 1: MF_RV_OUT3(1); break;
     case 2: MF_RV_OUT3(2); break;
-    default: MF_RV_OUT3(3); break;
+    case 3: MF_RV_OUT3(3); break;
+    case 4: MF_RV_OUT3(4); break;
+    case 5: MF_RV_OUT3(5); break;
+    case 6: MF_RV_OUT3(6); break;
+    default: MF_RV_OUT3(7); break;
     }
 }
 #undef MF_RV_OUT3
 
-/* One block of 3 interleaved rows xs (K taps) against every channel: y rows y_stride apart,
- * nr of them stored. */
-MF_INLINE MF_SC_NOSCHED void mf_rv_block3(const int8_t *xs, const int32_t *w,
-                                          const mf_rv_rec *rq, int32_t O, int32_t lo,
-                                          int32_t hi, int32_t mode, int8_t *y,
-                                          int32_t y_stride, int32_t nr) {
-    int32_t o;
-    for (o = 0; o < O; o += 4) {
-        int32_t n = O - o < 4 ? O - o : 4;
+/* One block of 4 channels (n <= 4 of them real: o their first) for 3 interleaved rows xs:
+ * w the block's stream, returns the next block's; y rows y_stride apart, nr of them stored. */
+MF_INLINE const int32_t *mf_rv_blk3(const int8_t *xs, const int32_t *w, const mf_rv_rec *rq,
+                                    int32_t o, int32_t n, int32_t lo, int32_t hi, int32_t mode,
+                                    int8_t *y, int32_t y_stride, int32_t nr) {
+    {
         uint32_t sa00 = (uint32_t)rq[o].init, sb00 = n > 1 ? (uint32_t)rq[o + 1].init : 0;
         uint32_t sa01 = n > 2 ? (uint32_t)rq[o + 2].init : 0;
         uint32_t sb01 = n > 3 ? (uint32_t)rq[o + 3].init : 0;
@@ -200,6 +226,18 @@ MF_INLINE MF_SC_NOSCHED void mf_rv_block3(const int8_t *xs, const int32_t *w,
                            rq + o + 3, nr, mode, lo, hi);
         }
     }
+    return w;
+}
+
+/* mf_rv_blk3 for every block: full ones with a constant n (no channel checks) */
+MF_INLINE MF_SC_NOSCHED void mf_rv_block3(const int8_t *xs, const int32_t *w,
+                                          const mf_rv_rec *rq, int32_t O, int32_t lo,
+                                          int32_t hi, int32_t mode, int8_t *y,
+                                          int32_t y_stride, int32_t nr) {
+    int32_t o, full = O & ~3; /* (O & 3: gcc sees the short block is dead for O % 4 = 0) */
+    for (o = 0; o < full; o += 4)
+        w = mf_rv_blk3(xs, w, rq, o, 4, lo, hi, mode, y, y_stride, nr);
+    if (O & 3) mf_rv_blk3(xs, w, rq, full, O & 3, lo, hi, mode, y, y_stride, nr);
 }
 
 /* One row x (K taps, in place) against every channel (mf_rv_block3's stream and sums, 1 row:
@@ -257,11 +295,15 @@ MF_INLINE MF_SC_NOSCHED void mf_rv_block1(const int8_t *x, const int32_t *w,
  * fewer of its arguments.) */
 MF_MICRO void mf_rv_fc_p16(const int8_t *x, const int32_t *pw, const mf_rv_rec *rq, int32_t O,
                            int32_t lo, int32_t hi, int32_t mode, int8_t *y) {
-    switch (mode & 3) {
+    switch (MF_RV_MODE(mode, lo, hi)) {
     case 0: mf_rv_block1(x, pw, rq, O, lo, hi, 0, y); break;
     case 1: mf_rv_block1(x, pw, rq, O, lo, hi, 1, y); break;
     case 2: mf_rv_block1(x, pw, rq, O, lo, hi, 2, y); break;
-    default: mf_rv_block1(x, pw, rq, O, lo, hi, 3, y); break;
+    case 3: mf_rv_block1(x, pw, rq, O, lo, hi, 3, y); break;
+    case 4: mf_rv_block1(x, pw, rq, O, lo, hi, 4, y); break;
+    case 5: mf_rv_block1(x, pw, rq, O, lo, hi, 5, y); break;
+    case 6: mf_rv_block1(x, pw, rq, O, lo, hi, 6, y); break;
+    default: mf_rv_block1(x, pw, rq, O, lo, hi, 7, y); break;
     }
 }
 
@@ -270,13 +312,17 @@ MF_MICRO void mf_rv_gemm_p16(const int8_t *x, int32_t rows, int32_t x_stride, in
                              int32_t hi, int32_t mode, int8_t *y, int32_t y_stride,
                              int8_t *xs) {
     int32_t r;
+    mode = MF_RV_MODE(mode, lo, hi);
     for (r = 0; r < rows; r += 3) {
         int32_t nr = rows - r < 3 ? rows - r : 3;
         const int8_t *x0 = x + r * x_stride;
         const int8_t *x1 = x0 + (nr > 1 ? x_stride : 0);
         const int8_t *x2 = x0 + (nr > 2 ? 2 * x_stride : 0);
         mf_rv_interleave3(x0, x1, x2, K, xs);
-        mf_rv_block3(xs, pw, rq, O, lo, hi, mode, y + r * y_stride, y_stride, nr);
+        if (nr == 3) /* a constant nr: no row checks in the output stage */
+            mf_rv_block3(xs, pw, rq, O, lo, hi, mode, y + r * y_stride, y_stride, 3);
+        else
+            mf_rv_block3(xs, pw, rq, O, lo, hi, mode, y + r * y_stride, y_stride, nr);
     }
 }
 
@@ -290,6 +336,7 @@ MF_MICRO void mf_rv_conv_p16(const int8_t *x, const mf_conv_geom *g, int32_t x_z
     int32_t kh = g->k_h, seg = g->k_w * g->in_c, rowb = g->in_w * g->in_c;
     int32_t K = kh * seg, n = g->out_h * g->out_w, q, r, ky;
     int8_t *tmp = scratch + 3 * K;
+    mode = MF_RV_MODE(mode, lo, hi);
     for (q = 0; q < n; q += 3) {
         int32_t nr = n - q < 3 ? n - q : 3;
         const int8_t *b[3];
@@ -310,7 +357,10 @@ MF_MICRO void mf_rv_conv_p16(const int8_t *x, const mf_conv_geom *g, int32_t x_z
         for (ky = 0; ky < kh; ky++)
             mf_rv_interleave3(b[0] + ky * bs[0], b[1] + ky * bs[1], b[2] + ky * bs[2], seg,
                               scratch + 3 * ky * seg);
-        mf_rv_block3(scratch, pw, rq, O, lo, hi, mode, y + q * O, O, nr);
+        if (nr == 3) /* as mf_rv_gemm_p16 */
+            mf_rv_block3(scratch, pw, rq, O, lo, hi, mode, y + q * O, O, 3);
+        else
+            mf_rv_block3(scratch, pw, rq, O, lo, hi, mode, y + q * O, O, nr);
     }
 }
 
@@ -332,6 +382,15 @@ MF_MICRO void mf_rv_conv_p16(const int8_t *x, const mf_conv_geom *g, int32_t x_z
         v_ = (q)[3]; b += v_ * k2; c += v_ * k1; d += v_ * k0;                                \
         v_ = (q)[4]; c += v_ * k2; d += v_ * k1;                                              \
         v_ = (q)[5]; d += v_ * k2;                                                            \
+    } while (0)
+/* input row q (4 columns) into the 2 outputs a, b */
+#define MF_RV_DW_ROW2(q, k0, k1, k2, a, b)                                                    \
+    do {                                                                                      \
+        int32_t v_;                                                                           \
+        v_ = (q)[0]; a += v_ * k0;                                                            \
+        v_ = (q)[1]; a += v_ * k1; b += v_ * k0;                                              \
+        v_ = (q)[2]; a += v_ * k2; b += v_ * k1;                                              \
+        v_ = (q)[3]; b += v_ * k2;                                                            \
     } while (0)
 MF_INLINE void mf_rv_dw_rows(const int8_t *p, int8_t *y, const int32_t *q, const int32_t *g,
                              int32_t MODE, int32_t lo, int32_t hi) {
@@ -360,6 +419,17 @@ MF_INLINE void mf_rv_dw_rows(const int8_t *p, int8_t *y, const int32_t *q, const
                 yo[2 * oxs] = mf_rv_out(c, &rec, MODE, lo, hi);
                 yo[3 * oxs] = mf_rv_out(d, &rec, MODE, lo, hi);
             }
+            if (ox + 2 <= vow) { /* a pair left: 12 loads instead of 18 for two singles */
+                int32_t a = rec.init, b = a;
+                MF_RV_DW_ROW2(r, w0, w1, w2, a, b);
+                MF_RV_DW_ROW2(r + pw, w3, w4, w5, a, b);
+                MF_RV_DW_ROW2(r + 2 * pw, w6, w7, w8, a, b);
+                yo[0] = mf_rv_out(a, &rec, MODE, lo, hi);
+                yo[oxs] = mf_rv_out(b, &rec, MODE, lo, hi);
+                ox += 2;
+                r += 2;
+                yo += 2 * oxs;
+            }
         } else if (sx == 2) { /* two outputs a step: 5 loads a kernel row */
             for (; ox + 2 <= vow; ox += 2, r += 4, yo += 2 * oxs) {
                 int32_t a = rec.init, b = a;
@@ -379,6 +449,7 @@ MF_INLINE void mf_rv_dw_rows(const int8_t *p, int8_t *y, const int32_t *q, const
     }
 }
 #undef MF_RV_DW_ROW
+#undef MF_RV_DW_ROW2
 
 /* mf_sc_dw_plane with 4 bytes a step (the copy is 4 plane bytes an output at stride 2) */
 MF_INLINE void mf_rv_dw_plane(const int8_t *x, const int32_t *g, int8_t *p) {
