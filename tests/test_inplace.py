@@ -62,6 +62,28 @@ def test_dw3x3_one_pass_and_several():
     assert inplace.best_shift(acc) == 0 and not inplace.is_safe(acc, 4)
 
 
+def test_rv_dw3_per_channel_plane():
+    from mcuforge.codegen_c.kernels.scalar import dw_geometry
+    # 6x6x2, VALID, stride 2: 2x2 outputs from a 5x5 plane; mf_rv_dw_plane copies plane rows
+    # and columns 0..4 only, so row 5 and column 5 are never read (read_last -1); channel c's
+    # pixels are read at step c and all its outputs written at step c
+    h = w = 6
+    g = dw_geometry(h, w, 2, 2, 2, 2, 2, 0, 0)
+    acc = inplace.rv_dw3(g, h * w * 2, 2 * 2 * 2)
+    want = np.full((h, w, 2), -1)
+    want[:5, :5] = [0, 1]
+    assert (acc.read_last == want.reshape(-1)).all()
+    assert (acc.write_first == np.tile([0, 1], 4)).all()
+    # KWS's 25x5x64 (transposed plane, stride 1, SAME): output (p, c) lands on input (p, c),
+    # read in its own channel's step; 4 bytes up, channel c's output covers channel c + 4,
+    # still to be read
+    g = dw_geometry(25, 5, 64, 25, 5, 1, 1, 1, 1)
+    assert g[3] == 5  # transposed: 5 output rows of 25 in the plane's view
+    acc = inplace.rv_dw3(g, 25 * 5 * 64, 25 * 5 * 64)
+    assert (acc.read_last == np.tile(np.arange(64), 125)).all()
+    assert inplace.best_shift(acc) == 0 and not inplace.is_safe(acc, 4)
+
+
 def test_planner_groups_a_chain_at_its_shifts():
     r = [mp.Request("a", 100, 0, 1), mp.Request("b", 100, 1, 2), mp.Request("c", 200, 2, 3)]
     assert mp.arena_size(r, mp.plan(r)) == 300

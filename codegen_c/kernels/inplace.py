@@ -88,7 +88,7 @@ VERIFIED = re.compile(r"|mf_gemm_w(16|8)(_g\d+)?|mf_gemm2_w16_s[02]|mf_gemm1k8_w
                       r"|mf_vec_(gemm|gemm_t|conv|dw)"
                       r"|mf_sc_gemm_(l64|m8)|mf_sc_conv_(l64|m8)|mf_sc_dw3"
                       r"|mf_mve_gemm_f[0-3]|mf_mve_conv_f[0-3]|mf_mve_dw_conv_s8|mf_mve_dw_add_s8"
-                      r"|mf_rv_gemm_p16|mf_rv_conv_p16|mf_rv_fc_p16")
+                      r"|mf_rv_gemm_p16|mf_rv_conv_p16|mf_rv_fc_p16|mf_rv_dw3")
 
 
 def declare(kernel, buf: str, acc):
@@ -325,4 +325,24 @@ def channels(h: int, w: int, c: int, oh: int, ow: int, group: int = 1) -> Access
     for s, c0 in enumerate(range(0, c, group)):
         acc.read(s, x[:, c0:c0 + group])
         acc.write(s, y[:, c0:c0 + group])
+    return acc
+
+
+def rv_dw3(g, n_in: int, n_out: int) -> Access:
+    """mf_rv_dw3 (mcuforge_rv.h) from its geometry g (scalar.dw_geometry: VH VW C VOH VOW sy sx
+    pad_y pad_x in_ys in_xs out_ys out_xs PH PW, in the plane's view, transposed or not): one
+    step per channel c, in order: mf_rv_dw_plane reads the channel's input pixels inside the
+    plane (plane rows max(pad_y, 0)..min(pad_y + VH, PH), columns likewise: a pixel the
+    windows never reach is not read), then mf_rv_dw_rows writes all VOH x VOW outputs of
+    channel c (every one of its steps, 4 / 2 / 1 at a time, reads the plane only)."""
+    vh, vw, c, voh, vow, _, _, pt, pl, ys, xs, oys, oxs, ph, pw = (int(v) for v in g)
+    ya, yb, xa, xb = min(pt, ph), min(pt + vh, ph), min(pl, pw), min(pl + vw, pw)
+    iy, ix = np.meshgrid(np.arange(ya, yb) - pt, np.arange(xa, xb) - pl, indexing="ij")
+    src = iy * ys + ix * xs
+    oy, ox = np.meshgrid(np.arange(voh), np.arange(vow), indexing="ij")
+    dst = oy * oys + ox * oxs
+    acc = Access(n_in, n_out)
+    for ch in range(c):
+        acc.read(ch, src + ch)
+        acc.write(ch, dst + ch)
     return acc

@@ -230,4 +230,6 @@ def rv_dw(ctx: OpContext, ref: ir.Kernel, target) -> ir.Kernel | None:
         ir.Buffer("scratch", "int8", scratch, "scratch")]
     doc = (f"{ref.doc}\nscheduled: mf_rv_dw3, per channel a padded int8 plane "
            f"{'(transposed) ' if transpose else ''}of {scratch} bytes scratch")
-    return ir.Kernel(ctx.name, tuple(bufs), tuple(body), doc, ref.macs, "mf_rv_dw3")
+    return inplace.declare(ir.Kernel(ctx.name, tuple(bufs), tuple(body), doc, ref.macs,
+                                     "mf_rv_dw3"),
+                           "x", inplace.rv_dw3(g, x.nbytes, y.nbytes) if n == 1 else None)
