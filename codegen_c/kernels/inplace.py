@@ -87,8 +87,8 @@ VERIFIED = re.compile(r"|mf_gemm_w(16|8)(_g\d+)?|mf_gemm2_w16_s[02]|mf_gemm1k8_w
                       r"|mf_dw3x3_s8_[12]f?c?_\d|mf_ew_(add|mul)_s8|mf_seq_quantize_s16_s8"
                       r"|mf_vec_(gemm|gemm_t|conv|dw)"
                       r"|mf_sc_gemm_(l64|m8)|mf_sc_conv_(l64|m8)|mf_sc_dw3"
-                      r"|mf_mve_gemm_f[0-3]|mf_mve_conv_f[0-3]|mf_mve_dw_conv_s8|mf_mve_dw_add_s8"
-                      r"|mf_rv_gemm_p16|mf_rv_conv_p16|mf_rv_fc_p16|mf_rv_dw3")
+                      r"|mf_mve_gemm_f[0-3]|mf_mve_gemm_k32|mf_mve_conv_f[0-3]|mf_mve_dw_conv_s8"
+                      r"|mf_mve_dw_add_s8|mf_rv_gemm_p16|mf_rv_conv_p16|mf_rv_fc_p16|mf_rv_dw3")
 
 
 def declare(kernel, buf: str, acc):
@@ -266,6 +266,27 @@ def gemm_blocks(calls, n_in: int, n_out: int, rows: int, oblock: int = 4) -> Acc
     return acc
 
 
+def block_rows(calls, n_in: int, n_out: int, oblock: int = 4) -> Access:
+    """GEMMs whose block loop holds the row loop: per call (x offset, y offset, rows, x_stride,
+    K, y_stride, O), per full block of `oblock` channels every row's K bytes read (in row
+    order) before that row's channels of the block are stored, one step per (block, row);
+    then the last O % oblock channels row after row (a row read, then its channels stored).
+    mf_mve_gemm_k32's asm body: mf_mve_rows16 / mf_mve_rows32 per block (a row's unpredicated
+    16-byte loads may reach past its K bytes into the next rows or the stride's gap: those
+    lanes meet zero weights, so only the K bytes count), then mf_mve_row per row."""
+    acc = Access(n_in, n_out)
+    step = 0
+    for xo, yo, n, xs, k, ys, o in calls:
+        full = o // oblock
+        for b in list(range(full)) + ([full] if o % oblock else []):
+            for r in range(n):
+                acc.read_range(step, xo + r * xs, xo + r * xs + k)
+                acc.write_range(step, yo + r * ys + b * oblock,
+                                yo + r * ys + min(o, (b + 1) * oblock))
+                step += 1
+    return acc
+
+
 def _patch(x, geom, p: int):
     """The input bytes of output pixel p's window inside the image (row-major pixels)."""
     h, w, c, kh, kw, sh, sw, pt, pl, oh, ow = (int(v) for v in geom)
@@ -277,7 +298,9 @@ def _patch(x, geom, p: int):
 def conv_batches(geom, o: int, batch: int) -> Access:
     """im2col convolutions: output pixels (row-major) in batches of `batch`, the batch's
     patches gathered from the input into scratch, then the batch's outputs written from the
-    scratch. mf_mve_conv_f<F> (mf_mve_conv_body: pairs, an odd last pixel alone; = vec_conv),
+    scratch. mf_mve_conv_f<F> (mf_mve_conv_body: pairs, an odd last pixel alone; = vec_conv;
+    windows inside the image copied row by row by mf_mve_patch16, the others by
+    mf_mve_im2col: both into the pair's scratch before mf_mve_row2 stores the two pixels),
     mf_sc_conv_m8 and mf_sc_conv_l64_im2col (MF_SC_CONV: P patches a batch), mf_rv_conv_p16
     (3 a batch: a patch inside the image read in place, one touching the padding gathered by
     mf_sc_im2col, both into the interleaved scratch before mf_rv_block3 stores the three
