@@ -180,56 +180,8 @@ def pack_rv_dw3(rows, bias, rq, transpose: bool) -> np.ndarray:
 def rv_dw(ctx: OpContext, ref: ir.Kernel, target) -> ir.Kernel | None:
     """A 3x3 depthwise layer (depth multiplier 1, dilation 1) on mf_rv_dw3 (scalar.py's
     mf_sc_dw3 planes with two output rows a step and mf_rv_rec records)."""
-    from .. import pack
-    from ..lower.conv import output_multipliers
-    from ..lower.q_uint8 import activation_range
-    from . import tflm_int8_layer
-    from .scalar import dw_geometry
-    if not is_rv(target) or not tflm_int8_layer(ctx):
+    from .scalar import dw3_kernel
+    if not is_rv(target):
         return None
-    x, w, bias, y = ctx.input(0), ctx.input(1), ctx.input(2), ctx.output()
-    if len(x.shape) != 4 or tuple(w.shape[1:3]) != (3, 3) \
-            or tuple(ctx.attrs.get("dilation", (1, 1))) != (1, 1):
-        return None
-    n, h, wd, c = x.shape
-    _, oh, ow, o = y.shape
-    if w.shape[3] != c or o != c:
-        return None
-    (sh, sw), (pt, _, pl, _) = ctx.attrs["stride"], ctx.attrs["padding"]
-    g = dw_geometry(h, wd, c, oh, ow, sh, sw, pt, pl)
-    transpose = ow < oh
-    rows = np.asarray(w.data, np.int64).reshape(9, c).T.copy()  # [C, 9] in (ky, kx) order
-    x_zp, y_zp = int(x.quant.zero_point[0]), int(y.quant.zero_point[0])
-    folded = pack.fold_bias(None if bias is None else bias.data, rows, x_zp)
-    if folded is None:
-        return None
-    mults, shifts = (a.copy() for a in output_multipliers(ctx, c))
-    lo, hi = activation_range(ctx.attrs.get("activation", "none"), y.quant.scale[0], y_zp, "int8")
-    const = pack.constant_channels(folded, rows, mults, shifts, y_zp, lo, hi)
-    for ch in const:
-        rows[ch], folded[ch], mults[ch], shifts[ch] = 0, 0, 0, 0
-    rq = pack.requant_params(mults, shifts, y_zp, pack.acc_bounds(folded, rows))
-    if rq is None:
-        return None
-    for ch, value in const.items():
-        rq[ch] = (0, value, 1, 0)
-    pk = pack_rv_dw3(rows, folded, rq, transpose)
-    mode = rv_mode(pack.needs_signfix(y_zp, int(lo)), rq)
-    scratch = int(g[13]) * int(g[14])
-    consts = [ir.Buffer("pk", "int32", pk.size, "const", pk,
-                        "per channel: 9 weights (plane order), bias - x_zp * sum(w), 2 mult, "
-                        "add, pre - 1, post"),
-              ir.Buffer("geom", "int32", g.size, "const", g,
-                        "mf_rv_dw3: VH VW C VOH VOW sy sx pad_y pad_x in_ys in_xs out_ys out_xs "
-                        "PH PW")]
-    body = ir.loops([("n", n)], lambda i: [ir.CallStmt("mf_rv_dw3", (
-        ir.Ptr("x", i * (h * wd * c)), ir.Ptr("y", i * (oh * ow * c)), ir.Ptr("pk", ir.Const(0)),
-        ir.Ptr("geom", ir.Const(0)), ir.Const(x_zp), ir.Const(int(lo)), ir.Const(int(hi)),
-        ir.Const(mode), ir.Ptr("scratch", ir.Const(0))))])
-    bufs = [b_ for b_ in ref.params if b_.kind != "scratch"] + consts + [
-        ir.Buffer("scratch", "int8", scratch, "scratch")]
-    doc = (f"{ref.doc}\nscheduled: mf_rv_dw3, per channel a padded int8 plane "
-           f"{'(transposed) ' if transpose else ''}of {scratch} bytes scratch")
-    return inplace.declare(ir.Kernel(ctx.name, tuple(bufs), tuple(body), doc, ref.macs,
-                                     "mf_rv_dw3"),
-                           "x", inplace.rv_dw3(g, x.nbytes, y.nbytes) if n == 1 else None)
+    return dw3_kernel(ctx, ref, "mf_rv_dw3", pack_rv_dw3, rv_mode, "2 mult, add, pre - 1, post",
+                      lambda g, x, y: inplace.rv_dw3(g, x.nbytes, y.nbytes))

@@ -89,12 +89,25 @@ def scalar_dw(ctx: OpContext, ref: ir.Kernel, target) -> ir.Kernel | None:
     """A 3x3 depthwise layer (depth multiplier 1, dilation 1) on mf_sc_dw3. VWW's depthwise
     layers against depthwise.py's portable mf_dw3x3_s8: M3 5.16 M -> 4.69 M instructions,
     RV32 ~6.3 M -> 4.49 M."""
+    if target.host or target.dsp or target.mve:
+        return None
+    return dw3_kernel(ctx, ref, "mf_sc_dw3", pack_dw3, lambda signfix, rq: signfix,
+                      "mult, add, pre, post",
+                      lambda g, x, y: inplace.channels(*x.shape[1:], *y.shape[1:3]))
+
+
+def dw3_kernel(ctx: OpContext, ref: ir.Kernel, fn: str, pack_fn, flags_of, rq_doc: str,
+               access_of) -> ir.Kernel | None:
+    """The kernel of a 3x3 depthwise layer (depth multiplier 1, dilation 1) on a padded int8
+    plane per channel, `fn` (mf_sc_dw3, rv.py's mf_rv_dw3): the checks, geometry and bias
+    folding they share; `pack_fn(rows, folded, rq, transpose)` their table, `flags_of(signfix,
+    rq)` its flags argument, `rq_doc` its record's fields, `access_of(geometry, x, y)` its
+    in-place access schedule (batch 1)."""
     from .. import pack
     from ..lower.conv import output_multipliers
     from ..lower.q_uint8 import activation_range
     from . import tflm_int8_layer
-    if target.host or target.dsp or target.mve \
-            or not tflm_int8_layer(ctx):
+    if not tflm_int8_layer(ctx):
         return None
     x, w, bias, y = ctx.input(0), ctx.input(1), ctx.input(2), ctx.output()
     if len(x.shape) != 4 or tuple(w.shape[1:3]) != (3, 3) \
@@ -107,8 +120,7 @@ def scalar_dw(ctx: OpContext, ref: ir.Kernel, target) -> ir.Kernel | None:
     (sh, sw), (pt, _, pl, _) = ctx.attrs["stride"], ctx.attrs["padding"]
     g = dw_geometry(h, wd, c, oh, ow, sh, sw, pt, pl)
     transpose = ow < oh
-    k = np.asarray(w.data, np.int64).reshape(3, 3, c)
-    rows = k.reshape(9, c).T.copy()  # [C, 9] in (ky, kx) order
+    rows = np.asarray(w.data, np.int64).reshape(9, c).T.copy()  # [C, 9] in (ky, kx) order
     x_zp, y_zp = int(x.quant.zero_point[0]), int(y.quant.zero_point[0])
     folded = pack.fold_bias(None if bias is None else bias.data, rows, x_zp)
     if folded is None:
@@ -123,26 +135,24 @@ def scalar_dw(ctx: OpContext, ref: ir.Kernel, target) -> ir.Kernel | None:
         return None
     for ch, value in const.items():
         rq[ch] = (0, value, 1, 0)
-    pk = pack_dw3(rows, folded, rq, transpose)
-    signfix = pack.needs_signfix(y_zp, int(lo))
+    pk = pack_fn(rows, folded, rq, transpose)
+    flags = flags_of(pack.needs_signfix(y_zp, int(lo)), rq)
     scratch = int(g[13]) * int(g[14])
     consts = [ir.Buffer("pk", "int32", pk.size, "const", pk,
-                        "per channel: 9 weights (plane order), bias - x_zp * sum(w), mult, add, "
-                        "pre, post"),
+                        f"per channel: 9 weights (plane order), bias - x_zp * sum(w), {rq_doc}"),
               ir.Buffer("geom", "int32", g.size, "const", g,
-                        "mf_sc_dw3: VH VW C VOH VOW sy sx pad_y pad_x in_ys in_xs out_ys out_xs "
+                        f"{fn}: VH VW C VOH VOW sy sx pad_y pad_x in_ys in_xs out_ys out_xs "
                         "PH PW")]
-    body = ir.loops([("n", n)], lambda i: [ir.CallStmt("mf_sc_dw3", (
+    body = ir.loops([("n", n)], lambda i: [ir.CallStmt(fn, (
         ir.Ptr("x", i * (h * wd * c)), ir.Ptr("y", i * (oh * ow * c)), ir.Ptr("pk", ir.Const(0)),
         ir.Ptr("geom", ir.Const(0)), ir.Const(x_zp), ir.Const(int(lo)), ir.Const(int(hi)),
-        ir.Const(signfix), ir.Ptr("scratch", ir.Const(0))))])
+        ir.Const(flags), ir.Ptr("scratch", ir.Const(0))))])
     bufs = [b_ for b_ in ref.params if b_.kind != "scratch"] + consts + [
         ir.Buffer("scratch", "int8", scratch, "scratch")]
-    doc = (f"{ref.doc}\nscheduled: mf_sc_dw3, per channel a padded int8 plane "
+    doc = (f"{ref.doc}\nscheduled: {fn}, per channel a padded int8 plane "
            f"{'(transposed) ' if transpose else ''}of {scratch} bytes scratch")
-    return inplace.declare(ir.Kernel(ctx.name, tuple(bufs), tuple(body), doc, ref.macs,
-                                     "mf_sc_dw3"),
-                           "x", inplace.channels(h, wd, c, oh, ow) if n == 1 else None)
+    return inplace.declare(ir.Kernel(ctx.name, tuple(bufs), tuple(body), doc, ref.macs, fn),
+                           "x", access_of(g, x, y) if n == 1 else None)
 
 
 @schedules("conv2d", "fully_connected", "depthwise_conv2d")
