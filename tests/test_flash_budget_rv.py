@@ -188,3 +188,41 @@ def test_kws_mixed_weight_forms_bit_exact_on_rv(tmp_path):
     assert any(s in NARROW for s in kinds) and any(s in P16 for s in kinds)
     got = runner.run(model, x, board=RV, flash_budget=budget)
     np.testing.assert_array_equal(got, tflm.run(model.read_bytes(), [x])[0])
+
+
+def two_fc(seed: int, k: int = 5):
+    """Two batch-1 int8 FULLY_CONNECTED layers k -> k -> k (tests/tfl_build.py)."""
+    from tfl_build import Model
+    rng = np.random.default_rng(seed)
+    m = Model()
+    scales = [0.03, 0.05, 0.04]
+    xs = [m.tensor(f"t{i}", (1, k), "int8", scale=s, zero_point=int(rng.integers(-20, 20)))
+          for i, s in enumerate(scales)]
+    for i in range(2):
+        sw = rng.uniform(0.002, 0.02, k)
+        w = m.tensor(f"w{i}", (k, k), "int8", rng.integers(-127, 128, (k, k)), scale=sw,
+                     zero_point=np.zeros(k, int), axis=0)
+        b = m.tensor(f"b{i}", (k,), "int32", rng.integers(-3000, 3000, k), scale=scales[i] * sw,
+                     zero_point=np.zeros(k, int))
+        m.op("FULLY_CONNECTED", [xs[i], w, b], [xs[i + 1]], "FullyConnectedOptions",
+             FusedActivationFunction=1)
+    m.io([xs[0]], [xs[2]])
+    return m.build()
+
+
+def test_fits_again_when_the_estimate_falls_short():
+    """A batch-1 fully connected layer with K = 5 narrows to gemm.py's mf_gemm_w8, whose taps
+    padded to 8 save less than fit's estimate (half the p16 words): a budget met by that
+    estimate of one layer alone takes a second layer, not a model over the budget."""
+    from mcuforge.codegen_c.kernels import budget
+    from mcuforge.codegen_c.model import generate
+    from mcuforge.frontend.tflite import load_tflite
+    g = load_tflite(two_fc(3))
+    full = generate(g, "m", rv_target())
+    assert [c.schedule for c in full.schedules] == ["mf_rv_fc_p16"] * 2
+    estimates = [next(b.data.nbytes for b in k.consts if b.name == "w") // 2
+                 for k in full.kernels if k.schedule]
+    limit = full.weight_bytes + CODE_ALLOWANCE - min(estimates)
+    got = generate(g, "m", rv_target(flash_budget=limit))
+    assert got.weight_bytes + CODE_ALLOWANCE <= limit
+    assert [c.schedule for c in got.schedules] == ["mf_gemm_w8"] * 2
