@@ -101,8 +101,8 @@ def rv_gemm(ctx: OpContext, ref: ir.Kernel, target) -> ir.Kernel | None:
     12 MACs (two taps a step: 4 lw, 6 lb, 12 mul, 12 add, 3 loop), 29 a chunk (24 for its 12
     sums, 5 for the chunk word and the loop): 18.5 + 29 / L per 12 MACs against m8's ~34.5,
     so p16 from about 2 taps a chunk (the MLPerf layers have 2.9-105)."""
-    if not is_rv(target):
-        return None
+    if not is_rv(target) or ctx.node.outputs[0] in target.narrow_weights:
+        return None  # (the flash budget, kernels/budget.py: scalar.py's m8, int8 weights)
     layer = gemm_layer(ctx)
     if layer is None:
         return None
