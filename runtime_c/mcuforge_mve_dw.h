@@ -27,12 +27,13 @@
  * VMIN to [lo, hi] (which also saturates to int8: -128 <= lo <= hi <= 127).
  * pack.requant_params proves acc << pre and h + add inside int32.
  *
- * When optimizing (-O1 and up, -Os too) the channels whose constants allow it (pair layout,
+ * At every -O level the channels whose constants allow it (pair layout,
  * pre = 1, stride 1 or 2) run asm loops: along a row, 19 instructions for 4 outputs (2 gathers,
  * 4 VMLADAV, 2 two-lane VMOVs, the requantization, a scatter store), a row's last 1..3 outputs
  * as one more quad ending at the row's end; or, for small layers (flat), from a table of
  * window offsets: 20 (pairs of neighbours) or 25 (single windows) for 4 outputs; +2 with the
- * sign term. The one-plane copy is an asm loop too. -O0 takes the C loops (intrinsics).
+ * sign term. The one-plane copy is an asm loop too. At -O0 too (VWW at -O0: 27.3 M
+ * instructions, 36.9 M with the C loops). -DMF_MVDW_NO_ASM: the C loops (intrinsics).
  *
  * Instructions on QEMU mps3-an547 (Cortex-M55), arm-none-eabi-gcc 12.2, the layers of
  * tests/nn_bench/mve_dw_bench.py (random constants), -O2 / -Os:
@@ -64,11 +65,11 @@
 #include <arm_mve.h>
 #endif
 
-/* the asm loops (gcc, optimizing: -O1 and up, -Os included; -DMF_MVDW_NO_ASM turns them off).
- * They hold 10 or 11 core registers, fixed ones (MF_MVDW_FIXED_REGS): tested at -O2, -O3 and
- * -Os, and compiled with -fno-omit-frame-pointer at every -O level (tests/test_mve_fp.py).
- * -O0 takes the C loops. */
-#if MF_USE_MVE && defined(__GNUC__) && defined(__OPTIMIZE__) && !defined(MF_MVDW_NO_ASM)
+/* the asm loops (gcc, every -O level; -DMF_MVDW_NO_ASM turns them off). Their core-register
+ * operands sit in fixed registers (MF_MVDW_FIXED_REGS), so they compile at -O0, -O2, -O3 and
+ * -Os with or without -fno-omit-frame-pointer (tests/test_nn_mve_dw.py runs them on QEMU,
+ * tests/test_mve_fp.py compiles the generated models). */
+#if MF_USE_MVE && defined(__GNUC__) && !defined(MF_MVDW_NO_ASM)
 #define MF_MVDW_HAVE_ASM 1
 #else
 #define MF_MVDW_HAVE_ASM 0
@@ -214,8 +215,13 @@ MF_MVDW_INLINE void mf_mve_dw_plane(const int8_t *x, const mf_mve_dw_view *v, in
      * <= 17: byte gathers of 16 lanes) or 8 (halfword lanes), +4 for the row's last ones
      * (predicated), where gcc's loops spend ~16 a row and 4 every 8 pixels. The narrowing
      * VSTRB.16's base must be a low register (r0-r7): the "l" constraint. */
-    const int8_t *s;
-    int8_t *e;
+    /* pinned registers, as the loops below (MF_MVDW_FIXED_REGS); e low for the VSTRB.16 */
+    register const int8_t *rx __asm__("r1") = x;
+    register int8_t *rd __asm__("r3") = d;
+    register int rr __asm__("r4");
+    register const int8_t *s __asm__("r5");
+    register int8_t *e __asm__("r6");
+    register int rxr __asm__("r9") = xr, rpw __asm__("r10") = pw;
 #define MF_MVDW_PLANE_ASM(LD, ST, NB, Q, OFF, TAIL, ...)                                       \
     __asm__ volatile("2:\n\t"                                                                  \
                      "mov    %[s], %[x]\n\t"                                                  \
@@ -231,16 +237,17 @@ MF_MVDW_INLINE void mf_mve_dw_plane(const int8_t *x, const mf_mve_dw_view *v, in
                      "add    %[d], %[d], %[pw]\n\t"                                           \
                      "subs   %[h], %[h], #1\n\t"                                              \
                      "bne    2b"                                                              \
-                     : [x] "+r"(x), [d] "+r"(d), [h] "+r"(r), [s] "=&r"(s), [e] "=&l"(e),   \
+                     : [x] "+r"(rx), [d] "+r"(rd), [h] "+r"(rr), [s] "=&r"(s), [e] "=&l"(e), \
                        [q] "=&w"(Q)                                                           \
-                     : [full] "r"(full), [xr] "r"(xr), [pw] "r"(pw), [st] "r"(step),        \
+                     : [full] "r"(rfull), [xr] "r"(rxr), [pw] "r"(rpw), [st] "r"(rstep),    \
                        [o] "w"(OFF), [n] "i"(NB)__VA_ARGS__                                   \
                      : "lr", "cc", "memory")
-    r = h;
-    if (r <= 0) return;
+    rr = h;
+    if (rr <= 0) return;
     if (15 * xp <= 255) { /* 16 pixels a gather (8-bit offsets) */
         const uint8x16_t off = vmulq_n_u8(vidupq_n_u8(0, 1), (uint8_t)xp);
-        const int full = w >> 4, tail = w & 15, step = 16 * xp;
+        const int tail = w & 15;
+        register const int rfull __asm__("r8") = w >> 4, rstep __asm__("r12") = 16 * xp;
         uint8x16_t q;
         if (tail) {
             const mve_pred16_t p = vctp8q((uint32_t)tail);
@@ -253,7 +260,8 @@ MF_MVDW_INLINE void mf_mve_dw_plane(const int8_t *x, const mf_mve_dw_view *v, in
         (void)q;
     } else {
         const uint16x8_t off = vmulq_n_u16(vidupq_n_u16(0, 1), (uint16_t)xp);
-        const int full = w >> 3, tail = w & 7, step = 8 * xp;
+        const int tail = w & 7;
+        register const int rfull __asm__("r8") = w >> 3, rstep __asm__("r12") = 8 * xp;
         uint16x8_t q;
         if (tail) {
             const mve_pred16_t p = vctp16q((uint32_t)tail);
@@ -266,7 +274,7 @@ MF_MVDW_INLINE void mf_mve_dw_plane(const int8_t *x, const mf_mve_dw_view *v, in
         (void)q;
     }
 #undef MF_MVDW_PLANE_ASM
-    (void)s, (void)e;
+    (void)s, (void)e, (void)r, (void)rx, (void)rd;
 #elif MF_USE_MVE
     const uint16x8_t off = vmulq_n_u16(vidupq_n_u16(0, 1), (uint16_t)xp);
     const int full = w >> 3, tail = w & 7, step = 8 * xp;
