@@ -131,7 +131,7 @@
 /* Requantization of 4 accumulators (mf_rq_apply + clamp, lane by lane); p: mult, add, shl,
  * nshr, sfm of the 4 channels (4 words each). */
 MF_MVE_INLINE int32x4_t mf_mve_rq4(int32x4_t acc, const int32_t *p, int32_t flags, int32x4_t lo,
-                               int32x4_t hi) {
+                                   int32x4_t hi) {
     int32x4_t h, v;
     if (flags & MF_MVE_SHL) acc = vshlq_s32(acc, vldrwq_s32(p + 8));
     h = vqrdmulhq_s32(acc, vldrwq_s32(p));
@@ -217,10 +217,10 @@ MF_MVE_INLINE int32x4_t mf_mve_dot4(const int8_t *x, int32_t k, const int32_t **
 /* The accumulators of 4 channels x 2 rows (x0, x1): VMLADAVA's 8 even registers r0-r12 and
  * lr (no low-overhead loop then: SUBS/BGT on the taps left), 4 more registers for the
  * pointers and the count (at -fno-omit-frame-pointer r1 r3 r5 r9 r11 are left: see
- * MF_MVE_PIN). The bias is loaded into both rows' accumulators by two LDMs; the 8 sums leave through the stack (one
- * PUSH, two VLDRW: a buffer of our own would need a sixth register). */
+ * MF_MVE_PIN). The bias is loaded into both rows' accumulators by two LDMs; the 8 sums leave
+ * through the stack (one PUSH, two VLDRW: a buffer of our own would need a sixth register). */
 MF_MVE_INLINE void mf_mve_dot4x2(const int8_t *x0, const int8_t *x1, int32_t k, const int32_t **pk,
-                             int32x4_t *y0, int32x4_t *y1) {
+                                 int32x4_t *y0, int32x4_t *y1) {
 #if MF_MVE_ASM
     register const int8_t *px0 MF_MVE_PIN("r1") = x0;
     register const int8_t *px1 MF_MVE_PIN("r3") = x1;
@@ -289,7 +289,7 @@ MF_MVE_INLINE void mf_mve_dot4x2(const int8_t *x0, const int8_t *x1, int32_t k, 
 
 /* One row of K activations through every block: y[0..O-1]. */
 MF_MVE_INLINE void mf_mve_row(const int8_t *x, int32_t k, const int32_t *pk, int32_t o,
-                          int32_t lo, int32_t hi, int32_t flags, int8_t *y) {
+                              int32_t lo, int32_t hi, int32_t flags, int8_t *y) {
 #if MF_USE_MVE
     int32x4_t vlo = vdupq_n_s32(lo), vhi = vdupq_n_s32(hi);
     for (; o > 0; o -= 4, y += 4) {
@@ -324,8 +324,8 @@ MF_MVE_INLINE void mf_mve_row(const int8_t *x, int32_t k, const int32_t *pk, int
 /* Two rows (x0 -> y0, x1 -> y1) through every block: the weights and the requantization
  * vectors loaded once for both. */
 MF_MVE_INLINE void mf_mve_row2(const int8_t *x0, const int8_t *x1, int32_t k, const int32_t *pk,
-                           int32_t o, int32_t lo, int32_t hi, int32_t flags, int8_t *y0,
-                           int8_t *y1) {
+                               int32_t o, int32_t lo, int32_t hi, int32_t flags, int8_t *y0,
+                               int8_t *y1) {
 #if MF_USE_MVE
     int32x4_t vlo = vdupq_n_s32(lo), vhi = vdupq_n_s32(hi);
     for (; o > 0; o -= 4, y0 += 4, y1 += 4) {
@@ -351,8 +351,8 @@ MF_MVE_INLINE void mf_mve_row2(const int8_t *x0, const int8_t *x1, int32_t k, co
 
 /* Rows two at a time through every block (mf_mve_row2), the odd last row alone. */
 MF_MVE_INLINE void mf_mve_gemm_rows(const int8_t *x, int32_t rows, int32_t x_stride, int32_t k,
-                                const int32_t *pk, int32_t o, int32_t lo, int32_t hi,
-                                int32_t flags, int8_t *y, int32_t y_stride) {
+                                    const int32_t *pk, int32_t o, int32_t lo, int32_t hi,
+                                    int32_t flags, int8_t *y, int32_t y_stride) {
     for (; rows >= 2; rows -= 2, x += 2 * x_stride, y += 2 * y_stride)
         mf_mve_row2(x, x + x_stride, k, pk, o, lo, hi, flags, y, y + y_stride);
     if (rows) mf_mve_row(x, k, pk, o, lo, hi, flags, y);
@@ -536,8 +536,8 @@ static __attribute__((unused, noinline)) void mf_mve_rows32(const int8_t *x, int
 /* 1x1 convolution / fully connected layer: `rows` rows of K int8 activations, row r at
  * x + r * x_stride, output row r at y + r * y_stride (O bytes). pk: the stream above. */
 MF_MVE_INLINE void mf_mve_gemm_body(const int8_t *x, int32_t rows, int32_t x_stride, int32_t k,
-                                const int32_t *pk, int32_t o, int32_t lo, int32_t hi,
-                                int32_t flags, int8_t *y, int32_t y_stride) {
+                                    const int32_t *pk, int32_t o, int32_t lo, int32_t hi,
+                                    int32_t flags, int8_t *y, int32_t y_stride) {
     mf_mve_gemm_rows(x, rows, x_stride, k, pk, o, lo, hi, flags, y, y_stride);
 }
 
@@ -645,7 +645,7 @@ MF_MVE_INLINE void mf_mve_fill(int8_t *d, int32_t v, int32_t n) {
  * columns inside the image are the same for every row: left (padding), mid (copied), right
  * (padding) bytes. */
 MF_MVE_INLINE void mf_mve_im2col(const int8_t *x, const mf_conv_geom *g, int32_t x_zp, int32_t oy,
-                             int32_t ox, int8_t *patch) {
+                                 int32_t ox, int8_t *patch) {
     int32_t c = g->in_c, seg = g->k_w * c, kh = g->k_h;
     int32_t ix0 = ox * g->stride_w - g->pad_l, iy0 = oy * g->stride_h - g->pad_t;
     int32_t left = ix0 < 0 ? -ix0 : 0;
@@ -683,8 +683,8 @@ static __attribute__((unused, noinline)) void mf_mve_im2col_border(const int8_t 
 }
 
 MF_MVE_INLINE void mf_mve_patch16(const int8_t *x, const mf_conv_geom *g, int32_t x_zp, int32_t oy,
-                              int32_t ox, int8_t *patch, int32_t inside, int32_t off,
-                              int32_t seg, int32_t step, int32_t kh) {
+                                  int32_t ox, int8_t *patch, int32_t inside, int32_t off,
+                                  int32_t seg, int32_t step, int32_t kh) {
     const int8_t *src;
     if (!inside) {
         mf_mve_im2col_border(x, g, x_zp, oy, ox, patch);
@@ -742,8 +742,8 @@ MF_MVE_INLINE void mf_mve_patch16(const int8_t *x, const mf_conv_geom *g, int32_
 /* Output pixels in pairs (see mf_mve_conv_body); small: kernel rows <= 16 bytes or a
  * multiple of 16 (mf_mve_patch16). */
 MF_MVE_INLINE void mf_mve_conv_pairs(const int8_t *x, const mf_conv_geom *g, int32_t x_zp,
-                                 const int32_t *pk, int32_t o, int32_t lo, int32_t hi,
-                                 int32_t flags, int8_t *y, int8_t *scratch, int32_t small) {
+                                     const int32_t *pk, int32_t o, int32_t lo, int32_t hi,
+                                     int32_t flags, int8_t *y, int8_t *scratch, int32_t small) {
     int32_t k = g->k_h * g->k_w * g->in_c, n = g->out_h * g->out_w, oy = 0, ox = 0;
 #if MF_USE_MVE
     if (small) {
@@ -802,8 +802,8 @@ MF_MVE_INLINE void mf_mve_conv_pairs(const int8_t *x, const mf_conv_geom *g, int
  * patches in scratch (2 * k_h * k_w * in_c bytes, any alignment), then both rows through every
  * block (the last pixel of an odd count alone). y: NHWC. */
 MF_MVE_INLINE void mf_mve_conv_body(const int8_t *x, const mf_conv_geom *g, int32_t x_zp,
-                               const int32_t *pk, int32_t o, int32_t lo, int32_t hi,
-                               int32_t flags, int8_t *y, int8_t *scratch) {
+                                   const int32_t *pk, int32_t o, int32_t lo, int32_t hi,
+                                   int32_t flags, int8_t *y, int8_t *scratch) {
 #if MF_USE_MVE && defined(__OPTIMIZE__) /* (at -O0 a second copy of the loop: VWW's code
                                              * no longer fit the M55's 512 KB flash) */
     if (g->k_w * g->in_c <= 16 || !(g->k_w * g->in_c & 15)) {
