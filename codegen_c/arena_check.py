@@ -16,19 +16,43 @@ around it. The state block's red-zones are poisoned by reset. In-place pairs (an
 written over an input its node reads for the last time) are excepted as the plan checker
 excepts them: the input's red-zone is not poisoned at that step.
 
-Nothing of this is in the default output: generate() emits it only when asked."""
+Without AddressSanitizer (the emulated boards, any -DMCUFORGE_ARENA_CHECK build without
+-fsanitize=address) the same tables drive a check in plain C: the invoke first fills the whole
+arena but its inputs with a pattern (PATTERN, a function of the byte's offset); before each
+step the red-zones of the buffers live at that step are filled with it and after the step
+compared with it, a byte that differs is reported through mf_arena_violation(layer, arena
+offset), which the application defines (the firmware harness prints "arena-check <layer>
+<offset>"; the host harness writes to stderr); and after the step the bytes of the buffers
+read for the last time (kernel scratch included) are overwritten with the pattern, except
+those a buffer still live holds (an in-place output over its input), so a later kernel that
+reads a dead tensor computes with the pattern and the bit-exact comparison sees it.
+
+Nothing of this is in the default output: generate() emits it only when asked; without
+-DMCUFORGE_ARENA_CHECK the checked C's statements are ((void)0)."""
 from __future__ import annotations
 
 from mcuforge.ir.graph import Graph
-from mcuforge.optimizer.memory_plan import MemoryPlan, _scratch_name
+from mcuforge.optimizer.memory_plan import ALIGN, MemoryPlan, _scratch_name
 
 REDZONE = 32  # bytes after each buffer: a multiple of ASan's 8-byte granule
 
+
+def granule(target) -> int:
+    """The alignment of the checked plan's buffers (memory_plan.plan_graph's `granule`): on
+    the host ASan's 8-byte shadow granule; on a board the plain-C check compares single bytes,
+    so buffers keep the planner's own alignment and every in-place link (shifts of 4) stays,
+    as in the plan the board runs without the check."""
+    return 8 if target.host else ALIGN
+
 PREAMBLE = """\
-/* Arena check: built with -fsanitize=address and -DMCUFORGE_ARENA_CHECK (make SANITIZE=1
- * CHECK_ARENA=1), each step poisons its region of the arena, unpoisons what the step's node
- * may touch and poisons the red-zones of every live buffer (codegen_c/arena_check.py).
- * Without AddressSanitizer the check does nothing. */
+/* Arena check (codegen_c/arena_check.py), compiled in with -DMCUFORGE_ARENA_CHECK.
+ * With AddressSanitizer (make SANITIZE=1 CHECK_ARENA=1), each step poisons its region of the
+ * arena, unpoisons what the step's node may touch and poisons the red-zones of every live
+ * buffer. Without it (an emulated board, or a host build without SANITIZE=1), plain C: the
+ * red-zones of the live buffers are filled with a pattern before each step and compared after
+ * it (a differing byte: mf_arena_violation(layer, arena offset), defined by the application),
+ * and the bytes of the buffers read for the last time are overwritten with the pattern.
+ * Without MCUFORGE_ARENA_CHECK every statement of the check is ((void)0). */
 #ifdef MCUFORGE_ARENA_CHECK
 #if defined(__SANITIZE_ADDRESS__)
 #define {NAME}_ASAN 1
@@ -37,32 +61,73 @@ PREAMBLE = """\
 #define {NAME}_ASAN 1
 #endif
 #endif
+
+/* t: the number of ranges the step's node may touch, their (offset, bytes) pairs, then the
+ * number of red-zones and theirs, then the number of ranges dead after the step and theirs;
+ * offsets from `region`, which is `bytes` long. */
 #ifdef {NAME}_ASAN
 #include <sanitizer/asan_interface.h>
-#define {NAME}_POISON(p, n) ASAN_POISON_MEMORY_REGION((p), (n))
-#define {NAME}_UNPOISON(p, n) ASAN_UNPOISON_MEMORY_REGION((p), (n))
-#else
-#define {NAME}_POISON(p, n) ((void)(p), (void)(n))
-#define {NAME}_UNPOISON(p, n) ((void)(p), (void)(n))
-#endif
-
-/* t: the number of ranges to unpoison, their (offset, bytes) pairs, then the number of
- * red-zones to poison and theirs; offsets from `region`, which is `bytes` long. */
 static void {name}_check(uint8_t *region, uint32_t bytes, const uint32_t *t) {{
     uint32_t k, n;
-    {NAME}_POISON(region, bytes);
+    ASAN_POISON_MEMORY_REGION(region, bytes);
     for (n = *t++, k = 0; k < n; k++, t += 2) {{
-        {NAME}_UNPOISON(region + t[0], t[1]);
+        ASAN_UNPOISON_MEMORY_REGION(region + t[0], t[1]);
     }}
     for (n = *t++, k = 0; k < n; k++, t += 2) {{
-        {NAME}_POISON(region + t[0], t[1]);
+        ASAN_POISON_MEMORY_REGION(region + t[0], t[1]);
     }}
 }}
 #define {NAME}_CHECK(region, bytes, table) {name}_check(region, bytes, table)
+#define {NAME}_CHECK_AFTER(region, table, layer) ((void)(table))
+#else
+/* the pattern byte at offset k of a region: no run of equal bytes, no common value */
+#define {NAME}_PATTERN(k) ((uint8_t)(0xA5u ^ (((k) * 0x3Bu) & 0xFFu)))
+void mf_arena_violation(const char *layer, uint32_t offset);
+
+/* the table's section after the one at t */
+static const uint32_t *{name}_next(const uint32_t *t) {{
+    return t + 1 + 2 * t[0];
+}}
+
+static void {name}_fill(uint8_t *region, const uint32_t *t) {{
+    uint32_t k, j, n;
+    for (n = *t++, k = 0; k < n; k++, t += 2) {{
+        for (j = t[0]; j < t[0] + t[1]; j++) {{
+            region[j] = {NAME}_PATTERN(j);
+        }}
+    }}
+}}
+
+/* before a step: its red-zones filled */
+static void {name}_check(uint8_t *region, uint32_t bytes, const uint32_t *t) {{
+    (void)bytes;
+    {name}_fill(region, {name}_next(t));
+}}
+
+/* after it: its red-zones compared (the first differing byte reported), the dead bytes
+ * overwritten */
+static void {name}_check_after(uint8_t *region, const uint32_t *t, const char *layer) {{
+    uint32_t k, j, n;
+    const uint32_t *z = {name}_next(t);
+    for (n = *z++, k = 0; k < n; k++, z += 2) {{
+        for (j = z[0]; j < z[0] + z[1]; j++) {{
+            if (region[j] != {NAME}_PATTERN(j)) {{
+                mf_arena_violation(layer, (uint32_t)(region - arena.bytes) + j);
+                k = n;
+                break;
+            }}
+        }}
+    }}
+    {name}_fill(region, {name}_next({name}_next(t)));
+}}
+#define {NAME}_CHECK(region, bytes, table) {name}_check(region, bytes, table)
+#define {NAME}_CHECK_AFTER(region, table, layer) {name}_check_after(region, table, layer)
+#endif
 
 {tables}
 #else
 #define {NAME}_CHECK(region, bytes, table) ((void)0)
+#define {NAME}_CHECK_AFTER(region, table, layer) ((void)0)
 #endif"""
 
 
@@ -73,10 +138,10 @@ class ArenaCheck:
     def __init__(self, name: str):
         self.name, self.tables = name, []
 
-    def _table(self, opens: list, closes: list, what: str) -> str:
+    def _table(self, opens: list, closes: list, what: str, dead: list = ()) -> str:
         label = f"{self.name}_ck{len(self.tables)}"
         words = [len(opens), *[v for r in opens for v in r], len(closes),
-                 *[v for r in closes for v in r]]
+                 *[v for r in closes for v in r], len(dead), *[v for r in dead for v in r]]
         body = ", ".join(map(str, words))
         self.tables.append(f"/* {what} */\nstatic const uint32_t {label}[] = {{{body}}};")
         return label
@@ -84,8 +149,9 @@ class ArenaCheck:
     def _call(self, region: str, size: int, table: str) -> str:
         return f"{self.name.upper()}_CHECK({region}, {size}, {table});"
 
-    def step(self, g: Graph, plan: MemoryPlan, base: int, i: int, node, what: str) -> str:
-        """Before node i of `g` (its plan starting at arena offset `base`)."""
+    def step(self, g: Graph, plan: MemoryPlan, base: int, i: int, node, what: str) -> tuple:
+        """(before, after): the statements around node i of `g` (its plan starting at arena
+        offset `base`); `what` names the layer in a report."""
         opens = _operands(g, plan, node)
         outs = [r for t in node.outputs if t in plan.offsets
                 for r in [(plan.offsets[t], g.tensors[t].nbytes)]]
@@ -111,8 +177,19 @@ class ArenaCheck:
             if r.first == i and any(z[0] < xo + xn and xo < z[0] + z[1] for xo, xn in over):
                 continue
             closes.append(z)
-        table = self._table(opens, closes, f"step {i}: {what}")
-        return self._call(f"&arena.bytes[{base}]", plan.arena_size, table)
+        table = self._table(opens, closes, f"step {i}: {what}", _dead_after(plan, i))
+        region = f"&arena.bytes[{base}]"
+        return (self._call(region, plan.arena_size, table),
+                f'{self.name.upper()}_CHECK_AFTER({region}, {table}, "{what}");')
+
+    def start(self, g: Graph, plan: MemoryPlan) -> str:
+        """The invoke's first statement: the arena but the model's inputs filled with the
+        pattern (plain C only), so a kernel reading bytes nothing wrote reads the pattern."""
+        keep = [(plan.offsets[t], g.tensors[t].nbytes) for t in g.inputs
+                if t in plan.offsets and t not in plan.state_offsets]
+        fill = _minus([(0, plan.arena_size)], keep)
+        table = self._table([], [], "invoke start: the arena but the inputs", fill)
+        return f'{self.name.upper()}_CHECK_AFTER(&arena.bytes[0], {table}, "start");'
 
     def region_open(self, plan: MemoryPlan, base: int, what: str) -> str:
         """A subgraph's region readable again (its function's end)."""
@@ -139,6 +216,32 @@ class ArenaCheck:
     def preamble(self) -> str:
         return PREAMBLE.format(name=self.name, NAME=self.name.upper(),
                                tables="\n".join(self.tables))
+
+
+def _dead_after(plan: MemoryPlan, i: int) -> list:
+    """(offset, bytes) ranges of the buffers read for the last time at step i (kernel scratch
+    included), less the bytes of the buffers live across the step's end (an in-place output
+    over its input keeps them)."""
+    dead = [(plan.offsets[r.name], r.size) for r in plan.requests
+            if r.last == i and r.name in plan.offsets]
+    live = [(plan.offsets[r.name], r.size) for r in plan.requests
+            if r.first <= i < r.last and r.name in plan.offsets]
+    return _minus(dead, live)
+
+
+def _minus(ranges: list, cut: list) -> list:
+    """The bytes of the (offset, bytes) `ranges` outside every range of `cut`, as sorted,
+    merged (offset, bytes) ranges."""
+    edges = sorted({e for o, n in ranges + cut for e in (o, o + n)})
+    out = []
+    for lo, hi in zip(edges, edges[1:]):
+        if any(o <= lo and hi <= o + n for o, n in ranges) and \
+                not any(o <= lo and hi <= o + n for o, n in cut):
+            if out and out[-1][0] + out[-1][1] == lo:
+                out[-1] = (out[-1][0], out[-1][1] + hi - lo)
+            else:
+                out.append((lo, hi - lo))
+    return out
 
 
 def _operands(g: Graph, plan: MemoryPlan, node) -> list:
