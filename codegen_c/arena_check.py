@@ -17,15 +17,24 @@ written over an input its node reads for the last time) are excepted as the plan
 excepts them: the input's red-zone is not poisoned at that step.
 
 Without AddressSanitizer (the emulated boards, any -DMCUFORGE_ARENA_CHECK build without
--fsanitize=address) the same tables drive a check in plain C: the invoke first fills the whole
-arena but its inputs with a pattern (PATTERN, a function of the byte's offset); before each
-step the red-zones of the buffers live at that step are filled with it and after the step
-compared with it, a byte that differs is reported through mf_arena_violation(layer, arena
-offset), which the application defines (the firmware harness prints "arena-check <layer>
-<offset>"; the host harness writes to stderr); and after the step the bytes of the buffers
-read for the last time (kernel scratch included) are overwritten with the pattern, except
-those a buffer still live holds (an in-place output over its input), so a later kernel that
-reads a dead tensor computes with the pattern and the bit-exact comparison sees it.
+-fsanitize=address) the same tables drive a check in plain C, with a pattern (PATTERN, a
+function of the byte's offset in its region):
+- the invoke first fills the whole arena but its inputs with the pattern;
+- before each step, every byte no buffer live at that step holds (the red-zones included, and
+  the plan's red-zones even where a wrong plan put a buffer) is filled with the pattern, and
+  the live buffers the node must not change (all but its outputs, its scratch and an input
+  it writes over in place) are summed (FNV-1a);
+- after the step, those bytes are compared with the pattern and those buffers summed again:
+  the first differing byte, and each changed buffer (by its offset), is reported through
+  mf_arena_violation(layer, arena offset), which the application defines (the firmware
+  harness prints "arena-check <layer> <offset>", which `mcuforge run` turns into
+  target.ArenaCheckError; the host harness writes to stderr and exits);
+- and the bytes of the buffers read for the last time (kernel scratch included) are
+  overwritten with the pattern, except those a buffer still live holds (an in-place output
+  over its input), so a later kernel that reads a dead tensor computes with the pattern and
+  the bit-exact comparison sees it.
+On a board the checked plan keeps the planner's 4-byte alignment (granule()), so its in-place
+links are those of the plan the board runs without the check.
 
 Nothing of this is in the default output: generate() emits it only when asked; without
 -DMCUFORGE_ARENA_CHECK the checked C's statements are ((void)0)."""
@@ -62,14 +71,17 @@ PREAMBLE = """\
 #endif
 #endif
 
-/* t: the number of ranges the step's node may touch, their (offset, bytes) pairs, then the
- * number of red-zones and theirs, then the number of ranges dead after the step and theirs;
- * offsets from `region`, which is `bytes` long. */
+/* t: the first of the step's words in the sums below, then the number of ranges the step's
+ * node may touch, their (offset, bytes) pairs, then the number of red-zones and theirs
+ * (ASan), then the ranges dead after the step, the ranges no live buffer holds (red-zones
+ * included) and the live buffers the node must not change (the plain-C check); offsets from
+ * `region`, which is `bytes` long. */
 #ifdef {NAME}_ASAN
 #include <sanitizer/asan_interface.h>
 static void {name}_check(uint8_t *region, uint32_t bytes, const uint32_t *t) {{
     uint32_t k, n;
     ASAN_POISON_MEMORY_REGION(region, bytes);
+    t++;
     for (n = *t++, k = 0; k < n; k++, t += 2) {{
         ASAN_UNPOISON_MEMORY_REGION(region + t[0], t[1]);
     }}
@@ -83,6 +95,9 @@ static void {name}_check(uint8_t *region, uint32_t bytes, const uint32_t *t) {{
 /* the pattern byte at offset k of a region: no run of equal bytes, no common value */
 #define {NAME}_PATTERN(k) ((uint8_t)(0xA5u ^ (((k) * 0x3Bu) & 0xFFu)))
 void mf_arena_violation(const char *layer, uint32_t offset);
+/* the sums of the buffers a step must not change: words of their own for each step, as
+ * a control-flow node's step runs its subgraphs' steps */
+static uint32_t {name}_sums[{kept}];
 
 /* the table's section after the one at t */
 static const uint32_t *{name}_next(const uint32_t *t) {{
@@ -98,27 +113,50 @@ static void {name}_fill(uint8_t *region, const uint32_t *t) {{
     }}
 }}
 
-/* before a step: its red-zones filled */
-static void {name}_check(uint8_t *region, uint32_t bytes, const uint32_t *t) {{
-    (void)bytes;
-    {name}_fill(region, {name}_next(t));
+/* FNV-1a of a range */
+static uint32_t {name}_sum(const uint8_t *p, uint32_t n) {{
+    uint32_t h = 2166136261u;
+    while (n--) {{
+        h = (h ^ *p++) * 16777619u;
+    }}
+    return h;
 }}
 
-/* after it: its red-zones compared (the first differing byte reported), the dead bytes
- * overwritten */
+/* before a step: the bytes no live buffer holds filled, the kept buffers summed */
+static void {name}_check(uint8_t *region, uint32_t bytes, const uint32_t *t) {{
+    uint32_t k, n, *sums = &{name}_sums[t[0]];
+    const uint32_t *w = {name}_next({name}_next({name}_next(t + 1)));
+    const uint32_t *p = {name}_next(w);
+    (void)bytes;
+    {name}_fill(region, w);
+    for (n = *p++, k = 0; k < n; k++, p += 2) {{
+        sums[k] = {name}_sum(region + p[0], p[1]);
+    }}
+}}
+
+/* after it: those bytes compared (the first that differs reported), the kept buffers summed
+ * again (one that changed reported by its offset), the dead bytes overwritten */
 static void {name}_check_after(uint8_t *region, const uint32_t *t, const char *layer) {{
-    uint32_t k, j, n;
-    const uint32_t *z = {name}_next(t);
-    for (n = *z++, k = 0; k < n; k++, z += 2) {{
-        for (j = z[0]; j < z[0] + z[1]; j++) {{
+    uint32_t k, j, n, at = (uint32_t)(region - arena.bytes);
+    const uint32_t *sums = &{name}_sums[t[0]];
+    const uint32_t *d = {name}_next({name}_next(t + 1));
+    const uint32_t *w = {name}_next(d);
+    const uint32_t *p = {name}_next(w);
+    for (n = *w++, k = 0; k < n; k++, w += 2) {{
+        for (j = w[0]; j < w[0] + w[1]; j++) {{
             if (region[j] != {NAME}_PATTERN(j)) {{
-                mf_arena_violation(layer, (uint32_t)(region - arena.bytes) + j);
+                mf_arena_violation(layer, at + j);
                 k = n;
                 break;
             }}
         }}
     }}
-    {name}_fill(region, {name}_next({name}_next(t)));
+    for (n = *p++, k = 0; k < n; k++, p += 2) {{
+        if (sums[k] != {name}_sum(region + p[0], p[1])) {{
+            mf_arena_violation(layer, at + p[0]);
+        }}
+    }}
+    {name}_fill(region, d);
 }}
 #define {NAME}_CHECK(region, bytes, table) {name}_check(region, bytes, table)
 #define {NAME}_CHECK_AFTER(region, table, layer) {name}_check_after(region, table, layer)
@@ -137,11 +175,15 @@ class ArenaCheck:
 
     def __init__(self, name: str):
         self.name, self.tables = name, []
+        self.kept = 0  # words of the plain check's sums taken by the tables so far
 
-    def _table(self, opens: list, closes: list, what: str, dead: list = ()) -> str:
+    def _table(self, opens: list, closes: list, what: str, dead: list = (),
+               watched: list = (), kept: list = ()) -> str:
         label = f"{self.name}_ck{len(self.tables)}"
-        words = [len(opens), *[v for r in opens for v in r], len(closes),
-                 *[v for r in closes for v in r], len(dead), *[v for r in dead for v in r]]
+        words = [self.kept]
+        for section in (opens, closes, dead, watched, kept):
+            words += [len(section), *[v for r in section for v in r]]
+        self.kept += len(kept)
         body = ", ".join(map(str, words))
         self.tables.append(f"/* {what} */\nstatic const uint32_t {label}[] = {{{body}}};")
         return label
@@ -177,7 +219,21 @@ class ArenaCheck:
             if r.first == i and any(z[0] < xo + xn and xo < z[0] + z[1] for xo, xn in over):
                 continue
             closes.append(z)
-        table = self._table(opens, closes, f"step {i}: {what}", _dead_after(plan, i))
+        # the plain check: the bytes no buffer live at the step holds, and the red-zones
+        # (free in a right plan; in a wrong one, where the plan says they are); the live
+        # buffers the node neither writes (its outputs, its scratch) nor writes over (in place)
+        live = [r for r in plan.requests if r.first <= i <= r.last and r.name in plan.offsets]
+        watched = _minus(_minus([(0, plan.arena_size)], [(plan.offsets[r.name], r.size)
+                                                          for r in live]) + closes, [])
+        # (an output may be a view into a larger buffer: a band's rows, written over the
+        # bytes of its input already read; only the output's own bytes are written)
+        sizes = {r.name: r.size for r in plan.requests}
+        written = outs + [(plan.offsets[n], sizes[n]) for n in (
+            _scratch_name(g, node, k) for k in ("kernel", "scratch")) if n in plan.offsets]
+        kept = [piece for r in live if (plan.offsets[r.name], r.size) not in over
+                for piece in _minus([(plan.offsets[r.name], r.size)], written)]
+        table = self._table(opens, closes, f"step {i}: {what}", _dead_after(plan, i), watched,
+                            sorted(kept))
         region = f"&arena.bytes[{base}]"
         return (self._call(region, plan.arena_size, table),
                 f'{self.name.upper()}_CHECK_AFTER({region}, {table}, "{what}");')
@@ -214,7 +270,7 @@ class ArenaCheck:
                           self._table(opens, [], "state block"))
 
     def preamble(self) -> str:
-        return PREAMBLE.format(name=self.name, NAME=self.name.upper(),
+        return PREAMBLE.format(name=self.name, NAME=self.name.upper(), kept=max(self.kept, 1),
                                tables="\n".join(self.tables))
 
 

@@ -95,8 +95,8 @@ class ArenaCheckError(BuildError):
 
 def check_violations(text: str, result) -> None:
     """Raise ArenaCheckError for the "arena-check <layer> <offset>" lines of a checked
-    firmware's output (templates/firmware/main.c.j2), each named with the buffer whose
-    red-zone the byte is in."""
+    firmware's output (templates/firmware/main.c.j2), each with what the byte is: in a buffer
+    the layer must not change, in a red-zone, or in no buffer live at that step."""
     seen = []
     for line in text.splitlines():
         key, _, value = line.partition(" ")
@@ -106,20 +106,28 @@ def check_violations(text: str, result) -> None:
                 seen.append((layer, offset))
     if not seen:
         return
-    plan = result.plan
-    lines = []
-    for layer, offset in seen[:8]:
-        at = int(offset)
-        step = int(layer[1:3]) if layer[:1] == "l" and layer[1:3].isdigit() else None
-        owners = [r.name for r in plan.requests if r.name in plan.offsets
-                  and (step is None or r.first <= step <= r.last)
-                  and plan.offsets[r.name] + r.size <= at
-                  < plan.offsets[r.name] + r.size + plan.redzone]
-        where = f" (the red-zone after '{owners[0]}')" if owners else ""
-        lines.append(f"  layer {layer} changed arena byte {at}{where}")
+    lines = [f"  layer {layer} changed arena byte {offset}"
+             + _owner(result.plan, layer, int(offset)) for layer, offset in seen[:8]]
     more = f"\n  ... and {len(seen) - 8} more" if len(seen) > 8 else ""
     raise ArenaCheckError("the arena check found layers writing outside their tensors (a "
                           "kernel or memory-plan bug):\n" + "\n".join(lines) + more)
+
+
+def _owner(plan, layer: str, at: int) -> str:
+    """What the byte at arena offset `at` is at the step of `layer` (lNN_...: the main
+    graph's step NN), as the report's words."""
+    if plan is None:
+        return ""
+    step = int(layer[1:3]) if layer[:1] == "l" and layer[1:3].isdigit() else None
+    live = [r for r in plan.requests if r.name in plan.offsets
+            and (step is None or r.first <= step <= r.last)]
+    for r in live:
+        if plan.offsets[r.name] <= at < plan.offsets[r.name] + r.size:
+            return f" (in '{r.name}', live, not its output)"
+    for r in live:
+        if 0 <= at - plan.offsets[r.name] - r.size < plan.redzone:
+            return f" (the red-zone after '{r.name}')"
+    return " (no buffer live at that step holds it)"
 
 
 def parse_output(text: str, graph, board: Board) -> tuple:

@@ -86,11 +86,11 @@ def _layout(model, board: str = FAULT_BOARD):
     return gen.graph, gen.plan
 
 
-def _project(model, x, workdir: Path, edit=None):
+def _project(model, x, workdir: Path, edit=None, keep_input: bool = False):
     """The checked firmware project of `model` with inputs x built in (no cache: the tests
     patch the compiler or edit the C), `edit(text) -> text` applied to model.c."""
     r = api.compile(model, workdir, board=FAULT_BOARD, name="model", vectors=[[v] for v in x],
-                    arena_check=True)
+                    arena_check=True, keep_input=keep_input)
     if edit is not None:
         c = workdir / "model.c"
         c.write_text(edit(c.read_text()))
@@ -243,6 +243,35 @@ def test_a_kernel_reading_a_dead_tensor_changes_the_outputs(tmp_path, monkeypatc
     r = _project(_kws(), xs, tmp_path)
     reports, got = _run(r, True)
     assert not np.array_equal(got, ref)
+    reports, got = _run(r, False)
+    assert reports == [] and np.array_equal(got, ref)
+
+
+def test_a_layer_changing_a_live_buffer_it_does_not_own_is_reported(tmp_path):
+    """With --keep-input the input buffer stays live to the end, read by the first layer
+    only: a later layer changing one of its bytes leaves the outputs right (so the bit-exact
+    comparison misses it), and the check reports it by the layer and the buffer."""
+    require_tflm()
+    require_tools(BOARDS[FAULT_BOARD])
+    xs = _inputs(_kws())
+    ref = tflm.run(_kws().read_bytes(), [xs])[0]
+    r = _project(_kws(), xs, tmp_path, keep_input=True)
+    [name] = r.graph.inputs
+    at = r.plan.offsets[name] + 5
+    i = 3  # a middle layer, which does not read the input
+    assert name not in r.graph.nodes[i].inputs and r.plan.requests
+
+    def edit(text):
+        kernel = re.search(rf"\b(l{i:02d}_\w+)\(\(const", text).group(1)
+        [line] = [ln for ln in text.splitlines() if ln.strip().startswith(kernel + "(")]
+        return text.replace(line, f"    arena.bytes[{at}] ^= 1u;\n{line}")
+    r = _project(_kws(), xs, tmp_path / "bad", edit, keep_input=True)
+    reports, got = _run(r, True)
+    assert reports and reports[0].split()[1].startswith(f"l{i:02d}_"), reports
+    assert np.array_equal(got, ref)
+    with pytest.raises(target.ArenaCheckError, match=rf"layer l{i:02d}_\w+ changed arena byte "
+                                                     rf"{r.plan.offsets[name]} \(in '{name}'"):
+        target.check_violations("\n".join(reports), r)
     reports, got = _run(r, False)
     assert reports == [] and np.array_equal(got, ref)
 
