@@ -73,6 +73,46 @@ def _symbols(board: str, elf: Path) -> str:
     return subprocess.run([nm, str(elf)], capture_output=True, text=True, check=True).stdout
 
 
+def test_memory_priority_bands_under_the_check_on_the_board():
+    """--memory-priority: ResNet-8's first stage in bands of rows, each band's output a view
+    written over the bytes of its input already read (memory_plan.overlay_links); only the
+    band's own bytes count as written at its step. Bit-exact, nothing reported."""
+    require_tflm()
+    require_tools(BOARDS[FAULT_BOARD])
+    path = mlperf_model("pretrainedResnet_quant")
+    x = _inputs(path)[:1]
+    got = runner.run(path, x, board=FAULT_BOARD, check_arena=True, memory_priority=10.0)
+    assert np.array_equal(got, tflm.run(path.read_bytes(), [x])[0])
+
+
+# ---- control flow: a node's step runs its subgraphs' steps -----------------------------------
+
+CONTROL_FLOW = ["if_int8_constant_operand", "while_int8_accumulate", "while_float32_nested_if"]
+
+
+@pytest.mark.parametrize("name", CONTROL_FLOW)
+def test_control_flow_under_the_check_on_the_board(name):
+    """If / while nodes: the subgraphs' steps run inside the node's step, each with its own
+    sums of the buffers it must not change; the outputs are tflite-micro's (LiteRT's for
+    float) and nothing is reported."""
+    require_tflm()
+    require_tools("qemu-system-arm")
+    from mcuforge.tools import conformance_tflite
+    from mcuforge.tools.tflite_cases import all_cases, random_inputs
+    [c] = [c for c in all_cases() if c.name == name]
+    model, inputs = c.model(), random_inputs(c)
+    refs = conformance_tflite.reference(c, model, inputs)
+    got = runner.run(model, list(inputs), board="mps2-an385", check_arena=True)
+    got = list(got.values()) if isinstance(got, dict) else [got]
+    for g, ref in zip(got, refs):
+        ref = np.asarray(ref)
+        assert g.shape == ref.shape and g.dtype == ref.dtype
+        if ref.dtype.kind == "f":
+            np.testing.assert_allclose(g, ref, rtol=1e-5, atol=1e-5)
+        else:
+            assert np.array_equal(g, ref)
+
+
 # ---- faults: caught with CHECK_ARENA=1, silent with CHECK_ARENA=0 -----------------------------
 
 def _kws():
