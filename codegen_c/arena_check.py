@@ -46,6 +46,26 @@ from mcuforge.optimizer.memory_plan import ALIGN, MemoryPlan, _scratch_name
 REDZONE = 32  # bytes after each buffer: a multiple of ASan's 8-byte granule
 
 
+STATE_CHECK = """
+/* after a step of a model with state: the state block's bytes outside its tensors compared
+ * (a byte that differs reported at STATE_BIT + its offset in the block) */
+#define {NAME}_STATE_BIT 0x80000000u
+static void {name}_check_state(const uint8_t *block, const uint32_t *t, const char *layer) {{
+    uint32_t k, j, n;
+    const uint32_t *w = {name}_next({name}_next({name}_next(t + 1)));
+    for (n = *w++, k = 0; k < n; k++, w += 2) {{
+        for (j = w[0]; j < w[0] + w[1]; j++) {{
+            if (block[j] != {NAME}_PATTERN(j)) {{
+                mf_arena_violation(layer, {NAME}_STATE_BIT + j);
+                return;
+            }}
+        }}
+    }}
+}}
+#define {NAME}_CHECK_STATE(table, layer) {name}_check_state(state.bytes, table, layer)
+"""
+
+
 def granule(target) -> int:
     """The alignment of the checked plan's buffers (memory_plan.plan_graph's `granule`): on
     the host ASan's 8-byte shadow granule; on a board the plain-C check compares single bytes,
@@ -91,6 +111,7 @@ static void {name}_check(uint8_t *region, uint32_t bytes, const uint32_t *t) {{
 }}
 #define {NAME}_CHECK(region, bytes, table) {name}_check(region, bytes, table)
 #define {NAME}_CHECK_AFTER(region, table, layer) ((void)(table))
+#define {NAME}_CHECK_STATE(table, layer) ((void)(table))
 #else
 /* the pattern byte at offset k of a region: no run of equal bytes, no common value */
 #define {NAME}_PATTERN(k) ((uint8_t)(0xA5u ^ (((k) * 0x3Bu) & 0xFFu)))
@@ -158,7 +179,7 @@ static void {name}_check_after(uint8_t *region, const uint32_t *t, const char *l
     }}
     {name}_fill(region, d);
 }}
-#define {NAME}_CHECK(region, bytes, table) {name}_check(region, bytes, table)
+{state_fn}#define {NAME}_CHECK(region, bytes, table) {name}_check(region, bytes, table)
 #define {NAME}_CHECK_AFTER(region, table, layer) {name}_check_after(region, table, layer)
 #endif
 
@@ -166,6 +187,7 @@ static void {name}_check_after(uint8_t *region, const uint32_t *t, const char *l
 #else
 #define {NAME}_CHECK(region, bytes, table) ((void)0)
 #define {NAME}_CHECK_AFTER(region, table, layer) ((void)0)
+#define {NAME}_CHECK_STATE(table, layer) ((void)0)
 #endif"""
 
 
@@ -176,10 +198,11 @@ class ArenaCheck:
     def __init__(self, name: str):
         self.name, self.tables = name, []
         self.kept = 0  # words of the plain check's sums taken by the tables so far
+        self.has_state = False  # state() made the state block's table
 
     def _table(self, opens: list, closes: list, what: str, dead: list = (),
-               watched: list = (), kept: list = ()) -> str:
-        label = f"{self.name}_ck{len(self.tables)}"
+               watched: list = (), kept: list = (), label: str | None = None) -> str:
+        label = label or f"{self.name}_ck{len(self.tables)}"
         words = [self.kept]
         for section in (opens, closes, dead, watched, kept):
             words += [len(section), *[v for r in section for v in r]]
@@ -235,8 +258,10 @@ class ArenaCheck:
         table = self._table(opens, closes, f"step {i}: {what}", _dead_after(plan, i), watched,
                             sorted(kept))
         region = f"&arena.bytes[{base}]"
-        return (self._call(region, plan.arena_size, table),
-                f'{self.name.upper()}_CHECK_AFTER({region}, {table}, "{what}");')
+        after = f'{self.name.upper()}_CHECK_AFTER({region}, {table}, "{what}");'
+        if g.state and plan.state_size:  # the state block's red-zones too (state())
+            after += f' {self.name.upper()}_CHECK_STATE({self.name}_ck_state, "{what}");'
+        return self._call(region, plan.arena_size, table), after
 
     def start(self, g: Graph, plan: MemoryPlan) -> str:
         """The invoke's first statement: the arena but the model's inputs filled with the
@@ -262,16 +287,23 @@ class ArenaCheck:
                                                  "next state values"))
 
     def state(self, g: Graph, plan: MemoryPlan) -> str | None:
-        """Reset: the state block's red-zones poisoned, its tensors readable."""
+        """Reset: the state block's red-zones poisoned, its tensors readable (ASan); its
+        bytes outside the state tensors filled with the pattern, which each step's after
+        statement compares (plain C)."""
         if not plan.state_size:
             return None
         opens = [(plan.state_offsets[t], g.tensors[t].nbytes) for t in g.state]
+        free = _minus([(0, plan.state_size)], opens)
+        self.has_state = True
         return self._call("&state.bytes[0]", plan.state_size,
-                          self._table(opens, [], "state block"))
+                          self._table(opens, [], "state block", watched=free,
+                                      label=f"{self.name}_ck_state"))
 
     def preamble(self) -> str:
+        state_fn = STATE_CHECK.format(name=self.name, NAME=self.name.upper()) \
+            if self.has_state else ""
         return PREAMBLE.format(name=self.name, NAME=self.name.upper(), kept=max(self.kept, 1),
-                               tables="\n".join(self.tables))
+                               tables="\n".join(self.tables), state_fn=state_fn)
 
 
 def _dead_after(plan: MemoryPlan, i: int) -> list:

@@ -106,28 +106,36 @@ def check_violations(text: str, result) -> None:
                 seen.append((layer, offset))
     if not seen:
         return
-    lines = [f"  layer {layer} changed arena byte {offset}"
-             + _owner(result.plan, layer, int(offset)) for layer, offset in seen[:8]]
+    lines = [f"  layer {layer} changed " + _where(result.plan, layer, int(offset))
+             for layer, offset in seen[:8]]
     more = f"\n  ... and {len(seen) - 8} more" if len(seen) > 8 else ""
     raise ArenaCheckError("the arena check found layers writing outside their tensors (a "
                           "kernel or memory-plan bug):\n" + "\n".join(lines) + more)
 
 
-def _owner(plan, layer: str, at: int) -> str:
-    """What the byte at arena offset `at` is at the step of `layer` (lNN_...: the main
-    graph's step NN), as the report's words."""
+STATE_BIT = 0x80000000  # a reported offset in the state block (codegen_c/arena_check.py)
+
+
+def _where(plan, layer: str, at: int) -> str:
+    """The byte a report names, in words: in the state block (outside its tensors) or in
+    the arena, with what it is at the step of `layer` (lNN_...: the main graph's step NN)."""
+    if at >= STATE_BIT:
+        at -= STATE_BIT
+        below = [(o, t) for t, o in (plan.state_offsets.items() if plan else ()) if o <= at]
+        return f"state block byte {at}" + (f" (past the state '{max(below)[1]}')" if below
+                                           else "")
     if plan is None:
-        return ""
+        return f"arena byte {at}"
     step = int(layer[1:3]) if layer[:1] == "l" and layer[1:3].isdigit() else None
     live = [r for r in plan.requests if r.name in plan.offsets
             and (step is None or r.first <= step <= r.last)]
     for r in live:
         if plan.offsets[r.name] <= at < plan.offsets[r.name] + r.size:
-            return f" (in '{r.name}', live, not its output)"
+            return f"arena byte {at} (in '{r.name}', live, not its output)"
     for r in live:
         if 0 <= at - plan.offsets[r.name] - r.size < plan.redzone:
-            return f" (the red-zone after '{r.name}')"
-    return " (no buffer live at that step holds it)"
+            return f"arena byte {at} (the red-zone after '{r.name}')"
+    return f"arena byte {at} (no buffer live at that step holds it)"
 
 
 def parse_output(text: str, graph, board: Board) -> tuple:

@@ -316,6 +316,37 @@ def test_a_layer_changing_a_live_buffer_it_does_not_own_is_reported(tmp_path):
     assert reports == [] and np.array_equal(got, ref)
 
 
+def test_a_kernel_writing_past_its_state_is_reported(tmp_path):
+    """The state block's bytes outside its tensors are watched too: an SVDF kernel writing
+    the byte after the state it updates in place (this conformance case has state; the
+    shared streaming wakeword model has none)."""
+    require_tools(BOARDS[FAULT_BOARD])
+    from mcuforge.tools.tflite_cases import all_cases, random_inputs
+    [case] = [c for c in all_cases("svdf_int8_rank1") if c.name == "svdf_int8_rank1"]
+    model = case.model()
+    g = optimize(api.load(model))
+    [state] = g.state
+    n = g.tensors[state].nbytes
+    [x] = random_inputs(case)
+
+    def edit(text, at=n):
+        m = re.search(r"MF_KERNEL static void (l00_svdf\w*)\(([^)]*)\) \{\n", text)
+        [call] = [ln for ln in text.splitlines() if ln.strip().startswith(m.group(1) + "(")]
+        args = call.split("(", 1)[1].split(", ")
+        [k] = [k for k, a in enumerate(args) if "&state.bytes[" in a and "const" not in a]
+        param = m.group(2).split(",")[k].split("*")[-1].strip()
+        return text[:m.end()] + f"    ((uint8_t *){param})[{at}] ^= 1u;\n" + text[m.end():]
+    r = _project(model, x, tmp_path, edit)
+    reports, _ = _run(r, True)
+    assert reports and reports[0].split()[1].startswith("l00_svdf"), reports
+    with pytest.raises(target.ArenaCheckError, match=rf"changed state block byte "
+                                                     rf"{r.plan.state_offsets[state] + n} "):
+        target.check_violations("\n".join(reports), r)
+    assert _run(r, False)[0] == []
+    r = _project(model, x, tmp_path / "ok", lambda t: edit(t, n - 1))  # its own last byte
+    assert _run(r, True)[0] == []
+
+
 # ---- the command line ------------------------------------------------------------------------
 
 def test_cli_run_check_arena_on_an_emulated_board(tmp_path):
