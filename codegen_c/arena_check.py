@@ -32,7 +32,9 @@ function of the byte's offset in its region):
 - and the bytes of the buffers read for the last time (kernel scratch included) are
   overwritten with the pattern, except those a buffer still live holds (an in-place output
   over its input), so a later kernel that reads a dead tensor computes with the pattern and
-  the bit-exact comparison sees it.
+  the bit-exact comparison sees it;
+- the state block's bytes outside its tensors (their red-zones) are filled by reset and
+  compared after every step (reported at 0x80000000 + their offset in the block).
 On a board the checked plan keeps the planner's 4-byte alignment (granule()), so its in-place
 links are those of the plan the board runs without the check.
 
