@@ -145,6 +145,16 @@ def dw_redo(c):
     return c
 
 
+def direct_geometry(c):
+    """A dw_case's (VH, VW, C, VOH, VOW, sy, sx, pad_y, pad_x) in the image's own order
+    (mf_rv_dwd's)."""
+    g = [int(v) for v in c["geom"]]
+    h, wd, ch = c["x"].shape
+    if c["transpose"]:
+        return h, wd, ch, g[4], g[3], g[6], g[5], g[8], g[7]
+    return h, wd, ch, g[3], g[4], g[5], g[6], g[7], g[8]
+
+
 def kernel_data(L, chunks=None):
     """What the schedule passes: the p16 stream, the records, the mode."""
     w = L["w"]
@@ -210,6 +220,14 @@ def program(cases, out: str) -> str:
             call = (f"mf_rv_dw3(x{i}, ybuf, w{i}, g{i}, {L['x_zp']}, {L['lo']}, {L['hi']}, "
                     f"{mode}, scratch);")
             body.append(check(i, c["y"].size, call, puts, puti))
+            d = direct_geometry(c)
+            if rv.dwd_ok(*d):  # straight from NHWC, without and with the delayed rows
+                head.append(c_array("int32_t", f"wd{i}", rv.pack_rv_dw3(L["w"], folded, rq,
+                                                                       False)))
+                for dly in (0, 1):
+                    call = (f"mf_rv_dwd(x{i}, ybuf, wd{i}, {', '.join(map(str, d))}, "
+                            f"{L['x_zp']}, {L['lo']}, {L['hi']}, {mode}, {dly}, scratch);")
+                    body.append(check(i, c["y"].size, call, puts, puti))
             continue
         packed, rec, mode = kernel_data(c["L"], c.get("chunks"))
         lo, hi, o = c["L"]["lo"], c["L"]["hi"], c["o"]
@@ -362,4 +380,4 @@ def test_some_layers_take_p16():
     for name, op, kw in _sched_cases():
         g = load_tflite(layer_model(sum(map(ord, name)), op, **kw)[0])
         names.append(lower_node(g.nodes[0], g, "k", Target("riscv32-virt", "rv32imac")).schedule)
-    assert {"mf_rv_gemm_p16", "mf_rv_conv_p16", "mf_rv_dw3", "mf_rv_fc_p16"} <= set(names), names
+    assert {"mf_rv_gemm_p16", "mf_rv_conv_p16", "mf_rv_dwd", "mf_rv_fc_p16"} <= set(names), names
