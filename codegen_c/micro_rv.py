@@ -131,21 +131,20 @@ def _dw3(x, y, pk, g, x_zp, lo, hi, mode, scratch):
 INTRINSICS["mf_rv_dw3"] = _dw3
 
 
-def _dwd(x, y, pk, h, w, c, oh, ow, sh, sw, pt, pl, x_zp, lo, hi, mode, dly, buf):
-    """mf_rv_dwd: mf_rv_dw3's arithmetic on the image as it is (its plane never transposed),
-    padding at most 1 a side; buf holds 2 VOW bytes when dly."""
+def _dwd(x, y, pk, h, w, c, oh, ow, sh, sw, pt, pl, x_zp, lo, hi, mode, tr, dly, buf):
+    """mf_rv_dwd: mf_rv_dw3's arithmetic on the plane (h, w, ... : the image, or with tr its
+    transpose), padding at most 1 a side; buf holds 2 VOW bytes when dly."""
     from .kernels.rv import dwd_ok
-    from .kernels.scalar import dw_geometry
     geo = tuple(int(v) for v in (h, w, c, oh, ow, sh, sw, pt, pl))
     if not dwd_ok(*geo):
         raise UndefinedBehaviour(f"mf_rv_dwd: geometry {geo} (padding > 1 a side)")
     if dly and buf.nbytes < 2 * geo[4]:
         raise UndefinedBehaviour(f"mf_rv_dwd: {buf.nbytes} bytes of buf, needs {2 * geo[4]}")
-    g = dw_geometry(*geo)
-    if geo[4] < geo[3]:  # dw_geometry's plane is the image transposed there: not this one's
-        g = np.array(list(geo[:5]) + [geo[5], geo[6], geo[7], geo[8], geo[1] * geo[2], geo[2],
-                                      geo[4] * geo[2], geo[2], (geo[3] - 1) * geo[5] + 3,
-                                      (geo[4] - 1) * geo[6] + 3], np.int32)
+    h, w, c, oh, ow, sh, sw, pt, pl = geo
+    ys, xs = (c, h * c) if tr else (w * c, c)
+    oys, oxs = (c, oh * c) if tr else (ow * c, c)
+    g = np.array([h, w, c, oh, ow, sh, sw, pt, pl, ys, xs, oys, oxs, (oh - 1) * sh + 3,
+                  (ow - 1) * sw + 3], np.int32)  # mf_sc_dw3's geometry of that plane
     _dw3(x, y, pk, g, x_zp, lo, hi, mode, np.zeros(int(g[13]) * int(g[14]), np.int8))
 
 

@@ -220,13 +220,16 @@ def program(cases, out: str) -> str:
             call = (f"mf_rv_dw3(x{i}, ybuf, w{i}, g{i}, {L['x_zp']}, {L['lo']}, {L['hi']}, "
                     f"{mode}, scratch);")
             body.append(check(i, c["y"].size, call, puts, puti))
-            d = direct_geometry(c)
-            if rv.dwd_ok(*d):  # straight from NHWC, without and with the delayed rows
-                head.append(c_array("int32_t", f"wd{i}", rv.pack_rv_dw3(L["w"], folded, rq,
-                                                                       False)))
-                for dly in (0, 1):
-                    call = (f"mf_rv_dwd(x{i}, ybuf, wd{i}, {', '.join(map(str, d))}, "
-                            f"{L['x_zp']}, {L['lo']}, {L['hi']}, {mode}, {dly}, scratch);")
+            for tr in (0, 1):  # straight from NHWC, the image or its transpose
+                d = rv.dwd_plane(direct_geometry(c), tr)
+                if not rv.dwd_ok(*d):
+                    continue
+                head.append(c_array("int32_t", f"wd{i}_{tr}",
+                                    rv.pack_rv_dw3(L["w"], folded, rq, bool(tr))))
+                for dly in (0, 1):  # without and with the delayed rows
+                    call = (f"mf_rv_dwd(x{i}, ybuf, wd{i}_{tr}, {', '.join(map(str, d))}, "
+                            f"{L['x_zp']}, {L['lo']}, {L['hi']}, {mode}, {tr}, {dly}, "
+                            "scratch);")
                     body.append(check(i, c["y"].size, call, puts, puti))
             continue
         packed, rec, mode = kernel_data(c["L"], c.get("chunks"))

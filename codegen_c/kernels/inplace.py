@@ -394,33 +394,39 @@ def dwd_units(ow: int, sw: int, pl: int, re: int) -> list[tuple[int, int]]:
 
 
 def rv_dwd(h: int, w: int, c: int, oh: int, ow: int, sh: int, sw: int, pt: int, pl: int,
-           dly: int, n_in: int, n_out: int) -> Access:
-    """mf_rv_dwd (mcuforge_rv.h): per channel, per output row in order, per unit of the row
+           tr: int, dly: int, n_in: int, n_out: int) -> Access:
+    """mf_rv_dwd (mcuforge_rv.h) on its plane (h x w, output oh x ow: the image, or with tr
+    its transpose): per channel, per output row of the plane in order, per unit of the row
     (dwd_units; all its taps read, then its outputs written). With dly the row's outputs go to
     scratch: one step per row reads the row's taps and then writes the row above; a last step
     writes the channel's last row."""
     re = int((ow - 1) * sw - pl + 2 >= w)
     units = dwd_units(ow, sw, pl, re)
     acc, step = Access(n_in, n_out), 0
+    ys, xs = (c, h * c) if tr else (w * c, c)  # bytes between plane rows, columns in x
+    oys, oxs = (c, oh * c) if tr else (ow * c, c)  # and in y
 
     def taps(oy, ox0, k):
         iy = oy * sh - pt + np.arange(3)
         ix = (ox0 + np.arange(k))[:, None] * sw - pl + np.arange(3)[None, :]
         iy, ix = iy[(iy >= 0) & (iy < h)], np.unique(ix[(ix >= 0) & (ix < w)])
-        return (iy[:, None] * w + ix[None, :]).reshape(-1) * c
+        return (iy[:, None] * ys + ix[None, :] * xs).reshape(-1)
+
+    def row(oy, ox):
+        return oy * oys + np.asarray(ox) * oxs
 
     for ch in range(c):
         for oy in range(oh):
             for ox0, k in units:
                 acc.read(step, taps(oy, ox0, k) + ch)
                 if not dly:
-                    acc.write(step, (oy * ow + ox0 + np.arange(k)) * c + ch)
+                    acc.write(step, row(oy, ox0 + np.arange(k)) + ch)
                     step += 1
             if dly:
                 if oy:
-                    acc.write(step, ((oy - 1) * ow + np.arange(ow)) * c + ch)
+                    acc.write(step, row(oy - 1, np.arange(ow)) + ch)
                 step += 1
         if dly:
-            acc.write(step, ((oh - 1) * ow + np.arange(ow)) * c + ch)
+            acc.write(step, row(oh - 1, np.arange(ow)) + ch)
             step += 1
     return acc

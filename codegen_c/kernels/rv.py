@@ -184,6 +184,14 @@ def dwd_ok(h, w, c, oh, ow, sh, sw, pt, pl) -> bool:
         and pr <= 1
 
 
+def dwd_plane(geo: tuple, tr: int) -> tuple:
+    """mf_rv_dwd's plane (VH, VW, C, VOH, VOW, sy, sx, pad_y, pad_x) of an image geometry
+    (h, w, c, oh, ow, sh, sw, pt, pl): the image, or with tr its transpose (plane rows = image
+    columns)."""
+    h, w, c, oh, ow, sh, sw, pt, pl = geo
+    return (w, h, c, ow, oh, sw, sh, pl, pt) if tr else geo
+
+
 @schedules("depthwise_conv2d")
 def rv_dw(ctx: OpContext, ref: ir.Kernel, target) -> ir.Kernel | None:
     """A 3x3 depthwise layer (depth multiplier 1, dilation 1): mf_rv_dwd straight from NHWC
@@ -196,7 +204,7 @@ def rv_dw(ctx: OpContext, ref: ir.Kernel, target) -> ir.Kernel | None:
     if L is None:
         return None
     geo = tuple(int(L[k]) for k in ("h", "wd", "c", "oh", "ow", "sh", "sw", "pt", "pl"))
-    if not dwd_ok(*geo):
+    if not dwd_ok(*geo):  # (the transposed plane too: the bounds are symmetric)
         return dw3_kernel(ctx, ref, "mf_rv_dw3", pack_rv_dw3, rv_mode,
                           "2 mult, add, pre - 1, post",
                           lambda g, x, y: inplace.rv_dw3(g, x.nbytes, y.nbytes))
@@ -204,30 +212,35 @@ def rv_dw(ctx: OpContext, ref: ir.Kernel, target) -> ir.Kernel | None:
 
 
 def dwd_kernel(ctx: OpContext, ref: ir.Kernel, L: dict, geo: tuple) -> ir.Kernel:
-    """mf_rv_dwd with the delayed rows (DLY, 2 VOW bytes of scratch) only where they let the
-    output lie over the input at a higher shift (at stride 1: the row above an output row is
-    read by the next one)."""
+    """mf_rv_dwd on the image, transposed (TR) where it has fewer output columns than rows
+    (longer rows: KWS's 25x5 walks rows of 25), with the delayed rows (DLY, 2 VOW bytes of
+    scratch) only where they let the output lie over the input at a higher shift (at stride 1:
+    the row above an output row is read by the next one)."""
     x, y, n = L["x"], L["y"], L["n"]
     h, wd, c, oh, ow = geo[:5]
-    acc = {d: inplace.rv_dwd(*geo, d, x.nbytes, y.nbytes) for d in (0, 1)} if n == 1 else {}
+    tr = int(ow < oh)
+    plane = dwd_plane(geo, tr)
+    acc = {d: inplace.rv_dwd(*plane, tr, d, x.nbytes, y.nbytes) for d in (0, 1)} \
+        if n == 1 else {}
     dly = 0
     if acc and inplace.best_shift(acc[1]) > inplace.best_shift(acc[0]):
         dly = 1
-    pk = pack_rv_dw3(L["rows"], L["folded"], L["rq"], False)
+    pk = pack_rv_dw3(L["rows"], L["folded"], L["rq"], bool(tr))
     mode = rv_mode(L["signfix"], L["rq"])
     consts = [ir.Buffer("pk", "int32", pk.size, "const", pk,
-                        "per channel: 9 weights (ky, kx), bias - x_zp * sum(w), 2 mult, add, "
-                        "pre - 1, post")]
+                        "per channel: 9 weights (plane order), bias - x_zp * sum(w), 2 mult, "
+                        "add, pre - 1, post")]
     bufs = [b_ for b_ in ref.params if b_.kind != "scratch"] + consts
     if dly:
-        bufs.append(ir.Buffer("scratch", "int8", 2 * ow, "scratch"))
+        bufs.append(ir.Buffer("scratch", "int8", 2 * plane[4], "scratch"))
     body = ir.loops([("n", n)], lambda i: [ir.CallStmt("mf_rv_dwd", (
         ir.Ptr("x", i * (h * wd * c)), ir.Ptr("y", i * (oh * ow * c)), ir.Ptr("pk", ir.Const(0)),
-        *(ir.Const(v) for v in geo), ir.Const(L["x_zp"]), ir.Const(L["lo"]), ir.Const(L["hi"]),
-        ir.Const(mode), ir.Const(dly),
+        *(ir.Const(v) for v in plane), ir.Const(L["x_zp"]), ir.Const(L["lo"]),
+        ir.Const(L["hi"]), ir.Const(mode), ir.Const(tr), ir.Const(dly),
         ir.Ptr("scratch" if dly else "y", ir.Const(0))))])  # (buf unused without DLY)
     doc = (f"{ref.doc}\nscheduled: mf_rv_dwd, straight from NHWC"
-           + (f", output rows delayed through {2 * ow} bytes scratch" if dly else ""))
+           + (", the image transposed" if tr else "")
+           + (f", output rows delayed through {2 * plane[4]} bytes scratch" if dly else ""))
     return inplace.declare(
         ir.Kernel(ctx.name, tuple(bufs), tuple(body), doc, ref.macs, "mf_rv_dwd"),
         "x", acc.get(dly))
