@@ -211,6 +211,16 @@ def rv_dw(ctx: OpContext, ref: ir.Kernel, target) -> ir.Kernel | None:
     return dwd_kernel(ctx, ref, L, geo)
 
 
+def dwd_choice(geo: tuple, n_in: int, n_out: int) -> tuple:
+    """(TR, DLY, access schedule) of mf_rv_dwd for an image geometry (batch 1): the plane
+    transposed where the image has fewer output columns than rows, the rows delayed where
+    that gives a higher in-place shift."""
+    tr = int(geo[4] < geo[3])
+    acc = [inplace.rv_dwd(*dwd_plane(geo, tr), tr, d, n_in, n_out) for d in (0, 1)]
+    dly = int(inplace.best_shift(acc[1]) > inplace.best_shift(acc[0]))
+    return tr, dly, acc[dly]
+
+
 def dwd_kernel(ctx: OpContext, ref: ir.Kernel, L: dict, geo: tuple) -> ir.Kernel:
     """mf_rv_dwd on the image, transposed (TR) where it has fewer output columns than rows
     (longer rows: KWS's 25x5 walks rows of 25), with the delayed rows (DLY, 2 VOW bytes of
@@ -218,13 +228,8 @@ def dwd_kernel(ctx: OpContext, ref: ir.Kernel, L: dict, geo: tuple) -> ir.Kernel
     the row above an output row is read by the next one)."""
     x, y, n = L["x"], L["y"], L["n"]
     h, wd, c, oh, ow = geo[:5]
-    tr = int(ow < oh)
+    tr, dly, acc = dwd_choice(geo, x.nbytes, y.nbytes) if n == 1 else (int(ow < oh), 0, None)
     plane = dwd_plane(geo, tr)
-    acc = {d: inplace.rv_dwd(*plane, tr, d, x.nbytes, y.nbytes) for d in (0, 1)} \
-        if n == 1 else {}
-    dly = 0
-    if acc and inplace.best_shift(acc[1]) > inplace.best_shift(acc[0]):
-        dly = 1
     pk = pack_rv_dw3(L["rows"], L["folded"], L["rq"], bool(tr))
     mode = rv_mode(L["signfix"], L["rq"])
     consts = [ir.Buffer("pk", "int32", pk.size, "const", pk,
@@ -243,4 +248,4 @@ def dwd_kernel(ctx: OpContext, ref: ir.Kernel, L: dict, geo: tuple) -> ir.Kernel
            + (f", output rows delayed through {2 * plane[4]} bytes scratch" if dly else ""))
     return inplace.declare(
         ir.Kernel(ctx.name, tuple(bufs), tuple(body), doc, ref.macs, "mf_rv_dwd"),
-        "x", acc.get(dly))
+        "x", acc)
