@@ -18,6 +18,11 @@ recomputed (extra MACs), or each row is computed once and the halo rows a band s
 next are copied from one to the other (row by row: no extra MACs, a few rows kept per layer).
 `choose` tries every stage, band count and way and keeps the smallest arena (as the caller
 measures it: the real planner with the kernels' scratch) whose extra MACs stay within a bound.
+Two forms shrink a band's working set further: its halo copies made after the band's readers
+of the rows (`late`: not live beside them), and its convolutions on the kernels with the
+least scratch (`lean`: im2col; the band depthwise always takes one output row of scratch).
+The planner also lets the bands use the input's bytes no later band reads and the output's
+bytes no band has written yet (memory_plan.buffer_pieces).
 """
 from __future__ import annotations
 
@@ -312,13 +317,14 @@ def choose(g: Graph, cost, max_overhead: float = 10.0, max_bands: int = 64,
            quick=None, finalists: int = 4, progress=None) -> Choice:
     """The patched graph with the smallest arena whose MACs exceed g's by at most
     `max_overhead` percent; `cost(graph)` -> (arena bytes, MACs) measures a candidate (every
-    stage, band count, halos recomputed or reused). `quick(graph)`, when given, is a cheaper
-    estimate of cost that ranks all candidates; the `finalists` best are then measured by
-    `cost`. Ties go to fewer MACs, then fewer bands, then a shorter stage, then recomputing
-    (deterministic). The best is then measured with its halo copies late and its band
-    convolutions lean (patch_stage), kept where the arena is strictly smaller. When nothing
-    beats g's own arena, g itself (k = 0). `progress(line)`, when given, hears one line per
-    stage length tried."""
+    stage, band count, halos recomputed or reused; reused, the halo copies made at once or
+    late, the band convolutions lean or not: patch_stage). `quick(graph)`, when given, is a
+    cheaper estimate of cost that ranks the candidates by their leanest form (late="all",
+    lean); the best of each stage length, the `finalists` best of those, are then measured by
+    `cost` in every form. Ties go to fewer MACs, then fewer bands, then a shorter stage, then
+    recomputing, then the form listed first (halo copies at once, not lean: fewer
+    instructions) (deterministic). When nothing beats g's own arena, g itself (k = 0).
+    `progress(line)`, when given, hears one line per stage length tried and per finalist."""
     quick = quick or cost
     base_arena, base_macs = cost(g)
     best = Choice(g, 0, 1, base_arena, base_macs, base_arena, base_macs)
@@ -330,13 +336,13 @@ def choose(g: Graph, cost, max_overhead: float = 10.0, max_bands: int = 64,
         if max(g.tensors[g.inputs[0]].nbytes, out.nbytes) >= best.arena:
             continue  # both are live while the last band runs (the output may take the
             # input's bytes the bands are done with, memory_plan.overlay_links): no gain
-        if progress is not None:
-            progress(f"stage of {k} layers: up to {min(rows // row_step(out), max_bands)} "
-                     f"bands of rows")
-        for count in range(2, min(rows // row_step(out), max_bands) + 1):
+        top = min(rows // row_step(out), max_bands)
+        if progress is not None and top >= 2:
+            progress(f"stage of {k} layers: up to {top} bands of rows")
+        for count in range(2, top + 1):
             for reuse in (False, True):
                 try:
-                    h = patch_stage(g, k, count, reuse)
+                    h = patch_stage(g, k, count, reuse, "all" if reuse else "", True)
                 except NotPatchable:
                     continue
                 arena, macs = quick(h)
@@ -344,31 +350,33 @@ def choose(g: Graph, cost, max_overhead: float = 10.0, max_bands: int = 64,
                 # the estimate may exceed the full plan (its links all or none): the best
                 # estimates go to the full plan even when they do not beat g's
                 if macs <= base_macs * (1 + max_overhead / 100.0):
-                    ranked = sorted(ranked + [c], key=rank)[:finalists]
-    for c in ranked:
-        arena, macs = cost(c.graph) if quick is not cost else (c.arena, c.macs)
-        c = Choice(c.graph, c.k, c.count, arena, macs, base_arena, base_macs, c.reuse)
-        if rank(c) < rank(best):
+                    ranked.append(c)
+    ranked.sort(key=rank)
+    # the finalists: the best estimate of each stage length (those of one stage's band
+    # counts often tie), the `finalists` best of those
+    ranked = [c for i, c in enumerate(ranked) if all(d.k != c.k for d in ranked[:i])]
+    for c in ranked[:finalists]:
+        c = _forms(g, c, cost, progress)
+        if c is not None and rank(c) < rank(best):
             best = c
-    if best.k:
-        best = _variants(g, best, cost, progress)
     return best
 
 
-def _variants(g: Graph, best: Choice, cost, progress=None) -> Choice:
-    """best, or the same stage and bands with later halo copies and / or lean convolutions
-    (patch_stage's late, lean) where the arena is strictly smaller (the same MACs; lean
-    costs instructions, so it is taken only for bytes; ties keep the first)."""
-    trials = [(late, lean) for lean in (False, True)
-              for late in (LATE if best.reuse else ("",)) if late or lean]
-    if progress is not None:
-        progress(f"{best.k} layers in {best.count} bands: {len(trials)} variants")
-    for late, lean in trials:
+def _forms(g: Graph, c: Choice, cost, progress=None):
+    """The candidate's stage and bands in the form (patch_stage's late, lean) with the
+    smallest arena as `cost` measures it (the same MACs; ties keep the form listed first:
+    lean costs instructions, late ones copies nothing more), or None."""
+    forms = [(late, lean) for lean in (False, True) for late in (LATE if c.reuse else ("",))]
+    best = None
+    for late, lean in forms:
         try:
-            h = patch_stage(g, best.k, best.count, best.reuse, late, lean)
+            h = patch_stage(g, c.k, c.count, c.reuse, late, lean)
         except NotPatchable:
             continue
         arena, macs = cost(h)
-        if arena < best.arena and macs <= best.macs:
-            best = replace(best, graph=h, arena=arena, macs=macs, late=late, lean=lean)
+        if best is None or (arena, macs) < (best.arena, best.macs):
+            best = replace(c, graph=h, arena=arena, macs=macs, late=late, lean=lean)
+    if progress is not None and best is not None:
+        progress(f"{c.k} layers in {c.count} bands: arena {best.arena:,} bytes "
+                 f"({len(forms)} forms measured)")
     return best

@@ -590,3 +590,68 @@ def test_lean_and_late_bands():
     assert order("") == {(t1, True), (t2, True)}
     assert order("all") == {(t1, False), (t2, False)}
     assert order("strided") == {(t1, True), (t2, False)}  # y2 is read by the stride-2 layer
+
+
+def test_buffer_pieces_of_a_stage_by_hand():
+    """memory_plan.buffer_pieces on the hand-checked stage above (a 3x3 SAME conv over 8 rows
+    of 5 x 2 floats, 40 bytes a row, in 2 bands; steps: 0 view of rows 0..4, 1 band 0's conv,
+    2 view of rows 3..7, 3 band 1's conv, 4 the output's concat view, 5 the end): input rows
+    0..2 ([0, 120)) are read by band 0 only (live steps 0..1), rows 3..7 ([120, 320)) until
+    band 1 (0..3); the output (8 rows of 5 x 3 floats, 60 bytes a row) is a graph output (to
+    the end), rows 0..3 ([0, 240)) written at step 1, rows 4..7 at step 3."""
+    from mcuforge.optimizer.memory_plan import buffer_pieces, requests_of
+    m = Model()
+    x = m.tensor("x", (1, 8, 5, 2), "float32")
+    w = m.tensor("w", (3, 3, 3, 2), "float32", data=np.ones((3, 3, 3, 2)))
+    b = m.tensor("b", (3,), "float32", data=np.zeros(3))
+    y = m.tensor("y", (1, 8, 5, 3), "float32")
+    m.op("CONV_2D", [x, w, b], [y], "Conv2DOptions", Padding=tflite.Padding.SAME, StrideW=1,
+         StrideH=1, FusedActivationFunction=0, DilationWFactor=1, DilationHFactor=1)
+    m.io([x], [y])
+    g = optimize(load(m.build()))
+    h = patch.patch_stage(g, 1, 2)
+    assert [n.op for n in h.nodes] == ["slice", "conv2d", "slice", "conv2d", "concat"]
+    pieces = buffer_pieces(h, requests_of(h)[0])
+    assert pieces == {h.inputs[0]: ((0, 120, 0, 1), (120, 320, 0, 3)),
+                      h.outputs[0]: ((0, 240, 1, 5), (240, 480, 3, 5))}
+    assert buffer_pieces(h, requests_of(h, keep_input=True)[0], keep_input=True) == {
+        h.outputs[0]: ((0, 240, 1, 5), (240, 480, 3, 5))}
+
+
+def test_band_tensors_take_input_bytes_no_band_reads_again():
+    """VWW's first 4 layers in 23 bands: the band tensors and kernel scratch of later bands are
+    planned in bytes of the input that no band reads again (memory_plan.buffer_pieces), which
+    makes the arena smaller than with the input's bytes all live to its last band; every such
+    buffer is checked here byte by byte (_bytes_safe), and plan_check refuses one moved onto
+    input rows the last band still reads."""
+    from dataclasses import replace
+    from mcuforge.optimizer import memory_plan
+    g = optimize(load(mlperf_model("vww_96_int8")))
+    h = patch.patch_stage(g, 4, 23, True, "all")
+    _, plan, model, _ = generate_project(h, "model", "mps2-an386")
+    c = model.graph
+    x = c.inputs[0]
+    ox, nx = plan.offsets[x], c.tensors[x].nbytes
+    inside = [r for r in plan.requests if r.name in c.tensors and r.name != x
+              and ox < plan.offsets[r.name] + r.size and plan.offsets[r.name] < ox + nx
+              and r.first > 0 and "/band" in r.name]
+    assert len(inside) >= 10
+    for r in inside:
+        assert _bytes_safe(c, ox, plan.offsets[r.name], x, r.name), r.name
+    orig = memory_plan.buffer_pieces
+    try:
+        memory_plan.buffer_pieces = lambda *a, **k: {}
+        _, whole, _, _ = generate_project(h, "model", "mps2-an386")
+    finally:
+        memory_plan.buffer_pieces = orig
+    assert plan.arena_size < whole.arena_size
+    # the last band reads the input's last rows: a band tensor of band 1 moved there is
+    # refused
+    z = next(r for r in inside if "band1" in r.name)
+    moved = dict(plan.offsets)
+    moved[z.name] = (ox + nx - z.size) // 4 * 4
+    for t, (root, d) in memory_plan.views(c).items():
+        if root == z.name:
+            moved[t] = moved[z.name] + d
+    with pytest.raises(PlanError, match="share bytes"):
+        check_plan(c, replace(plan, offsets=moved), declared=model.declared)
