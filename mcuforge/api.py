@@ -158,7 +158,9 @@ def patch_first_stage(graph: Graph, target, max_macs: float, keep_input: bool = 
     cache = {}
     choice = choose(graph, lambda g: arena_and_macs(g, target, cache, keep_input=keep_input),
                     max_macs, quick=lambda g: arena_and_macs(g, target, cache, quick=True,
-                                                             keep_input=keep_input))
+                                                             keep_input=keep_input),
+                    progress=lambda line: print(f"memory priority: {line}", file=sys.stderr,
+                                                flush=True))
     return choice.graph, choice
 
 
@@ -170,8 +172,10 @@ def memory_priority_line(choice) -> str:
     return (f"memory priority: arena {choice.base_arena:,} -> {choice.arena:,} bytes, MACs "
             f"{choice.base_macs:,} -> {choice.macs:,} (+{choice.overhead:.1f}%): the first "
             f"{choice.k} layers in {choice.count} bands of rows, "
-            + ("each row computed once (the halo rows copied between bands)" if choice.reuse
-               else "the halos recomputed"))
+            + ("each row computed once (the halo rows copied between bands"
+               + (", after their readers" if choice.late else "") + ")" if choice.reuse
+               else "the halos recomputed")
+            + ("; the band convolutions on im2col (least scratch)" if choice.lean else ""))
 
 
 def _c_bytes(a) -> str:

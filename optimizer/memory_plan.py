@@ -16,6 +16,12 @@ only when that input's last reader is the node and it is neither a graph output 
 offsets. Links that make the arena larger (a chain of expanding layers drifts downwards) are
 dropped one by one while that helps.
 
+Pieces (buffer_pieces): a buffer the kernels touch piece by piece through views (a
+--memory-priority stage's input, read band by band, and its output, written band by band) is
+planned as its byte ranges, each live only from the first to the last step a kernel touches
+it, at fixed offsets in one group: other buffers may take the bytes of a piece while it is not
+live. plan_check proves such sharing byte by byte.
+
 Control flow (if / while nodes): each subgraph is planned by the same planner on its own, and
 the node's scratch, one request as large as the largest of its subgraphs' arenas and live
 during the node only, holds them: the subgraphs of a node run one at a time, so they share it,
@@ -25,6 +31,8 @@ from __future__ import annotations
 
 import bisect
 from dataclasses import dataclass, field, replace
+
+import numpy as np
 
 from mcuforge.ir.graph import ALIAS_OPS, Graph, is_alias, subgraphs
 
@@ -110,11 +118,16 @@ def arena_size(requests, offsets: dict) -> int:
     return max((offsets[r.name] + r.size for r in requests), default=0)
 
 
-def plan(requests, links: dict | None = None) -> dict:
+def plan(requests, links: dict | None = None, pieces: dict | None = None) -> dict:
     """Offsets for the requests: greedy first fit under several orders (largest first, then by
     lifetime start, then longest-lived first), keeping the smallest arena. Ties are broken by
     name, so the plan is deterministic. `links`: {output: (input, shift)} pairs that must sit
-    at output offset = input offset + shift (in place); each chain of them is one group."""
+    at output offset = input offset + shift (in place); each chain of them is one group.
+    `pieces`: {request name: ((lo, hi, first, last), ...)} (buffer_pieces): that buffer's bytes
+    [lo, hi) are live over steps first..last only, so other requests may take its bytes
+    outside those steps (each piece a request of its own, all at fixed offsets in one group)."""
+    if pieces:
+        return _plan_pieces(requests, links or {}, pieces)
     requests = sorted(requests, key=lambda r: r.name)
     groups = _groups(requests, links or {})
     items = {}  # one entry per group: its first member's request stands for it in the orders
@@ -139,6 +152,87 @@ def plan(requests, links: dict | None = None) -> dict:
         if best is None or arena_size(requests, offsets) < arena_size(requests, best):
             best = offsets
     return best or {}
+
+
+def _piece_name(name: str, k: int) -> str:
+    return f"{name}#piece{k}"
+
+
+def _plan_pieces(requests, links: dict, pieces: dict) -> dict:
+    """plan() with the requests named in `pieces` split into their pieces: piece 0 (at byte 0)
+    stands for the buffer in the links, the others are linked to it at their byte offset."""
+    out, ls = [], {}
+    rename = {}
+    for r in requests:
+        ps = pieces.get(r.name)
+        if not ps or ps[0][0] != 0:
+            out.append(r)
+            continue
+        rename[r.name] = _piece_name(r.name, 0)
+        for k, (lo, hi, first, last) in enumerate(ps):
+            out.append(Request(_piece_name(r.name, k), hi - lo, first, last,
+                               r.align if k == 0 else ALIGN))
+            if k:
+                ls[_piece_name(r.name, k)] = (rename[r.name], lo)
+    for y, (x, shift) in links.items():
+        ls[rename.get(y, y)] = (rename.get(x, x), shift)
+    offsets = plan(out, ls)
+    for name, head in rename.items():
+        offsets[name] = offsets[head]
+    names = {r.name for r in requests}
+    return {n: o for n, o in offsets.items() if n in names}
+
+
+def buffer_pieces(g: Graph, reqs: tuple, keep_input: bool = False) -> dict:
+    """{buffer: ((lo, hi, first, last), ...)}: the byte ranges (4-byte words, merged where
+    equal) of the buffers the kernels touch piece by piece through views (a --memory-priority
+    stage, optimizer/patch.py: the graph's input, read band by band, and the largest view
+    concat's output, written band by band) with the steps each is live: from the first kernel
+    access of one of its bytes (a graph input: 0) to the last (a graph output, state or kept
+    input: the end). Other buffers may then take a piece's bytes while it is not live;
+    plan_check proves it byte by byte. Empty where no buffer is touched so."""
+    by_name = {r.name: r for r in reqs}
+    at = views(g)
+    concats = [n.outputs[0] for n in g.nodes if n.op == "concat" and is_alias(n)]
+    ys = sorted((y for y in concats if y in by_name), key=lambda y: (-by_name[y].size, y))[:1]
+    xs = [x for x in g.inputs if x in by_name and not keep_input
+          and any(at.get(t, ("",))[0] == x for t in at)]
+    wanted = set(xs) | set(ys)
+    if not wanted:
+        return {}
+    sinks = {at.get(t, (t, 0))[0] for t in list(g.outputs) + list(g.state.values())}
+    end = len(g.nodes)
+    span = {}  # buffer -> (first, last) step per 4-byte word
+    for b in wanted:
+        words = (by_name[b].size + 3) // 4
+        span[b] = (np.full(words, 0 if b in g.inputs else 1 << 30, np.int64),
+                   np.full(words, -1, np.int64))
+    for i, n in enumerate(g.nodes):
+        if is_alias(n) or subgraphs(n):
+            continue
+        for t in list(n.inputs) + list(n.outputs):
+            if not t or g.tensors[t].is_const:
+                continue
+            b, o = at.get(t, (t, 0))
+            if b not in span:
+                continue
+            first, last = span[b]
+            lo, hi = o // 4, (o + g.tensors[t].nbytes + 3) // 4
+            np.minimum(first[lo:hi], i, out=first[lo:hi])
+            np.maximum(last[lo:hi], i, out=last[lo:hi])
+    out = {}
+    for b, (first, last) in span.items():
+        r = by_name[b]
+        untouched = last < 0  # live with the buffer's first step only
+        first = np.maximum(np.where(untouched, r.first, first), r.first)
+        last = np.full_like(last, end) if b in sinks else np.maximum(last, first)
+        cuts = np.flatnonzero((first[1:] != first[:-1]) | (last[1:] != last[:-1])) + 1
+        starts = [0] + cuts.tolist()
+        ps = tuple((4 * a, min(r.size, 4 * z), int(first[a]), int(last[a]))
+                   for a, z in zip(starts, starts[1:] + [len(first)]))
+        if len(ps) > 1:
+            out[b] = ps
+    return out
 
 
 def _groups(requests, links: dict) -> dict:
@@ -319,7 +413,10 @@ def plan_graph(g: Graph, scratch_of=None, in_place_of=None, keep_input: bool = F
     links = _with_overlays(links, overlays, reqs)
     overlaid = {y: links[y] for y in overlays if links.get(y) == overlays[y]}
     padded = _padded(reqs, redzone, granule), _padded(scratch, redzone, granule)
-    offsets, links = _plan_links(*padded, links, search, overlaid)
+    # byte ranges of the buffers touched piece by piece (not with red-zones: each buffer
+    # keeps its bytes whole there, so the checked build poisons whole buffers)
+    pieces = buffer_pieces(g, reqs, keep_input) if not redzone else {}
+    offsets, links = _plan_links(*padded, links, search, overlaid, pieces)
     reqs += tuple(scratch)
     size_of = arena_size(padded[0] + padded[1], offsets)
     state, size = {}, 0
@@ -485,7 +582,7 @@ def _overlay_shift(writes: list, reads: list, x_size: int, y_size: int, align: i
 
 
 def _plan_links(reqs: tuple, scratch: tuple, links: dict, search: bool = True,
-                overlaid: dict | None = None) -> tuple:
+                overlaid: dict | None = None, pieces: dict | None = None) -> tuple:
     """(offsets, the links kept): the plan with every link, then, while that makes the arena
     smaller (DROPS times at most), the link whose removal helps most dropped (ties: the first
     by name); a chain of links is one rigid group, and one that drifts (expanding layers step
@@ -494,7 +591,7 @@ def _plan_links(reqs: tuple, scratch: tuple, links: dict, search: bool = True,
     everything = reqs + scratch
 
     def size_of(ls):
-        offsets = _plan_with_scratch(reqs, list(scratch), ls)
+        offsets = _plan_with_scratch(reqs, list(scratch), ls, pieces)
         return arena_size(everything, offsets), offsets
     best, offsets = size_of(links)
     kept = dict(links)
@@ -604,14 +701,17 @@ def _scratch_name(g: Graph, node, kind: str = "scratch") -> str:
     return name
 
 
-def _plan_with_scratch(reqs: tuple, scratch: list, links: dict | None = None) -> dict:
+def _plan_with_scratch(reqs: tuple, scratch: list, links: dict | None = None,
+                       pieces: dict | None = None) -> dict:
     """Offsets for the graph's requests and its control-flow scratch: planned together, or
     the scratch fitted around the graph's own plan, whichever arena is smaller. The second
     bounds the arena by the graph's own plus its largest scratch."""
+    def planned(rs):
+        return plan(rs, links, pieces) if pieces else plan(rs, links)
     if not scratch:
-        return plan(reqs, links)
-    together = plan(reqs + tuple(scratch), links)
-    own = plan(reqs, links)
+        return planned(reqs)
+    together = planned(reqs + tuple(scratch))
+    own = planned(reqs)
     around = _first_fit(sorted(scratch, key=lambda r: (-r.size, r.name)), own,
                         [(own[r.name], r) for r in reqs])
     everything = reqs + tuple(scratch)

@@ -18,6 +18,11 @@ recomputed (extra MACs), or each row is computed once and the halo rows a band s
 next are copied from one to the other (row by row: no extra MACs, a few rows kept per layer).
 `choose` tries every stage, band count and way and keeps the smallest arena (as the caller
 measures it: the real planner with the kernels' scratch) whose extra MACs stay within a bound.
+Two forms shrink a band's working set further: its halo copies made after the band's readers
+of the rows (`late`: not live beside them), and its convolutions on the kernels with the
+least scratch (`lean`: im2col; the band depthwise always takes one output row of scratch).
+The planner also lets the bands use the input's bytes no later band reads and the output's
+bytes no band has written yet (memory_plan.buffer_pieces).
 """
 from __future__ import annotations
 
@@ -33,6 +38,9 @@ WINDOW_OPS = ("conv2d", "depthwise_conv2d", "avg_pool2d", "max_pool2d")
 # ops computing each output element from the same element of their same-shape inputs
 POINTWISE_OPS = ("add", "mul", "sub", "relu", "relu6", "leaky_relu", "logistic", "tanh",
                  "hard_swish", "quantize", "dequantize", "unary")
+
+
+LATE = ("", "all", "strided")  # patch_stage's `late`
 
 
 class NotPatchable(Exception):
@@ -121,7 +129,8 @@ def row_step(t: Tensor) -> int:
     return align // math.gcd(row, align)
 
 
-def patch_stage(g: Graph, k: int, count: int, reuse: bool = False) -> Graph:
+def patch_stage(g: Graph, k: int, count: int, reuse: bool = False, late: str = "",
+                lean: bool = False) -> Graph:
     """The graph with its first k nodes (a stage: stage_lengths) computed in `count` bands of
     the stage output's rows. Guarantees: the graph's inputs, outputs and values are unchanged
     (each band's nodes are the original ones with their rows and padding cut to the band; the
@@ -135,7 +144,14 @@ def patch_stage(g: Graph, k: int, count: int, reuse: bool = False) -> Graph:
     rows of each tensor the next band reads too are copied out as soon as they are computed
     (a few rows: the halo) and copied back in front of the next band's new rows. No extra
     MACs; a few rows kept per layer between bands, and the copies, instead. NotPatchable where
-    the new rows would start at a misaligned byte."""
+    the new rows would start at a misaligned byte. `late` (with reuse): which halo copies wait
+    until the band's last reader of the tensor has run (LATE: "" none, "all", "strided": the
+    tensors a strided window op reads), so the copy is not live beside that reader (the
+    reader then cannot write over its input in place). `lean`: the band convolutions ask
+    their kernels for the least scratch (codegen_c/kernels/gemm.py: im2col), for more
+    instructions."""
+    if late not in LATE:
+        raise ValueError(f"late={late!r}: one of {LATE}")
     if k not in stage_lengths(g):
         raise NotPatchable(f"the first {k} nodes are not a stage")
     stage = g.nodes[:k]
@@ -171,6 +187,8 @@ def patch_stage(g: Graph, k: int, count: int, reuse: bool = False) -> Graph:
         ins = tuple(rows_of(t, have[t], need[t], reads) if t and not g.tensors[t].is_const
                     else t for t in n.inputs)
         attrs = dict(n.attrs, band_of=o)  # codegen shares the bands' tables and code
+        if lean and n.op == "conv2d":
+            attrs["lean"] = True
         if n.op in WINDOW_OPS:
             s, span, top = _window(g, n)
             first, last = r[0] * s - top, (r[1] - 1) * s - top + span
@@ -185,9 +203,17 @@ def patch_stage(g: Graph, k: int, count: int, reuse: bool = False) -> Graph:
     plans = _reuse_plans(g, stage, out, bands(y.shape[1], count, row_step(y))) if reuse \
         else _recompute_plans(g, stage, out, bands(y.shape[1], count, row_step(y)))
     parts, carry = [], {}  # carry: tensor -> the copy of its rows later bands read
+    # the stage node reading each tensor last: a late halo copy waits for it
+    last_reader = {t: j for j, n in enumerate(stage) for t in n.inputs if t}
+    strided = {n.inputs[0] for n in stage if n.op in WINDOW_OPS and _window(g, n)[0] > 1}
+    waits = lambda t: late == "all" or (late == "strided" and t in strided)  # noqa: E731
     for p, (need, fresh) in enumerate(plans):
         have = {x: x}  # tensor -> the band tensor holding need[tensor] of it
-        for n in stage:
+        pending = []  # (tensor, its band tensor, rows held, rows to copy): late halo copies
+        for j, n in enumerate(stage):
+            for t, held, r, rows in [c for c in pending if last_reader.get(c[0], -1) < j]:
+                carry[t] = rows_of(t, held, r, rows, copy=True)
+            pending = [c for c in pending if last_reader.get(c[0], -1) >= j]
             o = n.outputs[0]
             if o not in need:
                 continue
@@ -209,7 +235,12 @@ def patch_stage(g: Graph, k: int, count: int, reuse: bool = False) -> Graph:
             if later is not None and later[0] < r[1]:  # rows the next band takes over
                 if later[0] < r[0]:
                     raise NotPatchable(f"band {p + 1} reads rows of '{o}' before band {p}'s")
-                carry[o] = rows_of(o, have[o], r, (later[0], r[1]), copy=True)
+                if waits(o):  # after this band's readers of o: not live beside them
+                    pending.append((o, have[o], r, (later[0], r[1])))
+                else:
+                    carry[o] = rows_of(o, have[o], r, (later[0], r[1]), copy=True)
+        for t, held, r, rows in pending:
+            carry[t] = rows_of(t, held, r, rows, copy=True)
         parts.append(have[out])
     nodes.append(Node("concat", tuple(parts), (out,), {"axis": 1, "activation": "none",
                                                       "view": True}, out))
@@ -273,6 +304,8 @@ class Choice:
     base_arena: int
     base_macs: int
     reuse: bool = False  # patch_stage's: halo rows copied between bands, not recomputed
+    late: str = ""  # patch_stage's: the halo copies made after the band's readers (LATE)
+    lean: bool = False  # patch_stage's: the band convolutions on their least-scratch kernels
 
     @property
     def overhead(self) -> float:
@@ -281,13 +314,17 @@ class Choice:
 
 
 def choose(g: Graph, cost, max_overhead: float = 10.0, max_bands: int = 64,
-           quick=None, finalists: int = 4) -> Choice:
+           quick=None, finalists: int = 4, progress=None) -> Choice:
     """The patched graph with the smallest arena whose MACs exceed g's by at most
     `max_overhead` percent; `cost(graph)` -> (arena bytes, MACs) measures a candidate (every
-    stage, band count, halos recomputed or reused). `quick(graph)`, when given, is a cheaper
-    estimate of cost that ranks all candidates; the `finalists` best are then measured by
-    `cost`. Ties go to fewer MACs, then fewer bands, then a shorter stage, then recomputing
-    (deterministic). When nothing beats g's own arena, g itself (k = 0)."""
+    stage, band count, halos recomputed or reused; reused, the halo copies made at once or
+    late, the band convolutions lean or not: patch_stage). `quick(graph)`, when given, is a
+    cheaper estimate of cost that ranks the candidates by their leanest form (late="all",
+    lean); the best of each stage length, the `finalists` best of those, are then measured by
+    `cost` in every form. Ties go to fewer MACs, then fewer bands, then a shorter stage, then
+    recomputing, then the form listed first (halo copies at once, not lean: fewer
+    instructions) (deterministic). When nothing beats g's own arena, g itself (k = 0).
+    `progress(line)`, when given, hears one line per stage length tried and per finalist."""
     quick = quick or cost
     base_arena, base_macs = cost(g)
     best = Choice(g, 0, 1, base_arena, base_macs, base_arena, base_macs)
@@ -299,10 +336,13 @@ def choose(g: Graph, cost, max_overhead: float = 10.0, max_bands: int = 64,
         if max(g.tensors[g.inputs[0]].nbytes, out.nbytes) >= best.arena:
             continue  # both are live while the last band runs (the output may take the
             # input's bytes the bands are done with, memory_plan.overlay_links): no gain
-        for count in range(2, min(rows // row_step(out), max_bands) + 1):
+        top = min(rows // row_step(out), max_bands)
+        if progress is not None and top >= 2:
+            progress(f"stage of {k} layers: up to {top} bands of rows")
+        for count in range(2, top + 1):
             for reuse in (False, True):
                 try:
-                    h = patch_stage(g, k, count, reuse)
+                    h = patch_stage(g, k, count, reuse, "all" if reuse else "", True)
                 except NotPatchable:
                     continue
                 arena, macs = quick(h)
@@ -310,10 +350,33 @@ def choose(g: Graph, cost, max_overhead: float = 10.0, max_bands: int = 64,
                 # the estimate may exceed the full plan (its links all or none): the best
                 # estimates go to the full plan even when they do not beat g's
                 if macs <= base_macs * (1 + max_overhead / 100.0):
-                    ranked = sorted(ranked + [c], key=rank)[:finalists]
-    for c in ranked:
-        arena, macs = cost(c.graph) if quick is not cost else (c.arena, c.macs)
-        c = Choice(c.graph, c.k, c.count, arena, macs, base_arena, base_macs, c.reuse)
-        if rank(c) < rank(best):
+                    ranked.append(c)
+    ranked.sort(key=rank)
+    # the finalists: the best estimate of each stage length (those of one stage's band
+    # counts often tie), the `finalists` best of those
+    ranked = [c for i, c in enumerate(ranked) if all(d.k != c.k for d in ranked[:i])]
+    for c in ranked[:finalists]:
+        c = _forms(g, c, cost, progress)
+        if c is not None and rank(c) < rank(best):
             best = c
+    return best
+
+
+def _forms(g: Graph, c: Choice, cost, progress=None):
+    """The candidate's stage and bands in the form (patch_stage's late, lean) with the
+    smallest arena as `cost` measures it (the same MACs; ties keep the form listed first:
+    lean costs instructions, late ones copies nothing more), or None."""
+    forms = [(late, lean) for lean in (False, True) for late in (LATE if c.reuse else ("",))]
+    best = None
+    for late, lean in forms:
+        try:
+            h = patch_stage(g, c.k, c.count, c.reuse, late, lean)
+        except NotPatchable:
+            continue
+        arena, macs = cost(h)
+        if best is None or (arena, macs) < (best.arena, best.macs):
+            best = replace(c, graph=h, arena=arena, macs=macs, late=late, lean=lean)
+    if progress is not None and best is not None:
+        progress(f"{c.k} layers in {c.count} bands: arena {best.arena:,} bytes "
+                 f"({len(forms)} forms measured)")
     return best

@@ -16,7 +16,10 @@ node (its lifetime recomputed here), is neither a graph output nor a state (nor 
 when the model keeps its input), and the output is born at that node. A view concat's output
 (a stage computed in bands, optimizer/patch.py) may take the bytes of another buffer where, byte
 by byte, every kernel access to that buffer is over before the output's first write
-(_overlay_pairs). State tensors live in a block of their own, always live.
+(_overlay_pairs). Any two buffers may share bytes where no shared byte is used by both at a
+common step, a byte used from the first to the last step a kernel touches it (_byte_times:
+the pieces of memory_plan.buffer_pieces). State tensors live in a block of their own, always
+live.
 """
 from __future__ import annotations
 
@@ -116,7 +119,7 @@ def check_plan(g: Graph, plan, in_place: dict | None = None, declared: dict | No
                 check_plan(sub, sub_plan)
     allowed = _allowed_pairs(g, plan, root, delta, first, declared or {}, keep_input)
     allowed |= _overlay_pairs(g, plan, root, delta, keep_input)
-    _disjoint(arena, 0, end, "arena", allowed)
+    _disjoint(arena, 0, end, "arena", allowed, _byte_times(g, plan, root, keep_input))
 
 
 def _allowed_pairs(g: Graph, plan, root: dict, delta: dict, first: dict, declared: dict,
@@ -185,6 +188,60 @@ def _overlay_pairs(g: Graph, plan, root: dict, delta: dict, keep_input: bool) ->
     return out
 
 
+def _byte_times(g: Graph, plan, root: dict, keep_input: bool):
+    """fine(a, b) for two buffers (alias groups or kernel scratch) that share bytes while both
+    are live: True when no byte they share is used by both at a common step. A buffer uses a
+    byte from the first to the last step a kernel reads or writes it (through any of its views;
+    alias nodes touch nothing); a graph input's bytes from step -1 (written before the first
+    node), a graph output's, state's next value's or kept input's to the end; a kernel
+    scratch's at its node. (A buffer whose pieces die or are born at different steps: a
+    --memory-priority stage's input and output, memory_plan.buffer_pieces.)"""
+    end = len(g.nodes)
+    access = {}  # buffer -> [(step, absolute lo, absolute hi)]
+    for i, n in enumerate(g.nodes):
+        for kind in ("kernel", "scratch"):
+            name = mp._scratch_name(g, n, kind)
+            if name in plan.offsets:
+                size = next((r.size for r in plan.requests if r.name == name), 0)
+                access.setdefault(name, []).append((i, plan.offsets[name],
+                                                    plan.offsets[name] + size))
+        if is_alias(n):
+            continue
+        for t in list(n.inputs) + list(n.outputs):
+            if t and not g.tensors[t].is_const and t in plan.offsets:
+                access.setdefault(root.get(t, t), []).append(
+                    (i, plan.offsets[t], plan.offsets[t] + g.tensors[t].nbytes))
+    for t in g.inputs:
+        if t in plan.offsets:
+            access.setdefault(t, []).append((-1, plan.offsets[t],
+                                             plan.offsets[t] + g.tensors[t].nbytes))
+    for t in list(g.outputs) + list(g.state.values()) + (list(g.inputs) if keep_input else []):
+        if t in plan.offsets:
+            access.setdefault(root.get(t, t), []).append(
+                (end, plan.offsets[t], plan.offsets[t] + g.tensors[t].nbytes))
+
+    def times(b, lo, hi):
+        first = np.full(hi - lo, 1 << 30, np.int64)
+        last = np.full(hi - lo, -(1 << 30), np.int64)
+        for s, a, z in access.get(b, ()):
+            a, z = max(a, lo), min(z, hi)
+            if a < z:
+                np.minimum(first[a - lo:z - lo], s, out=first[a - lo:z - lo])
+                np.maximum(last[a - lo:z - lo], s, out=last[a - lo:z - lo])
+        return first, last
+
+    def fine(a: tuple, b: tuple) -> bool:
+        """a, b: (name, lo, hi, first, last) of two groups."""
+        if a[0] not in access or b[0] not in access:
+            return False
+        lo, hi = max(a[1], b[1]), min(a[2], b[2])
+        fa, la = times(a[0], lo, hi)
+        fb, lb = times(b[0], lo, hi)
+        used = (la >= fa) & (lb >= fb)  # bytes both use
+        return bool(np.all(~used | (la < fb) | (lb < fa)))
+    return fine
+
+
 def _views(g: Graph) -> tuple:
     """({tensor: root buffer}, {tensor: byte offset in it}) of the graph's aliases: a view's
     offset is the flat index of its first element in the bigger tensor, times the element
@@ -228,9 +285,11 @@ def _place(g: Graph, t: str, offsets: dict, size: int, where: str) -> None:
         _fail(f"'{t}' at [{o}, {o + n}) lies outside the {where} of {size} bytes")
 
 
-def _disjoint(buffers: list, start: int, end: int, where: str, allowed=frozenset()) -> None:
+def _disjoint(buffers: list, start: int, end: int, where: str, allowed=frozenset(),
+              fine=None) -> None:
     """No two buffers live at a common step share a byte, except the `allowed` pairs (of group
-    names). Pairwise, one numpy row per buffer."""
+    names) and those `fine(a, b)` clears byte by byte (_byte_times). Pairwise, one numpy row
+    per buffer."""
     import numpy as np
 
     groups = {}  # an alias group is one buffer: its members' union lifetime
@@ -256,5 +315,7 @@ def _disjoint(buffers: list, start: int, end: int, where: str, allowed=frozenset
             if frozenset((keys[i], keys[k])) in allowed:
                 continue
             a, b = groups[keys[k]], groups[keys[i]]
+            if fine is not None and fine((keys[k],) + a[1:], (keys[i],) + b[1:]):
+                continue
             _fail(f"'{a[0]}' [{a[1]}, {a[2]}) and '{b[0]}' [{b[1]}, {b[2]}) share bytes in the "
                   f"{where} while both are live at step {max(a[3], b[3])}")

@@ -121,13 +121,15 @@ def run_c(g, tmp: Path, x: np.ndarray) -> tuple:
 
 def candidates(g) -> list:
     """Every stage length with 2 bands, 3 bands and one band per output row, the halos
-    recomputed and reused."""
+    recomputed and reused; reused with the halo copies after every reader in 2 bands, after
+    the strided readers in one band per row."""
     out = []
     for k in patch.stage_lengths(g):
         rows = g.tensors[g.nodes[k - 1].outputs[0]].shape[1] if k else 0
         for count in sorted({2, 3, rows}):
             if 2 <= count <= rows:
-                out += [(k, count, False), (k, count, True)]
+                out += [(k, count, False, ""), (k, count, True, "")]
+        out += [(k, 2, True, "all"), (k, rows, True, "strided")] if rows >= 2 else []
     return out
 
 
@@ -148,19 +150,22 @@ def test_random_chains_patched_equal_the_reference(dtype, seed, tmp_path):
         x = rng.standard_normal((3, *t.shape)).astype(np.float32)
         want = np.stack([litert(model, [xi])[0] for xi in x])
     tried = 0
-    for i, (k, count, reuse) in enumerate(candidates(g)):
+    for i, (k, count, reuse, late) in enumerate(candidates(g)):
+        if late == "strided" and not any(n.op in patch.WINDOW_OPS and n.attrs["stride"][0] > 1
+                                         for n in g.nodes[:k]):
+            continue  # no strided reader: the same graph as late=""
         try:
-            h = patch.patch_stage(g, k, count, reuse)
+            h = patch.patch_stage(g, k, count, reuse, late)
         except patch.NotPatchable:
             continue
         y, plan, compiled, declared = run_c(h, tmp_path / f"c{i}", x)
         assert any(n.op == "concat" and is_alias(n) for n in compiled.nodes)  # still banded
         check_plan(compiled, plan, declared=declared)
         if dtype == "int8":
-            assert np.array_equal(y, want), (k, count, reuse)
+            assert np.array_equal(y, want), (k, count, reuse, late)
         else:
             np.testing.assert_allclose(y, want, rtol=1e-4, atol=1e-4 * np.abs(want).max(),
-                                       err_msg=str((k, count, reuse)))
+                                       err_msg=str((k, count, reuse, late)))
         tried += 1
     assert tried >= 1
 
@@ -492,3 +497,161 @@ def test_random_chains_memory_priority_under_the_arena_check(seed, tmp_path):
     x = rng.integers(-128, 128, (3, *g.tensors[g.inputs[0]].shape)).astype(np.int8)
     y = runner.run(path, x, board="host", memory_priority=10.0, check_arena=True)
     assert np.array_equal(y, tflm.run(model, [x])[0])
+
+
+def _int8_layer(m, name, cur, shape, o, k, stride, dw, rng):
+    """One int8 3x3-style layer (conv or depthwise, SAME, RELU) after `cur`; its output."""
+    c = shape[-1]
+    sw = rng.uniform(0.002, 0.01, o).astype(np.float32)
+    wshape = (1, k, k, o) if dw else (o, k, k, c)
+    wi = m.tensor(f"w{name}", wshape, "int8", data=rng.integers(-127, 128, wshape),
+                  scale=sw.tolist(), zero_point=[0] * o, axis=3 if dw else 0)
+    bi = m.tensor(f"b{name}", (o,), "int32", data=rng.integers(-2000, 2000, o).astype(np.int32),
+                  scale=(np.float32(0.05) * sw).tolist(), zero_point=[0] * o)
+    oh, ow = -(-shape[1] // stride), -(-shape[2] // stride)
+    y = m.tensor(f"y{name}", (1, oh, ow, o), "int8", scale=0.05, zero_point=-128)
+    opts = dict(Padding=tflite.Padding.SAME, StrideW=stride, StrideH=stride,
+                FusedActivationFunction=tflite.ActivationFunctionType.RELU,
+                DilationWFactor=1, DilationHFactor=1)
+    if dw:
+        m.op("DEPTHWISE_CONV_2D", [cur, wi, bi], [y], "DepthwiseConv2DOptions",
+             DepthMultiplier=1, **opts)
+    else:
+        m.op("CONV_2D", [cur, wi, bi], [y], "Conv2DOptions", **opts)
+    return y, (1, oh, ow, o)
+
+
+def _kernels_of(h, board="mps2-an386"):
+    from mcuforge.board import load_board
+    from mcuforge.codegen_c.model import _lower_all
+    kernels = _lower_all(h, load_board(board).target(None))
+    return [(n, kernels[id(n)]) for n in h.nodes if kernels.get(id(n)) is not None]
+
+
+def test_band_depthwise_takes_one_row_of_scratch():
+    """The M4 depthwise of a band asks for the least scratch: one output row of 4 channels.
+    A 3x3 stride-2 SAME depthwise over 13x48x16 in bands of one output row: its kernel widens
+    3 input rows of 4 channels to int16 rows of pw = max(pad_l + 48, 2 * 24 + 2) = 50
+    entries: 4 * 3 * 50 * 2 = 1,200 bytes (pack_dw's docstring). The whole layer keeps its
+    default budget: 4 KB holds (4096 // (4 * 50 * 2) - 3) // 2 + 1 = 4 output rows, 9 input
+    rows: 4 * 9 * 50 * 2 = 3,600 bytes. (Before, a band of 24 outputs counted as a small
+    image and filled 4 KB with channels: 12 * 3 * 50 * 2 = 3,600 bytes.)"""
+    rng = np.random.default_rng(5)
+    m = Model()
+    x = m.tensor("x", (1, 13, 48, 16), "int8", scale=0.05, zero_point=-3)
+    y, _ = _int8_layer(m, "d", x, (1, 13, 48, 16), 16, 3, 2, True, rng)
+    m.io([x], [y])
+    g = optimize(load(m.build()))
+    [(_, whole)] = _kernels_of(g)
+    assert whole.scratch_bytes == 3600
+    h = patch.patch_stage(g, 1, 7)
+    bands = [k for n, k in _kernels_of(h) if n.op == "depthwise_conv2d"]
+    assert len(bands) == 7 and {k.scratch_bytes for k in bands} == {1200}
+
+
+def test_lean_and_late_bands():
+    """`lean`: the band convolutions of a 3x3 conv over 16 channels take im2col (mf_conv_*,
+    scratch 3 * Kp + k_h * ((out_w - 1) * stride_w + k_w) * in_c = 3 * 144 + 3 * 34 * 16 =
+    2,064 bytes) instead of the widened rows (mf_convp_*, 2 * 544 * 3 + 544 + 8 = 3,816
+    bytes); `late`: each halo copy of a band comes after the band's last reader of that
+    tensor ("all"), or after it only for the strided readers' tensors ("strided"), else right
+    after the tensor is computed. The values are the reference's (the random chains above
+    run every `late`; the MLPerf models on mps2-an386 run lean bands)."""
+    rng = np.random.default_rng(6)
+    m = Model()
+    x = m.tensor("x", (1, 16, 32, 16), "int8", scale=0.05, zero_point=-3)
+    y1, s1 = _int8_layer(m, "1", x, (1, 16, 32, 16), 16, 3, 1, False, rng)
+    y2, s2 = _int8_layer(m, "2", y1, s1, 16, 3, 1, True, rng)
+    y3, _ = _int8_layer(m, "3", y2, s2, 16, 3, 2, True, rng)
+    m.io([x], [y3])
+    g = optimize(load(m.build()))
+    convs = lambda h: [k for n, k in _kernels_of(h) if n.op == "conv2d"]  # noqa: E731
+    assert {(k.schedule.startswith("mf_convp"), k.scratch_bytes)
+            for k in convs(patch.patch_stage(g, 3, 4, True))} == {(True, 3816)}
+    lean = convs(patch.patch_stage(g, 3, 4, True, lean=True))
+    assert {(k.schedule.startswith("mf_conv_"), k.scratch_bytes) for k in lean} == {(True, 2064)}
+
+    def order(late):
+        """Per halo copy: (its tensor, whether a band node reading that band tensor runs
+        after it)."""
+        h = patch.patch_stage(g, 3, 4, True, late)
+        pos = {n.outputs[0]: i for i, n in enumerate(h.nodes)}
+        out = set()
+        for i, n in enumerate(h.nodes):
+            if n.op == "slice" and not is_alias(n) and "/band" in n.inputs[0]:
+                src = n.inputs[0]
+                readers = [j for j, u in enumerate(h.nodes) if not is_alias(u) and j != i
+                           and any(v == src or (v in pos and is_alias(h.nodes[pos[v]])
+                                                and h.nodes[pos[v]].inputs[0] == src)
+                                   for v in u.inputs)]  # directly or through a view
+                out.add((src.split("/band")[0], any(j > i for j in readers)))
+        return out
+    t1, t2 = (g.nodes[0].outputs[0], g.nodes[1].outputs[0])
+    assert order("") == {(t1, True), (t2, True)}
+    assert order("all") == {(t1, False), (t2, False)}
+    assert order("strided") == {(t1, True), (t2, False)}  # y2 is read by the stride-2 layer
+
+
+def test_buffer_pieces_of_a_stage_by_hand():
+    """memory_plan.buffer_pieces on the hand-checked stage above (a 3x3 SAME conv over 8 rows
+    of 5 x 2 floats, 40 bytes a row, in 2 bands; steps: 0 view of rows 0..4, 1 band 0's conv,
+    2 view of rows 3..7, 3 band 1's conv, 4 the output's concat view, 5 the end): input rows
+    0..2 ([0, 120)) are read by band 0 only (live steps 0..1), rows 3..7 ([120, 320)) until
+    band 1 (0..3); the output (8 rows of 5 x 3 floats, 60 bytes a row) is a graph output (to
+    the end), rows 0..3 ([0, 240)) written at step 1, rows 4..7 at step 3."""
+    from mcuforge.optimizer.memory_plan import buffer_pieces, requests_of
+    m = Model()
+    x = m.tensor("x", (1, 8, 5, 2), "float32")
+    w = m.tensor("w", (3, 3, 3, 2), "float32", data=np.ones((3, 3, 3, 2)))
+    b = m.tensor("b", (3,), "float32", data=np.zeros(3))
+    y = m.tensor("y", (1, 8, 5, 3), "float32")
+    m.op("CONV_2D", [x, w, b], [y], "Conv2DOptions", Padding=tflite.Padding.SAME, StrideW=1,
+         StrideH=1, FusedActivationFunction=0, DilationWFactor=1, DilationHFactor=1)
+    m.io([x], [y])
+    g = optimize(load(m.build()))
+    h = patch.patch_stage(g, 1, 2)
+    assert [n.op for n in h.nodes] == ["slice", "conv2d", "slice", "conv2d", "concat"]
+    pieces = buffer_pieces(h, requests_of(h)[0])
+    assert pieces == {h.inputs[0]: ((0, 120, 0, 1), (120, 320, 0, 3)),
+                      h.outputs[0]: ((0, 240, 1, 5), (240, 480, 3, 5))}
+    assert buffer_pieces(h, requests_of(h, keep_input=True)[0], keep_input=True) == {
+        h.outputs[0]: ((0, 240, 1, 5), (240, 480, 3, 5))}
+
+
+def test_band_tensors_take_input_bytes_no_band_reads_again():
+    """VWW's first 4 layers in 23 bands: the band tensors and kernel scratch of later bands are
+    planned in bytes of the input that no band reads again (memory_plan.buffer_pieces), which
+    makes the arena smaller than with the input's bytes all live to its last band; every such
+    buffer is checked here byte by byte (_bytes_safe), and plan_check refuses one moved onto
+    input rows the last band still reads."""
+    from dataclasses import replace
+    from mcuforge.optimizer import memory_plan
+    g = optimize(load(mlperf_model("vww_96_int8")))
+    h = patch.patch_stage(g, 4, 23, True, "all")
+    _, plan, model, _ = generate_project(h, "model", "mps2-an386")
+    c = model.graph
+    x = c.inputs[0]
+    ox, nx = plan.offsets[x], c.tensors[x].nbytes
+    inside = [r for r in plan.requests if r.name in c.tensors and r.name != x
+              and ox < plan.offsets[r.name] + r.size and plan.offsets[r.name] < ox + nx
+              and r.first > 0 and "/band" in r.name]
+    assert len(inside) >= 10
+    for r in inside:
+        assert _bytes_safe(c, ox, plan.offsets[r.name], x, r.name), r.name
+    orig = memory_plan.buffer_pieces
+    try:
+        memory_plan.buffer_pieces = lambda *a, **k: {}
+        _, whole, _, _ = generate_project(h, "model", "mps2-an386")
+    finally:
+        memory_plan.buffer_pieces = orig
+    assert plan.arena_size < whole.arena_size
+    # the last band reads the input's last rows: a band tensor of band 1 moved there is
+    # refused
+    z = next(r for r in inside if "band1" in r.name)
+    moved = dict(plan.offsets)
+    moved[z.name] = (ox + nx - z.size) // 4 * 4
+    for t, (root, d) in memory_plan.views(c).items():
+        if root == z.name:
+            moved[t] = moved[z.name] + d
+    with pytest.raises(PlanError, match="share bytes"):
+        check_plan(c, replace(plan, offsets=moved), declared=model.declared)

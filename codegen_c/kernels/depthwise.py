@@ -29,8 +29,12 @@ def depthwise(ctx: OpContext, ref: ir.Kernel, target) -> ir.Kernel | None:
     if w.shape[3] != c or o != c:  # depth multiplier 1
         return None
     pt, _, pl, _ = ctx.attrs["padding"]
+    # a band of a --memory-priority stage (optimizer/patch.py): the least scratch (one output
+    # row, 4 channels a pass), since it is live beside the stage's input at the arena's peak
+    budget = 0 if ctx.attrs.get("band_of") is not None else pack_dw.DEFAULT_BUDGET
     geom = pack_dw.geometry(h, wd, c, oh, ow, tuple(ctx.attrs["stride"]), pt, pl,
-                            kernel=w.shape[1:3], dilation=tuple(ctx.attrs.get("dilation", (1, 1))))
+                            kernel=w.shape[1:3], dilation=tuple(ctx.attrs.get("dilation", (1, 1))),
+                            budget=budget)
     if geom is None:
         return None
     x_zp, y_zp = int(x.quant.zero_point[0]), int(y.quant.zero_point[0])

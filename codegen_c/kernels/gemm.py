@@ -80,7 +80,12 @@ def gemm(ctx: OpContext, ref: ir.Kernel, target) -> ir.Kernel | None:
     folded = pack.fold_pre(rows, bias, rq) if fmt == "w16" else None
     if folded is not None:  # int16 weights hold 2^pre too: no shift before the multiply
         (rows, bias, rq), signfix = folded, signfix | pack.PRE0
-    rp = convrp(ctx, ref, layer, fmt, folded is not None, rows, bias, rq, signfix)
+    # a band of a --memory-priority stage asking for its least scratch ("lean": set by
+    # optimizer/patch.py where the RAM pays for the instructions) takes im2col, whose row
+    # cache holds k_h input rows of int8 instead of widened int16 ones
+    lean = bool(ctx.attrs.get("lean"))
+    rp = None if lean else convrp(ctx, ref, layer, fmt, folded is not None, rows, bias, rq,
+                                  signfix)
     if rp is not None:
         return rp
     # a convolution with its patch read from widened rows (mf_convp_*) where windows overlap
@@ -91,7 +96,7 @@ def gemm(ctx: OpContext, ref: ir.Kernel, target) -> ir.Kernel | None:
     # with 1 or 3 channels lost 1-6 % and stays with im2col (the first layers of VWW, KWS and
     # ResNet-8 take mf_convrp above)
     pair = None
-    if ctx.node.op != "fully_connected" and k != x.shape[-1]:
+    if ctx.node.op != "fully_connected" and k != x.shape[-1] and not lean:
         kh, kw = ctx.input(1).shape[1:3]
         if kw >= 2 and (ctx.attrs["stride"][1] == 1 or x.shape[-1] % 4 == 0):
             pair = (kh, kw, x.shape[-1])
