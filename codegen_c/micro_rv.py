@@ -1,7 +1,7 @@
 """Python mirrors of the RV32 micro-kernels in runtime_c/mcuforge_rv.h for the loop-IR
 evaluator: they decode the "p16" stream from the header's description (per block of 4
-channels, chunks of 8 L + 4 then L taps of pair words, a 0 word), check the lane proof the C relies on (every
-chunk's lane sums inside [-2^15, 2^15) for any int8 x, else UndefinedBehaviour) and compute
+channels, the chunks' segments: a word 128 e + 1 then L taps of pair words; an end word),
+check the lane proof the C relies on (every chunk's lane sums inside [-2^15, 2^15) for any int8 x, else UndefinedBehaviour) and compute
 TFLM's arithmetic on whole arrays. Registered into qmath.INTRINSICS on import."""
 from __future__ import annotations
 
@@ -12,35 +12,59 @@ from .micro import GEOM_FIELDS, im2col, requantize
 from .qmath import INTRINSICS
 
 
+SEG, ESZ, E_END = 16, 128, 34  # MF_RV_SEG, MF_RV_ESZ, MF_RV_E_END (mcuforge_rv.h)
+
+
+def _segment(word) -> tuple[int, int, bool, bool] | None:
+    """A segment word: (entry, taps, starts a chunk, ends it with a fold), None for the block's
+    end word; raises for a word that is neither."""
+    if word % ESZ != 1 or not 0 <= word // ESZ <= E_END:
+        raise UndefinedBehaviour("mf_rv_gemm_p16: a segment word off the entries")
+    e = int(word) // ESZ
+    if e == E_END:
+        return None
+    taps = e + 1 if e < SEG else e - SEG + 1 if e < 2 * SEG else SEG
+    return e, taps, e < SEG or e == 2 * SEG, e < 2 * SEG
+
+
 def unpack_p16(pw, o: int, k: int):
     """([O, K] weights, chunks per block) from a "p16" stream; raises where a chunk's lane
-    could leave its 16 bits."""
+    could leave its 16 bits or the segments do not make whole chunks."""
     pw = np.asarray(pw, np.int64)
     ob = (o + 3) // 4
     w = np.zeros((ob * 4, k), np.int64)
     nch, i = [], 0
     for b in range(ob):
-        a, n = 0, 0
-        while a < k:
-            if i >= pw.size or pw[i] <= 0 or pw[i] % 8 != 4 or a + pw[i] // 8 > k:
-                raise UndefinedBehaviour("mf_rv_gemm_p16: a chunk length off the taps")
-            ln = int(pw[i]) // 8
+        a, n, start = 0, 0, None  # start: the open chunk's first tap
+        while True:
+            if i >= pw.size:
+                raise UndefinedBehaviour("mf_rv_gemm_p16: a block without its end word")
+            seg = _segment(pw[i])
+            if seg is None:
+                break
+            e, ln, first, fold = seg
+            if first != (start is None) or a + ln > k:
+                raise UndefinedBehaviour("mf_rv_gemm_p16: segments off the chunks or taps")
+            start = a if first else start
             words = pw[i + 1:i + 1 + 2 * ln].reshape(ln, 2)
             low = ((words & 0xFFFF) ^ 0x8000) - 0x8000
             high = (words - low) >> 16
             if (np.abs(high) > 128).any():
                 raise UndefinedBehaviour("mf_rv_gemm_p16: a pair word is not two int8 lanes")
-            blk = np.stack([low[:, 0], high[:, 0], low[:, 1], high[:, 1]])  # [4, L]
-            pos = np.where(blk > 0, blk, 0).sum(1)
-            neg = np.where(blk < 0, -blk, 0).sum(1)
-            if ((127 * pos + 128 * neg > 2**15 - 1) | (128 * pos + 127 * neg > 2**15)).any():
-                raise UndefinedBehaviour("mf_rv_gemm_p16: a chunk's lane may overflow")
-            w[4 * b:4 * b + 4, a:a + ln] = blk
+            w[4 * b:4 * b + 2, a:a + ln] = np.stack([low[:, 0], high[:, 0]])
+            w[4 * b + 2:4 * b + 4, a:a + ln] = np.stack([low[:, 1], high[:, 1]])
             a += ln
             i += 1 + 2 * ln
-            n += 1
-        if i >= pw.size or pw[i] != 0:
-            raise UndefinedBehaviour("mf_rv_gemm_p16: a block without its 0 word")
+            if fold:  # the chunk [start, a): both lanes' sums in 16 bits for any int8 x
+                blk = w[4 * b:4 * b + 4, start:a]
+                pos = np.where(blk > 0, blk, 0).sum(1)
+                neg = np.where(blk < 0, -blk, 0).sum(1)
+                if ((127 * pos + 128 * neg > 2**15 - 1) | (128 * pos + 127 * neg > 2**15)).any():
+                    raise UndefinedBehaviour("mf_rv_gemm_p16: a chunk's lane may overflow")
+                n += 1
+                start = None
+        if a != k or start is not None:
+            raise UndefinedBehaviour("mf_rv_gemm_p16: a block's chunks do not cover the taps")
         i += 1
         nch.append(n)
     return w[:o], np.repeat(np.array(nch, np.int64), 4)[:o]
@@ -88,16 +112,17 @@ def _conv(x, geom, x_zp, pw, rq, o, lo, hi, mode, y, scratch):
 
 
 def _stream_k(pw) -> int:
-    """The taps of a p16 stream: its first block's chunk lengths summed (the C kernel reads
-    chunks up to the block's 0 word)."""
+    """The taps of a p16 stream: its first block's segments summed (the C kernel reads
+    segments up to the block's end word)."""
     pw = np.asarray(pw, np.int64)
     i = k = 0
-    while i < pw.size and pw[i] != 0:
-        if pw[i] % 8 != 4:
-            raise UndefinedBehaviour("mf_rv_fc_p16: a chunk length off the stream")
-        k += int(pw[i]) // 8
-        i += int(pw[i]) // 4
-    return k
+    while i < pw.size:
+        seg = _segment(pw[i])
+        if seg is None:
+            return k
+        k += seg[1]
+        i += 1 + 2 * seg[1]
+    raise UndefinedBehaviour("mf_rv_fc_p16: a block without its end word")
 
 
 def _fc(x, pw, rq, o, lo, hi, mode, y):

@@ -17,14 +17,15 @@
  * n chunks' offsets taken out: mf_rv_rec.init), channel b = SB and channel a = SA - 2^16 SB,
  * each with its bias.
  * Layout (int32 words, blocks of 4 channels, zero channels pad, blocks one after the other):
- *   per chunk: 8 L + 4 (the chunk's bytes with this word), then per tap the words of channels
- *   (0, 1) and (2, 3); after the block's last chunk a 0 word.
+ *   per segment of a chunk (<= 16 taps, see MF_RV_SEG) its word 128 e + 1, then per tap the
+ *   words of channels (0, 1) and (2, 3); after the block's last segment the end word.
  * Block: 3 rows x 4 channels (6 chunk accumulators + 12 sums in registers): per tap 3 lb, 2 lw,
  * 6 mul, 6 add for 12 MACs. The 3 rows are first interleaved into xs[3 K] (x of tap k, row r
  * at 3 k + r: one pointer, immediate offsets); rows past the end re-read the last row (not
  * stored).
- * Measured (gcc 12 -O2, riscv32-virt): 18.5 instructions a tap (12 MACs, two taps a step) and
- * 29 a chunk; the MLPerf layers have 2.9 (ResNet-8's 1x1 16 -> 32) to 105 (VWW's last 1x1)
+ * Measured (gcc 12 -O2, riscv32-virt): in C 18.5 instructions a tap (12 MACs, two taps a
+ * step) and 29 a chunk; the RV32 assembly of MF_RV_SEGS3 17 a tap and 24 a chunk (KWS's 1x1
+ * layers 1,235 K -> 1,172 K); the MLPerf layers have 2.9 (ResNet-8's 1x1 16 -> 32) to 105 (VWW's last 1x1)
  * taps a chunk, KWS's 1x1 3.8: 1.27 M instructions for 512 K MACs (0.40 MAC/instr; m8 0.30).
  * What limits it: the lanes' 16 bits (a chunk holds sum |w| <= 256 for any int8 x: 3-6 taps
  * of these models' int8 weights, the 4 channels of a block sharing the cuts) and the
@@ -123,122 +124,218 @@ MF_INLINE int8_t mf_rv_out(int32_t acc, const mf_rv_rec *q, int32_t mode, int32_
     return (int8_t)(v > hi ? hi : v);
 }
 
-/* One channel's outputs of the nr <= 3 rows (accumulators a0..a2, y rows ys apart): its record
- * read once into registers for the rows */
-#define MF_RV_OUT3(MODE)                                                                      \
-    do {                                                                                      \
-        y[0] = mf_rv_out(a0, &r, MODE, lo, hi);                                               \
-        if (nr > 1) y[ys] = mf_rv_out(a1, &r, MODE, lo, hi);                                  \
-        if (nr > 2) y[2 * ys] = mf_rv_out(a2, &r, MODE, lo, hi);                              \
-    } while (0)
-MF_INLINE void mf_rv_out3(int8_t *y, int32_t ys, int32_t a0, int32_t a1, int32_t a2,
-                          const mf_rv_rec *q, int32_t nr, int32_t mode, int32_t lo,
-                          int32_t hi) {
-    mf_rv_rec r = *q;
-    switch (mode & 7) {
-    case 0: MF_RV_OUT3(0); break;
-    case 1: MF_RV_OUT3(1); break;
-    case 2: MF_RV_OUT3(2); break;
-    case 3: MF_RV_OUT3(3); break;
-    case 4: MF_RV_OUT3(4); break;
-    case 5: MF_RV_OUT3(5); break;
-    case 6: MF_RV_OUT3(6); break;
-    default: MF_RV_OUT3(7); break;
-    }
-}
-#undef MF_RV_OUT3
+/* ---- the stream's segments ----------------------------------------------------------------
+ * A chunk is one segment of L <= MF_RV_SEG taps, or (longer) a first segment of MF_RV_SEG taps,
+ * middle ones of MF_RV_SEG and a last one of 1..MF_RV_SEG. Each segment: its word
+ * MF_RV_ESZ e + 1, then its L taps' 2 words; after the block's last segment the word of
+ * e = MF_RV_E_END. e < 16: a whole chunk of e + 1 taps (accumulators start, fold at the end);
+ * 16 <= e < 32: the last e - 15 taps of a chunk (fold); 32: a chunk's first 16 (start);
+ * 33: 16 more. The word is also the entry's byte offset in the RV32 code below (bit 0, set so
+ * that no word is 0, is dropped by jalr). */
+#define MF_RV_SEG 16
+#define MF_RV_ESZ 128
+#define MF_RV_E_END 34
 
-/* One block of 4 channels (n <= 4 of them real: o their first) for 3 interleaved rows xs:
- * w the block's stream, returns the next block's; y rows y_stride apart, nr of them stored. */
-MF_INLINE const int32_t *mf_rv_blk3(const int8_t *xs, const int32_t *w, const mf_rv_rec *rq,
-                                    int32_t o, int32_t n, int32_t lo, int32_t hi, int32_t mode,
-                                    int8_t *y, int32_t y_stride, int32_t nr) {
-    {
-        uint32_t sa00 = (uint32_t)rq[o].init, sb00 = n > 1 ? (uint32_t)rq[o + 1].init : 0;
-        uint32_t sa01 = n > 2 ? (uint32_t)rq[o + 2].init : 0;
-        uint32_t sb01 = n > 3 ? (uint32_t)rq[o + 3].init : 0;
+#if defined(__GNUC__) && defined(__riscv) && __riscv_xlen == 32 && defined(__riscv_mul) &&      \
+    defined(__OPTIMIZE__) && !defined(MF_RV_NOASM)
+#define MF_RV_ASM 1 /* the segments' code in RV32 assembly (the C below: -O0, hosts) */
+#else
+#define MF_RV_ASM 0
+#endif
+
+#if MF_RV_ASM
+/* Per segment: the dispatch (lw, add, jr), the entry (two pointer steps, the first tap where
+ * the accumulators start: mul + add of MF_RV_OFF, then j into a chain), 17 instructions a tap
+ * (2 lw, 3 lb, 6 mul, 6 add: offsets from the segment's end, no loop counter), the fold (18:
+ * srai, add, add per accumulator): 17 L + 24 a chunk of L <= 16 taps (C: ~17 L + 28 + 1.5 L). */
+/* fixed registers (more operands than gcc's 30 otherwise): the chunk accumulators, two weight
+ * words, x, a product, the entries' base */
+#define MF_RV_Rc00 "t0"
+#define MF_RV_Rc01 "t1"
+#define MF_RV_Rc10 "t2"
+#define MF_RV_Rc11 "t3"
+#define MF_RV_Rc20 "t4"
+#define MF_RV_Rc21 "t5"
+#define MF_RV_Ru0 "t6"
+#define MF_RV_Ru1 "a6"
+#define MF_RV_Rv "a7"
+#define MF_RV_Rt "a5"
+#define MF_RV_Rbs "a4"
+#define MF_RV_CLOBBERS "t0", "t1", "t2", "t3", "t4", "t5", "t6", "a4", "a5", "a6", "a7", "memory"
+#define MF_RV_TAPX(P, R, A, B, INIT)                                                          \
+    "lb " MF_RV_Rv ",-3*" #P "+" #R "(%[x])\n\t" INIT(A, u0) INIT(B, u1)
+#define MF_RV_ACC(C, U)                                                                       \
+    "mul " MF_RV_Rt "," MF_RV_Rv "," MF_RV_R##U "\n\tadd " MF_RV_R##C "," MF_RV_R##C "," MF_RV_Rt \
+    "\n\t"
+#define MF_RV_INI(C, U)                                                                       \
+    "mul " MF_RV_R##C "," MF_RV_Rv "," MF_RV_R##U "\n\tadd " MF_RV_R##C "," MF_RV_R##C         \
+    ",%[off]\n\t"
+#define MF_RV_TAPA(P, INIT)                                                                   \
+    "lw " MF_RV_Ru0 ",-8*" #P "(%[w])\n\tlw " MF_RV_Ru1 ",-8*" #P "+4(%[w])\n\t"              \
+    MF_RV_TAPX(P, 0, c00, c01, INIT) MF_RV_TAPX(P, 1, c10, c11, INIT)                         \
+    MF_RV_TAPX(P, 2, c20, c21, INIT)
+#define MF_RV_LA(P) ".Lrv%=A" #P ":\n\t" MF_RV_TAPA(P, MF_RV_ACC)
+#define MF_RV_LB(P) ".Lrv%=B" #P ":\n\t" MF_RV_TAPA(P, MF_RV_ACC)
+#define MF_RV_CHAIN(T)                                                                        \
+    T(16) T(15) T(14) T(13) T(12) T(11) T(10) T(9) T(8) T(7) T(6) T(5) T(4) T(3) T(2) T(1)
+#define MF_RV_FOLDA(C, A, B)                                                                  \
+    "srai " MF_RV_Rt "," MF_RV_R##C ",16\n\tadd %[" #B "],%[" #B "]," MF_RV_Rt "\n\tadd %[" #A \
+    "],%[" #A "]," MF_RV_R##C "\n\t"
+#define MF_RV_DISPATCH                                                                        \
+    "lw " MF_RV_Rt ",0(%[w])\n\tadd " MF_RV_Rt "," MF_RV_Rt "," MF_RV_Rbs "\n\tjr " MF_RV_Rt "\n\t"
+/* entries (MF_RV_ESZ bytes each, padded): STEP the pointer steps of L taps */
+#define MF_RV_STEP(L) "addi %[w],%[w],8*" #L "+4\n\taddi %[x],%[x],3*" #L "\n\t"
+#define MF_RV_EW(L, N) /* a whole chunk of L taps: its first, then chain A from tap N = L-1 */ \
+    MF_RV_STEP(L) MF_RV_TAPA(L, MF_RV_INI) "j .Lrv%=A" #N "\n\t.skip 48\n\t"
+#define MF_RV_EF(L) MF_RV_STEP(L) "j .Lrv%=A" #L "\n\t.skip 116\n\t" /* a chunk's last L */
+#define MF_RV_ENTRIES                                                                         \
+    MF_RV_EW(1, 0) MF_RV_EW(2, 1) MF_RV_EW(3, 2) MF_RV_EW(4, 3) MF_RV_EW(5, 4) MF_RV_EW(6, 5)  \
+    MF_RV_EW(7, 6) MF_RV_EW(8, 7) MF_RV_EW(9, 8) MF_RV_EW(10, 9) MF_RV_EW(11, 10)              \
+    MF_RV_EW(12, 11) MF_RV_EW(13, 12) MF_RV_EW(14, 13) MF_RV_EW(15, 14) MF_RV_EW(16, 15)       \
+    MF_RV_EF(1) MF_RV_EF(2) MF_RV_EF(3) MF_RV_EF(4) MF_RV_EF(5) MF_RV_EF(6) MF_RV_EF(7)       \
+    MF_RV_EF(8) MF_RV_EF(9) MF_RV_EF(10) MF_RV_EF(11) MF_RV_EF(12) MF_RV_EF(13) MF_RV_EF(14)  \
+    MF_RV_EF(15) MF_RV_EF(16)                                                                 \
+    MF_RV_STEP(16) MF_RV_TAPA(16, MF_RV_INI) "j .Lrv%=B15\n\t.skip 48\n\t" /* 32: a start */  \
+    MF_RV_STEP(16) "j .Lrv%=B16\n\t.skip 116\n\t"                          /* 33: middle */
+#endif
+
+/* The segments of one block of 4 channels (the block's stream from w) for 3 interleaved rows
+ * xs into the 12 sums s (sa00 sb00 sa01 sb01 sa10 ... sb21: row r, pair p at 4 r + 2 p);
+ * returns w at the block's end word. */
+#define MF_RV_SEGS3(xs, w, sa00, sb00, sa01, sb01, sa10, sb10, sa11, sb11, sa20, sb20, sa21,    \
+                    sb21)                                                                     \
+    MF_RV_SEGS3_BODY(xs, w, sa00, sb00, sa01, sb01, sa10, sb10, sa11, sb11, sa20, sb20, sa21,   \
+                     sb21)
+#if MF_RV_ASM
+/* (-pedantic: the template is longer than C99's 4095 characters) */
+#define MF_RV_SEGS3_BODY(xs, w, sa00, sb00, sa01, sb01, sa10, sb10, sa11, sb11, sa20, sb20,     \
+                         sa21, sb21)                                                          \
+    do {                                                                                      \
+        const int8_t *xp_ = (xs);                                                             \
+        _Pragma("GCC diagnostic push") _Pragma("GCC diagnostic ignored \"-Woverlength-strings\"") \
+        __asm__ volatile(                                                                     \
+            ".option push\n\t.option norvc\n\t.option norelax\n\t"                            \
+            "lla " MF_RV_Rbs ",.Lrv%=E\n\t" MF_RV_DISPATCH                                            \
+            MF_RV_CHAIN(MF_RV_LB) MF_RV_DISPATCH                                              \
+            MF_RV_CHAIN(MF_RV_LA) ".Lrv%=A0:\n\t"                                             \
+            MF_RV_FOLDA(c00, a00, b00) MF_RV_FOLDA(c01, a01, b01) MF_RV_FOLDA(c10, a10, b10)  \
+            MF_RV_FOLDA(c11, a11, b11) MF_RV_FOLDA(c20, a20, b20) MF_RV_FOLDA(c21, a21, b21)  \
+            MF_RV_DISPATCH ".Lrv%=E:\n\t" MF_RV_ENTRIES ".option pop\n\t"                     \
+            : [a00] "+r"(sa00), [b00] "+r"(sb00), [a01] "+r"(sa01), [b01] "+r"(sb01),         \
+              [a10] "+r"(sa10), [b10] "+r"(sb10), [a11] "+r"(sa11), [b11] "+r"(sb11),         \
+              [a20] "+r"(sa20), [b20] "+r"(sb20), [a21] "+r"(sa21), [b21] "+r"(sb21),         \
+              [x] "+r"(xp_), [w] "+r"(w)                                                      \
+            : [off] "r"(MF_RV_OFF)                                                            \
+            : MF_RV_CLOBBERS);                                                                \
+        _Pragma("GCC diagnostic pop")                                                         \
+    } while (0)
+#else
+#define MF_RV_SEGS3_BODY(xs, w, sa00, sb00, sa01, sb01, sa10, sb10, sa11, sb11, sa20, sb20,     \
+                         sa21, sb21)                                                          \
+    do {                                                                                      \
+        const int8_t *xp = (xs);                                                              \
+        uint32_t c00 = 0, c01 = 0, c10 = 0, c11 = 0, c20 = 0, c21 = 0;                        \
+        for (;;) {                                                                            \
+            int32_t e = (int32_t)((uint32_t)*w >> 7), L, j;                                   \
+            if (e >= MF_RV_E_END) break;                                                      \
+            L = e < MF_RV_SEG ? e + 1 : e < 2 * MF_RV_SEG ? e - MF_RV_SEG + 1 : MF_RV_SEG;    \
+            w++;                                                                              \
+            if (e < MF_RV_SEG || e == 2 * MF_RV_SEG)                                          \
+                c00 = c01 = c10 = c11 = c20 = c21 = MF_RV_OFF;                                \
+            for (j = 0; j < L; j++, xp += 3, w += 2) {                                        \
+                int32_t w0 = w[0], w1 = w[1], v;                                              \
+                v = xp[0];                                                                    \
+                c00 += (uint32_t)(v * w0);                                                    \
+                c01 += (uint32_t)(v * w1);                                                    \
+                v = xp[1];                                                                    \
+                c10 += (uint32_t)(v * w0);                                                    \
+                c11 += (uint32_t)(v * w1);                                                    \
+                v = xp[2];                                                                    \
+                c20 += (uint32_t)(v * w0);                                                    \
+                c21 += (uint32_t)(v * w1);                                                    \
+            }                                                                                 \
+            if (e < 2 * MF_RV_SEG) {                                                          \
+                MF_RV_FOLD(c00, sa00, sb00);                                                  \
+                MF_RV_FOLD(c01, sa01, sb01);                                                  \
+                MF_RV_FOLD(c10, sa10, sb10);                                                  \
+                MF_RV_FOLD(c11, sa11, sb11);                                                  \
+                MF_RV_FOLD(c20, sa20, sb20);                                                  \
+                MF_RV_FOLD(c21, sa21, sb21);                                                  \
+            }                                                                                 \
+        }                                                                                     \
+    } while (0)
+#endif
+
+/* the 12 outputs of a full block (4 channels, 3 rows) in one mode */
+#define MF_RV_OUT12(MODE)                                                                     \
+    do {                                                                                      \
+        mf_rv_rec r;                                                                          \
+        r = q[0];                                                                             \
+        yo[0] = mf_rv_out(MF_RV_A(sa00, sb00), &r, MODE, lo, hi);                              \
+        yo[ys] = mf_rv_out(MF_RV_A(sa10, sb10), &r, MODE, lo, hi);                             \
+        yo[2 * ys] = mf_rv_out(MF_RV_A(sa20, sb20), &r, MODE, lo, hi);                         \
+        r = q[1];                                                                             \
+        yo[1] = mf_rv_out((int32_t)sb00, &r, MODE, lo, hi);                                    \
+        yo[ys + 1] = mf_rv_out((int32_t)sb10, &r, MODE, lo, hi);                               \
+        yo[2 * ys + 1] = mf_rv_out((int32_t)sb20, &r, MODE, lo, hi);                           \
+        r = q[2];                                                                             \
+        yo[2] = mf_rv_out(MF_RV_A(sa01, sb01), &r, MODE, lo, hi);                              \
+        yo[ys + 2] = mf_rv_out(MF_RV_A(sa11, sb11), &r, MODE, lo, hi);                         \
+        yo[2 * ys + 2] = mf_rv_out(MF_RV_A(sa21, sb21), &r, MODE, lo, hi);                     \
+        r = q[3];                                                                             \
+        yo[3] = mf_rv_out((int32_t)sb01, &r, MODE, lo, hi);                                    \
+        yo[ys + 3] = mf_rv_out((int32_t)sb11, &r, MODE, lo, hi);                               \
+        yo[2 * ys + 3] = mf_rv_out((int32_t)sb21, &r, MODE, lo, hi);                           \
+    } while (0)
+
+/* Every block of 4 channels (the last n = O % 4 real ones, zero channels pad) for 3
+ * interleaved rows xs: w the layer's stream; y rows y_stride apart, nr <= 3 of them stored.
+ * (Not inlined: the segments' code once per program.) */
+MF_MICRO MF_SC_NOSCHED void mf_rv_block3(const int8_t *xs, const int32_t *w,
+                                         const mf_rv_rec *rq, int32_t O, int32_t lo,
+                                         int32_t hi, int32_t mode, int8_t *y,
+                                         int32_t y_stride, int32_t nr) {
+    const mf_rv_rec *q, *qe = rq + O;
+    int8_t *yo = y;
+    int32_t ys = y_stride;
+    /* the full blocks' outputs without checks in the usual modes (the int8 clamp, with the
+     * sign term or not), the others through the loop below */
+    int32_t fast = nr == 3 && (mode & 6) == 4 ? mode & 7 : 0;
+    for (q = rq; q < qe; q += 4, yo += 4) {
+        int32_t n = qe - q < 4 ? (int32_t)(qe - q) : 4;
+        uint32_t sa00 = (uint32_t)q[0].init, sb00 = n > 1 ? (uint32_t)q[1].init : 0;
+        uint32_t sa01 = n > 2 ? (uint32_t)q[2].init : 0;
+        uint32_t sb01 = n > 3 ? (uint32_t)q[3].init : 0;
         uint32_t sa10 = sa00, sb10 = sb00, sa11 = sa01, sb11 = sb01, sa20 = sa00, sb20 = sb00,
                  sa21 = sa01, sb21 = sb01;
-        const int8_t *xp = xs;
-        int32_t nb = *w;
-        do { /* chunks until the block's 0 word */
-            const int32_t *we = (const int32_t *)((const char *)w + nb);
-            uint32_t c00 = MF_RV_OFF, c01 = MF_RV_OFF, c10 = MF_RV_OFF, c11 = MF_RV_OFF,
-                     c20 = MF_RV_OFF, c21 = MF_RV_OFF;
-            w++;
-#define MF_RV_TAP(J)                                                                          \
-    do {                                                                                      \
-        int32_t w0 = w[2 * (J)], w1 = w[2 * (J) + 1], v;                                      \
-        v = xp[3 * (J)];                                                                      \
-        c00 += (uint32_t)(v * w0);                                                            \
-        c01 += (uint32_t)(v * w1);                                                            \
-        v = xp[3 * (J) + 1];                                                                  \
-        c10 += (uint32_t)(v * w0);                                                            \
-        c11 += (uint32_t)(v * w1);                                                            \
-        v = xp[3 * (J) + 2];                                                                  \
-        c20 += (uint32_t)(v * w0);                                                            \
-        c21 += (uint32_t)(v * w1);                                                            \
-    } while (0)
-            /* the first one (odd L) or two taps peeled: their adds start from MF_RV_OFF (no
-             * separate reset of the accumulators) */
-            if (nb & 8) {
-                MF_RV_TAP(0);
-                xp += 3;
-                w += 2;
-            } else {
-                MF_RV_TAP(0);
-                MF_RV_OPAQUE6(c00, c01, c10, c11, c20, c21);
-                MF_RV_TAP(1);
-                xp += 6;
-                w += 4;
-            }
-            while (w != we) { /* two taps a step: immediate offsets, one step of each pointer */
-                MF_RV_TAP(0);
-                MF_RV_OPAQUE6(c00, c01, c10, c11, c20, c21); /* no reassociation across taps */
-                MF_RV_TAP(1);
-                xp += 6;
-                w += 4;
-                MF_RV_OPAQUE(xp);
-                MF_RV_OPAQUE(w);
-            }
-#undef MF_RV_TAP
-            MF_RV_FOLD(c00, sa00, sb00);
-            MF_RV_FOLD(c01, sa01, sb01);
-            MF_RV_FOLD(c10, sa10, sb10);
-            MF_RV_FOLD(c11, sa11, sb11);
-            MF_RV_FOLD(c20, sa20, sb20);
-            MF_RV_FOLD(c21, sa21, sb21);
-            nb = *w;
-        } while (nb != 0);
-        w++;
-        {
-            int8_t *yo = y + o;
-            mf_rv_out3(yo, y_stride, MF_RV_A(sa00, sb00), MF_RV_A(sa10, sb10),
-                       MF_RV_A(sa20, sb20), rq + o, nr, mode, lo, hi);
-            if (n > 1)
-                mf_rv_out3(yo + 1, y_stride, (int32_t)sb00, (int32_t)sb10, (int32_t)sb20,
-                           rq + o + 1, nr, mode, lo, hi);
-            if (n > 2)
-                mf_rv_out3(yo + 2, y_stride, MF_RV_A(sa01, sb01), MF_RV_A(sa11, sb11),
-                           MF_RV_A(sa21, sb21), rq + o + 2, nr, mode, lo, hi);
-            if (n > 3)
-                mf_rv_out3(yo + 3, y_stride, (int32_t)sb01, (int32_t)sb11, (int32_t)sb21,
-                           rq + o + 3, nr, mode, lo, hi);
+        MF_RV_SEGS3(xs, w, sa00, sb00, sa01, sb01, sa10, sb10, sa11, sb11, sa20, sb20, sa21,
+                    sb21);
+        w++; /* the block's end word */
+        if (n == 4 && fast == 4) {
+            MF_RV_OUT12(4);
+        } else if (n == 4 && fast == 5) {
+            MF_RV_OUT12(5);
+        } else { /* a short block, fewer rows or another mode: the channels and rows checked */
+            int32_t a[3][4], r, c;
+            a[0][0] = MF_RV_A(sa00, sb00);
+            a[1][0] = MF_RV_A(sa10, sb10);
+            a[2][0] = MF_RV_A(sa20, sb20);
+            a[0][1] = (int32_t)sb00;
+            a[1][1] = (int32_t)sb10;
+            a[2][1] = (int32_t)sb20;
+            a[0][2] = MF_RV_A(sa01, sb01);
+            a[1][2] = MF_RV_A(sa11, sb11);
+            a[2][2] = MF_RV_A(sa21, sb21);
+            a[0][3] = (int32_t)sb01;
+            a[1][3] = (int32_t)sb11;
+            a[2][3] = (int32_t)sb21;
+            for (c = 0; c < n; c++)
+                for (r = 0; r < nr; r++)
+                    yo[r * ys + c] = mf_rv_out(a[r][c], q + c, mode, lo, hi);
         }
     }
-    return w;
 }
-
-/* mf_rv_blk3 for every block: full ones with a constant n (no channel checks) */
-MF_INLINE MF_SC_NOSCHED void mf_rv_block3(const int8_t *xs, const int32_t *w,
-                                          const mf_rv_rec *rq, int32_t O, int32_t lo,
-                                          int32_t hi, int32_t mode, int8_t *y,
-                                          int32_t y_stride, int32_t nr) {
-    int32_t o, full = O & ~3; /* (O & 3: gcc sees the short block is dead for O % 4 = 0) */
-    for (o = 0; o < full; o += 4)
-        w = mf_rv_blk3(xs, w, rq, o, 4, lo, hi, mode, y, y_stride, nr);
-    if (O & 3) mf_rv_blk3(xs, w, rq, full, O & 3, lo, hi, mode, y, y_stride, nr);
-}
+#undef MF_RV_OUT12
 
 /* One row x (K taps, in place) against every channel (mf_rv_block3's stream and sums, 1 row:
  * per tap 1 lb, 2 lw, 2 mul, 2 add for 4 MACs). */
@@ -251,12 +348,16 @@ MF_INLINE MF_SC_NOSCHED void mf_rv_block1(const int8_t *x, const int32_t *w,
         uint32_t sa0 = (uint32_t)rq[o].init, sb0 = n > 1 ? (uint32_t)rq[o + 1].init : 0;
         uint32_t sa1 = n > 2 ? (uint32_t)rq[o + 2].init : 0;
         uint32_t sb1 = n > 3 ? (uint32_t)rq[o + 3].init : 0;
+        uint32_t c0 = 0, c1 = 0;
         const int8_t *xp = x;
-        int32_t nb = *w;
-        do {
-            const int32_t *we = (const int32_t *)((const char *)w + nb);
-            uint32_t c0 = MF_RV_OFF, c1 = MF_RV_OFF;
+        for (;;) {
+            int32_t e = (int32_t)((uint32_t)*w >> 7), L;
+            const int32_t *we;
+            if (e >= MF_RV_E_END) break;
+            L = e < MF_RV_SEG ? e + 1 : e < 2 * MF_RV_SEG ? e - MF_RV_SEG + 1 : MF_RV_SEG;
+            we = w + 1 + 2 * L;
             w++;
+            if (e < MF_RV_SEG || e == 2 * MF_RV_SEG) c0 = c1 = MF_RV_OFF;
             do {
                 int32_t v = *xp;
                 c0 += (uint32_t)(v * w[0]);
@@ -266,10 +367,11 @@ MF_INLINE MF_SC_NOSCHED void mf_rv_block1(const int8_t *x, const int32_t *w,
                 MF_RV_OPAQUE(xp);
                 MF_RV_OPAQUE(w);
             } while (w != we);
-            MF_RV_FOLD(c0, sa0, sb0);
-            MF_RV_FOLD(c1, sa1, sb1);
-            nb = *w;
-        } while (nb != 0);
+            if (e < 2 * MF_RV_SEG) {
+                MF_RV_FOLD(c0, sa0, sb0);
+                MF_RV_FOLD(c1, sa1, sb1);
+            }
+        }
         w++;
         {
             mf_rv_rec r = rq[o];
@@ -319,10 +421,7 @@ MF_MICRO void mf_rv_gemm_p16(const int8_t *x, int32_t rows, int32_t x_stride, in
         const int8_t *x1 = x0 + (nr > 1 ? x_stride : 0);
         const int8_t *x2 = x0 + (nr > 2 ? 2 * x_stride : 0);
         mf_rv_interleave3(x0, x1, x2, K, xs);
-        if (nr == 3) /* a constant nr: no row checks in the output stage */
-            mf_rv_block3(xs, pw, rq, O, lo, hi, mode, y + r * y_stride, y_stride, 3);
-        else
-            mf_rv_block3(xs, pw, rq, O, lo, hi, mode, y + r * y_stride, y_stride, nr);
+        mf_rv_block3(xs, pw, rq, O, lo, hi, mode, y + r * y_stride, y_stride, nr);
     }
 }
 
@@ -357,10 +456,7 @@ MF_MICRO void mf_rv_conv_p16(const int8_t *x, const mf_conv_geom *g, int32_t x_z
         for (ky = 0; ky < kh; ky++)
             mf_rv_interleave3(b[0] + ky * bs[0], b[1] + ky * bs[1], b[2] + ky * bs[2], seg,
                               scratch + 3 * ky * seg);
-        if (nr == 3) /* as mf_rv_gemm_p16 */
-            mf_rv_block3(scratch, pw, rq, O, lo, hi, mode, y + q * O, O, 3);
-        else
-            mf_rv_block3(scratch, pw, rq, O, lo, hi, mode, y + q * O, O, nr);
+        mf_rv_block3(scratch, pw, rq, O, lo, hi, mode, y + q * O, O, nr);
     }
 }
 

@@ -53,10 +53,26 @@ def chunks_p16(rows: np.ndarray) -> list[list[int]]:
     return out
 
 
+SEG, ESZ, E_END = 16, 128, 34  # MF_RV_SEG, MF_RV_ESZ, MF_RV_E_END
+
+
+def segments(n: int) -> list[tuple[int, int]]:
+    """A chunk of n taps as the stream's segments (entry e, taps): one of n <= SEG taps
+    (e = n - 1), else SEG taps (e = 32), SEG more (33) as long as more than SEG remain, the
+    last 1..SEG (e = 15 + taps)."""
+    if n <= SEG:
+        return [(n - 1, n)]
+    out, left = [(2 * SEG, SEG)], n - SEG
+    while left > SEG:
+        out.append((2 * SEG + 1, SEG))
+        left -= SEG
+    return out + [(SEG - 1 + left, left)]
+
+
 def pack_p16(rows: np.ndarray, chunks) -> np.ndarray:
-    """The "p16" stream (mcuforge_rv.h): per block of 4 channels, per chunk of L taps the word
-    8 L + 4 (its bytes), then per tap the words w0 + 2^16 w1, w2 + 2^16 w3; a 0 word ends
-    the block: int32."""
+    """The "p16" stream (mcuforge_rv.h): per block of 4 channels, per segment of L taps of a
+    chunk the word ESZ e + 1 (segments()), then per tap the words w0 + 2^16 w1,
+    w2 + 2^16 w3; the word of E_END ends the block: int32."""
     o, k = rows.shape
     w = np.zeros(((o + 3) // 4 * 4, k), np.int64)
     w[:o] = rows
@@ -66,10 +82,11 @@ def pack_p16(rows: np.ndarray, chunks) -> np.ndarray:
         pair = np.stack([blk[0] + blk[1] * 2**16, blk[2] + blk[3] * 2**16], 1)  # [K, 2]
         a = 0
         for n in lens:
-            words.append(np.array([8 * n + 4], np.int64))
-            words.append(pair[a:a + n].reshape(-1))
-            a += n
-        words.append(np.zeros(1, np.int64))
+            for e, ln in segments(n):
+                words.append(np.array([ESZ * e + 1], np.int64))
+                words.append(pair[a:a + ln].reshape(-1))
+                a += ln
+        words.append(np.array([ESZ * E_END + 1], np.int64))
     return np.concatenate(words).astype(np.int32)
 
 
@@ -119,8 +136,8 @@ def rv_gemm(ctx: OpContext, ref: ir.Kernel, target) -> ir.Kernel | None:
     packed = pack_p16(rows, chunks)
     mode = rv_mode(layer["signfix"], layer["rq"])
     consts = [ir.Buffer("w", "int32", packed.size, "const", packed,
-                        "p16: per block of 4 channels, per chunk 8 L + 4 then L taps of words "
-                        "w0 + 2^16 w1, w2 + 2^16 w3, then 0"),
+                        "p16: per block of 4 channels, per segment of a chunk 128 e + 1 then its "
+                        "taps' words w0 + 2^16 w1, w2 + 2^16 w3, then 128 * 34 + 1"),
               ir.Buffer("rq", "int32", 5 * o, "const",
                         rv_records(layer["bias"], layer["rq"], chunks),
                         "mf_rv_rec per channel: the sums' start (bias - x_zp * sum(w); even "
