@@ -267,7 +267,7 @@ MF_INLINE int8_t mf_rv_out(int32_t acc, const mf_rv_rec *q, int32_t mode, int32_
 #endif
 
 /* the 12 outputs of a full block (4 channels, 3 rows) in one mode */
-#define MF_RV_OUT12(MODE)                                                                     \
+#define MF_RV_OUT12(yo, MODE)                                                                     \
     do {                                                                                      \
         mf_rv_rec r;                                                                          \
         r = q[0];                                                                             \
@@ -312,9 +312,13 @@ MF_MICRO MF_SC_NOSCHED void mf_rv_block3(const int8_t *xs, const int32_t *w,
                     sb21);
         w++; /* the block's end word */
         if (n == 4 && fast == 4) {
-            MF_RV_OUT12(4);
+            int8_t *yb = yo; /* (one register for the 12 stores, else reloaded at each) */
+            MF_RV_OPAQUE(yb);
+            MF_RV_OUT12(yb, 4);
         } else if (n == 4 && fast == 5) {
-            MF_RV_OUT12(5);
+            int8_t *yb = yo;
+            MF_RV_OPAQUE(yb);
+            MF_RV_OUT12(yb, 5);
         } else { /* a short block, fewer rows or another mode: the channels and rows checked */
             int32_t a[3][4], r, c;
             a[0][0] = MF_RV_A(sa00, sb00);
