@@ -290,8 +290,8 @@ MF_INLINE int8_t mf_rv_out(int32_t acc, const mf_rv_rec *q, int32_t mode, int32_
 
 /* Every block of 4 channels (the last n = O % 4 real ones, zero channels pad) for 3
  * interleaved rows xs: w the layer's stream; y rows y_stride apart, nr <= 3 of them stored.
- * (Not inlined: the segments' code once per program.) */
-MF_MICRO MF_SC_NOSCHED void mf_rv_block3(const int8_t *xs, const int32_t *w,
+ * (Inlined: the segments' code once in mf_rv_gemm_p16, once in mf_rv_conv_p16.) */
+MF_INLINE MF_SC_NOSCHED void mf_rv_block3(const int8_t *xs, const int32_t *w,
                                          const mf_rv_rec *rq, int32_t O, int32_t lo,
                                          int32_t hi, int32_t mode, int8_t *y,
                                          int32_t y_stride, int32_t nr) {
