@@ -74,7 +74,7 @@ def _acc(xs, pw, rq, o, k, mode):
     """The accumulators with their biases (decoded from the records' init) and the mf_rq rows
     (mult = m2 / 2, pre = pre1 + 1)."""
     wm, nch = unpack_p16(pw, o, k)
-    rec = np.asarray(rq[:5 * o], np.int64).reshape(o, 5)
+    rec = np.asarray(rq[:6 * o], np.int64).reshape(o, 6)
     init, m2 = rec[:, 0], rec[:, 1] % 2**32
     if (m2 % 2).any() or (rec[:, 3] < 0).any():
         raise UndefinedBehaviour("mf_rv_rec: m2 odd or pre1 < 0")
@@ -86,7 +86,16 @@ def _acc(xs, pw, rq, o, k, mode):
         v = (init[ch] + nch[ch] * 2**15 - nb * 2**16) % 2**32
         bias[ch] = v - 2**32 if v >= 2**31 else v
     rqr = np.stack([m2 // 2, rec[:, 2], rec[:, 3] + 1, rec[:, 4]], 1)
-    return xs @ wm.T + bias, rqr
+    return xs @ wm.T + bias, rqr, rec[:, 5]
+
+
+def _out(acc, rqr, low, mode, lo, hi):
+    """The outputs; mode bit 3: every accumulator at most its channel's low must give lo (the
+    C stores lo for those without requantizing)."""
+    out = requantize(acc, rqr, int(mode) & 1, lo, hi)
+    if int(mode) & 8 and ((acc <= low) & (out != lo)).any():
+        raise UndefinedBehaviour("mf_rv_rec.low: an accumulator at most low not giving lo")
+    return out
 
 
 def _gemm(x, rows, x_stride, k, pw, rq, o, lo, hi, mode, y, y_stride, scratch):
@@ -94,8 +103,8 @@ def _gemm(x, rows, x_stride, k, pw, rq, o, lo, hi, mode, y, y_stride, scratch):
         raise UndefinedBehaviour(f"mf_rv_gemm_p16: {scratch.nbytes} bytes of scratch, "
                                  f"needs {3 * k}")
     xs = np.stack([np.asarray(x[r * x_stride:r * x_stride + k], np.int64) for r in range(rows)])
-    acc, rqr = _acc(xs, pw, rq, o, k, mode)
-    out = requantize(acc, rqr, int(mode) & 1, lo, hi)
+    acc, rqr, low = _acc(xs, pw, rq, o, k, mode)
+    out = _out(acc, rqr, low, mode, lo, hi)
     for r in range(rows):
         y[r * y_stride:r * y_stride + o] = out[r]
 
@@ -106,8 +115,8 @@ def _conv(x, geom, x_zp, pw, rq, o, lo, hi, mode, y, scratch):
     if scratch.nbytes < 6 * k:
         raise UndefinedBehaviour(f"mf_rv_conv_p16: {scratch.nbytes} bytes of scratch, "
                                  f"needs {6 * k}")
-    acc, rqr = _acc(im2col(x, g, x_zp), pw, rq, o, k, mode)
-    out = requantize(acc, rqr, int(mode) & 1, lo, hi)
+    acc, rqr, low = _acc(im2col(x, g, x_zp), pw, rq, o, k, mode)
+    out = _out(acc, rqr, low, mode, lo, hi)
     y[:out.size] = out.reshape(-1)
 
 

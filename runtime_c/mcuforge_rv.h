@@ -38,7 +38,8 @@
  * lane trick along the row does not apply: these models' per-channel int8 weights sum
  * |w| > 256 over one kernel row for 15-60 % of the channels).
  * rq[O] (mf_rv_rec) per channel, unpadded; mode: bit 0 the sign term (mf_rq's signfix), bit 1
- * some channel's pre1 != 0 (bit 2, the full int8 clamp, is set by the C entries: MF_RV_MODE). */
+ * some channel's pre1 != 0, bit 3 the records' low used (bit 2, the full int8 clamp, is set by
+ * the C entries: MF_RV_MODE). */
 #ifndef MCUFORGE_RV_H
 #define MCUFORGE_RV_H
 
@@ -89,8 +90,8 @@ MF_INLINE void mf_rv_interleave3(const int8_t *x0, const int8_t *x1, const int8_
         sa += (c);                                                                            \
     } while (0)
 
-/* the kernels' mode (bits 0, 1 from the schedule) with bit 2 set for the full int8 clamp */
-#define MF_RV_MODE(mode, lo, hi) (((mode) & 3) | ((lo) == -128 && (hi) == 127 ? 4 : 0))
+/* the kernels' mode (bits 0, 1, 3 from the schedule) with bit 2 set for the full int8 clamp */
+#define MF_RV_MODE(mode, lo, hi) (((mode) & 11) | ((lo) == -128 && (hi) == 127 ? 4 : 0))
 
 /* channel a of a pair from its sums */
 #define MF_RV_A(sa, sb) ((int32_t)((sa) - ((sb) << 16)))
@@ -103,6 +104,7 @@ typedef struct {
     int32_t init;
     uint32_t m2;
     int32_t add, pre1, post;
+    int32_t low; /* acc <= low: the output is lo (mode bit 3; see rv.py's rv_lows) */
 } mf_rv_rec;
 
 /* clamp(mf_rq_apply(acc)) (acc with its bias); mode bit 0: the sign term, bit 1: the shift,
@@ -266,26 +268,37 @@ MF_INLINE int8_t mf_rv_out(int32_t acc, const mf_rv_rec *q, int32_t mode, int32_
     } while (0)
 #endif
 
+/* one output of a full block: mode bit 3, an accumulator at most the record's low gives lo
+ * without the requantization (ReLU layers: about half their outputs) */
+#define MF_RV_Y1(dst, ACC, MODE)                                                              \
+    do {                                                                                      \
+        int32_t a_ = (ACC);                                                                   \
+        if ((MODE) & 8 && a_ <= r.low)                                                        \
+            dst = (int8_t)lo;                                                                 \
+        else                                                                                  \
+            dst = mf_rv_out(a_, &r, (MODE) & 7, lo, hi);                                      \
+    } while (0)
+
 /* the 12 outputs of a full block (4 channels, 3 rows) in one mode */
 #define MF_RV_OUT12(yo, MODE)                                                                     \
     do {                                                                                      \
         mf_rv_rec r;                                                                          \
         r = q[0];                                                                             \
-        yo[0] = mf_rv_out(MF_RV_A(sa00, sb00), &r, MODE, lo, hi);                              \
-        yo[ys] = mf_rv_out(MF_RV_A(sa10, sb10), &r, MODE, lo, hi);                             \
-        yo[2 * ys] = mf_rv_out(MF_RV_A(sa20, sb20), &r, MODE, lo, hi);                         \
+        MF_RV_Y1(yo[0], MF_RV_A(sa00, sb00), MODE);                              \
+        MF_RV_Y1(yo[ys], MF_RV_A(sa10, sb10), MODE);                             \
+        MF_RV_Y1(yo[2 * ys], MF_RV_A(sa20, sb20), MODE);                         \
         r = q[1];                                                                             \
-        yo[1] = mf_rv_out((int32_t)sb00, &r, MODE, lo, hi);                                    \
-        yo[ys + 1] = mf_rv_out((int32_t)sb10, &r, MODE, lo, hi);                               \
-        yo[2 * ys + 1] = mf_rv_out((int32_t)sb20, &r, MODE, lo, hi);                           \
+        MF_RV_Y1(yo[1], (int32_t)sb00, MODE);                                    \
+        MF_RV_Y1(yo[ys + 1], (int32_t)sb10, MODE);                               \
+        MF_RV_Y1(yo[2 * ys + 1], (int32_t)sb20, MODE);                           \
         r = q[2];                                                                             \
-        yo[2] = mf_rv_out(MF_RV_A(sa01, sb01), &r, MODE, lo, hi);                              \
-        yo[ys + 2] = mf_rv_out(MF_RV_A(sa11, sb11), &r, MODE, lo, hi);                         \
-        yo[2 * ys + 2] = mf_rv_out(MF_RV_A(sa21, sb21), &r, MODE, lo, hi);                     \
+        MF_RV_Y1(yo[2], MF_RV_A(sa01, sb01), MODE);                              \
+        MF_RV_Y1(yo[ys + 2], MF_RV_A(sa11, sb11), MODE);                         \
+        MF_RV_Y1(yo[2 * ys + 2], MF_RV_A(sa21, sb21), MODE);                     \
         r = q[3];                                                                             \
-        yo[3] = mf_rv_out((int32_t)sb01, &r, MODE, lo, hi);                                    \
-        yo[ys + 3] = mf_rv_out((int32_t)sb11, &r, MODE, lo, hi);                               \
-        yo[2 * ys + 3] = mf_rv_out((int32_t)sb21, &r, MODE, lo, hi);                           \
+        MF_RV_Y1(yo[3], (int32_t)sb01, MODE);                                    \
+        MF_RV_Y1(yo[ys + 3], (int32_t)sb11, MODE);                               \
+        MF_RV_Y1(yo[2 * ys + 3], (int32_t)sb21, MODE);                           \
     } while (0)
 
 /* Every block of 4 channels (the last n = O % 4 real ones, zero channels pad) for 3
@@ -300,7 +313,7 @@ MF_INLINE MF_SC_NOSCHED void mf_rv_block3(const int8_t *xs, const int32_t *w,
     int32_t ys = y_stride;
     /* the full blocks' outputs without checks in the usual modes (the int8 clamp, with the
      * sign term or not), the others through the loop below */
-    int32_t fast = nr == 3 && (mode & 6) == 4 ? mode & 7 : 0;
+    int32_t fast = nr == 3 && (mode & 6) == 4 ? mode & 15 : 0;
     for (q = rq; q < qe; q += 4, yo += 4) {
         int32_t n = qe - q < 4 ? (int32_t)(qe - q) : 4;
         uint32_t sa00 = (uint32_t)q[0].init, sb00 = n > 1 ? (uint32_t)q[1].init : 0;
@@ -319,6 +332,14 @@ MF_INLINE MF_SC_NOSCHED void mf_rv_block3(const int8_t *xs, const int32_t *w,
             int8_t *yb = yo;
             MF_RV_OPAQUE(yb);
             MF_RV_OUT12(yb, 5);
+        } else if (n == 4 && fast == 12) {
+            int8_t *yb = yo;
+            MF_RV_OPAQUE(yb);
+            MF_RV_OUT12(yb, 12);
+        } else if (n == 4 && fast == 13) {
+            int8_t *yb = yo;
+            MF_RV_OPAQUE(yb);
+            MF_RV_OUT12(yb, 13);
         } else { /* a short block, fewer rows or another mode: the channels and rows checked */
             int32_t a[3][4], r, c;
             a[0][0] = MF_RV_A(sa00, sb00);
@@ -340,6 +361,7 @@ MF_INLINE MF_SC_NOSCHED void mf_rv_block3(const int8_t *xs, const int32_t *w,
     }
 }
 #undef MF_RV_OUT12
+#undef MF_RV_Y1
 
 /* One row x (K taps, in place) against every channel (mf_rv_block3's stream and sums, 1 row:
  * per tap 1 lb, 2 lw, 2 mul, 2 add for 4 MACs). */
@@ -401,7 +423,7 @@ MF_INLINE MF_SC_NOSCHED void mf_rv_block1(const int8_t *x, const int32_t *w,
  * fewer of its arguments.) */
 MF_MICRO void mf_rv_fc_p16(const int8_t *x, const int32_t *pw, const mf_rv_rec *rq, int32_t O,
                            int32_t lo, int32_t hi, int32_t mode, int8_t *y) {
-    switch (MF_RV_MODE(mode, lo, hi)) {
+    switch (MF_RV_MODE(mode, lo, hi) & 7) {
     case 0: mf_rv_block1(x, pw, rq, O, lo, hi, 0, y); break;
     case 1: mf_rv_block1(x, pw, rq, O, lo, hi, 1, y); break;
     case 2: mf_rv_block1(x, pw, rq, O, lo, hi, 2, y); break;

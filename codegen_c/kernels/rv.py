@@ -9,6 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from .. import loop_ir as ir
+from .. import pack
 from ..lower import OpContext
 from . import conv_geometry, inplace, schedules
 from .gemm import gemm_layer
@@ -90,11 +91,36 @@ def pack_p16(rows: np.ndarray, chunks) -> np.ndarray:
     return np.concatenate(words).astype(np.int32)
 
 
-def rv_records(bias, rq, chunks) -> np.ndarray:
-    """mf_rv_rec per channel (mcuforge_rv.h): init, m2, add, pre1, post as int32 [O * 5] (m2
-    and init as their 32-bit patterns). init: channel b of a pair (odd) its folded bias;
+def rv_lows(rq, signfix, lo: int, hi: int, bound) -> np.ndarray:
+    """Per channel the largest accumulator in [-bound, bound] whose output (mf_rq_apply +
+    clamp, micro.requantize: non-decreasing in acc) is lo, -2^31 where none is: mf_rv_rec.low
+    (mode bit 3: an accumulator at most low gives lo without the requantization)."""
+    from ..micro import requantize
+    rq = np.asarray(rq, np.int64).reshape(-1, 4)
+    bound = np.broadcast_to(np.asarray(bound, np.int64).reshape(-1), (len(rq),))
+    out = []
+    for row, b in zip(rq, bound.tolist()):
+        def y(a):
+            return int(requantize(np.array([[a]], np.int64), row[None], signfix, lo, hi)[0, 0])
+        a, e = -b, b  # y(a) == lo, y(e) > lo (bisection on the largest)
+        if y(a) != lo:
+            out.append(-2**31)
+            continue
+        if y(e) == lo:
+            out.append(e)
+            continue
+        while e - a > 1:
+            m = (a + e) // 2
+            a, e = (m, e) if y(m) == lo else (a, m)
+        out.append(a)
+    return np.array(out, np.int64)
+
+
+def rv_records(bias, rq, chunks, lows=None) -> np.ndarray:
+    """mf_rv_rec per channel (mcuforge_rv.h): init, m2, add, pre1, post, low as int32 [O * 6]
+    (m2 and init as their 32-bit patterns). init: channel b of a pair (odd) its folded bias;
     channel a bias_a - n 2^15 + 2^16 bias_b (mod 2^32; bias_b = 0 past the last channel), n
-    its block's chunks."""
+    its block's chunks; low: rv_lows (-2^31 when not given)."""
     b = np.asarray(bias, np.int64).reshape(-1)
     o = len(b)
     rq = np.asarray(rq, np.int64).reshape(-1, 4)
@@ -102,14 +128,16 @@ def rv_records(bias, rq, chunks) -> np.ndarray:
     for ch in range(0, o, 2):
         nb = b[ch + 1] if ch + 1 < o else 0
         init[ch] = b[ch] - len(chunks[ch // 4]) * OFF + nb * 2**16
-    rec = np.stack([init, rq[:, 0] * 2, rq[:, 1], rq[:, 2] - 1, rq[:, 3]], 1)
+    low = np.full(o, -2**31, np.int64) if lows is None else np.asarray(lows, np.int64)
+    rec = np.stack([init, rq[:, 0] * 2, rq[:, 1], rq[:, 2] - 1, rq[:, 3], low], 1)
     return ((rec + 2**31) % 2**32 - 2**31).reshape(-1).astype(np.int32)
 
 
-def rv_mode(signfix, rq) -> int:
-    """mf_rv_gemm_p16's mode: bit 0 the sign term, bit 1 some channel shifts (pre != 1)."""
+def rv_mode(signfix, rq, low: bool = False) -> int:
+    """mf_rv_gemm_p16's mode: bit 0 the sign term, bit 1 some channel shifts (pre != 1), bit 3
+    the records' low (rv_lows) tested first."""
     pre = np.asarray(rq, np.int64).reshape(-1, 4)[:, 2]
-    return (1 if signfix else 0) | (2 if (pre != 1).any() else 0)
+    return (1 if signfix else 0) | (2 if (pre != 1).any() else 0) | (8 if low else 0)
 
 
 @schedules("conv2d", "fully_connected")
@@ -134,15 +162,19 @@ def rv_gemm(ctx: OpContext, ref: ir.Kernel, target) -> ir.Kernel | None:
         and not any(ctx.attrs["padding"]))
     n_rows = x.size // k
     packed = pack_p16(rows, chunks)
-    mode = rv_mode(layer["signfix"], layer["rq"])
+    # ReLU layers: about half the outputs at lo, known from the accumulator alone
+    relu = ctx.attrs.get("activation", "none") in ("relu", "relu6", "relu_n1_to_1")
+    mode = rv_mode(layer["signfix"], layer["rq"], relu)
+    lows = rv_lows(layer["rq"], mode & 1, layer["lo"], layer["hi"],
+                   pack.acc_bounds(layer["bias"], rows)) if relu else None
     consts = [ir.Buffer("w", "int32", packed.size, "const", packed,
                         "p16: per block of 4 channels, per segment of a chunk 128 e + 1 then its "
                         "taps' words w0 + 2^16 w1, w2 + 2^16 w3, then 128 * 34 + 1"),
-              ir.Buffer("rq", "int32", 5 * o, "const",
-                        rv_records(layer["bias"], layer["rq"], chunks),
+              ir.Buffer("rq", "int32", 6 * o, "const",
+                        rv_records(layer["bias"], layer["rq"], chunks, lows),
                         "mf_rv_rec per channel: the sums' start (bias - x_zp * sum(w); even "
                         "channels less n 2^15 plus 2^16 the next one's), 2 mult, add, pre - 1, "
-                        "post")]
+                        "post, the largest accumulator giving lo")]
     tail = (ir.Ptr("w", ir.Const(0)), ir.Ptr("rq", ir.Const(0), ctype="const mf_rv_rec *"),
             ir.Const(o), ir.Const(layer["lo"]), ir.Const(layer["hi"]), ir.Const(mode))
     if one_by_one and n_rows == 1:  # batch-1 fully connected: one row in place, no scratch
