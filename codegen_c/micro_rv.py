@@ -74,7 +74,7 @@ def _acc(xs, pw, rq, o, k, mode):
     """The accumulators with their biases (decoded from the records' init) and the mf_rq rows
     (mult = m2 / 2, pre = pre1 + 1)."""
     wm, nch = unpack_p16(pw, o, k)
-    rec = np.asarray(rq[:6 * o], np.int64).reshape(o, 6)
+    rec = np.asarray(rq[:7 * o], np.int64).reshape(o, 7)
     init, m2 = rec[:, 0], rec[:, 1] % 2**32
     if (m2 % 2).any() or (rec[:, 3] < 0).any():
         raise UndefinedBehaviour("mf_rv_rec: m2 odd or pre1 < 0")
@@ -86,7 +86,12 @@ def _acc(xs, pw, rq, o, k, mode):
         v = (init[ch] + nch[ch] * 2**15 - nb * 2**16) % 2**32
         bias[ch] = v - 2**32 if v >= 2**31 else v
     rqr = np.stack([m2 // 2, rec[:, 2], rec[:, 3] + 1, rec[:, 4]], 1)
-    return xs @ wm.T + bias, rqr, rec[:, 5]
+    idx = rec[:, 6] + np.arange(o) // 4 * 4  # out: relative to the block's first slot
+    if sorted(idx.tolist()) != list(range(o)):
+        raise UndefinedBehaviour("mf_rv_rec.out: the output indices are not the channels")
+    if not int(mode) & 16 and (idx != np.arange(o)).any():
+        raise UndefinedBehaviour("mf_rv_rec.out: channels reordered without mode bit 4")
+    return xs @ wm.T + bias, rqr, rec[:, 5], idx
 
 
 def _out(acc, rqr, low, mode, lo, hi):
@@ -103,8 +108,9 @@ def _gemm(x, rows, x_stride, k, pw, rq, o, lo, hi, mode, y, y_stride, scratch):
         raise UndefinedBehaviour(f"mf_rv_gemm_p16: {scratch.nbytes} bytes of scratch, "
                                  f"needs {3 * k}")
     xs = np.stack([np.asarray(x[r * x_stride:r * x_stride + k], np.int64) for r in range(rows)])
-    acc, rqr, low = _acc(xs, pw, rq, o, k, mode)
-    out = _out(acc, rqr, low, mode, lo, hi)
+    acc, rqr, low, idx = _acc(xs, pw, rq, o, k, mode)
+    out = np.zeros_like(acc)
+    out[:, idx] = _out(acc, rqr, low, mode, lo, hi)  # slot s -> output channel idx[s]
     for r in range(rows):
         y[r * y_stride:r * y_stride + o] = out[r]
 
@@ -115,8 +121,9 @@ def _conv(x, geom, x_zp, pw, rq, o, lo, hi, mode, y, scratch):
     if scratch.nbytes < 6 * k:
         raise UndefinedBehaviour(f"mf_rv_conv_p16: {scratch.nbytes} bytes of scratch, "
                                  f"needs {6 * k}")
-    acc, rqr, low = _acc(im2col(x, g, x_zp), pw, rq, o, k, mode)
-    out = _out(acc, rqr, low, mode, lo, hi)
+    acc, rqr, low, idx = _acc(im2col(x, g, x_zp), pw, rq, o, k, mode)
+    out = np.zeros_like(acc)
+    out[:, idx] = _out(acc, rqr, low, mode, lo, hi)
     y[:out.size] = out.reshape(-1)
 
 

@@ -90,8 +90,9 @@ MF_INLINE void mf_rv_interleave3(const int8_t *x0, const int8_t *x1, const int8_
         sa += (c);                                                                            \
     } while (0)
 
-/* the kernels' mode (bits 0, 1, 3 from the schedule) with bit 2 set for the full int8 clamp */
-#define MF_RV_MODE(mode, lo, hi) (((mode) & 11) | ((lo) == -128 && (hi) == 127 ? 4 : 0))
+/* the kernels' mode (bits 0, 1, 3, 4 from the schedule) with bit 2 set for the full int8
+ * clamp */
+#define MF_RV_MODE(mode, lo, hi) (((mode) & 27) | ((lo) == -128 && (hi) == 127 ? 4 : 0))
 
 /* channel a of a pair from its sums */
 #define MF_RV_A(sa, sb) ((int32_t)((sa) - ((sb) << 16)))
@@ -105,6 +106,7 @@ typedef struct {
     uint32_t m2;
     int32_t add, pre1, post;
     int32_t low; /* acc <= low: the output is lo (mode bit 3; see rv.py's rv_lows) */
+    int32_t out; /* its output index less its block's first (mode bit 4: channels reordered) */
 } mf_rv_rec;
 
 /* clamp(mf_rq_apply(acc)) (acc with its bias); mode bit 0: the sign term, bit 1: the shift,
@@ -280,26 +282,36 @@ MF_INLINE int8_t mf_rv_out(int32_t acc, const mf_rv_rec *q, int32_t mode, int32_
     } while (0)
 
 /* the 12 outputs of a full block (4 channels, 3 rows) in one mode */
-#define MF_RV_OUT12(yo, MODE)                                                                     \
+/* channel C's 3 outputs (accumulators A0..A2): at yo + C, or (mode bit 4) yo + its out */
+#define MF_RV_OUT3C(C, A0, A1, A2, MODE)                                                     \
+    do {                                                                                      \
+        r = q[C];                                                                             \
+        if ((MODE) & 16) {                                                                    \
+            int8_t *yc = yb + r.out;                                                          \
+            MF_RV_Y1(yc[0], A0, MODE);                                                        \
+            MF_RV_Y1(yc[ys], A1, MODE);                                                       \
+            MF_RV_Y1(yc[2 * ys], A2, MODE);                                                   \
+        } else {                                                                              \
+            MF_RV_Y1(yb[C], A0, MODE);                                                        \
+            MF_RV_Y1(yb[ys + (C)], A1, MODE);                                                 \
+            MF_RV_Y1(yb[2 * ys + (C)], A2, MODE);                                             \
+        }                                                                                     \
+    } while (0)
+#define MF_RV_OUT12(MODE)                                                                     \
     do {                                                                                      \
         mf_rv_rec r;                                                                          \
-        r = q[0];                                                                             \
-        MF_RV_Y1(yo[0], MF_RV_A(sa00, sb00), MODE);                              \
-        MF_RV_Y1(yo[ys], MF_RV_A(sa10, sb10), MODE);                             \
-        MF_RV_Y1(yo[2 * ys], MF_RV_A(sa20, sb20), MODE);                         \
-        r = q[1];                                                                             \
-        MF_RV_Y1(yo[1], (int32_t)sb00, MODE);                                    \
-        MF_RV_Y1(yo[ys + 1], (int32_t)sb10, MODE);                               \
-        MF_RV_Y1(yo[2 * ys + 1], (int32_t)sb20, MODE);                           \
-        r = q[2];                                                                             \
-        MF_RV_Y1(yo[2], MF_RV_A(sa01, sb01), MODE);                              \
-        MF_RV_Y1(yo[ys + 2], MF_RV_A(sa11, sb11), MODE);                         \
-        MF_RV_Y1(yo[2 * ys + 2], MF_RV_A(sa21, sb21), MODE);                     \
-        r = q[3];                                                                             \
-        MF_RV_Y1(yo[3], (int32_t)sb01, MODE);                                    \
-        MF_RV_Y1(yo[ys + 3], (int32_t)sb11, MODE);                               \
-        MF_RV_Y1(yo[2 * ys + 3], (int32_t)sb21, MODE);                           \
+        MF_RV_OUT3C(0, MF_RV_A(sa00, sb00), MF_RV_A(sa10, sb10), MF_RV_A(sa20, sb20), MODE);  \
+        MF_RV_OUT3C(1, (int32_t)sb00, (int32_t)sb10, (int32_t)sb20, MODE);                    \
+        MF_RV_OUT3C(2, MF_RV_A(sa01, sb01), MF_RV_A(sa11, sb11), MF_RV_A(sa21, sb21), MODE);  \
+        MF_RV_OUT3C(3, (int32_t)sb01, (int32_t)sb11, (int32_t)sb21, MODE);                    \
     } while (0)
+/* a full block's outputs in mode M */
+#define MF_RV_FAST(M)                                                                         \
+    else if (fast == (M)) {                                                                   \
+        int8_t *yb = yo; /* (one register for the 12 stores) */                               \
+        MF_RV_OPAQUE(yb);                                                                     \
+        MF_RV_OUT12(M);                                                                       \
+    }
 
 /* Every block of 4 channels (the last n = O % 4 real ones, zero channels pad) for 3
  * interleaved rows xs: w the layer's stream; y rows y_stride apart, nr <= 3 of them stored.
@@ -313,7 +325,7 @@ MF_INLINE MF_SC_NOSCHED void mf_rv_block3(const int8_t *xs, const int32_t *w,
     int32_t ys = y_stride;
     /* the full blocks' outputs without checks in the usual modes (the int8 clamp, with the
      * sign term or not), the others through the loop below */
-    int32_t fast = nr == 3 && (mode & 6) == 4 ? mode & 15 : 0;
+    int32_t fast = nr == 3 && (mode & 6) == 4 ? mode & 31 : 0;
     for (q = rq; q < qe; q += 4, yo += 4) {
         int32_t n = qe - q < 4 ? (int32_t)(qe - q) : 4;
         uint32_t sa00 = (uint32_t)q[0].init, sb00 = n > 1 ? (uint32_t)q[1].init : 0;
@@ -324,23 +336,7 @@ MF_INLINE MF_SC_NOSCHED void mf_rv_block3(const int8_t *xs, const int32_t *w,
         MF_RV_SEGS3(xs, w, sa00, sb00, sa01, sb01, sa10, sb10, sa11, sb11, sa20, sb20, sa21,
                     sb21);
         w++; /* the block's end word */
-        if (n == 4 && fast == 4) {
-            int8_t *yb = yo; /* (one register for the 12 stores, else reloaded at each) */
-            MF_RV_OPAQUE(yb);
-            MF_RV_OUT12(yb, 4);
-        } else if (n == 4 && fast == 5) {
-            int8_t *yb = yo;
-            MF_RV_OPAQUE(yb);
-            MF_RV_OUT12(yb, 5);
-        } else if (n == 4 && fast == 12) {
-            int8_t *yb = yo;
-            MF_RV_OPAQUE(yb);
-            MF_RV_OUT12(yb, 12);
-        } else if (n == 4 && fast == 13) {
-            int8_t *yb = yo;
-            MF_RV_OPAQUE(yb);
-            MF_RV_OUT12(yb, 13);
-        } else { /* a short block, fewer rows or another mode: the channels and rows checked */
+        if (n != 4 || !fast) { /* a short block, fewer rows or another mode: checked */
             int32_t a[3][4], r, c;
             a[0][0] = MF_RV_A(sa00, sb00);
             a[1][0] = MF_RV_A(sa10, sb10);
@@ -356,11 +352,15 @@ MF_INLINE MF_SC_NOSCHED void mf_rv_block3(const int8_t *xs, const int32_t *w,
             a[2][3] = (int32_t)sb21;
             for (c = 0; c < n; c++)
                 for (r = 0; r < nr; r++)
-                    yo[r * ys + c] = mf_rv_out(a[r][c], q + c, mode, lo, hi);
+                    yo[r * ys + q[c].out] = mf_rv_out(a[r][c], q + c, mode, lo, hi);
         }
+        MF_RV_FAST(12) MF_RV_FAST(28) MF_RV_FAST(13) MF_RV_FAST(29) /* (ReLU layers first) */
+        MF_RV_FAST(4) MF_RV_FAST(20) MF_RV_FAST(5) MF_RV_FAST(21)
     }
 }
 #undef MF_RV_OUT12
+#undef MF_RV_OUT3C
+#undef MF_RV_FAST
 #undef MF_RV_Y1
 
 /* One row x (K taps, in place) against every channel (mf_rv_block3's stream and sums, 1 row:
@@ -401,18 +401,18 @@ MF_INLINE MF_SC_NOSCHED void mf_rv_block1(const int8_t *x, const int32_t *w,
         w++;
         {
             mf_rv_rec r = rq[o];
-            y[o] = mf_rv_out(MF_RV_A(sa0, sb0), &r, mode, lo, hi);
+            y[o + r.out] = mf_rv_out(MF_RV_A(sa0, sb0), &r, mode, lo, hi);
             if (n > 1) {
                 r = rq[o + 1];
-                y[o + 1] = mf_rv_out((int32_t)sb0, &r, mode, lo, hi);
+                y[o + r.out] = mf_rv_out((int32_t)sb0, &r, mode, lo, hi);
             }
             if (n > 2) {
                 r = rq[o + 2];
-                y[o + 2] = mf_rv_out(MF_RV_A(sa1, sb1), &r, mode, lo, hi);
+                y[o + r.out] = mf_rv_out(MF_RV_A(sa1, sb1), &r, mode, lo, hi);
             }
             if (n > 3) {
                 r = rq[o + 3];
-                y[o + 3] = mf_rv_out((int32_t)sb1, &r, mode, lo, hi);
+                y[o + r.out] = mf_rv_out((int32_t)sb1, &r, mode, lo, hi);
             }
         }
     }

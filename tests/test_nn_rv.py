@@ -164,6 +164,11 @@ def all_cases(seed=0):
     for geo in ((12, 6, 1, 10, 4, 2, "SAME", 8), (9, 8, 3, 3, 3, 1, "SAME", 5)):
         more.append(dict(conv_case(rng, *geo, relu=True), low=True))
     more.append(sweep_case(rng))
+    # channels reordered in the blocks (mode bit 4): random orders (full blocks of 3 rows and
+    # the tails), with and without low; one-row cases stay in order (mf_rv_fc_p16)
+    for i, c in enumerate(cases + more):
+        if c["kind"] != "dw" and c["o"] > 1 and c.get("rows", 3) > 1 and i % 3 == 0:
+            more.append(dict(c, order=rng.permutation(c["o"])))
     return cases + more
 
 
@@ -182,17 +187,20 @@ def dw_redo(c):
     return c
 
 
-def kernel_data(L, chunks=None, low=False):
+def kernel_data(L, chunks=None, low=False, order=None):
     """What the schedule passes: the p16 stream, the records, the mode (low: with the records'
-    low, mode bit 3, as for a ReLU layer)."""
+    low, mode bit 3, as for a ReLU layer; order: the channels in this order in the blocks,
+    mode bit 4)."""
     w = L["w"]
     folded = pack.fold_bias(L["bias"], w, L["x_zp"])
     rq = pack.requant_params(L["mults"], L["shifts"], L["y_zp"], pack.acc_bounds(folded, w))
     assert folded is not None and rq is not None
+    perm = np.arange(len(w)) if order is None else np.asarray(order)
+    w, folded, rq = w[perm], folded[perm], rq[perm]
     chunks = rv.chunks_p16(w) if chunks is None else chunks
-    mode = rv.rv_mode(pack.needs_signfix(L["y_zp"], L["lo"]), rq, low)
+    mode = rv.rv_mode(pack.needs_signfix(L["y_zp"], L["lo"]), rq, low, order is not None)
     lows = rv.rv_lows(rq, mode & 1, L["lo"], L["hi"], pack.acc_bounds(folded, w)) if low else None
-    return rv.pack_p16(w, chunks), rv.rv_records(folded, rq, chunks, lows), mode
+    return rv.pack_p16(w, chunks), rv.rv_records(folded, rq, chunks, lows, perm), mode
 
 
 def test_cases_exercise_entries():
@@ -203,8 +211,9 @@ def test_cases_exercise_entries():
 
 def test_cases_exercise_modes():
     """The cases cover the four modes (sign term, shift)."""
-    modes = {kernel_data(c["L"], low=c.get("low", False))[2] for c in CASES if c["kind"] != "dw"}
-    assert {0, 1, 2, 3, 8, 9, 10, 11} <= modes, modes
+    modes = {kernel_data(c["L"], low=c.get("low", False), order=c.get("order"))[2]
+             for c in CASES if c["kind"] != "dw"}
+    assert {0, 1, 2, 3, 8, 9, 10, 11, 16, 17, 24, 25} <= modes, modes
     dw = [c["L"] for c in CASES if c["kind"] == "dw"]
     assert any(min(L["shifts"]) < 0 < max(L["shifts"]) for L in dw)
 
@@ -269,7 +278,8 @@ def program(cases, out: str) -> str:
                     f"{mode}, scratch);")
             body.append(check(i, c["y"].size, call, puts, puti))
             continue
-        packed, rec, mode = kernel_data(c["L"], c.get("chunks"), c.get("low", False))
+        packed, rec, mode = kernel_data(c["L"], c.get("chunks"), c.get("low", False),
+                                        c.get("order"))
         lo, hi, o = c["L"]["lo"], c["L"]["hi"], c["o"]
         head += [c_array("int32_t", f"w{i}", packed), c_array("int32_t", f"q{i}", rec),
                  c_array("int8_t", f"x{i}", c["x"]), c_array("int8_t", f"y{i}", c["y"])]
