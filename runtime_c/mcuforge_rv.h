@@ -22,24 +22,30 @@
  * Block: 3 rows x 4 channels (6 chunk accumulators + 12 sums in registers): per tap 3 lb, 2 lw,
  * 6 mul, 6 add for 12 MACs. The 3 rows are first interleaved into xs[3 K] (x of tap k, row r
  * at 3 k + r: one pointer, immediate offsets); rows past the end re-read the last row (not
- * stored).
- * Measured (gcc 12 -O2, riscv32-virt): in C 18.5 instructions a tap (12 MACs, two taps a
- * step) and 29 a chunk; the RV32 assembly of MF_RV_SEGS3 17 a tap and 24 a chunk (KWS's 1x1
- * layers 1,235 K -> 1,172 K); the MLPerf layers have 2.9 (ResNet-8's 1x1 16 -> 32) to 105 (VWW's last 1x1)
- * taps a chunk, KWS's 1x1 3.8: 1.27 M instructions for 512 K MACs (0.40 MAC/instr; m8 0.30).
+ * stored). The channels may be reordered in the blocks (mode bit 4: the schedule groups
+ * channels of alike chunks; mf_rv_rec.out gives each one's output).
+ * Measured (gcc 12 -O2, riscv32-virt): the C loop 18.5 instructions a tap (two taps a step)
+ * and ~29-33 a chunk; the RV32 assembly of MF_RV_SEGS3 (segment words are entries' offsets,
+ * the taps unrolled) 17 a tap and 24 a chunk. The MLPerf layers have 2.9 (ResNet-8's 1x1
+ * 16 -> 32) to 105 (VWW's last 1x1) taps a chunk, KWS's 1x1 3.8. Outputs: ~11.5 instructions
+ * (mf_rv_out: mul, mulhsu, srli, add, add, sra, 3 for the saturation, sb; + 2 for channel a),
+ * ~3 for an accumulator at most the record's low in ReLU layers (mode bit 3: about half).
+ * KWS's 1x1 layers 1,235 K -> 1,111..1,149 K instructions (0.45 MAC/instr): taps 64 %,
+ * chunks 24 %, outputs and loops 12 %. Whole models on riscv32-virt (bench's input): KWS
+ * 7.16 M -> 6.70 M, VWW 19.42 M -> 18.62 M.
  * What limits it: the lanes' 16 bits (a chunk holds sum |w| <= 256 for any int8 x: 3-6 taps
- * of these models' int8 weights, the 4 channels of a block sharing the cuts) and the
- * requantization (~13 instructions an output; ~10 with the constant row and channel counts of
- * full blocks and mode bit 2's saturation: KWS 7.16 M, VWW 19.42 M, ResNet-8 29.01 M
- * instructions on riscv32-virt). Where the rest goes: a chunk's fold (3 instructions per
- * accumulator, 6 of them, ~29 a chunk with its loop) at 3.2-4.4 taps a chunk in the small
- * layers (cuts per pair of channels would give ~16 % fewer chunks on KWS: not done), the
- * depthwise layers (~33 instructions an output: 22.5 for the 9 MACs, ~10 requantization; the
- * lane trick along the row does not apply: these models' per-channel int8 weights sum
- * |w| > 256 over one kernel row for 15-60 % of the channels).
- * rq[O] (mf_rv_rec) per channel, unpadded; mode: bit 0 the sign term (mf_rq's signfix), bit 1
- * some channel's pre1 != 0, bit 3 the records' low used (bit 2, the full int8 clamp, is set by
- * the C entries: MF_RV_MODE). */
+ * of these models' int8 weights, the 4 channels of a block sharing the cuts; cuts per pair
+ * of channels would need a dispatch per pair's fold: more than they save), the depthwise
+ * layers (~33 instructions an output: 22.5 for the 9 MACs, ~10 requantization; the lane trick
+ * along the row does not apply: these models' per-channel int8 weights sum |w| > 256 over
+ * one kernel row for 15-60 % of the channels). Tried, not kept: the int8 saturation as one
+ * unsigned compare of y + 128 (add raised by 128 << post): ReLU layers saturate half their
+ * outputs, whose fix-up then costs 3 instead of 1 (KWS +10 K a 1x1 layer).
+ * Code: MF_RV_SEGS3's assembly is ~7 KB (35 entries of 128 bytes, two chains of 16 taps),
+ * once in mf_rv_gemm_p16 and once in mf_rv_conv_p16.
+ * rq[O] (mf_rv_rec) per channel slot, unpadded; mode: bit 0 the sign term (mf_rq's signfix),
+ * bit 1 some channel's pre1 != 0, bit 3 the records' low used, bit 4 the channels reordered
+ * (bit 2, the full int8 clamp, is set by the C entries: MF_RV_MODE). */
 #ifndef MCUFORGE_RV_H
 #define MCUFORGE_RV_H
 

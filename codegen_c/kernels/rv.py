@@ -168,10 +168,12 @@ def rv_mode(signfix, rq, low: bool = False, order: bool = False) -> int:
 
 @schedules("conv2d", "fully_connected")
 def rv_gemm(ctx: OpContext, ref: ir.Kernel, target) -> ir.Kernel | None:
-    """Measured (gcc 12 -O2, the disassembly): per tap of a 3 x 4 block 18.5 instructions for
-    12 MACs (two taps a step: 4 lw, 6 lb, 12 mul, 12 add, 3 loop), 29 a chunk (24 for its 12
-    sums, 5 for the chunk word and the loop): 18.5 + 29 / L per 12 MACs against m8's ~34.5,
-    so p16 from about 2 taps a chunk (the MLPerf layers have 2.9-105)."""
+    """Measured (gcc 12 -O2, the disassembly): per tap of a 3 x 4 block 17 instructions for
+    12 MACs (2 lw, 3 lb, 6 mul, 6 add: the RV32 assembly, 18.5 in the C body), 24 a chunk
+    (18 for its 12 sums, 6 for its segment's dispatch): 17 + 24 / L per 12 MACs against m8's
+    ~34.5, so p16 from about 2 taps a chunk (the MLPerf layers have 2.9-105). ReLU layers
+    get the records' low (rv_lows: half their outputs without requantization); layers whose
+    chunks a reorder of the channels cuts enough get it (channel_order)."""
     if not is_rv(target):
         return None
     layer = gemm_layer(ctx)
