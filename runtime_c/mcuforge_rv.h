@@ -71,17 +71,24 @@
 MF_INLINE void mf_rv_interleave3(const int8_t *x0, const int8_t *x1, const int8_t *x2,
                                  int32_t K, int8_t *xs) {
     int32_t k;
-    for (k = 0; k + 2 <= K; k += 2, xs += 6) { /* two taps a step: immediate offsets */
-        int8_t v0 = x0[k], v1 = x1[k], v2 = x2[k], u0 = x0[k + 1], u1 = x1[k + 1],
-               u2 = x2[k + 1];
-        xs[0] = v0;
-        xs[1] = v1;
-        xs[2] = v2;
-        xs[3] = u0;
-        xs[4] = u1;
-        xs[5] = u2;
+    for (k = 0; k + 4 <= K; k += 4, xs += 12) { /* four taps a step: immediate offsets */
+        int8_t a0 = x0[k], a1 = x1[k], a2 = x2[k], b0 = x0[k + 1], b1 = x1[k + 1],
+               b2 = x2[k + 1], c0 = x0[k + 2], c1 = x1[k + 2], c2 = x2[k + 2], d0 = x0[k + 3],
+               d1 = x1[k + 3], d2 = x2[k + 3];
+        xs[0] = a0;
+        xs[1] = a1;
+        xs[2] = a2;
+        xs[3] = b0;
+        xs[4] = b1;
+        xs[5] = b2;
+        xs[6] = c0;
+        xs[7] = c1;
+        xs[8] = c2;
+        xs[9] = d0;
+        xs[10] = d1;
+        xs[11] = d2;
     }
-    if (k < K) {
+    for (; k < K; k++, xs += 3) {
         int8_t v0 = x0[k], v1 = x1[k], v2 = x2[k];
         xs[0] = v0;
         xs[1] = v1;
