@@ -71,7 +71,24 @@
 MF_INLINE void mf_rv_interleave3(const int8_t *x0, const int8_t *x1, const int8_t *x2,
                                  int32_t K, int8_t *xs) {
     int32_t k;
-    for (k = 0; k + 4 <= K; k += 4, xs += 12) { /* four taps a step: immediate offsets */
+#define MF_RV_IL(J)                                                                           \
+    do {                                                                                      \
+        xs[3 * (J)] = x0[k + (J)];                                                            \
+        xs[3 * (J) + 1] = x1[k + (J)];                                                        \
+        xs[3 * (J) + 2] = x2[k + (J)];                                                        \
+    } while (0)
+    for (k = 0; k + 8 <= K; k += 8, xs += 24) { /* eight taps a step: immediate offsets */
+        MF_RV_IL(0);
+        MF_RV_IL(1);
+        MF_RV_IL(2);
+        MF_RV_IL(3);
+        MF_RV_IL(4);
+        MF_RV_IL(5);
+        MF_RV_IL(6);
+        MF_RV_IL(7);
+    }
+#undef MF_RV_IL
+    for (; k + 4 <= K; k += 4, xs += 12) { /* four taps a step */
         int8_t a0 = x0[k], a1 = x1[k], a2 = x2[k], b0 = x0[k + 1], b1 = x1[k + 1],
                b2 = x2[k + 1], c0 = x0[k + 2], c1 = x1[k + 2], c2 = x2[k + 2], d0 = x0[k + 3],
                d1 = x1[k + 3], d2 = x2[k + 3];
