@@ -1,6 +1,6 @@
 """Python mirrors of the RV32 micro-kernels in runtime_c/mcuforge_rv.h for the loop-IR
 evaluator: they decode the "p16" stream from the header's description (per block of 4
-channels, the chunks' segments: a word 128 e + 1 then L taps of pair words; an end word),
+channels, the chunks' segments: a word 80 e + 1 then L taps of pair words; an end word),
 check the lane proof the C relies on (every chunk's lane sums inside [-2^15, 2^15) for any int8 x, else UndefinedBehaviour) and compute
 TFLM's arithmetic on whole arrays. Registered into qmath.INTRINSICS on import."""
 from __future__ import annotations
@@ -12,7 +12,7 @@ from .micro import GEOM_FIELDS, im2col, requantize
 from .qmath import INTRINSICS
 
 
-SEG, ESZ, E_END = 16, 128, 34  # MF_RV_SEG, MF_RV_ESZ, MF_RV_E_END (mcuforge_rv.h)
+SEG, ESZ, E_END = 16, 80, 34  # MF_RV_SEG, MF_RV_ESZ, MF_RV_E_END (mcuforge_rv.h)
 
 
 def _segment(word) -> tuple[int, int, bool, bool] | None:

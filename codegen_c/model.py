@@ -139,9 +139,12 @@ def generate(g: Graph, name: str, target: Target = HOST, profile: bool = False,
     (codegen_c/arena_check.py): the plan with red-zones, and the tables that poison the arena
     around each step under -DMCUFORGE_ARENA_CHECK with AddressSanitizer."""
     kernels = _lower_all(g, target)
-    narrowed = budget.fit(target, {out: kernels[key] for key, out in _outputs(g).items()})
-    if narrowed != target:  # the flash budget keeps some layers' weights int8
-        kernels = _lower_all(g, narrowed)
+    while True:  # the flash budget keeps some layers' weights int8; again on the kernels as
+        # lowered, should fit's estimate of the bytes saved have fallen short
+        narrowed = budget.fit(target, {out: kernels[key] for key, out in _outputs(g).items()})
+        if narrowed == target:
+            break
+        target, kernels = narrowed, _lower_all(g, narrowed)
 
     g, plan, declared = plan_model(g, kernels, keep_input, REDZONE if arena_check else 0)
     # a wrong plan stops here, before any C is written; in-place overlaps only by the rule,

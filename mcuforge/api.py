@@ -186,8 +186,8 @@ def check_budget(model, budget: int) -> None:
         raise McuforgeError(
             f"the model needs {model.weight_bytes:,} bytes of weights and tables plus "
             f"{CODE_ALLOWANCE:,} for the code, {need:,} in all, over the flash budget of "
-            f"{budget:,} bytes (every layer's weights are already int8): raise "
-            f"--flash-budget or use a smaller model")
+            f"{budget:,} bytes (every layer the budget can narrow has int8 weights already): "
+            f"raise --flash-budget or use a smaller model")
 
 
 def check_fits(b, arena: int, weights: int) -> None:

@@ -94,6 +94,34 @@
 #define MF_MVE_ASM 0
 #endif
 
+/* the helpers: always inlined when optimizing (accumulators in registers, the flags folded);
+ * at -O0 each is one function: inlined there, every entry (mf_mve_conv_f0..f3, gemm_f0..f3)
+ * kept a copy of every branch and VWW's code took 522 KB of the M55's 512 KB flash (now
+ * 338 KB) */
+#if defined(__GNUC__) && defined(__OPTIMIZE__)
+#define MF_MVE_INLINE static inline __attribute__((always_inline))
+#else
+#define MF_MVE_INLINE static inline
+#endif
+
+/* mf_mve_dot4x2's asm takes all 8 even core registers (r0 r2 r4 r6 r8 r10 r12 lr) for its
+ * accumulators, and 4 more. gcc 12's register allocator reloads a spilled operand into a low
+ * register (r0-r7: the 16-bit LDR from the stack); with a frame pointer in r7
+ * (-fno-omit-frame-pointer) only r1 r3 r5 are left low, and with 4 operands in the "r" class
+ * it failed ("impossible constraints") at -Os, -O3 and -O2 alike. So two operands take the
+ * low class ("l") and two the high one ("h": r9 r11 are left there), or, at -Os, all four
+ * are pinned to r1 r3 r5 r9 (MF_MVE_PIN), which costs fewer moves there (ResNet-8: 58 K fewer
+ * instructions than "l"/"h"; at -O2 pinned costs 12-15 K more, "l"/"h" nothing). */
+#if defined(__OPTIMIZE_SIZE__)
+#define MF_MVE_PIN(R) __asm__(R)
+#define MF_MVE_LO "r"
+#define MF_MVE_HI "r"
+#else
+#define MF_MVE_PIN(R)
+#define MF_MVE_LO "l"
+#define MF_MVE_HI "h"
+#endif
+
 #define MF_MVE_CHUNKS(K) (((K) + 15) >> 4)
 #define MF_MVE_BLOCK_WORDS(K) (24 + 16 * MF_MVE_CHUNKS(K))
 #define MF_MVE_SIGN 1 /* flags: some channel has the sign term */
@@ -102,8 +130,8 @@
 #if MF_USE_MVE
 /* Requantization of 4 accumulators (mf_rq_apply + clamp, lane by lane); p: mult, add, shl,
  * nshr, sfm of the 4 channels (4 words each). */
-MF_INLINE int32x4_t mf_mve_rq4(int32x4_t acc, const int32_t *p, int32_t flags, int32x4_t lo,
-                               int32x4_t hi) {
+MF_MVE_INLINE int32x4_t mf_mve_rq4(int32x4_t acc, const int32_t *p, int32_t flags, int32x4_t lo,
+                                   int32x4_t hi) {
     int32x4_t h, v;
     if (flags & MF_MVE_SHL) acc = vshlq_s32(acc, vldrwq_s32(p + 8));
     h = vqrdmulhq_s32(acc, vldrwq_s32(p));
@@ -115,7 +143,7 @@ MF_INLINE int32x4_t mf_mve_rq4(int32x4_t acc, const int32_t *p, int32_t flags, i
 
 /* The accumulators of 4 channels x 1 row: bias + x . w over K taps; *pk advances to the
  * block's requantization words. */
-MF_INLINE int32x4_t mf_mve_dot4(const int8_t *x, int32_t k, const int32_t **pk) {
+MF_MVE_INLINE int32x4_t mf_mve_dot4(const int8_t *x, int32_t k, const int32_t **pk) {
 #if MF_MVE_ASM
     const int32_t *w = *pk;
     int32_t r = k;
@@ -187,15 +215,17 @@ MF_INLINE int32x4_t mf_mve_dot4(const int8_t *x, int32_t k, const int32_t **pk) 
 }
 
 /* The accumulators of 4 channels x 2 rows (x0, x1): VMLADAVA's 8 even registers r0-r12 and
- * lr (no low-overhead loop then: SUBS/BGT on the taps left), 5 more registers for the
- * pointers and the count (at -fno-omit-frame-pointer gcc has r1 r3 r5 r9 r11 left). The bias
- * is loaded into both rows' accumulators by two LDMs; the 8 sums leave through the stack (one
- * PUSH, two VLDRW: a buffer of our own would need a sixth register). */
-MF_INLINE void mf_mve_dot4x2(const int8_t *x0, const int8_t *x1, int32_t k, const int32_t **pk,
-                             int32x4_t *y0, int32x4_t *y1) {
+ * lr (no low-overhead loop then: SUBS/BGT on the taps left), 4 more registers for the
+ * pointers and the count (at -fno-omit-frame-pointer r1 r3 r5 r9 r11 are left: see
+ * MF_MVE_PIN). The bias is loaded into both rows' accumulators by two LDMs; the 8 sums leave
+ * through the stack (one PUSH, two VLDRW: a buffer of our own would need a sixth register). */
+MF_MVE_INLINE void mf_mve_dot4x2(const int8_t *x0, const int8_t *x1, int32_t k, const int32_t **pk,
+                                 int32x4_t *y0, int32x4_t *y1) {
 #if MF_MVE_ASM
-    const int32_t *w = *pk;
-    int32_t r = k; /* taps left: full chunks while more than 16, then the VCTP tail */
+    register const int8_t *px0 MF_MVE_PIN("r1") = x0;
+    register const int8_t *px1 MF_MVE_PIN("r3") = x1;
+    register const int32_t *w MF_MVE_PIN("r5") = *pk;
+    register int32_t r MF_MVE_PIN("r9") = k; /* taps left: full chunks, then the VCTP tail */
     register int32_t a0 __asm__("r0");
     register int32_t a1 __asm__("r2");
     register int32_t a2 __asm__("r4");
@@ -239,11 +269,13 @@ MF_INLINE void mf_mve_dot4x2(const int8_t *x0, const int8_t *x1, int32_t k, cons
             : [a0] "=&r"(a0), [a1] "=&r"(a1), [a2] "=&r"(a2), [a3] "=&r"(a3),
               [b0] "=&r"(b0), [b1] "=&r"(b1), [b2] "=&r"(b2), [b3] "=&r"(b3),
               [a] "=&w"(a), [b] "=&w"(b), [u] "=&w"(u), [v] "=&w"(v),
-              [x0] "+r"(x0), [x1] "+r"(x1), [w] "+r"(w), [r] "+r"(r)
+              [x0] "+" MF_MVE_LO(px0), [x1] "+" MF_MVE_HI(px1), [w] "+" MF_MVE_LO(w),
+              [r] "+" MF_MVE_HI(r)
             :
             : "cc", "p0", "memory");
 #undef MF_MVE_CHUNK2
     (void)a0, (void)a1, (void)a2, (void)a3, (void)b0, (void)b1, (void)b2, (void)b3;
+    (void)px0, (void)px1;
     *pk = w;
     *y0 = a; /* one PUSH and two loads instead of eight lane moves */
     *y1 = b;
@@ -256,8 +288,8 @@ MF_INLINE void mf_mve_dot4x2(const int8_t *x0, const int8_t *x1, int32_t k, cons
 #endif
 
 /* One row of K activations through every block: y[0..O-1]. */
-MF_INLINE void mf_mve_row(const int8_t *x, int32_t k, const int32_t *pk, int32_t o,
-                          int32_t lo, int32_t hi, int32_t flags, int8_t *y) {
+MF_MVE_INLINE void mf_mve_row(const int8_t *x, int32_t k, const int32_t *pk, int32_t o,
+                              int32_t lo, int32_t hi, int32_t flags, int8_t *y) {
 #if MF_USE_MVE
     int32x4_t vlo = vdupq_n_s32(lo), vhi = vdupq_n_s32(hi);
     for (; o > 0; o -= 4, y += 4) {
@@ -291,9 +323,9 @@ MF_INLINE void mf_mve_row(const int8_t *x, int32_t k, const int32_t *pk, int32_t
 
 /* Two rows (x0 -> y0, x1 -> y1) through every block: the weights and the requantization
  * vectors loaded once for both. */
-MF_INLINE void mf_mve_row2(const int8_t *x0, const int8_t *x1, int32_t k, const int32_t *pk,
-                           int32_t o, int32_t lo, int32_t hi, int32_t flags, int8_t *y0,
-                           int8_t *y1) {
+MF_MVE_INLINE void mf_mve_row2(const int8_t *x0, const int8_t *x1, int32_t k, const int32_t *pk,
+                               int32_t o, int32_t lo, int32_t hi, int32_t flags, int8_t *y0,
+                               int8_t *y1) {
 #if MF_USE_MVE
     int32x4_t vlo = vdupq_n_s32(lo), vhi = vdupq_n_s32(hi);
     for (; o > 0; o -= 4, y0 += 4, y1 += 4) {
@@ -318,9 +350,9 @@ MF_INLINE void mf_mve_row2(const int8_t *x0, const int8_t *x1, int32_t k, const 
 }
 
 /* Rows two at a time through every block (mf_mve_row2), the odd last row alone. */
-MF_INLINE void mf_mve_gemm_rows(const int8_t *x, int32_t rows, int32_t x_stride, int32_t k,
-                                const int32_t *pk, int32_t o, int32_t lo, int32_t hi,
-                                int32_t flags, int8_t *y, int32_t y_stride) {
+MF_MVE_INLINE void mf_mve_gemm_rows(const int8_t *x, int32_t rows, int32_t x_stride, int32_t k,
+                                    const int32_t *pk, int32_t o, int32_t lo, int32_t hi,
+                                    int32_t flags, int8_t *y, int32_t y_stride) {
     for (; rows >= 2; rows -= 2, x += 2 * x_stride, y += 2 * y_stride)
         mf_mve_row2(x, x + x_stride, k, pk, o, lo, hi, flags, y, y + y_stride);
     if (rows) mf_mve_row(x, k, pk, o, lo, hi, flags, y);
@@ -503,9 +535,9 @@ static __attribute__((unused, noinline)) void mf_mve_rows32(const int8_t *x, int
 
 /* 1x1 convolution / fully connected layer: `rows` rows of K int8 activations, row r at
  * x + r * x_stride, output row r at y + r * y_stride (O bytes). pk: the stream above. */
-MF_INLINE void mf_mve_gemm_body(const int8_t *x, int32_t rows, int32_t x_stride, int32_t k,
-                                const int32_t *pk, int32_t o, int32_t lo, int32_t hi,
-                                int32_t flags, int8_t *y, int32_t y_stride) {
+MF_MVE_INLINE void mf_mve_gemm_body(const int8_t *x, int32_t rows, int32_t x_stride, int32_t k,
+                                    const int32_t *pk, int32_t o, int32_t lo, int32_t hi,
+                                    int32_t flags, int8_t *y, int32_t y_stride) {
     mf_mve_gemm_rows(x, rows, x_stride, k, pk, o, lo, hi, flags, y, y_stride);
 }
 
@@ -565,7 +597,7 @@ MF_MICRO void mf_mve_gemm_k32(const int8_t *x, int32_t rows, int32_t x_stride, i
 
 /* Byte copy and fill of the im2col patch: tail-predicated low-overhead loops (WLSTP/LETP: 3
  * instructions per 16 bytes, none per call beyond the setup); newlib-nano's are byte-wise. */
-MF_INLINE void mf_mve_copy(int8_t *d, const int8_t *s, int32_t n) {
+MF_MVE_INLINE void mf_mve_copy(int8_t *d, const int8_t *s, int32_t n) {
 #if MF_MVE_ASM
     /* (mf_mve_im2col passes n >= 1) */
     int8x16_t t;
@@ -588,7 +620,7 @@ MF_INLINE void mf_mve_copy(int8_t *d, const int8_t *s, int32_t n) {
 #endif
 }
 
-MF_INLINE void mf_mve_fill(int8_t *d, int32_t v, int32_t n) {
+MF_MVE_INLINE void mf_mve_fill(int8_t *d, int32_t v, int32_t n) {
 #if MF_MVE_ASM
     int8x16_t t;
     __asm__ volatile("vdup.8 %q[t], %[v]\n\t"
@@ -612,8 +644,8 @@ MF_INLINE void mf_mve_fill(int8_t *d, int32_t v, int32_t n) {
  * The kernel rows above and below the image are one fill each (contiguous in the patch); the
  * columns inside the image are the same for every row: left (padding), mid (copied), right
  * (padding) bytes. */
-MF_INLINE void mf_mve_im2col(const int8_t *x, const mf_conv_geom *g, int32_t x_zp, int32_t oy,
-                             int32_t ox, int8_t *patch) {
+MF_MVE_INLINE void mf_mve_im2col(const int8_t *x, const mf_conv_geom *g, int32_t x_zp, int32_t oy,
+                                 int32_t ox, int8_t *patch) {
     int32_t c = g->in_c, seg = g->k_w * c, kh = g->k_h;
     int32_t ix0 = ox * g->stride_w - g->pad_l, iy0 = oy * g->stride_h - g->pad_t;
     int32_t left = ix0 < 0 ? -ix0 : 0;
@@ -650,9 +682,9 @@ static __attribute__((unused, noinline)) void mf_mve_im2col_border(const int8_t 
     mf_mve_im2col(x, g, x_zp, oy, ox, patch);
 }
 
-MF_INLINE void mf_mve_patch16(const int8_t *x, const mf_conv_geom *g, int32_t x_zp, int32_t oy,
-                              int32_t ox, int8_t *patch, int32_t inside, int32_t off,
-                              int32_t seg, int32_t step, int32_t kh) {
+MF_MVE_INLINE void mf_mve_patch16(const int8_t *x, const mf_conv_geom *g, int32_t x_zp, int32_t oy,
+                                  int32_t ox, int8_t *patch, int32_t inside, int32_t off,
+                                  int32_t seg, int32_t step, int32_t kh) {
     const int8_t *src;
     if (!inside) {
         mf_mve_im2col_border(x, g, x_zp, oy, ox, patch);
@@ -709,9 +741,9 @@ MF_INLINE void mf_mve_patch16(const int8_t *x, const mf_conv_geom *g, int32_t x_
 
 /* Output pixels in pairs (see mf_mve_conv_body); small: kernel rows <= 16 bytes or a
  * multiple of 16 (mf_mve_patch16). */
-MF_INLINE void mf_mve_conv_pairs(const int8_t *x, const mf_conv_geom *g, int32_t x_zp,
-                                 const int32_t *pk, int32_t o, int32_t lo, int32_t hi,
-                                 int32_t flags, int8_t *y, int8_t *scratch, int32_t small) {
+MF_MVE_INLINE void mf_mve_conv_pairs(const int8_t *x, const mf_conv_geom *g, int32_t x_zp,
+                                     const int32_t *pk, int32_t o, int32_t lo, int32_t hi,
+                                     int32_t flags, int8_t *y, int8_t *scratch, int32_t small) {
     int32_t k = g->k_h * g->k_w * g->in_c, n = g->out_h * g->out_w, oy = 0, ox = 0;
 #if MF_USE_MVE
     if (small) {
@@ -769,9 +801,9 @@ MF_INLINE void mf_mve_conv_pairs(const int8_t *x, const mf_conv_geom *g, int32_t
 /* im2col convolution (groups 1, dilation 1, batch 1): output pixels in pairs, their two
  * patches in scratch (2 * k_h * k_w * in_c bytes, any alignment), then both rows through every
  * block (the last pixel of an odd count alone). y: NHWC. */
-MF_INLINE void mf_mve_conv_body(const int8_t *x, const mf_conv_geom *g, int32_t x_zp,
-                               const int32_t *pk, int32_t o, int32_t lo, int32_t hi,
-                               int32_t flags, int8_t *y, int8_t *scratch) {
+MF_MVE_INLINE void mf_mve_conv_body(const int8_t *x, const mf_conv_geom *g, int32_t x_zp,
+                                   const int32_t *pk, int32_t o, int32_t lo, int32_t hi,
+                                   int32_t flags, int8_t *y, int8_t *scratch) {
 #if MF_USE_MVE && defined(__OPTIMIZE__) /* (at -O0 a second copy of the loop: VWW's code
                                              * no longer fit the M55's 512 KB flash) */
     if (g->k_w * g->in_c <= 16 || !(g->k_w * g->in_c & 15)) {

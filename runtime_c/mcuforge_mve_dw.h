@@ -27,21 +27,23 @@
  * VMIN to [lo, hi] (which also saturates to int8: -128 <= lo <= hi <= 127).
  * pack.requant_params proves acc << pre and h + add inside int32.
  *
- * At -O2/-O3 the channels whose constants allow it (pair layout, pre = 1, stride 1 or 2) run
- * asm loops: along a row, 19 instructions for 4 outputs (2 gathers, 4 VMLADAV, 2 two-lane
- * VMOVs, the requantization, a scatter store), a row's last 1..3 outputs as one more quad
- * ending at the row's end; or, for small layers (flat), from a table of window offsets: 20
- * (pairs of neighbours) or 25 (single windows) for 4 outputs; +2 with the sign term. The
- * one-plane copy is an asm loop too. -O0 and -Os take the C loops (intrinsics).
+ * At every -O level the channels whose constants allow it (pair layout,
+ * pre = 1, stride 1 or 2) run asm loops: along a row, 19 instructions for 4 outputs (2 gathers,
+ * 4 VMLADAV, 2 two-lane VMOVs, the requantization, a scatter store), a row's last 1..3 outputs
+ * as one more quad ending at the row's end; or, for small layers (flat), from a table of
+ * window offsets: 20 (pairs of neighbours) or 25 (single windows) for 4 outputs; +2 with the
+ * sign term. The one-plane copy is an asm loop too. At -O0 too (VWW at -O0: 27.3 M
+ * instructions, 36.9 M with the C loops). -DMF_MVDW_NO_ASM: the C loops (intrinsics).
  *
  * Instructions on QEMU mps3-an547 (Cortex-M55), arm-none-eabi-gcc 12.2, the layers of
  * tests/nn_bench/mve_dw_bench.py (random constants), -O2 / -Os:
- *   KWS 25x5x64 s1   63,250 / 85,625  (1.14 / 0.84 MAC/instr)
- *   VWW 48x48x8 s1  101,281 / 159,875 (1.64 / 1.04)   48x48x16 s2  65,469 / 124,031 (1.27)
- *   VWW 24x24x32 s1 118,000 / 178,688 (1.41 / 0.93)   24x24x32 s2  42,156 / 74,406 (0.98)
- *   VWW 12x12x64 s1  59,969 / 90,688  (1.38 / 0.91)   12x12x64 s2  25,594 / 36,938 (0.81)
- *   VWW 6x6x128 s1   38,531 / 54,844  (1.08 / 0.76)   6x6x128 s2   28,281 / 35,969 (0.37)
- *   VWW 3x3x256 s1   48,875 / 61,000  (0.42 / 0.34)
+ *   KWS 25x5x64 s1   63,125 / 72,094  (1.14 / 1.00 MAC/instr)
+ *   VWW 48x48x8 s1  101,562 / 105,750 (1.63 / 1.57)   48x48x16 s2  65,688 / 69,875 (1.26)
+ *   VWW 24x24x32 s1 118,312 / 126,656 (1.40 / 1.31)   24x24x32 s2  42,281 / 43,281 (0.98)
+ *   VWW 12x12x64 s1  60,062 / 65,344  (1.38 / 1.27)   12x12x64 s2  25,688 / 30,812 (0.81)
+ *   VWW 6x6x128 s1   38,719 / 41,656  (1.07 / 1.00)   6x6x128 s2   29,156 / 31,781 (0.36)
+ *   VWW 3x3x256 s1   50,688 / 52,281  (0.41 / 0.40)
+ * (-Os before the asm loops ran there: 85,625 for KWS's layer, 159,875 for VWW's 48x48x8.)
  * Per output: ~4.75 instructions in the quads; the rest is per row, per channel (weights,
  * constants, the plane copy: ~50-100 a channel), which dominates the small layers.
  * Recommended: -O2 (or -O3).
@@ -63,17 +65,19 @@
 #include <arm_mve.h>
 #endif
 
-/* the asm loops (gcc, optimizing for speed; -DMF_MVDW_NO_ASM turns them off). They hold 11
- * core registers: tested at -O2 and -O3 (-O0 and -Os take the C loops); with
- * -fno-omit-frame-pointer gcc 12 may report "impossible constraints": add -DMF_MVDW_NO_ASM. */
-#if MF_USE_MVE && defined(__GNUC__) && defined(__OPTIMIZE__) && !defined(__OPTIMIZE_SIZE__) \
-    && !defined(MF_MVDW_NO_ASM)
+/* the asm loops (gcc, every -O level; -DMF_MVDW_NO_ASM turns them off). Their core-register
+ * operands sit in fixed registers (MF_MVDW_FIXED_REGS), so they compile at -O0, -O2, -O3 and
+ * -Os with or without -fno-omit-frame-pointer (tests/test_nn_mve_dw.py runs them on QEMU,
+ * tests/test_mve_fp.py compiles the generated models). */
+#if MF_USE_MVE && defined(__GNUC__) && !defined(MF_MVDW_NO_ASM)
 #define MF_MVDW_HAVE_ASM 1
 #else
 #define MF_MVDW_HAVE_ASM 0
 #endif
 
-#if defined(__GNUC__)
+/* always inlined when optimizing; at -O0 each helper is one function (inlined there, every
+ * caller kept a copy of every branch: VWW's code no longer fit the M55's 512 KB flash) */
+#if defined(__GNUC__) && defined(__OPTIMIZE__)
 #define MF_MVDW_INLINE static inline __attribute__((always_inline))
 #else
 #define MF_MVDW_INLINE static inline
@@ -211,8 +215,13 @@ MF_MVDW_INLINE void mf_mve_dw_plane(const int8_t *x, const mf_mve_dw_view *v, in
      * <= 17: byte gathers of 16 lanes) or 8 (halfword lanes), +4 for the row's last ones
      * (predicated), where gcc's loops spend ~16 a row and 4 every 8 pixels. The narrowing
      * VSTRB.16's base must be a low register (r0-r7): the "l" constraint. */
-    const int8_t *s;
-    int8_t *e;
+    /* pinned registers, as the loops below (MF_MVDW_FIXED_REGS); e low for the VSTRB.16 */
+    register const int8_t *rx __asm__("r1") = x;
+    register int8_t *rd __asm__("r3") = d;
+    register int rr __asm__("r4");
+    register const int8_t *s __asm__("r5");
+    register int8_t *e __asm__("r6");
+    register int rxr __asm__("r9") = xr, rpw __asm__("r10") = pw;
 #define MF_MVDW_PLANE_ASM(LD, ST, NB, Q, OFF, TAIL, ...)                                       \
     __asm__ volatile("2:\n\t"                                                                  \
                      "mov    %[s], %[x]\n\t"                                                  \
@@ -228,16 +237,17 @@ MF_MVDW_INLINE void mf_mve_dw_plane(const int8_t *x, const mf_mve_dw_view *v, in
                      "add    %[d], %[d], %[pw]\n\t"                                           \
                      "subs   %[h], %[h], #1\n\t"                                              \
                      "bne    2b"                                                              \
-                     : [x] "+r"(x), [d] "+r"(d), [h] "+r"(r), [s] "=&r"(s), [e] "=&l"(e),   \
+                     : [x] "+r"(rx), [d] "+r"(rd), [h] "+r"(rr), [s] "=&r"(s), [e] "=&l"(e), \
                        [q] "=&w"(Q)                                                           \
-                     : [full] "r"(full), [xr] "r"(xr), [pw] "r"(pw), [st] "r"(step),        \
+                     : [full] "r"(rfull), [xr] "r"(rxr), [pw] "r"(rpw), [st] "r"(rstep),    \
                        [o] "w"(OFF), [n] "i"(NB)__VA_ARGS__                                   \
                      : "lr", "cc", "memory")
-    r = h;
-    if (r <= 0) return;
+    rr = h;
+    if (rr <= 0) return;
     if (15 * xp <= 255) { /* 16 pixels a gather (8-bit offsets) */
         const uint8x16_t off = vmulq_n_u8(vidupq_n_u8(0, 1), (uint8_t)xp);
-        const int full = w >> 4, tail = w & 15, step = 16 * xp;
+        const int tail = w & 15;
+        register const int rfull __asm__("r8") = w >> 4, rstep __asm__("r12") = 16 * xp;
         uint8x16_t q;
         if (tail) {
             const mve_pred16_t p = vctp8q((uint32_t)tail);
@@ -250,7 +260,8 @@ MF_MVDW_INLINE void mf_mve_dw_plane(const int8_t *x, const mf_mve_dw_view *v, in
         (void)q;
     } else {
         const uint16x8_t off = vmulq_n_u16(vidupq_n_u16(0, 1), (uint16_t)xp);
-        const int full = w >> 3, tail = w & 7, step = 8 * xp;
+        const int tail = w & 7;
+        register const int rfull __asm__("r8") = w >> 3, rstep __asm__("r12") = 8 * xp;
         uint16x8_t q;
         if (tail) {
             const mve_pred16_t p = vctp16q((uint32_t)tail);
@@ -263,7 +274,7 @@ MF_MVDW_INLINE void mf_mve_dw_plane(const int8_t *x, const mf_mve_dw_view *v, in
         (void)q;
     }
 #undef MF_MVDW_PLANE_ASM
-    (void)s, (void)e;
+    (void)s, (void)e, (void)r, (void)rx, (void)rd;
 #elif MF_USE_MVE
     const uint16x8_t off = vmulq_n_u16(vidupq_n_u16(0, 1), (uint16_t)xp);
     const int full = w >> 3, tail = w & 7, step = 8 * xp;
@@ -380,11 +391,26 @@ MF_MVDW_INLINE uint32x4_t mf_mve_dw_yoff2(uint32_t o0, uint32_t o1, uint32_t o2,
 #define MF_MVDW_SF_ASM "vshr.s32  %q[g], %q[a], #31\n\tvadd.i32  %q[a], %q[a], %q[g]\n\t"
 #define MF_MVDW_SF_ASM_G "vshr.s32  %q[a], %q[g], #31\n\tvadd.i32  %q[g], %q[g], %q[a]\n\t"
 
+/* The asm loops' core-register operands sit in fixed registers: r0 and r2 (VMLADAV's even
+ * destinations), lr (the loop count), the pointer P (p or t) r1, y r3, the constants r4 r5 r6
+ * r8, the output step r9 (the flat walk's plane r10); r7 (the Thumb frame pointer), r11 and
+ * r12 are left to gcc. Left to gcc's choice ("r"), its register allocator reloads a spilled
+ * operand into a low register (r0-r7, for the 16-bit LDR from the stack), ran out of them
+ * and failed with "impossible constraints" at -Os, and with -fno-omit-frame-pointer at -O2
+ * and -O3 too. Pinned, the loops compile at every -O level with or without a frame pointer
+ * (VWW at -O2: 2,151,125 instructions against 2,152,906 unpinned). */
+#define MF_MVDW_FIXED_REGS(T, P, Y)                                                             \
+    register T rp __asm__("r1") = (P);                                                         \
+    register int8_t *ry __asm__("r3") = (Y);                                                   \
+    register int32_t rbias __asm__("r4") = bias, rmult __asm__("r5") = mult;                   \
+    register int32_t radd __asm__("r6") = add, rnp __asm__("r8") = npost;                      \
+    register int rys __asm__("r9") = ystep
+
 /* n >= 1 quads of the pair layout along a row as one asm loop: 19 instructions for 4 outputs,
  * 21 with the sign term. VMLADAV needs an even accumulator register: r0 and r2, reused (r0
  * also as the second window's address). SF: the sign term; SW: the stride, an immediate. */
 #define MF_MVDW_PAIR_ASM(SF, SW)                                                               \
-    __asm__ volatile("dls    lr, %[n]\n"                                                       \
+    __asm__ volatile("dls    lr, lr\n"                                                         \
                      "1:\n\t"                                                                  \
                      "vldrb.u8  %q[g], [%[p], %q[o]]\n\t"                                      \
                      "vmladav.s8  r0, %q[g], %q[wa]\n\t"                                       \
@@ -399,17 +425,18 @@ MF_MVDW_INLINE uint32x4_t mf_mve_dw_yoff2(uint32_t o0, uint32_t o1, uint32_t o2,
                      "add    %[p], %[p], %[s4]\n\t"                                           \
                      "add    %[y], %[y], %[ys]\n\t"                                            \
                      "le     lr, 1b\n\t"                                                       \
-                     : [p] "+r"(p), [y] "+r"(y), [g] "=&w"(g), [a] "=&w"(a)                    \
-                     : [n] "r"(n), [o] "w"(o), [wa] "w"(wa), [wb] "w"(wb), [lo] "w"(lo),      \
-                       [hi] "w"(hi), [yo] "w"(yoff), [bias] "r"(bias), [mult] "r"(mult),      \
-                       [add] "r"(add), [np] "r"(npost), [s2] "i"(2 * SW), [s4] "i"(4 * SW),   \
-                       [ys] "r"(ystep)                                                         \
-                     : "r0", "r2", "lr", "memory")
+                     : [p] "+r"(rp), [y] "+r"(ry), [g] "=&w"(g), [a] "=&w"(a), "+r"(cnt)      \
+                     : [o] "w"(o), [wa] "w"(wa), [wb] "w"(wb), [lo] "w"(lo), [hi] "w"(hi),    \
+                       [yo] "w"(yoff), [bias] "r"(rbias), [mult] "r"(rmult), [add] "r"(radd), \
+                       [np] "r"(rnp), [s2] "i"(2 * SW), [s4] "i"(4 * SW), [ys] "r"(rys)       \
+                     : "r0", "r2", "memory")
 /* yoff: mf_mve_dw_yoff2 of the four outputs' offsets */
 MF_MVDW_INLINE void mf_mve_dw_pairs_asm(const int8_t *p, int n, int sw, uint8x16_t o,
                                         int8x16_t wa, int8x16_t wb, int32_t bias, int32_t mult,
                                         int32_t add, int32_t npost, int32_t sf, int32x4_t lo,
                                         int32x4_t hi, int8_t *y, uint32x4_t yoff, int ystep) {
+    MF_MVDW_FIXED_REGS(const int8_t *, p, y);
+    register int cnt __asm__("lr") = n;
     int8x16_t g;
     int32x4_t a;
     if (sf && sw == 1)
@@ -420,7 +447,7 @@ MF_MVDW_INLINE void mf_mve_dw_pairs_asm(const int8_t *p, int n, int sw, uint8x16
         MF_MVDW_PAIR_ASM(MF_MVDW_SF_ASM, 2);
     else
         MF_MVDW_PAIR_ASM("", 2);
-    (void)g, (void)a;
+    (void)g, (void)a, (void)rp, (void)ry, (void)cnt;
 }
 
 /* n >= 1 quads of the flat walk from the table t (offsets in the plane pl): 20 instructions
@@ -443,10 +470,10 @@ MF_MVDW_INLINE void mf_mve_dw_pairs_asm(const int8_t *p, int n, int sw, uint8x16
                      MF_MVDW_RQ_ASM(SF, "g")                                                   \
                      "add    %[y], %[y], %[ys]\n\t"                                            \
                      "le     lr, 1b\n\t"                                                       \
-                     : [t] "+r"(t), [y] "+r"(y), [g] "=&w"(g), [a] "=&w"(a), "+r"(cnt)       \
-                     : [pl] "r"(plane), [o] "w"(o), [wa] "w"(wa), [wb] "w"(wb), [lo] "w"(lo), \
-                       [hi] "w"(hi), [yo] "w"(yoff), [bias] "r"(bias), [mult] "r"(mult),      \
-                       [add] "r"(add), [np] "r"(npost), [ys] "r"(ystep)                        \
+                     : [t] "+r"(rp), [y] "+r"(ry), [g] "=&w"(g), [a] "=&w"(a), "+r"(cnt)      \
+                     : [pl] "r"(rpl), [o] "w"(o), [wa] "w"(wa), [wb] "w"(wb), [lo] "w"(lo),   \
+                       [hi] "w"(hi), [yo] "w"(yoff), [bias] "r"(rbias), [mult] "r"(rmult),    \
+                       [add] "r"(radd), [np] "r"(rnp), [ys] "r"(rys)                          \
                      : "r0", "r2", "memory")
 #define MF_MVDW_FLAT1_ASM(SF)                                                                  \
     __asm__ volatile("dls    lr, lr\n"                                                         \
@@ -470,16 +497,18 @@ MF_MVDW_INLINE void mf_mve_dw_pairs_asm(const int8_t *p, int n, int sw, uint8x16
                      MF_MVDW_RQ_ASM(SF, "g")                                                   \
                      "add    %[y], %[y], %[ys]\n\t"                                            \
                      "le     lr, 1b\n\t"                                                       \
-                     : [t] "+r"(t), [y] "+r"(y), [g] "=&w"(g), [a] "=&w"(a), "+r"(cnt)       \
-                     : [pl] "r"(plane), [o] "w"(o), [wa] "w"(wa), [lo] "w"(lo), [hi] "w"(hi), \
-                       [yo] "w"(yoff), [bias] "r"(bias), [mult] "r"(mult), [add] "r"(add),    \
-                       [np] "r"(npost), [ys] "r"(ystep)                                        \
+                     : [t] "+r"(rp), [y] "+r"(ry), [g] "=&w"(g), [a] "=&w"(a), "+r"(cnt)      \
+                     : [pl] "r"(rpl), [o] "w"(o), [wa] "w"(wa), [lo] "w"(lo), [hi] "w"(hi),   \
+                       [yo] "w"(yoff), [bias] "r"(rbias), [mult] "r"(rmult), [add] "r"(radd), \
+                       [np] "r"(rnp), [ys] "r"(rys)                                           \
                      : "r0", "r2", "memory")
 MF_MVDW_INLINE void mf_mve_dw_flat_asm(const int8_t *plane, const int32_t *t, int n, int units2,
                                        uint8x16_t o, int8x16_t wa, int8x16_t wb, int32_t bias,
                                        int32_t mult, int32_t add, int32_t npost, int32_t sf,
                                        int32x4_t lo, int32x4_t hi, int8_t *y, uint32x4_t yoff,
                                        int ystep) {
+    MF_MVDW_FIXED_REGS(const int32_t *, t, y);
+    register const int8_t *rpl __asm__("r10") = plane;
     register int cnt __asm__("lr") = n;
     int8x16_t g;
     int32x4_t a;
@@ -491,7 +520,7 @@ MF_MVDW_INLINE void mf_mve_dw_flat_asm(const int8_t *plane, const int32_t *t, in
         MF_MVDW_FLAT1_ASM(MF_MVDW_SF_ASM_G);
     else
         MF_MVDW_FLAT1_ASM("");
-    (void)g, (void)a, (void)wb;
+    (void)g, (void)a, (void)wb, (void)rp, (void)ry, (void)rpl, (void)cnt;
 }
 #endif
 

@@ -17,7 +17,7 @@
  * n chunks' offsets taken out: mf_rv_rec.init), channel b = SB and channel a = SA - 2^16 SB,
  * each with its bias.
  * Layout (int32 words, blocks of 4 channels, zero channels pad, blocks one after the other):
- *   per segment of a chunk (<= 16 taps, see MF_RV_SEG) its word 128 e + 1, then per tap the
+ *   per segment of a chunk (<= 16 taps, see MF_RV_SEG) its word 80 e + 1, then per tap the
  *   words of channels (0, 1) and (2, 3); after the block's last segment the end word.
  * Block: 3 rows x 4 channels (6 chunk accumulators + 12 sums in registers): per tap 3 lb, 2 lw,
  * 6 mul, 6 add for 12 MACs. The 3 rows are first interleaved into xs[3 K] (x of tap k, row r
@@ -41,7 +41,7 @@
  * one kernel row for 15-60 % of the channels). Tried, not kept: the int8 saturation as one
  * unsigned compare of y + 128 (add raised by 128 << post): ReLU layers saturate half their
  * outputs, whose fix-up then costs 3 instead of 1 (KWS +10 K a 1x1 layer).
- * Code: MF_RV_SEGS3's assembly is ~7 KB (35 entries of 128 bytes, two chains of 16 taps),
+ * Code: MF_RV_SEGS3's assembly is ~5 KB (35 entries of 80 bytes, two chains of 16 taps),
  * once in mf_rv_gemm_p16 and once in mf_rv_conv_p16.
  * rq[O] (mf_rv_rec) per channel slot, unpadded; mode: bit 0 the sign term (mf_rq's signfix),
  * bit 1 some channel's pre1 != 0, bit 3 the records' low used, bit 4 the channels reordered
@@ -167,7 +167,7 @@ MF_INLINE int8_t mf_rv_out(int32_t acc, const mf_rv_rec *q, int32_t mode, int32_
  * 33: 16 more. The word is also the entry's byte offset in the RV32 code below (bit 0, set so
  * that no word is 0, is dropped by jalr). */
 #define MF_RV_SEG 16
-#define MF_RV_ESZ 128
+#define MF_RV_ESZ 80 /* an entry's bytes: 20 instructions, the longest */
 #define MF_RV_E_END 34
 
 #if defined(__GNUC__) && defined(__riscv) && __riscv_xlen == 32 && defined(__riscv_mul) &&      \
@@ -220,8 +220,8 @@ MF_INLINE int8_t mf_rv_out(int32_t acc, const mf_rv_rec *q, int32_t mode, int32_
 /* entries (MF_RV_ESZ bytes each, padded): STEP the pointer steps of L taps */
 #define MF_RV_STEP(L) "addi %[w],%[w],8*" #L "+4\n\taddi %[x],%[x],3*" #L "\n\t"
 #define MF_RV_EW(L, N) /* a whole chunk of L taps: its first, then chain A from tap N = L-1 */ \
-    MF_RV_STEP(L) MF_RV_TAPA(L, MF_RV_INI) "j .Lrv%=A" #N "\n\t.skip 48\n\t"
-#define MF_RV_EF(L) MF_RV_STEP(L) "j .Lrv%=A" #L "\n\t.skip 116\n\t" /* a chunk's last L */
+    MF_RV_STEP(L) MF_RV_TAPA(L, MF_RV_INI) "j .Lrv%=A" #N "\n\t"
+#define MF_RV_EF(L) MF_RV_STEP(L) "j .Lrv%=A" #L "\n\t.skip 68\n\t" /* a chunk's last L */
 #define MF_RV_ENTRIES                                                                         \
     MF_RV_EW(1, 0) MF_RV_EW(2, 1) MF_RV_EW(3, 2) MF_RV_EW(4, 3) MF_RV_EW(5, 4) MF_RV_EW(6, 5)  \
     MF_RV_EW(7, 6) MF_RV_EW(8, 7) MF_RV_EW(9, 8) MF_RV_EW(10, 9) MF_RV_EW(11, 10)              \
@@ -229,8 +229,8 @@ MF_INLINE int8_t mf_rv_out(int32_t acc, const mf_rv_rec *q, int32_t mode, int32_
     MF_RV_EF(1) MF_RV_EF(2) MF_RV_EF(3) MF_RV_EF(4) MF_RV_EF(5) MF_RV_EF(6) MF_RV_EF(7)       \
     MF_RV_EF(8) MF_RV_EF(9) MF_RV_EF(10) MF_RV_EF(11) MF_RV_EF(12) MF_RV_EF(13) MF_RV_EF(14)  \
     MF_RV_EF(15) MF_RV_EF(16)                                                                 \
-    MF_RV_STEP(16) MF_RV_TAPA(16, MF_RV_INI) "j .Lrv%=B15\n\t.skip 48\n\t" /* 32: a start */  \
-    MF_RV_STEP(16) "j .Lrv%=B16\n\t.skip 116\n\t"                          /* 33: middle */
+    MF_RV_STEP(16) MF_RV_TAPA(16, MF_RV_INI) "j .Lrv%=B15\n\t" /* 32: a start */              \
+    MF_RV_STEP(16) "j .Lrv%=B16\n\t.skip 68\n\t"                           /* 33: middle */
 #endif
 
 /* The segments of one block of 4 channels (the block's stream from w) for 3 interleaved rows
@@ -270,7 +270,7 @@ MF_INLINE int8_t mf_rv_out(int32_t acc, const mf_rv_rec *q, int32_t mode, int32_
         const int8_t *xp = (xs);                                                              \
         uint32_t c00 = 0, c01 = 0, c10 = 0, c11 = 0, c20 = 0, c21 = 0;                        \
         for (;;) {                                                                            \
-            int32_t e = (int32_t)((uint32_t)*w >> 7), L, j;                                   \
+            int32_t e = (int32_t)((uint32_t)*w / MF_RV_ESZ), L, j;                            \
             if (e >= MF_RV_E_END) break;                                                      \
             L = e < MF_RV_SEG ? e + 1 : e < 2 * MF_RV_SEG ? e - MF_RV_SEG + 1 : MF_RV_SEG;    \
             w++;                                                                              \
@@ -407,7 +407,7 @@ MF_INLINE MF_SC_NOSCHED void mf_rv_block1(const int8_t *x, const int32_t *w,
         uint32_t c0 = 0, c1 = 0;
         const int8_t *xp = x;
         for (;;) {
-            int32_t e = (int32_t)((uint32_t)*w >> 7), L;
+            int32_t e = (int32_t)((uint32_t)*w / MF_RV_ESZ), L;
             const int32_t *we;
             if (e >= MF_RV_E_END) break;
             L = e < MF_RV_SEG ? e + 1 : e < 2 * MF_RV_SEG ? e - MF_RV_SEG + 1 : MF_RV_SEG;

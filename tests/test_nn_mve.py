@@ -195,6 +195,8 @@ def arm_tools():
 @pytest.mark.usefixtures("arm_tools")
 @pytest.mark.parametrize("opt,extra", [("-O0", ()), ("-O2", ()), ("-Os", ()), ("-O3", ()),
                                        ("-O2 -fno-omit-frame-pointer", ()),
+                                       ("-Os -fno-omit-frame-pointer", ()),
+                                       ("-O3 -fno-omit-frame-pointer", ()),
                                        ("-O2", ("-DMF_MVE_ASM=0",)),
                                        ("-O2", ("-DMF_USE_MVE=0",))])
 def test_m55(program, opt, extra):

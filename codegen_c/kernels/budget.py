@@ -6,7 +6,8 @@ estimated from the micro-kernels' measured costs. The choice is reported per lay
 On Helium targets the GEMM layers run mcuforge_mve.h's kernels on int8 weights (kernels/mve.py,
 schedules mf_mve_*): 1x flash, nothing to narrow (fit only considers the "_w16" schedules and,
 on Armv7-M without DSP, kernels/scalar.py's "l64" lane words: two channels an int32 word, 2x
-flash, narrowed to its "m8" kernels on int8 weights)."""
+flash, narrowed to its "m8" kernels on int8 weights; on RV32, kernels/rv.py's "p16" words,
+likewise narrowed to "m8")."""
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
@@ -27,6 +28,14 @@ CONVRP_W8_EXTRA_PER_MAC = 0.68
 # instructions against 11.24 M on lane words, for 6.19 M MACs
 L64 = ("mf_sc_gemm_l64", "mf_sc_conv_l64")
 L64_M8_EXTRA_PER_MAC = 1.56
+# RV32 (kernels/rv.py): the "p16" kernels keep two channels' weights in one int32 word (and a
+# word per chunk of taps: over 2x the int8 bytes); narrowed, rv.py declines them and they run
+# scalar.py's "m8" (batch-1 fully connected layers gemm.py's mf_gemm_w8). Measured on QEMU
+# riscv32-virt (-icount, per layer), every p16 layer narrowed: VWW's 14 convolutions 19.42 M
+# -> 27.63 M instructions for 6.69 M MACs (1.23 a MAC, 0.95-1.49 by layer), KWS's 5 2.37 M
+# MACs 7.16 M -> 9.30 M (0.90): 10.35 M extra instructions for 9.06 M MACs
+P16 = ("mf_rv_gemm_p16", "mf_rv_conv_p16", "mf_rv_fc_p16")
+P16_M8_EXTRA_PER_MAC = 1.14
 
 
 @dataclass(frozen=True)
@@ -44,8 +53,8 @@ def flash_bytes(kernels) -> int:
 def fit(target, lowered: dict):
     """The target with Target.narrow_weights set so that the model fits target.budget (as far
     as int8 weights can make it fit): `lowered` maps each layer's output tensor to its kernel
-    for `target`. Layers leave int16 weights (on the DSP extension) or lane words (Armv7-M
-    without it) in order of extra instructions per byte saved."""
+    for `target`. Layers leave int16 weights (on the DSP extension), lane words (Armv7-M
+    without it) or p16 words (RV32) in order of extra instructions per byte saved."""
     budget = target.budget
     if budget is None or flash_bytes(lowered.values()) <= budget:
         return target
@@ -61,10 +70,17 @@ def fit(target, lowered: dict):
                 extra = CONVRP_W8_EXTRA_PER_MAC
             if saved > 0:  # (mf_gemm1k8_w16 with O < 4 would grow)
                 wide.append((k.macs * extra / saved, key, saved))
-        elif k is not None and k.schedule in L64:  # cores without DSP: lane words -> int8
+        elif k is not None and k.schedule in L64 + P16:  # cores without DSP: lane words or
+            # p16 words -> int8; half the words' bytes, at most what m8 saves on p16 (its chunk
+            # words go too), so the model never stays over the budget for want of a layer
             saved = sum(b.data.nbytes for b in k.consts if b.name == "w") // 2
+            if k.schedule in P16:  # its records' bytes beyond m8's / mf_gemm_w8's 20 a channel
+                from .rv import REC_WORDS
+                rec = sum(b.data.nbytes for b in k.consts if b.name == "rq")
+                saved += rec - 20 * (rec // (4 * REC_WORDS))
+            extra = L64_M8_EXTRA_PER_MAC if k.schedule in L64 else P16_M8_EXTRA_PER_MAC
             if saved > 0:
-                wide.append((k.macs * L64_M8_EXTRA_PER_MAC / saved, key, saved))
+                wide.append((k.macs * extra / saved, key, saved))
     need = flash_bytes(lowered.values()) - budget
     narrow = set(target.narrow_weights)
     for _, key, saved in sorted(wide, key=lambda t: (t[0], str(t[1]))):
@@ -96,12 +112,13 @@ def choices(lowered: dict) -> list:
 def summary(chosen) -> str | None:
     """The flash budget's line of the compile report (None when every layer has one form):
     how many layers keep int8 weights and how many the wide form (int16 on the DSP extension,
-    lane words on Armv7-M without it)."""
+    lane words on Armv7-M without it, p16 words on RV32)."""
     narrow = [c for c in chosen if c.schedule.endswith(("_w8", "_m8"))]
     w16 = [c for c in chosen if "_w16" in c.schedule]
     lanes = [c for c in chosen if c.schedule in L64]
-    if not narrow or not (w16 or lanes):
+    p16 = [c for c in chosen if c.schedule in P16]
+    if not narrow or not (w16 or lanes or p16):
         return None
-    wide = ", ".join(f"{len(c)} {what}" for c, what in ((w16, "int16"), (lanes, "lane words"))
-                     if c)
+    wide = ", ".join(f"{len(c)} {what}" for c, what in (
+        (w16, "int16"), (lanes, "lane words"), (p16, "p16 words")) if c)
     return f"flash budget: {len(narrow)} layers keep int8 weights, {wide}"

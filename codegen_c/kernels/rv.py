@@ -54,7 +54,8 @@ def chunks_p16(rows: np.ndarray) -> list[list[int]]:
     return out
 
 
-SEG, ESZ, E_END = 16, 128, 34  # MF_RV_SEG, MF_RV_ESZ, MF_RV_E_END
+SEG, ESZ, E_END = 16, 80, 34  # MF_RV_SEG, MF_RV_ESZ, MF_RV_E_END
+REC_WORDS = 7  # mf_rv_rec's int32 words
 
 
 def segments(n: int) -> list[tuple[int, int]]:
@@ -174,8 +175,8 @@ def rv_gemm(ctx: OpContext, ref: ir.Kernel, target) -> ir.Kernel | None:
     ~34.5, so p16 from about 2 taps a chunk (the MLPerf layers have 2.9-105). ReLU layers
     get the records' low (rv_lows: half their outputs without requantization); layers whose
     chunks a reorder of the channels cuts enough get it (channel_order)."""
-    if not is_rv(target):
-        return None
+    if not is_rv(target) or ctx.node.outputs[0] in target.narrow_weights:
+        return None  # (the flash budget, kernels/budget.py: scalar.py's m8, int8 weights)
     layer = gemm_layer(ctx)
     if layer is None:
         return None
@@ -202,9 +203,9 @@ def rv_gemm(ctx: OpContext, ref: ir.Kernel, target) -> ir.Kernel | None:
     lows = rv_lows(rq, mode & 1, layer["lo"], layer["hi"],
                    pack.acc_bounds(bias, rows)) if relu else None
     consts = [ir.Buffer("w", "int32", packed.size, "const", packed,
-                        "p16: per block of 4 channels, per segment of a chunk 128 e + 1 then its "
-                        "taps' words w0 + 2^16 w1, w2 + 2^16 w3, then 128 * 34 + 1"),
-              ir.Buffer("rq", "int32", 7 * o, "const",
+                        "p16: per block of 4 channels, per segment of a chunk 80 e + 1 then its "
+                        "taps' words w0 + 2^16 w1, w2 + 2^16 w3, then 80 * 34 + 1"),
+              ir.Buffer("rq", "int32", REC_WORDS * o, "const",
                         rv_records(bias, rq, chunks, lows, perm),
                         "mf_rv_rec per channel: the sums' start (bias - x_zp * sum(w); even "
                         "channels less n 2^15 plus 2^16 the next one's), 2 mult, add, pre - 1, "

@@ -1,6 +1,8 @@
 /* Minimal Cortex-M start-up for the kernel benches on QEMU mps2 (no FPU use, soft float):
  * vector table, .data/.bss set-up, semihosting output and exit, SysTick instruction counter
- * (with -icount shift=0 one tick is 40 instructions on mps2, see measuring-on-qemu.md). */
+ * (with -icount shift=0 one tick is 40 instructions on mps2, see measuring-on-qemu.md).
+ * With MF_CRT_MVE (the Helium tests on mps3-an547, 32 MHz: one tick is 31.25 instructions)
+ * the FPU and MVE are enabled first (CPACR, coprocessors 10 and 11). */
 #include <stdint.h>
 #include "dw_io.h"
 
@@ -65,7 +67,12 @@ uint64_t dw_counter_read(void) {
 }
 
 void Reset_Handler(void) {
-    uint32_t *src = &__data_load__, *dst = &__data_start__;
+    uint32_t *src, *dst;
+#ifdef MF_CRT_MVE
+    *(volatile uint32_t *)0xE000ED88u |= 0xFu << 20; /* CPACR: FPU and MVE before any use */
+    __asm__ volatile("dsb\n\tisb" ::: "memory");
+#endif
+    src = &__data_load__, dst = &__data_start__;
     while (dst < &__data_end__) *dst++ = *src++;
     for (dst = &__bss_start__; dst < &__bss_end__;) *dst++ = 0u;
     dw_exit(main());

@@ -143,7 +143,7 @@ def build(cases, kind: str, flags, workdir, tail=False) -> Path:
         cmd = ["gcc", *WARN, *flags, *inc, str(src), "-o", str(exe)]
     else:
         extra = ["-DMF_USE_MVE=0"] if kind == "m55-portable" else []
-        cmd = [*ARM, *WARN, *extra, *flags, *inc, str(src), str(HERE / "mve_crt.c"), "-o",
+        cmd = [*ARM, *WARN, *extra, *flags, *inc, str(src), str(HERE / "dw_crt.c"), "-DMF_CRT_MVE", "-o",
                str(exe)]
     p = subprocess.run(cmd, capture_output=True, text=True)
     if p.returncode:
