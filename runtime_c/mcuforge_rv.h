@@ -30,9 +30,10 @@
  * 16 -> 32) to 105 (VWW's last 1x1) taps a chunk, KWS's 1x1 3.8. Outputs: ~11.5 instructions
  * (mf_rv_out: mul, mulhsu, srli, add, add, sra, 3 for the saturation, sb; + 2 for channel a),
  * ~3 for an accumulator at most the record's low in ReLU layers (mode bit 3: about half).
- * KWS's 1x1 layers 1,235 K -> 1,111..1,149 K instructions (0.45 MAC/instr): taps 64 %,
+ * KWS's 1x1 layers 1,235 K -> 1,106..1,144 K instructions (0.45 MAC/instr): taps 64 %,
  * chunks 24 %, outputs and loops 12 %. Whole models on riscv32-virt (bench's input): KWS
- * 7.16 M -> 6.70 M, VWW 19.42 M -> 18.62 M.
+ * 7.16 M -> 6.68 M, VWW 19.42 M -> 18.51 M, ResNet-8 29.01 M -> 26.6 M. (VWW's 1x1 layers
+ * of K = 8 and 16 lost 65 K and 14 K: their blocks' loop costs more than the assembly saves.)
  * What limits it: the lanes' 16 bits (a chunk holds sum |w| <= 256 for any int8 x: 3-6 taps
  * of these models' int8 weights, the 4 channels of a block sharing the cuts; cuts per pair
  * of channels would need a dispatch per pair's fold: more than they save), the depthwise
