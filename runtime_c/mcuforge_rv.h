@@ -395,7 +395,7 @@ MF_INLINE MF_SC_NOSCHED void mf_rv_block3(const int8_t *xs, const int32_t *w,
 #undef MF_RV_Y1
 
 /* One row x (K taps, in place) against every channel (mf_rv_block3's stream and sums, 1 row:
- * per tap 1 lb, 2 lw, 2 mul, 2 add for 4 MACs). */
+ * per tap 1 lb, 2 lw, 2 mul, 2 add for 4 MACs, two taps a step). */
 MF_INLINE MF_SC_NOSCHED void mf_rv_block1(const int8_t *x, const int32_t *w,
                                           const mf_rv_rec *rq, int32_t O, int32_t lo,
                                           int32_t hi, int32_t mode, int8_t *y) {
@@ -408,22 +408,38 @@ MF_INLINE MF_SC_NOSCHED void mf_rv_block1(const int8_t *x, const int32_t *w,
         uint32_t c0 = 0, c1 = 0;
         const int8_t *xp = x;
         for (;;) {
-            int32_t e = (int32_t)((uint32_t)*w / MF_RV_ESZ), L;
+            uint32_t e = (uint32_t)*w / MF_RV_ESZ;
             const int32_t *we;
-            if (e >= MF_RV_E_END) break;
-            L = e < MF_RV_SEG ? e + 1 : e < 2 * MF_RV_SEG ? e - MF_RV_SEG + 1 : MF_RV_SEG;
-            we = w + 1 + 2 * L;
+            if (e < MF_RV_SEG) { /* a whole chunk of e + 1 taps */
+                c0 = c1 = MF_RV_OFF;
+                we = w + 2 * e + 3;
+            } else if (e < 2 * MF_RV_SEG) { /* a chunk's last e - 15 */
+                we = w + 2 * (e - MF_RV_SEG) + 3;
+            } else if (e < MF_RV_E_END) { /* a chunk's first 16 (e = 32) or 16 more */
+                if (e == 2 * MF_RV_SEG) c0 = c1 = MF_RV_OFF;
+                we = w + 2 * MF_RV_SEG + 1;
+            } else {
+                break;
+            }
             w++;
-            if (e < MF_RV_SEG || e == 2 * MF_RV_SEG) c0 = c1 = MF_RV_OFF;
-            do {
+            if ((we - w) & 2) { /* an odd count: one tap, then two a step */
                 int32_t v = *xp;
                 c0 += (uint32_t)(v * w[0]);
                 c1 += (uint32_t)(v * w[1]);
                 xp++;
                 w += 2;
+            }
+            while (w != we) {
+                int32_t v = xp[0], u = xp[1];
+                c0 += (uint32_t)(v * w[0]);
+                c1 += (uint32_t)(v * w[1]);
+                c0 += (uint32_t)(u * w[2]);
+                c1 += (uint32_t)(u * w[3]);
+                xp += 2;
+                w += 4;
                 MF_RV_OPAQUE(xp);
                 MF_RV_OPAQUE(w);
-            } while (w != we);
+            }
             if (e < 2 * MF_RV_SEG) {
                 MF_RV_FOLD(c0, sa0, sb0);
                 MF_RV_FOLD(c1, sa1, sb1);
