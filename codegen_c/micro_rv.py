@@ -170,3 +170,23 @@ def _dw3(x, y, pk, g, x_zp, lo, hi, mode, scratch):
 
 
 INTRINSICS["mf_rv_dw3"] = _dw3
+
+
+def _dwd(x, y, pk, h, w, c, oh, ow, sh, sw, pt, pl, x_zp, lo, hi, mode, tr, dly, buf):
+    """mf_rv_dwd: mf_rv_dw3's arithmetic on the plane (h, w, ... : the image, or with tr its
+    transpose), padding at most 1 a side; buf holds 2 VOW bytes when dly."""
+    from .kernels.rv import dwd_ok
+    geo = tuple(int(v) for v in (h, w, c, oh, ow, sh, sw, pt, pl))
+    if not dwd_ok(*geo):
+        raise UndefinedBehaviour(f"mf_rv_dwd: geometry {geo} (padding > 1 a side)")
+    if dly and buf.nbytes < 2 * geo[4]:
+        raise UndefinedBehaviour(f"mf_rv_dwd: {buf.nbytes} bytes of buf, needs {2 * geo[4]}")
+    h, w, c, oh, ow, sh, sw, pt, pl = geo
+    ys, xs = (c, h * c) if tr else (w * c, c)
+    oys, oxs = (c, oh * c) if tr else (ow * c, c)
+    g = np.array([h, w, c, oh, ow, sh, sw, pt, pl, ys, xs, oys, oxs, (oh - 1) * sh + 3,
+                  (ow - 1) * sw + 3], np.int32)  # mf_sc_dw3's geometry of that plane
+    _dw3(x, y, pk, g, x_zp, lo, hi, mode, np.zeros(int(g[13]) * int(g[14]), np.int8))
+
+
+INTRINSICS["mf_rv_dwd"] = _dwd

@@ -18,7 +18,7 @@ from mcuforge.optimizer.memory_plan import ORDER_NODES, MemoryPlan, plan_graph, 
 from mcuforge.optimizer.plan_check import check_plan
 
 from . import printer
-from .arena_check import REDZONE, ArenaCheck
+from .arena_check import REDZONE, ArenaCheck, granule
 from .names import c_comment, c_identifier
 from .kernels import budget, lower_node
 
@@ -60,6 +60,7 @@ class LayerCall:
     lines: list = field(default_factory=list)  # control flow: C statements instead of a call
     macs: int = 0  # of the kernel; control flow: of its subgraphs, each kernel once (as .macs)
     check: str | None = None  # the checked build's statement before it (arena_check.py)
+    after: str | None = None  # and after it
 
     @property
     def statements(self) -> list:
@@ -137,7 +138,8 @@ def generate(g: Graph, name: str, target: Target = HOST, profile: bool = False,
     it write their output over an input they have finished reading (kernels/inplace.py),
     the model's input included unless `keep_input`. `arena_check`: the checked build
     (codegen_c/arena_check.py): the plan with red-zones, and the tables that poison the arena
-    around each step under -DMCUFORGE_ARENA_CHECK with AddressSanitizer."""
+    around each step under -DMCUFORGE_ARENA_CHECK with AddressSanitizer (without it, the
+    plain-C check of red-zone patterns and poisoned dead tensors, for the boards)."""
     kernels = _lower_all(g, target)
     while True:  # the flash budget keeps some layers' weights int8; again on the kernels as
         # lowered, should fit's estimate of the bytes saved have fallen short
@@ -146,7 +148,8 @@ def generate(g: Graph, name: str, target: Target = HOST, profile: bool = False,
             break
         target, kernels = narrowed, _lower_all(g, narrowed)
 
-    g, plan, declared = plan_model(g, kernels, keep_input, REDZONE if arena_check else 0)
+    g, plan, declared = plan_model(g, kernels, keep_input, REDZONE if arena_check else 0,
+                                   granule=granule(target))
     # a wrong plan stops here, before any C is written; in-place overlaps only by the rule,
     # from the kernels' declarations (not from the plan)
     check_plan(g, plan, declared=declared, keep_input=keep_input)
@@ -174,7 +177,8 @@ def generate(g: Graph, name: str, target: Target = HOST, profile: bool = False,
     if stamp is not None:
         ctx["stamp"] = stamp
     if em.check is not None:  # absent otherwise: the default output is as it always was
-        ctx.update(check_end=em.check.end(g, plan), check_state=em.check.state(g, plan))
+        ctx.update(check_end=em.check.end(g, plan), check_state=em.check.state(g, plan),
+                   check_start=em.check.start(g, plan))
         ctx["arena_check"] = em.check.preamble()
     files = {
         f"{name}.h": render("model.h.j2", ctx),
@@ -225,11 +229,12 @@ def in_place_table(g: Graph, kernels: dict) -> dict:
 
 
 def plan_model(g: Graph, kernels: dict, keep_input: bool = False, redzone: int = 0,
-               quick: bool = False) -> tuple:
+               quick: bool = False, granule: int = 8) -> tuple:
     """(graph, plan, declared): the arena plan of `g` with its kernels (id(node) -> Kernel):
     their scratch, their in-place declarations (declared: node index -> ((input, shift), ...),
     plan_check's), the nodes in the topological order with the smallest arena (_best_order).
-    `quick`: the graph's own order, every in-place link or none (an estimate, much faster)."""
+    `quick`: the graph's own order, every in-place link or none (an estimate, much faster);
+    `redzone`, `granule`: plan_graph's (the checked build's)."""
     def scratch_of(graph, node):
         k = kernels.get(id(node))
         return (k.scratch_bytes, 8) if k is not None and k.scratch else None
@@ -237,7 +242,7 @@ def plan_model(g: Graph, kernels: dict, keep_input: bool = False, redzone: int =
 
     def plan_of(graph, search=True):
         return plan_graph(graph, scratch_of, lambda _, node: declared.get(id(node)), keep_input,
-                          search and not quick, redzone)
+                          search and not quick, redzone, granule)
     g, plan = (g, plan_of(g)) if quick else _best_order(g, plan_of)
     return g, plan, {i: declared[id(n)] for i, n in enumerate(g.nodes) if id(n) in declared}
 
@@ -325,7 +330,7 @@ class _Emitter:
             kname = f"{prefix}l{i:02d}_{node.op}_{short_name(node.outputs[0])}"
             if node.op in SUBGRAPH_ATTRS:
                 calls.append(self._control(g, plan, base, i, node, kname))
-                calls[-1].check = self._check(g, plan, base, i, node, kname)
+                calls[-1].check, calls[-1].after = self._check(g, plan, base, i, node, kname)
                 continue
             k = self.lowered[id(node)]
             if k is None:
@@ -357,7 +362,7 @@ class _Emitter:
                 args.append(f"({printer.C_TYPES[b.dtype]} *)&arena.bytes[{base + at}]")
                 at += (b.size * printer.ITEMSIZE[b.dtype] + 7) // 8 * 8
             comment = f"{node.op} -> {node.outputs[0]}"
-            check = self._check(g, plan, base, i, node, k.name)
+            check, after = self._check(g, plan, base, i, node, k.name)
             same = (group, printer.print_kernel(replace(k, name="mf_same", doc=""), names)) \
                 if group is not None else None
             if same is not None and same in self.functions_by_text:  # the layer keeps its
@@ -365,16 +370,18 @@ class _Emitter:
                 shared = self.functions_by_text[same]
                 calls.append(LayerCall(k.name, c_comment(comment), args,
                                        [f"{shared}({', '.join(args)});"], macs=k.macs,
-                                       check=check))
+                                       check=check, after=after))
                 continue
             if same is not None:
                 self.functions_by_text[same] = k.name
-            calls.append(LayerCall(k.name, c_comment(comment), args, macs=k.macs, check=check))
+            calls.append(LayerCall(k.name, c_comment(comment), args, macs=k.macs, check=check,
+                                   after=after))
             self.definitions.append(printer.print_kernel(k, names))
         return calls
 
     def _check(self, g: Graph, plan: MemoryPlan, base: int, i: int, node, what: str):
-        return self.check.step(g, plan, base, i, node, what) if self.check else None
+        """(before, after) statements of the checked build, or (None, None)."""
+        return self.check.step(g, plan, base, i, node, what) if self.check else (None, None)
 
     def _source(self, g: Graph, plan: MemoryPlan, base: int, tensor: str) -> str:
         """The address of a value a copy reads: a constant becomes a const array."""

@@ -40,6 +40,7 @@ class CompileResult:
     scratch_bytes: int = 0  # the largest kernel scratch, inside the arena
     layers: list = field(default_factory=list)  # (kernel name, MACs) of each invoke call
     memory_priority: object = None  # optimizer.patch.Choice with memory_priority
+    plan: object = None  # the arena plan (optimizer.memory_plan.MemoryPlan) the code addresses
 
 
 def load(model, input_shapes: dict | None = None) -> Graph:
@@ -264,7 +265,7 @@ def compile(model, out_dir, board: str = "host", name: str | None = None,
     scratch = max((r.size for r in plan.requests if r.name.endswith("/kernel")), default=0)
     return CompileResult(out_dir, name, graph, plan.arena_size, plan.lower_bound,
                          gen.weight_bytes, gen.macs, sorted(files), plan.state_size,
-                         gen.schedules, scratch, gen.layers, gen.memory_priority)
+                         gen.schedules, scratch, gen.layers, gen.memory_priority, plan)
 
 
 MANIFEST = ".mcuforge-manifest"  # what mcuforge wrote in a project: "sha256  file" lines

@@ -99,7 +99,8 @@ def _cmd_run(a) -> int:
     for line in nonfinite_warnings(graph, inputs):
         print(f"mcuforge: warning: {printable(line)}", file=sys.stderr)
     if a.port and a.check_arena:
-        raise McuforgeError("--check-arena runs on the host board only, not with --port")
+        raise McuforgeError("--check-arena runs on the host and the emulated boards only, "
+                            "not with --port (run it without --port on an emulated board)")
     if a.port:  # a real board: build, flash, read its UART
         from . import hardware
         if a.memory_priority:
@@ -450,9 +451,11 @@ def parser() -> argparse.ArgumentParser:
     r.add_argument("--timeout", type=float, default=60.0, metavar="SECONDS",
                    help="with --port: how long to wait for the board's output (default: 60)")
     r.add_argument("--check-arena", action="store_true",
-                   help="host only: a checked build under AddressSanitizer and UBSan, with "
-                        "red-zones between the arena's buffers and each layer allowed to touch "
-                        "only its own tensors; any stray access stops the run with a report")
+                   help="a checked build with red-zones between the arena's buffers: on the "
+                        "host under AddressSanitizer and UBSan, each layer allowed to touch "
+                        "only its own tensors; on an emulated board the red-zones compared "
+                        "after each layer and dead tensors overwritten; a stray write fails "
+                        "the run with a report naming the layer")
     _add_input_shape(r)
     _add_memory_priority(r)
     r.set_defaults(fn=_cmd_run)

@@ -116,13 +116,19 @@ def run(model, inputs, board: str = "host", sanitize: bool = False,
     `input_shapes` ({input name: shape}) fixes the open dimensions of inputs; `opt`: the
     host build's optimisation flags (default $MCUFORGE_OPT, else the Makefile's -O3);
     `flash_budget`, `keep_input`, `memory_priority`: as compile's (flash_budget on a board).
-    `check_arena` (host only): the checked build, under AddressSanitizer and UBSan, where each
-    layer may touch only its own tensors (an ASan report fails the run: codegen_c/arena_check.py)."""
+    `check_arena`: the checked build (codegen_c/arena_check.py), where each layer may touch
+    only its own tensors: on the host under AddressSanitizer and UBSan (a report fails the
+    run), on an emulated board the plain-C check (red-zone patterns compared after each layer,
+    dead tensors overwritten; a report raises target.ArenaCheckError)."""
     from .api import load
     graph = load(model, input_shapes)
     arrays, batched = split_inputs(graph, inputs)  # bad inputs fail before any build
     if check_arena and board != "host":
-        raise McuforgeError("the arena check (--check-arena) runs on the host board only")
+        from .board import load_board
+        if not load_board(board).emulated:
+            raise McuforgeError(f"the arena check (--check-arena) runs on the host and the "
+                                f"emulated boards (mps2-an385, mps2-an386, mps2-an500, "
+                                f"mps3-an547, riscv32-virt), not on {board}")
     if board == "host":
         _, exe, graph = compiled_project(model, board, sanitize, graph, input_shapes, opt,
                                          keep_input, check_arena, memory_priority)
@@ -131,7 +137,7 @@ def run(model, inputs, board: str = "host", sanitize: bool = False,
         from .target import run_on_board
         outs = run_on_board(model, arrays, board, flash_budget=flash_budget,
                             input_shapes=input_shapes, keep_input=keep_input,
-                            memory_priority=memory_priority).outputs
+                            memory_priority=memory_priority, check_arena=check_arena).outputs
     return shape_outputs(graph, outs, batched)
 
 

@@ -49,19 +49,21 @@ def require_tool(tool: str) -> None:
 def build_firmware(model, board: Board, vectors, workdir: Path, name: str = "model",
                    flash_budget: int | None = None, profile: bool = False,
                    input_shapes: dict | None = None, keep_input: bool = False,
-                   memory_priority: float | None = None) -> tuple:
+                   memory_priority: float | None = None, check_arena: bool = False) -> tuple:
     """Write and `make` the firmware project with `vectors` built in (`profile`: with per-layer
-    marks; `input_shapes`, `memory_priority`: as compile's); (project dir, elf,
+    marks; `input_shapes`, `memory_priority`: as compile's; `check_arena`: the checked build,
+    codegen_c/arena_check.py's plain-C check, made with CHECK_ARENA=1); (project dir, elf,
     api.CompileResult)."""
     from .api import compile as compile_model
     require_tool(board.cross + "gcc")
     result = compile_model(model, workdir, board=board.name, name=name, vectors=vectors,
                            flash_budget=flash_budget, profile=profile,
                            input_shapes=input_shapes, keep_input=keep_input,
-                           memory_priority=memory_priority)
+                           memory_priority=memory_priority, arena_check=check_arena)
     from .build import opt_flags
     opt = opt_flags()  # $MCUFORGE_OPT, else the Makefile's own -O2
-    r = subprocess.run(["make", "-s", "-C", str(workdir)] + ([f"OPT={opt}"] if opt else []),
+    r = subprocess.run(["make", "-s", "-C", str(workdir)] + ([f"OPT={opt}"] if opt else [])
+                       + (["CHECK_ARENA=1"] if check_arena else []),
                        capture_output=True, text=True)
     if r.returncode != 0:
         raise BuildError(f"building the firmware in {workdir} failed:\n{r.stdout}{r.stderr}")
@@ -84,6 +86,56 @@ def run_elf(board: Board, elf: Path, timeout: float = 900) -> str:
     if r.returncode != 0 or "done" not in text.splitlines():
         raise BuildError(f"{elf} failed under QEMU (exit {r.returncode}):\n{text}")
     return text
+
+
+class ArenaCheckError(BuildError):
+    """The checked firmware (--check-arena) reported a layer changing bytes outside its
+    tensors."""
+
+
+def check_violations(text: str, result) -> None:
+    """Raise ArenaCheckError for the "arena-check <layer> <offset>" lines of a checked
+    firmware's output (templates/firmware/main.c.j2), each with what the byte is: in a buffer
+    the layer must not change, in a red-zone, or in no buffer live at that step."""
+    seen = []
+    for line in text.splitlines():
+        key, _, value = line.partition(" ")
+        if key == "arena-check":
+            layer, _, offset = value.rpartition(" ")
+            if (layer, offset) not in seen:
+                seen.append((layer, offset))
+    if not seen:
+        return
+    lines = [f"  layer {layer} changed " + _where(result.plan, layer, int(offset))
+             for layer, offset in seen[:8]]
+    more = f"\n  ... and {len(seen) - 8} more" if len(seen) > 8 else ""
+    raise ArenaCheckError("the arena check found layers writing outside their tensors (a "
+                          "kernel or memory-plan bug):\n" + "\n".join(lines) + more)
+
+
+STATE_BIT = 0x80000000  # a reported offset in the state block (codegen_c/arena_check.py)
+
+
+def _where(plan, layer: str, at: int) -> str:
+    """The byte a report names, in words: in the state block (outside its tensors) or in
+    the arena, with what it is at the step of `layer` (lNN_...: the main graph's step NN)."""
+    if at >= STATE_BIT:
+        at -= STATE_BIT
+        below = [(o, t) for t, o in (plan.state_offsets.items() if plan else ()) if o <= at]
+        return f"state block byte {at}" + (f" (past the state '{max(below)[1]}')" if below
+                                           else "")
+    if plan is None:
+        return f"arena byte {at}"
+    step = int(layer[1:3]) if layer[:1] == "l" and layer[1:3].isdigit() else None
+    live = [r for r in plan.requests if r.name in plan.offsets
+            and (step is None or r.first <= step <= r.last)]
+    for r in live:
+        if plan.offsets[r.name] <= at < plan.offsets[r.name] + r.size:
+            return f"arena byte {at} (in '{r.name}', live, not its output)"
+    for r in live:
+        if 0 <= at - plan.offsets[r.name] - r.size < plan.redzone:
+            return f"arena byte {at} (the red-zone after '{r.name}')"
+    return f"arena byte {at} (no buffer live at that step holds it)"
 
 
 def parse_output(text: str, graph, board: Board) -> tuple:
@@ -128,10 +180,11 @@ def parse_profile(text: str, layers: list, n: int) -> LayerProfile:
 def run_on_board(model, arrays: list, board_name: str, workdir: Path | None = None,
                  flash_budget: int | None = None, profile: bool = False,
                  input_shapes: dict | None = None, keep_input: bool = False,
-                 memory_priority: float | None = None) -> TargetRun:
+                 memory_priority: float | None = None, check_arena: bool = False) -> TargetRun:
     """Run [N, ...] input arrays (one per model input) on the board under QEMU; `profile`:
     with per-layer counts (TargetRun.profile); `input_shapes`, `memory_priority`: as
-    compile's."""
+    compile's; `check_arena`: the checked build, a layer that changed a byte outside its
+    tensors raises ArenaCheckError (codegen_c/arena_check.py)."""
     from .build import cache_lock, cache_root, opt_flags
     board = load_board(board_name)
     n = len(arrays[0])
@@ -147,6 +200,7 @@ def run_on_board(model, arrays: list, board_name: str, workdir: Path | None = No
                                 .encode() if input_shapes else b"")
                              + (f"mp{memory_priority}".encode()
                                 if memory_priority is not None else b"")
+                             + (b"check-arena" if check_arena else b"")
                              + b"".join(a.tobytes() for a in arrays)).hexdigest()[:24]
         workdir = cache_root() / "fw" / key
         lock = cache_lock(workdir)  # concurrent runs of one model and input take turns
@@ -154,11 +208,14 @@ def run_on_board(model, arrays: list, board_name: str, workdir: Path | None = No
         _, elf, result = build_firmware(model, board, vectors, Path(workdir),
                                         flash_budget=flash_budget, profile=profile,
                                         input_shapes=input_shapes, keep_input=keep_input,
-                                        memory_priority=memory_priority)
+                                        memory_priority=memory_priority,
+                                        check_arena=check_arena)
         text = run_elf(board, elf)
     if cached:  # keep the cache within its cap
         from .build import evict
         evict(keep=Path(workdir))
+    if check_arena:
+        check_violations(text, result)
     outs, ticks, stack = parse_output(text, result.graph, board)
     if len(ticks) != n or any(len(o) != n for o in outs):
         raise BuildError(f"the firmware reported {len(ticks)} of {n} inferences")

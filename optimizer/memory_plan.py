@@ -280,7 +280,7 @@ def requests_of(g: Graph, keep_input: bool = False) -> tuple:
 
 
 def plan_graph(g: Graph, scratch_of=None, in_place_of=None, keep_input: bool = False,
-               search: bool = True, redzone: int = 0) -> MemoryPlan:
+               search: bool = True, redzone: int = 0, granule: int = 8) -> MemoryPlan:
     """The plan of `g`. `scratch_of(graph, node)`, when given, is the (bytes, alignment) of
     working memory the node's kernel needs while it runs, or None: kernel scratch (im2col
     rows, widened activations), a request named '<first output>/kernel' live during that node
@@ -289,11 +289,12 @@ def plan_graph(g: Graph, scratch_of=None, in_place_of=None, keep_input: bool = F
     its first output may be written over (see in_place_links); `keep_input`: graph inputs are
     never overwritten; `search`: look for links better dropped (else every link or none, a
     quicker plan to compare node orders by). `redzone` > 0 (the checked build's,
-    codegen_c/arena_check.py): every buffer, state included, starts at a multiple of 8 (an ASan
-    shadow granule) and the `redzone` bytes after it are kept free while it is live, so an
-    overrun of a few bytes lands in bytes nothing owns (in-place links at a shift that is not a
-    multiple of 8 are dropped). The requests keep their true sizes; the arena and state block
-    grow."""
+    codegen_c/arena_check.py): every buffer, state included, starts at a multiple of `granule`
+    (8: an ASan shadow granule; the plain-C check of the boards compares bytes and takes
+    ALIGN, so no in-place link is lost) and the `redzone` bytes after it are kept free while
+    it is live, so an overrun of a few bytes lands in bytes nothing owns (in-place links at a
+    shift that is not a multiple of `granule` are dropped). The requests keep their true
+    sizes; the arena and state block grow."""
     reqs, root = requests_of(g, keep_input)
     subplans, scratch = {}, []
     for i, n in enumerate(g.nodes):
@@ -304,7 +305,8 @@ def plan_graph(g: Graph, scratch_of=None, in_place_of=None, keep_input: bool = F
                                    max(need[1], ALIGN)))
         if subs:
             # (no in-place links inside: the kernels' declarations are the top graph's)
-            plans = tuple(plan_graph(s, scratch_of, redzone=redzone) for s in subs)
+            plans = tuple(plan_graph(s, scratch_of, redzone=redzone, granule=granule)
+                          for s in subs)
             name = _scratch_name(g, n)
             # aligned for the subgraphs' widest element (nested scratch requests included)
             align = max((r.align for p in plans for r in p.requests), default=ALIGN)
@@ -312,21 +314,21 @@ def plan_graph(g: Graph, scratch_of=None, in_place_of=None, keep_input: bool = F
             subplans[i] = (name, plans)
     links = in_place_links(g, in_place_of, keep_input) if in_place_of is not None else {}
     if redzone:  # the members of a group stay on granules
-        links = {y: v for y, v in links.items() if v[1] % 8 == 0}
-    overlays = overlay_links(g, keep_input, redzone)
+        links = {y: v for y, v in links.items() if v[1] % granule == 0}
+    overlays = overlay_links(g, keep_input, redzone, granule)
     links = _with_overlays(links, overlays, reqs)
     overlaid = {y: links[y] for y in overlays if links.get(y) == overlays[y]}
-    padded = _padded(reqs, redzone), _padded(scratch, redzone)
+    padded = _padded(reqs, redzone, granule), _padded(scratch, redzone, granule)
     offsets, links = _plan_links(*padded, links, search, overlaid)
     reqs += tuple(scratch)
     size_of = arena_size(padded[0] + padded[1], offsets)
     state, size = {}, 0
     for name in g.state:  # model order keeps the block deterministic
-        size = _align(size, max(alignment(g.tensors[name].dtype), 8 if redzone else 0))
+        size = _align(size, max(alignment(g.tensors[name].dtype), granule if redzone else 0))
         state[name] = size
         size += _align(g.tensors[name].nbytes) + redzone
     if redzone:  # whole granules: ASan leaves a partial last one of a region unpoisoned
-        size, size_of = _align(size, 8), _align(size_of, 8)
+        size, size_of = _align(size, granule), _align(size_of, granule)
     delta = views(g)
     for alias, src in root.items():
         at = delta.get(alias, (src, 0))[1]
@@ -370,7 +372,8 @@ def in_place_links(g: Graph, in_place_of, keep_input: bool = False) -> dict:
     return out
 
 
-def overlay_links(g: Graph, keep_input: bool = False, redzone: int = 0) -> dict:
+def overlay_links(g: Graph, keep_input: bool = False, redzone: int = 0,
+                  granule: int = 8) -> dict:
     """{y: (x, shift)}: a buffer y written piece by piece through views (a view concat's
     output: optimizer/patch.py's bands) placed over a buffer x still being read piece by piece
     (the input the bands read), at y offset = x offset + shift, where no byte of y is written
@@ -379,7 +382,8 @@ def overlay_links(g: Graph, keep_input: bool = False, redzone: int = 0) -> dict:
     granularity: views(g) gives where each tensor lies in its buffer. x must be born before
     y and be neither a graph output, a state, nor a kept input. `redzone`: the checked build's
     red-zone after each buffer counts as written by y when y is born and read by x until x
-    dies, and the shift is a multiple of 8. plan_check recomputes the rule on its own."""
+    dies, and the shift is a multiple of `granule` (plan_graph's). plan_check recomputes the
+    rule on its own."""
     reqs, root = requests_of(g, keep_input)
     by_name = {r.name: r for r in reqs}
     at = views(g)
@@ -403,7 +407,7 @@ def overlay_links(g: Graph, keep_input: bool = False, redzone: int = 0) -> dict:
             touched.setdefault(r, []).append(span)
             if out:
                 written.setdefault(r, []).append(span)
-    align = max(ALIGN, 8 if redzone else 0)
+    align = max(ALIGN, granule if redzone else 0)
     out = {}
     for y in ys:
         ry = by_name[y]
@@ -513,7 +517,7 @@ def _plan_links(reqs: tuple, scratch: tuple, links: dict, search: bool = True,
         _, _, offsets, kept = min(starts + [(none, 1, none_at, {})],
                                   key=lambda t: (t[0], t[1]))
         return offsets, kept
-    for _ in range(DROPS):
+    def drops(best, offsets, kept, left):
         # the candidates to cut, bounded so that large graphs plan in time: a chain drifts
         # at its shifted links and its head may be better alone, so those first
         cuts = sorted(kept, key=lambda y: (kept[y][1] == 0 and kept[y][0] in kept, y))[:CUTS]
@@ -521,12 +525,15 @@ def _plan_links(reqs: tuple, scratch: tuple, links: dict, search: bool = True,
         for y in cuts:
             trial = {k: v for k, v in kept.items() if k != y}
             trials.append((*size_of(trial), y, trial))
-        if not trials:
-            break
-        size, trial_offsets, _, trial = min(trials, key=lambda t: (t[0], t[2]))
-        if size >= best:
-            break
-        best, offsets, kept = size, trial_offsets, trial
+        trials.sort(key=lambda t: (t[0], t[2]))
+        if not left or not trials or trials[0][0] >= best:
+            return best, offsets, kept
+        # equally good cuts may lead on differently: the first TIES of them followed (the
+        # first by name is the greedy path, kept on ties of the end result)
+        ends = [drops(t[0], t[1], t[3], left - 1) for t in trials[:TIES]
+                if t[0] == trials[0][0]]
+        return min(ends, key=lambda e: e[0])
+    best, offsets, kept = drops(best, offsets, kept, DROPS)
     if kept:  # a chain drifting at every link (AD's 4-byte overlaps) may be worse than none
         size, without = size_of({})
         if size < best:
@@ -537,6 +544,9 @@ def _plan_links(reqs: tuple, scratch: tuple, links: dict, search: bool = True,
 ORDERS = 32  # topological orders tried at most (a bounded search)
 ORDER_NODES = 200  # graphs of more nodes keep their order
 DROPS, CUTS = 4, 32  # in-place links dropped at most, candidates tried per drop
+TIES = 2  # equally good drops followed on (VWW on RV32: dropping the link of the layer after
+# a stride-2 depthwise rather than the depthwise's own, then the first depthwise's, 46,148 ->
+# 36,960 bytes)
 
 
 def topological_orders(g: Graph, limit: int = ORDERS) -> list:
@@ -578,12 +588,13 @@ def topological_orders(g: Graph, limit: int = ORDERS) -> list:
     return out
 
 
-def _padded(requests, redzone: int) -> tuple:
-    """The requests as the planner places them: with `redzone`, 8-aligned and that much
-    larger."""
+def _padded(requests, redzone: int, granule: int = 8) -> tuple:
+    """The requests as the planner places them: with `redzone`, `granule`-aligned and that
+    much larger."""
     if not redzone:
         return tuple(requests)
-    return tuple(replace(r, size=r.size + redzone, align=max(r.align, 8)) for r in requests)
+    return tuple(replace(r, size=r.size + redzone, align=max(r.align, granule))
+                 for r in requests)
 
 
 def _scratch_name(g: Graph, node, kind: str = "scratch") -> str:

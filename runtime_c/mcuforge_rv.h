@@ -664,4 +664,279 @@ MF_MICRO MF_SC_NOSCHED void mf_rv_dw3(const int8_t *x, int8_t *y, const int32_t 
     }
 }
 
+/* ==== depthwise 3x3 straight from NHWC (mf_rv_dwd) =========================================
+ * mf_rv_dw3's arithmetic (pk: per channel the 9 weights in plane order, then mf_rv_rec;
+ * accumulators start at init = bias - x_zp * sum(w)) without the padded plane: per channel, per
+ * output row, the taps are read where they are in x (one pointer; kernel rows YS bytes apart,
+ * columns XS: immediate offsets once the call's constant geometry is inlined). TR: the plane
+ * is the image transposed (its rows the image's columns: KWS's 25x5 walks rows of 25). A tap
+ * in the padding (pad <= 1 a side) is not read: its x_zp * w is added to the output's start
+ * instead (the top row's outputs start at init + x_zp (w0 + w1 + w2), ...), so the top row,
+ * the bottom rows and the two edge columns are their own code with fewer MACs. Outputs 4 a
+ * step at stride 1 (6 loads a kernel row), 2 at stride 2 (5 loads).
+ * DLY: each output row goes to buf (2 VOW bytes, alternating) and reaches y only after the
+ * next row is done, so y may be x itself (the row above is read by the next output row);
+ * the schedule asks for it only where it raises the in-place shift (stride 1). It costs VWW
+ * 267 K instructions and KWS 113 K, against arenas of 46,032 / 16,000 bytes without it.
+ * Measured (gcc 12 -O2, riscv32-virt, the disassembly): a step of 4 outputs at stride 1 is 138
+ * instructions (18 lb, 36 mul + 36 add, 4 x 9 for the requantization and store, 3 loop), of
+ * 2 at stride 2 76; per layer 33-40 instructions an output (mf_rv_dw3: 39-89): VWW's 13
+ * depthwise layers 4.28 M -> 3.26 M, KWS's four 1.33 M -> 1.12 M; at -Os 4.93 M -> 3.24 M and
+ * 1.53 M -> 1.13 M. */
+
+/* the entry and its parts inlined with the call's constants where gcc optimizes; at -O0 (no
+ * constants propagated) one copy each: 13 inlined copies of every row variant would not fit
+ * a 4 MB flash */
+#if defined(__GNUC__) && defined(__OPTIMIZE__)
+#define MF_RV_DWI static inline __attribute__((always_inline, unused))
+#elif defined(__GNUC__)
+#define MF_RV_DWI static __attribute__((unused))
+#else
+#define MF_RV_DWI static
+#endif
+
+/* clamp(mf_rq_apply(acc)) as mf_rv_out (sfm = -(post != 0)), the int8 range check by one
+ * unsigned compare */
+MF_RV_DWI int8_t mf_rv_dwq(int32_t acc, uint32_t m2, int32_t add, int32_t pre1, int32_t post,
+                           int32_t sfm, int32_t MODE, int32_t lo, int32_t hi) {
+    int32_t t = MODE & 2 ? (int32_t)((uint32_t)acc << pre1) : acc;
+    int64_t p = (int64_t)t * (int64_t)m2;
+    int32_t h = (int32_t)(p >> 32) + (int32_t)((uint32_t)p >> 31);
+    int32_t v = h + add;
+    if (MODE & 1) v += h >> 31 & sfm;
+    v >>= post;
+    if (MODE & 4) {
+        if ((uint32_t)v + 128u > 255u) v = v >> 31 ^ 127;
+        return (int8_t)v;
+    }
+    v = v < lo ? lo : v;
+    return (int8_t)(v > hi ? hi : v);
+}
+
+#define MF_RV_DWQ(acc) mf_rv_dwq(acc, m2, add, pre1, post, sfm, MODE, lo, hi)
+
+/* one output, q at its middle tap; kernel rows T (top), B (bottom) and columns L, R read only
+ * when set */
+#define MF_RV_DWD_1(q, L, R, acc)                                                             \
+    do {                                                                                      \
+        if (T) {                                                                              \
+            if (L) acc += (q)[-YS - XS] * w0;                                                  \
+            acc += (q)[-YS] * w1;                                                             \
+            if (R) acc += (q)[-YS + XS] * w2;                                                  \
+        }                                                                                     \
+        if (L) acc += (q)[-XS] * w3;                                                           \
+        acc += (q)[0] * w4;                                                                   \
+        if (R) acc += (q)[XS] * w5;                                                            \
+        if (B) {                                                                              \
+            if (L) acc += (q)[YS - XS] * w6;                                                   \
+            acc += (q)[YS] * w7;                                                              \
+            if (R) acc += (q)[YS + XS] * w8;                                                   \
+        }                                                                                     \
+    } while (0)
+/* stride 1: one kernel row (offset o, weights k0..k2) of 4 / 3 / 2 adjacent outputs */
+#define MF_RV_DWD_R4(o, k0, k1, k2)                                                           \
+    do {                                                                                      \
+        int32_t v;                                                                            \
+        v = q[(o) - XS]; a0 += v * k0;                                                         \
+        v = q[(o)]; a0 += v * k1; a1 += v * k0;                                               \
+        v = q[(o) + XS]; a0 += v * k2; a1 += v * k1; a2 += v * k0;                             \
+        v = q[(o) + 2 * XS]; a1 += v * k2; a2 += v * k1; a3 += v * k0;                         \
+        v = q[(o) + 3 * XS]; a2 += v * k2; a3 += v * k1;                                       \
+        v = q[(o) + 4 * XS]; a3 += v * k2;                                                     \
+    } while (0)
+#define MF_RV_DWD_R3(o, k0, k1, k2)                                                           \
+    do {                                                                                      \
+        int32_t v;                                                                            \
+        v = q[(o) - XS]; a0 += v * k0;                                                         \
+        v = q[(o)]; a0 += v * k1; a1 += v * k0;                                               \
+        v = q[(o) + XS]; a0 += v * k2; a1 += v * k1; a2 += v * k0;                             \
+        v = q[(o) + 2 * XS]; a1 += v * k2; a2 += v * k1;                                       \
+        v = q[(o) + 3 * XS]; a2 += v * k2;                                                     \
+    } while (0)
+#define MF_RV_DWD_R2(o, k0, k1, k2)                                                           \
+    do {                                                                                      \
+        int32_t v;                                                                            \
+        v = q[(o) - XS]; a0 += v * k0;                                                         \
+        v = q[(o)]; a0 += v * k1; a1 += v * k0;                                               \
+        v = q[(o) + XS]; a0 += v * k2; a1 += v * k1;                                           \
+        v = q[(o) + 2 * XS]; a1 += v * k2;                                                     \
+    } while (0)
+/* stride 2: one kernel row of 2 outputs (columns -1..3) */
+#define MF_RV_DWD_S2(o, k0, k1, k2)                                                           \
+    do {                                                                                      \
+        int32_t v;                                                                            \
+        v = q[(o) - XS]; a0 += v * k0;                                                         \
+        v = q[(o)]; a0 += v * k1;                                                             \
+        v = q[(o) + XS]; a0 += v * k2; a1 += v * k0;                                           \
+        v = q[(o) + 2 * XS]; a1 += v * k1;                                                     \
+        v = q[(o) + 3 * XS]; a1 += v * k2;                                                     \
+    } while (0)
+/* the kernel rows one after the other: gcc's scheduler would hoist every load of the step
+ * first and spill (the empty asm with its memory clobber keeps a row's loads after the
+ * previous row's sums) */
+#if defined(__GNUC__)
+#define MF_RV_DWD_SYNC4 __asm__("" : "+r"(a0), "+r"(a1), "+r"(a2), "+r"(a3) : : "memory")
+#define MF_RV_DWD_SYNC3 __asm__("" : "+r"(a0), "+r"(a1), "+r"(a2) : : "memory")
+#define MF_RV_DWD_SYNC2 __asm__("" : "+r"(a0), "+r"(a1) : : "memory")
+#else
+#define MF_RV_DWD_SYNC4 ((void)0)
+#define MF_RV_DWD_SYNC3 ((void)0)
+#define MF_RV_DWD_SYNC2 ((void)0)
+#endif
+#define MF_RV_DWD_ROWS(M, n)                                                                  \
+    do {                                                                                      \
+        if (T) {                                                                              \
+            M(-YS, w0, w1, w2);                                                               \
+            MF_RV_DWD_SYNC##n;                                                                \
+        }                                                                                     \
+        M(0, w3, w4, w5);                                                                     \
+        MF_RV_DWD_SYNC##n;                                                                    \
+        if (B) {                                                                              \
+            M(YS, w6, w7, w8);                                                                \
+            MF_RV_DWD_SYNC##n;                                                                \
+        }                                                                                     \
+    } while (0)
+
+/* One output row: p at the middle tap of output 0 (x column -PL + 1), outputs to yq, yqs
+ * apart; a the outputs' start, aL / aR / aLR the left / right / only column's (taps in the
+ * padding counted). The unit order (left edge, steps of 4 / 2, the rest, right edge) is
+ * inplace.rv_dwd's. */
+MF_RV_DWI void mf_rv_dwd_row(const int8_t *p, int8_t *yq, int32_t yqs, int32_t T, int32_t B,
+                             int32_t w0, int32_t w1, int32_t w2, int32_t w3, int32_t w4,
+                             int32_t w5, int32_t w6, int32_t w7, int32_t w8, int32_t a,
+                             int32_t aL, int32_t aR, int32_t aLR, uint32_t m2, int32_t add,
+                             int32_t pre1, int32_t post, int32_t sfm, int32_t XS, int32_t YS,
+                             int32_t VOW, int32_t SX, int32_t PL, int32_t RE, int32_t MODE,
+                             int32_t lo, int32_t hi) {
+    int32_t ox = 0, end = RE ? VOW - 1 : VOW;
+    const int8_t *q = p;
+    if (PL) { /* left edge: column -1 in the padding */
+        int32_t acc = VOW == 1 && RE ? aLR : aL;
+        if (VOW == 1 && RE)
+            MF_RV_DWD_1(q, 0, 0, acc);
+        else
+            MF_RV_DWD_1(q, 0, 1, acc);
+        yq[0] = MF_RV_DWQ(acc);
+        ox = 1;
+        q += SX * XS;
+    }
+    if (SX == 1) {
+        for (; ox + 4 <= end; ox += 4, q += 4 * XS) {
+            int32_t a0 = a, a1 = a, a2 = a, a3 = a;
+            MF_RV_DWD_ROWS(MF_RV_DWD_R4, 4);
+            yq[ox * yqs] = MF_RV_DWQ(a0);
+            yq[(ox + 1) * yqs] = MF_RV_DWQ(a1);
+            yq[(ox + 2) * yqs] = MF_RV_DWQ(a2);
+            yq[(ox + 3) * yqs] = MF_RV_DWQ(a3);
+        }
+        if (ox + 3 == end) {
+            int32_t a0 = a, a1 = a, a2 = a;
+            MF_RV_DWD_ROWS(MF_RV_DWD_R3, 3);
+            yq[ox * yqs] = MF_RV_DWQ(a0);
+            yq[(ox + 1) * yqs] = MF_RV_DWQ(a1);
+            yq[(ox + 2) * yqs] = MF_RV_DWQ(a2);
+            ox += 3;
+            q += 3 * XS;
+        } else if (ox + 2 == end) {
+            int32_t a0 = a, a1 = a;
+            MF_RV_DWD_ROWS(MF_RV_DWD_R2, 2);
+            yq[ox * yqs] = MF_RV_DWQ(a0);
+            yq[(ox + 1) * yqs] = MF_RV_DWQ(a1);
+            ox += 2;
+            q += 2 * XS;
+        }
+    } else if (SX == 2) {
+        for (; ox + 2 <= end; ox += 2, q += 4 * XS) {
+            int32_t a0 = a, a1 = a;
+            MF_RV_DWD_ROWS(MF_RV_DWD_S2, 2);
+            yq[ox * yqs] = MF_RV_DWQ(a0);
+            yq[(ox + 1) * yqs] = MF_RV_DWQ(a1);
+        }
+    }
+    for (; ox < end; ox++, q += SX * XS) {
+        int32_t acc = a;
+        MF_RV_DWD_1(q, 1, 1, acc);
+        yq[ox * yqs] = MF_RV_DWQ(acc);
+    }
+    if (RE && ox < VOW) { /* right edge: column +1 in the padding */
+        int32_t acc = aR;
+        MF_RV_DWD_1(q, 1, 0, acc);
+        yq[ox * yqs] = MF_RV_DWQ(acc);
+    }
+}
+
+/* a delayed row from buf to y (columns C apart) */
+MF_RV_DWI void mf_rv_dwd_put(const int8_t *b, int8_t *y, int32_t n, int32_t C) {
+    int32_t j = 0;
+    for (; j + 4 <= n; j += 4, y += 4 * C) {
+        int8_t v0 = b[j], v1 = b[j + 1], v2 = b[j + 2], v3 = b[j + 3];
+        y[0] = v0;
+        y[C] = v1;
+        y[2 * C] = v2;
+        y[3 * C] = v3;
+    }
+    for (; j < n; j++, y += C) *y = b[j];
+}
+
+/* one row of type (T, B) with its starts: zl..zr the padding's terms of the columns, the
+ * corner ones taken out when a kernel row is off too */
+#define MF_RV_DWD_ROW(T_, B_)                                                                 \
+    do {                                                                                      \
+        int32_t a_ = init + ((T_) ? 0 : zt) + ((B_) ? 0 : zb);                                \
+        int32_t l_ = zl - ((T_) ? 0 : x_zp * w0) - ((B_) ? 0 : x_zp * w6);                    \
+        int32_t r_ = zr - ((T_) ? 0 : x_zp * w2) - ((B_) ? 0 : x_zp * w8);                    \
+        const int8_t *p_ = x + (oy * SY - PT + 1) * YS + (1 - PL) * XS + c;                   \
+        int8_t *yq_ = DLY ? buf + (oy & 1) * VOW : y + oy * OYS + c;                          \
+        mf_rv_dwd_row(p_, yq_, DLY ? 1 : OXS, T_, B_, w0, w1, w2, w3, w4, w5, w6, w7, w8, a_,   \
+                      a_ + l_, a_ + r_, a_ + l_ + r_, m2, add, pre1, post, sfm, XS, YS, VOW,  \
+                      SX, PL, RE, MODE, lo, hi);                                              \
+        if (DLY && oy > 0)                                                                    \
+            mf_rv_dwd_put(buf + ((oy - 1) & 1) * VOW, y + (oy - 1) * OYS + c, VOW, OXS);     \
+    } while (0)
+
+/* x [VH][VW][C] -> y [VOH][VOW][C], stride SY x SX (SX 1 or 2), padding PT, PL (and at the
+ * bottom and right) at most 1; buf: 2 VOW bytes when DLY */
+MF_RV_DWI void mf_rv_dwd(const int8_t *x, int8_t *y, const int32_t *pk, int32_t VH, int32_t VW,
+                         int32_t C, int32_t VOH, int32_t VOW, int32_t SY, int32_t SX,
+                         int32_t PT, int32_t PL, int32_t x_zp, int32_t lo, int32_t hi,
+                         int32_t mode, int32_t TR, int32_t DLY, int8_t *buf) {
+    int32_t MODE = MF_RV_MODE(mode, lo, hi), c;
+    int32_t XS = TR ? VH * C : C, YS = TR ? C : VW * C; /* plane column, row steps in x */
+    int32_t OXS = TR ? VOH * C : C, OYS = TR ? C : VOW * C; /* and in y */
+    int32_t RE = (VOW - 1) * SX - PL + 2 >= VW;        /* the last output's column +1 padded */
+    int32_t top = PT ? 1 : 0;                           /* rows with kernel row 0 padded */
+    int32_t mid = (VH - 2 + PT + SY - 1) / SY;          /* rows before those with row 2 padded */
+    mid = mid < top ? top : mid > VOH ? VOH : mid;
+    for (c = 0; c < C; c++, pk += MF_SC_DW_REC) {
+        int32_t w0 = pk[0], w1 = pk[1], w2 = pk[2], w3 = pk[3], w4 = pk[4], w5 = pk[5];
+        int32_t w6 = pk[6], w7 = pk[7], w8 = pk[8], init = pk[9];
+        uint32_t m2 = (uint32_t)pk[10];
+        int32_t add = pk[11], pre1 = pk[12], post = pk[13], sfm = -(post != 0), oy = 0;
+        int32_t zt = x_zp * (w0 + w1 + w2), zb = x_zp * (w6 + w7 + w8);
+        int32_t zl = x_zp * (w0 + w3 + w6), zr = x_zp * (w2 + w5 + w8);
+        if (top) {
+            if (2 - PT >= VH) /* (one input row: both kernel rows off) */
+                MF_RV_DWD_ROW(0, 0);
+            else
+                MF_RV_DWD_ROW(0, 1);
+            oy = 1;
+        }
+        for (; oy < mid; oy++) MF_RV_DWD_ROW(1, 1);
+        for (; oy < VOH; oy++) MF_RV_DWD_ROW(1, 0);
+        if (DLY) mf_rv_dwd_put(buf + ((VOH - 1) & 1) * VOW, y + (VOH - 1) * OYS + c, VOW, OXS);
+    }
+}
+#undef MF_RV_DWD_ROW
+#undef MF_RV_DWD_ROWS
+#undef MF_RV_DWD_SYNC4
+#undef MF_RV_DWD_SYNC3
+#undef MF_RV_DWD_SYNC2
+#undef MF_RV_DWD_1
+#undef MF_RV_DWD_R4
+#undef MF_RV_DWD_R3
+#undef MF_RV_DWD_R2
+#undef MF_RV_DWD_S2
+#undef MF_RV_DWQ
+#undef MF_RV_DWI
+
 #endif

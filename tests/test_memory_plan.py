@@ -61,3 +61,31 @@ def test_kernel_scratch_is_planned_with_the_tensors():
     assert overlaps(p.requests, p.offsets) == []
     assert p.arena_size >= p.lower_bound == plain.lower_bound + 1000
     assert sum(r.size for r in p.requests if r.name.endswith("/kernel")) == 1000
+
+
+def test_link_drops_follow_ties(monkeypatch):
+    """Equally good in-place link drops lead on differently: on riscv32-virt VWW's first
+    stride-2 depthwise and the 1x1 after it tie (either drop leaves the image input's chain
+    deciding the arena); only dropping the 1x1's link lets a later drop (the first depthwise's)
+    pay. The search that follows ties plans a smaller arena than the greedy one (TIES = 1),
+    and checks out (plan_check) like it."""
+    from pathlib import Path
+
+    import pytest
+
+    from mcuforge.board import load_board
+    from mcuforge.codegen_c import model as M
+    from mcuforge.frontend.tflite import load_tflite
+    from mcuforge.optimizer import memory_plan
+    from mcuforge.optimizer.pipeline import optimize
+    from mcuforge.optimizer.plan_check import check_plan
+    path = Path(__file__).resolve().parents[2] / "shared/models/mlperf_tiny/vww_96_int8.tflite"
+    if not path.exists():
+        pytest.skip("no MLPerf VWW model")
+    g = optimize(load_tflite(path.read_bytes()))
+    kernels = M._lower_all(g, load_board("riscv32-virt").target(None))
+    g2, p, declared = M.plan_model(g, kernels)
+    check_plan(g2, p, declared=declared)
+    monkeypatch.setattr(memory_plan, "TIES", 1, raising=False)
+    greedy = M.plan_model(g, kernels)[1]
+    assert p.arena_size < greedy.arena_size

@@ -8,6 +8,9 @@ independently of the packing code).
    with tails (rows not a multiple of 3, O not a multiple of 4, odd K), random zero points,
    clamps, rounding ties, row gaps; full-scale weights (chunks of one or two taps) with inputs
    at a channel's extreme (the lanes at the edge of their window), tiny weights (one chunk).
+   Depthwise 3x3: mf_rv_dw3 (padded planes) and mf_rv_dwd (straight from NHWC) on the image
+   and its transpose, with and without delayed rows, and as the schedule calls it (rv.dwd_choice)
+   with its output over its input at the shift its access schedule declares.
 2. The proof is tight: a stream whose chunk is one tap longer than chunks_p16 allows gives wrong
    bytes in C for the extreme input, and the mirror refuses it.
 3. Schedule: the loop-IR evaluator runs the scheduled kernel for a RISC-V target and gets the
@@ -149,6 +152,14 @@ def all_cases(seed=0):
                                   (9, 8, 3, 2, 1, "SAME"), (5, 11, 6, 1, 2, "VALID"),
                                   (3, 3, 9, 1, 1, "SAME"), (12, 12, 2, 2, 2, "SAME")):
         cases.append(dw_case(rng, h, wd, c, sh, sw, pad))
+    # mf_rv_dwd's row tails (interior outputs 4k + 1, 2, 3 at stride 1, odd at stride 2), no
+    # padding at all, odd sizes at stride 2 (padding on all four sides), tiny images (one
+    # output with kernel rows and columns off on both sides)
+    for h, wd, c, sh, sw, pad in ((4, 9, 3, 1, 1, "SAME"), (3, 8, 2, 1, 1, "SAME"),
+                                  (7, 10, 2, 1, 1, "VALID"), (9, 9, 2, 2, 2, "SAME"),
+                                  (2, 2, 3, 1, 1, "SAME"), (2, 2, 3, 2, 2, "SAME"),
+                                  (1, 1, 4, 1, 1, "SAME"), (3, 13, 5, 1, 2, "SAME")):
+        cases.append(dw_case(rng, h, wd, c, sh, sw, pad))
     dw = dw_case(rng, 6, 7, 4, 1, 1, "SAME")  # positive shifts (mode bit 1)
     upscale(dw["L"], rng)
     dw["x"] = np.clip(dw["L"]["x_zp"] + rng.integers(-3, 4, dw["x"].shape), -128, 127)
@@ -185,6 +196,40 @@ def dw_redo(c):
     c["y"] = tflm_dw(c["x"], w, L["bias"], L["x_zp"], sh, sw, pt, pl, oh, ow, L["mults"],
                      L["shifts"], L["y_zp"], L["lo"], L["hi"])
     return c
+
+
+def direct_geometry(c):
+    """A dw_case's (VH, VW, C, VOH, VOW, sy, sx, pad_y, pad_x) in the image's own order
+    (mf_rv_dwd's)."""
+    g = [int(v) for v in c["geom"]]
+    h, wd, ch = c["x"].shape
+    if c["transpose"]:
+        return h, wd, ch, g[4], g[3], g[6], g[5], g[8], g[7]
+    return h, wd, ch, g[3], g[4], g[5], g[6], g[7], g[8]
+
+
+IP_BYTES = 8192  # the in-place buffer
+
+
+def in_place_check(i, c, d, mode, puts, puti) -> str:
+    """C: case i through mf_rv_dwd as the schedule calls it (rv.dwd_choice: plane, delayed
+    rows) with y at x + the shift its access schedule allows (inplace.best_shift), in one
+    buffer: every output byte must still come out right."""
+    from mcuforge.codegen_c.kernels import inplace
+    L, n_in, n_out = c["L"], c["x"].size, c["y"].size
+    tr, dly, acc = rv.dwd_choice(d, n_in, n_out)
+    shift = inplace.best_shift(acc)
+    x0 = max(0, -shift)
+    assert x0 + max(n_in, n_out + shift) <= IP_BYTES and shift <= 0
+    args = ", ".join(map(str, rv.dwd_plane(d, tr)))
+    return f"""    memset(ipbuf, {SENTINEL}, sizeof ipbuf);
+    memcpy(ipbuf + {x0}, x{i}, {n_in});
+    mf_rv_dwd(ipbuf + {x0}, ipbuf + {x0 + shift}, wd{i}_{tr}, {args}, {L['x_zp']}, {L['lo']},
+              {L['hi']}, {mode}, {tr}, {dly}, scratch);
+    bad = 0;
+    for (j = 0; j < {n_out}; j++) bad += ipbuf[{x0 + shift} + j] != y{i}[j];
+    if (bad) {{ {puts}("case {i} in place bad "); {puti}((uint64_t)bad); {puts}("\\n"); total += bad; }}
+"""
 
 
 def kernel_data(L, chunks=None, low=False, order=None):
@@ -264,6 +309,8 @@ def program(cases, out: str) -> str:
                 if c["kind"] == "conv"] + [3 * c["k"] for c in cases if c["kind"] == "gemm"]
                + [int(c["geom"][13] * c["geom"][14]) for c in cases if c["kind"] == "dw"])
     head.append(f"static int8_t ybuf[{ymax}];\nstatic int8_t scratch[{smax}];\n")
+    if any(c["kind"] == "dw" for c in cases):
+        head.append(f"static int8_t ipbuf[{IP_BYTES}];\n")
     for i, c in enumerate(cases):
         if c["kind"] == "dw":
             L = c["L"]
@@ -277,6 +324,20 @@ def program(cases, out: str) -> str:
             call = (f"mf_rv_dw3(x{i}, ybuf, w{i}, g{i}, {L['x_zp']}, {L['lo']}, {L['hi']}, "
                     f"{mode}, scratch);")
             body.append(check(i, c["y"].size, call, puts, puti))
+            for tr in (0, 1):  # straight from NHWC, the image or its transpose
+                d = rv.dwd_plane(direct_geometry(c), tr)
+                if not rv.dwd_ok(*d):
+                    continue
+                head.append(c_array("int32_t", f"wd{i}_{tr}",
+                                    rv.pack_rv_dw3(L["w"], folded, rq, bool(tr))))
+                for dly in (0, 1):  # without and with the delayed rows
+                    call = (f"mf_rv_dwd(x{i}, ybuf, wd{i}_{tr}, {', '.join(map(str, d))}, "
+                            f"{L['x_zp']}, {L['lo']}, {L['hi']}, {mode}, {tr}, {dly}, "
+                            "scratch);")
+                    body.append(check(i, c["y"].size, call, puts, puti))
+            d = direct_geometry(c)
+            if rv.dwd_ok(*d):  # the schedule's choice, its output over its input
+                body.append(in_place_check(i, c, d, mode, puts, puti))
             continue
         packed, rec, mode = kernel_data(c["L"], c.get("chunks"), c.get("low", False),
                                         c.get("order"))
@@ -430,4 +491,4 @@ def test_some_layers_take_p16():
     for name, op, kw in _sched_cases():
         g = load_tflite(layer_model(sum(map(ord, name)), op, **kw)[0])
         names.append(lower_node(g.nodes[0], g, "k", Target("riscv32-virt", "rv32imac")).schedule)
-    assert {"mf_rv_gemm_p16", "mf_rv_conv_p16", "mf_rv_dw3", "mf_rv_fc_p16"} <= set(names), names
+    assert {"mf_rv_gemm_p16", "mf_rv_conv_p16", "mf_rv_dwd", "mf_rv_fc_p16"} <= set(names), names

@@ -317,11 +317,13 @@ def test_scheduled_equals_reference(name, op, kw):
                         (Target("riscv32-virt", "rv32imac"), "m8")):
         k = lower_node(node, g, "k", target)
         # which kernel: l64 on the M3 (declined where no lane chunk passes), m8 declines one- and
-        # two-row GEMMs (a 3-row block would compute them 1.5-3x), mf_sc_dw3 takes every 3x3
-        # depthwise layer of depth multiplier 1; declined layers keep gemm.py / depthwise.py
+        # two-row GEMMs (a 3-row block would compute them 1.5-3x), mf_sc_dw3 (RV32: mf_rv_dwd, or
+        # mf_rv_dw3 past 1 of padding) takes every 3x3 depthwise layer of depth multiplier 1;
+        # declined layers keep gemm.py / depthwise.py
         assert k is not ref
         if op == "DEPTHWISE_CONV_2D" and kw.get("mult", 1) == 1:  # (RV32: mcuforge_rv.h's)
-            assert k.schedule == ("mf_sc_dw3" if fmt == "l64" else "mf_rv_dw3"), k.schedule
+            assert k.schedule in (("mf_sc_dw3",) if fmt == "l64" else ("mf_rv_dwd",
+                                                                       "mf_rv_dw3")), k.schedule
         elif fmt == "l64" and k.schedule.startswith("mf_sc_"):
             assert k.schedule.endswith(("l64", "m8")), k.schedule
         elif fmt == "m8" and k.schedule.startswith("mf_sc_"):

@@ -88,7 +88,7 @@ VERIFIED = re.compile(r"|mf_gemm_w(16|8)(_g\d+)?|mf_gemm2_w16_s[02]|mf_gemm1k8_w
                       r"|mf_vec_(gemm|gemm_t|conv|dw)"
                       r"|mf_sc_gemm_(l64|m8)|mf_sc_conv_(l64|m8)|mf_sc_dw3"
                       r"|mf_mve_gemm_f[0-3]|mf_mve_gemm_k32|mf_mve_conv_f[0-3]|mf_mve_dw_conv_s8"
-                      r"|mf_mve_dw_add_s8|mf_rv_gemm_p16|mf_rv_conv_p16|mf_rv_fc_p16|mf_rv_dw3")
+                      r"|mf_mve_dw_add_s8|mf_rv_gemm_p16|mf_rv_conv_p16|mf_rv_fc_p16|mf_rv_dw3|mf_rv_dwd")
 
 
 def declare(kernel, buf: str, acc):
@@ -368,4 +368,65 @@ def rv_dw3(g, n_in: int, n_out: int) -> Access:
     for ch in range(c):
         acc.read(ch, src + ch)
         acc.write(ch, dst + ch)
+    return acc
+
+
+def dwd_units(ow: int, sw: int, pl: int, re: int) -> list[tuple[int, int]]:
+    """mf_rv_dwd_row's outputs of a row in its order, as (first, count) units: the left edge,
+    steps of 4 (stride 1) or 2 (stride 2), 3 or 2 more at stride 1, singles, the right edge."""
+    units, ox, end = [], 0, ow - 1 if re else ow
+    if pl:
+        units.append((0, 1))
+        ox = 1
+    step = {1: 4, 2: 2}.get(sw, 1)
+    while ox + step <= end:
+        units.append((ox, step))
+        ox += step
+    if sw == 1 and end - ox in (2, 3):
+        units.append((ox, end - ox))
+        ox = end
+    while ox < end:
+        units.append((ox, 1))
+        ox += 1
+    if re and ox < ow:
+        units.append((ox, 1))
+    return units
+
+
+def rv_dwd(h: int, w: int, c: int, oh: int, ow: int, sh: int, sw: int, pt: int, pl: int,
+           tr: int, dly: int, n_in: int, n_out: int) -> Access:
+    """mf_rv_dwd (mcuforge_rv.h) on its plane (h x w, output oh x ow: the image, or with tr
+    its transpose): per channel, per output row of the plane in order, per unit of the row
+    (dwd_units; all its taps read, then its outputs written). With dly the row's outputs go to
+    scratch: one step per row reads the row's taps and then writes the row above; a last step
+    writes the channel's last row."""
+    re = int((ow - 1) * sw - pl + 2 >= w)
+    units = dwd_units(ow, sw, pl, re)
+    acc, step = Access(n_in, n_out), 0
+    ys, xs = (c, h * c) if tr else (w * c, c)  # bytes between plane rows, columns in x
+    oys, oxs = (c, oh * c) if tr else (ow * c, c)  # and in y
+
+    def taps(oy, ox0, k):
+        iy = oy * sh - pt + np.arange(3)
+        ix = (ox0 + np.arange(k))[:, None] * sw - pl + np.arange(3)[None, :]
+        iy, ix = iy[(iy >= 0) & (iy < h)], np.unique(ix[(ix >= 0) & (ix < w)])
+        return (iy[:, None] * ys + ix[None, :] * xs).reshape(-1)
+
+    def row(oy, ox):
+        return oy * oys + np.asarray(ox) * oxs
+
+    for ch in range(c):
+        for oy in range(oh):
+            for ox0, k in units:
+                acc.read(step, taps(oy, ox0, k) + ch)
+                if not dly:
+                    acc.write(step, row(oy, ox0 + np.arange(k)) + ch)
+                    step += 1
+            if dly:
+                if oy:
+                    acc.write(step, row(oy - 1, np.arange(ow)) + ch)
+                step += 1
+        if dly:
+            acc.write(step, row(oh - 1, np.arange(ow)) + ch)
+            step += 1
     return acc

@@ -261,12 +261,76 @@ def pack_rv_dw3(rows, bias, rq, transpose: bool) -> np.ndarray:
     return ((pk + 2**31) % 2**32 - 2**31).reshape(-1).astype(np.int32)
 
 
+def dwd_ok(h, w, c, oh, ow, sh, sw, pt, pl) -> bool:
+    """mf_rv_dwd's geometry: padding at most 1 on every side (the middle kernel row and column
+    then always inside the image), strides >= 1."""
+    pb, pr = (oh - 1) * sh + 3 - h - pt, (ow - 1) * sw + 3 - w - pl
+    return min(oh, ow, sh, sw, c) >= 1 and 0 <= pt <= 1 and 0 <= pl <= 1 and pb <= 1 \
+        and pr <= 1
+
+
+def dwd_plane(geo: tuple, tr: int) -> tuple:
+    """mf_rv_dwd's plane (VH, VW, C, VOH, VOW, sy, sx, pad_y, pad_x) of an image geometry
+    (h, w, c, oh, ow, sh, sw, pt, pl): the image, or with tr its transpose (plane rows = image
+    columns)."""
+    h, w, c, oh, ow, sh, sw, pt, pl = geo
+    return (w, h, c, ow, oh, sw, sh, pl, pt) if tr else geo
+
+
 @schedules("depthwise_conv2d")
 def rv_dw(ctx: OpContext, ref: ir.Kernel, target) -> ir.Kernel | None:
-    """A 3x3 depthwise layer (depth multiplier 1, dilation 1) on mf_rv_dw3 (scalar.py's
-    mf_sc_dw3 planes with two output rows a step and mf_rv_rec records)."""
-    from .scalar import dw3_kernel
+    """A 3x3 depthwise layer (depth multiplier 1, dilation 1): mf_rv_dwd straight from NHWC
+    where the padding is at most 1 a side, else mf_rv_dw3 (scalar.py's mf_sc_dw3 planes with
+    mf_rv_rec records)."""
+    from .scalar import dw3_kernel, dw3_layer
     if not is_rv(target):
         return None
-    return dw3_kernel(ctx, ref, "mf_rv_dw3", pack_rv_dw3, rv_mode, "2 mult, add, pre - 1, post",
-                      lambda g, x, y: inplace.rv_dw3(g, x.nbytes, y.nbytes))
+    L = dw3_layer(ctx)
+    if L is None:
+        return None
+    geo = tuple(int(L[k]) for k in ("h", "wd", "c", "oh", "ow", "sh", "sw", "pt", "pl"))
+    if not dwd_ok(*geo):  # (the transposed plane too: the bounds are symmetric)
+        return dw3_kernel(ctx, ref, "mf_rv_dw3", pack_rv_dw3, rv_mode,
+                          "2 mult, add, pre - 1, post",
+                          lambda g, x, y: inplace.rv_dw3(g, x.nbytes, y.nbytes))
+    return dwd_kernel(ctx, ref, L, geo)
+
+
+def dwd_choice(geo: tuple, n_in: int, n_out: int) -> tuple:
+    """(TR, DLY, access schedule) of mf_rv_dwd for an image geometry (batch 1): the plane
+    transposed where the image has fewer output columns than rows, the rows delayed where
+    that gives a higher in-place shift."""
+    tr = int(geo[4] < geo[3])
+    acc = [inplace.rv_dwd(*dwd_plane(geo, tr), tr, d, n_in, n_out) for d in (0, 1)]
+    dly = int(inplace.best_shift(acc[1]) > inplace.best_shift(acc[0]))
+    return tr, dly, acc[dly]
+
+
+def dwd_kernel(ctx: OpContext, ref: ir.Kernel, L: dict, geo: tuple) -> ir.Kernel:
+    """mf_rv_dwd on the image, transposed (TR) where it has fewer output columns than rows
+    (longer rows: KWS's 25x5 walks rows of 25), with the delayed rows (DLY, 2 VOW bytes of
+    scratch) only where they let the output lie over the input at a higher shift (at stride 1:
+    the row above an output row is read by the next one)."""
+    x, y, n = L["x"], L["y"], L["n"]
+    h, wd, c, oh, ow = geo[:5]
+    tr, dly, acc = dwd_choice(geo, x.nbytes, y.nbytes) if n == 1 else (int(ow < oh), 0, None)
+    plane = dwd_plane(geo, tr)
+    pk = pack_rv_dw3(L["rows"], L["folded"], L["rq"], bool(tr))
+    mode = rv_mode(L["signfix"], L["rq"])
+    consts = [ir.Buffer("pk", "int32", pk.size, "const", pk,
+                        "per channel: 9 weights (plane order), bias - x_zp * sum(w), 2 mult, "
+                        "add, pre - 1, post")]
+    bufs = [b_ for b_ in ref.params if b_.kind != "scratch"] + consts
+    if dly:
+        bufs.append(ir.Buffer("scratch", "int8", 2 * plane[4], "scratch"))
+    body = ir.loops([("n", n)], lambda i: [ir.CallStmt("mf_rv_dwd", (
+        ir.Ptr("x", i * (h * wd * c)), ir.Ptr("y", i * (oh * ow * c)), ir.Ptr("pk", ir.Const(0)),
+        *(ir.Const(v) for v in plane), ir.Const(L["x_zp"]), ir.Const(L["lo"]),
+        ir.Const(L["hi"]), ir.Const(mode), ir.Const(tr), ir.Const(dly),
+        ir.Ptr("scratch" if dly else "y", ir.Const(0))))])  # (buf unused without DLY)
+    doc = (f"{ref.doc}\nscheduled: mf_rv_dwd, straight from NHWC"
+           + (", the image transposed" if tr else "")
+           + (f", output rows delayed through {2 * plane[4]} bytes scratch" if dly else ""))
+    return inplace.declare(
+        ir.Kernel(ctx.name, tuple(bufs), tuple(body), doc, ref.macs, "mf_rv_dwd"),
+        "x", acc)

@@ -96,13 +96,11 @@ def scalar_dw(ctx: OpContext, ref: ir.Kernel, target) -> ir.Kernel | None:
                       lambda g, x, y: inplace.channels(*x.shape[1:], *y.shape[1:3]))
 
 
-def dw3_kernel(ctx: OpContext, ref: ir.Kernel, fn: str, pack_fn, flags_of, rq_doc: str,
-               access_of) -> ir.Kernel | None:
-    """The kernel of a 3x3 depthwise layer (depth multiplier 1, dilation 1) on a padded int8
-    plane per channel, `fn` (mf_sc_dw3, rv.py's mf_rv_dw3): the checks, geometry and bias
-    folding they share; `pack_fn(rows, folded, rq, transpose)` their table, `flags_of(signfix,
-    rq)` its flags argument, `rq_doc` its record's fields, `access_of(geometry, x, y)` its
-    in-place access schedule (batch 1)."""
+def dw3_layer(ctx: OpContext) -> dict | None:
+    """A 3x3 depthwise layer (depth multiplier 1, dilation 1) with TFLM int8 arithmetic, as the
+    per-channel kernels take it (mf_sc_dw3, rv.py's mf_rv_dw3 and mf_rv_dwd): its shapes,
+    strides, padding, weights rows [C, 9] in (ky, kx) order, folded bias, requantization and
+    clamp; None when it is not one."""
     from .. import pack
     from ..lower.conv import output_multipliers
     from ..lower.q_uint8 import activation_range
@@ -118,8 +116,6 @@ def dw3_kernel(ctx: OpContext, ref: ir.Kernel, fn: str, pack_fn, flags_of, rq_do
     if w.shape[3] != c or o != c:
         return None
     (sh, sw), (pt, _, pl, _) = ctx.attrs["stride"], ctx.attrs["padding"]
-    g = dw_geometry(h, wd, c, oh, ow, sh, sw, pt, pl)
-    transpose = ow < oh
     rows = np.asarray(w.data, np.int64).reshape(9, c).T.copy()  # [C, 9] in (ky, kx) order
     x_zp, y_zp = int(x.quant.zero_point[0]), int(y.quant.zero_point[0])
     folded = pack.fold_bias(None if bias is None else bias.data, rows, x_zp)
@@ -135,8 +131,26 @@ def dw3_kernel(ctx: OpContext, ref: ir.Kernel, fn: str, pack_fn, flags_of, rq_do
         return None
     for ch, value in const.items():
         rq[ch] = (0, value, 1, 0)
-    pk = pack_fn(rows, folded, rq, transpose)
-    flags = flags_of(pack.needs_signfix(y_zp, int(lo)), rq)
+    return dict(x=x, y=y, n=n, h=h, wd=wd, c=c, oh=oh, ow=ow, sh=sh, sw=sw, pt=pt, pl=pl,
+                rows=rows, folded=folded, rq=rq, x_zp=x_zp, lo=int(lo), hi=int(hi),
+                signfix=pack.needs_signfix(y_zp, int(lo)))
+
+
+def dw3_kernel(ctx: OpContext, ref: ir.Kernel, fn: str, pack_fn, flags_of, rq_doc: str,
+               access_of) -> ir.Kernel | None:
+    """The kernel of a 3x3 depthwise layer (dw3_layer) on a padded int8 plane per channel,
+    `fn` (mf_sc_dw3, rv.py's mf_rv_dw3): the geometry and call they share; `pack_fn(rows,
+    folded, rq, transpose)` their table, `flags_of(signfix, rq)` its flags argument, `rq_doc`
+    its record's fields, `access_of(geometry, x, y)` its in-place access schedule (batch 1)."""
+    L = dw3_layer(ctx)
+    if L is None:
+        return None
+    x, y, n, h, wd, c, oh, ow = (L[k] for k in ("x", "y", "n", "h", "wd", "c", "oh", "ow"))
+    g = dw_geometry(h, wd, c, oh, ow, L["sh"], L["sw"], L["pt"], L["pl"])
+    transpose = ow < oh
+    x_zp, lo, hi = L["x_zp"], L["lo"], L["hi"]
+    pk = pack_fn(L["rows"], L["folded"], L["rq"], transpose)
+    flags = flags_of(L["signfix"], L["rq"])
     scratch = int(g[13]) * int(g[14])
     consts = [ir.Buffer("pk", "int32", pk.size, "const", pk,
                         f"per channel: 9 weights (plane order), bias - x_zp * sum(w), {rq_doc}"),
