@@ -1,7 +1,7 @@
 """Python mirrors of the RV32 micro-kernels in runtime_c/mcuforge_rv.h for the loop-IR
 evaluator: they decode the "p16" stream from the header's description (per block of 4
-channels, chunks of 8 L + 4 then L taps of pair words, a 0 word), check the lane proof the C relies on (every
-chunk's lane sums inside [-2^15, 2^15) for any int8 x, else UndefinedBehaviour) and compute
+channels, the chunks' segments: a word 80 e + 1 then L taps of pair words; an end word),
+check the lane proof the C relies on (every chunk's lane sums inside [-2^15, 2^15) for any int8 x, else UndefinedBehaviour) and compute
 TFLM's arithmetic on whole arrays. Registered into qmath.INTRINSICS on import."""
 from __future__ import annotations
 
@@ -12,35 +12,59 @@ from .micro import GEOM_FIELDS, im2col, requantize
 from .qmath import INTRINSICS
 
 
+SEG, ESZ, E_END = 16, 80, 34  # MF_RV_SEG, MF_RV_ESZ, MF_RV_E_END (mcuforge_rv.h)
+
+
+def _segment(word) -> tuple[int, int, bool, bool] | None:
+    """A segment word: (entry, taps, starts a chunk, ends it with a fold), None for the block's
+    end word; raises for a word that is neither."""
+    if word % ESZ != 1 or not 0 <= word // ESZ <= E_END:
+        raise UndefinedBehaviour("mf_rv_gemm_p16: a segment word off the entries")
+    e = int(word) // ESZ
+    if e == E_END:
+        return None
+    taps = e + 1 if e < SEG else e - SEG + 1 if e < 2 * SEG else SEG
+    return e, taps, e < SEG or e == 2 * SEG, e < 2 * SEG
+
+
 def unpack_p16(pw, o: int, k: int):
     """([O, K] weights, chunks per block) from a "p16" stream; raises where a chunk's lane
-    could leave its 16 bits."""
+    could leave its 16 bits or the segments do not make whole chunks."""
     pw = np.asarray(pw, np.int64)
     ob = (o + 3) // 4
     w = np.zeros((ob * 4, k), np.int64)
     nch, i = [], 0
     for b in range(ob):
-        a, n = 0, 0
-        while a < k:
-            if i >= pw.size or pw[i] <= 0 or pw[i] % 8 != 4 or a + pw[i] // 8 > k:
-                raise UndefinedBehaviour("mf_rv_gemm_p16: a chunk length off the taps")
-            ln = int(pw[i]) // 8
+        a, n, start = 0, 0, None  # start: the open chunk's first tap
+        while True:
+            if i >= pw.size:
+                raise UndefinedBehaviour("mf_rv_gemm_p16: a block without its end word")
+            seg = _segment(pw[i])
+            if seg is None:
+                break
+            e, ln, first, fold = seg
+            if first != (start is None) or a + ln > k:
+                raise UndefinedBehaviour("mf_rv_gemm_p16: segments off the chunks or taps")
+            start = a if first else start
             words = pw[i + 1:i + 1 + 2 * ln].reshape(ln, 2)
             low = ((words & 0xFFFF) ^ 0x8000) - 0x8000
             high = (words - low) >> 16
             if (np.abs(high) > 128).any():
                 raise UndefinedBehaviour("mf_rv_gemm_p16: a pair word is not two int8 lanes")
-            blk = np.stack([low[:, 0], high[:, 0], low[:, 1], high[:, 1]])  # [4, L]
-            pos = np.where(blk > 0, blk, 0).sum(1)
-            neg = np.where(blk < 0, -blk, 0).sum(1)
-            if ((127 * pos + 128 * neg > 2**15 - 1) | (128 * pos + 127 * neg > 2**15)).any():
-                raise UndefinedBehaviour("mf_rv_gemm_p16: a chunk's lane may overflow")
-            w[4 * b:4 * b + 4, a:a + ln] = blk
+            w[4 * b:4 * b + 2, a:a + ln] = np.stack([low[:, 0], high[:, 0]])
+            w[4 * b + 2:4 * b + 4, a:a + ln] = np.stack([low[:, 1], high[:, 1]])
             a += ln
             i += 1 + 2 * ln
-            n += 1
-        if i >= pw.size or pw[i] != 0:
-            raise UndefinedBehaviour("mf_rv_gemm_p16: a block without its 0 word")
+            if fold:  # the chunk [start, a): both lanes' sums in 16 bits for any int8 x
+                blk = w[4 * b:4 * b + 4, start:a]
+                pos = np.where(blk > 0, blk, 0).sum(1)
+                neg = np.where(blk < 0, -blk, 0).sum(1)
+                if ((127 * pos + 128 * neg > 2**15 - 1) | (128 * pos + 127 * neg > 2**15)).any():
+                    raise UndefinedBehaviour("mf_rv_gemm_p16: a chunk's lane may overflow")
+                n += 1
+                start = None
+        if a != k or start is not None:
+            raise UndefinedBehaviour("mf_rv_gemm_p16: a block's chunks do not cover the taps")
         i += 1
         nch.append(n)
     return w[:o], np.repeat(np.array(nch, np.int64), 4)[:o]
@@ -50,7 +74,7 @@ def _acc(xs, pw, rq, o, k, mode):
     """The accumulators with their biases (decoded from the records' init) and the mf_rq rows
     (mult = m2 / 2, pre = pre1 + 1)."""
     wm, nch = unpack_p16(pw, o, k)
-    rec = np.asarray(rq[:5 * o], np.int64).reshape(o, 5)
+    rec = np.asarray(rq[:7 * o], np.int64).reshape(o, 7)
     init, m2 = rec[:, 0], rec[:, 1] % 2**32
     if (m2 % 2).any() or (rec[:, 3] < 0).any():
         raise UndefinedBehaviour("mf_rv_rec: m2 odd or pre1 < 0")
@@ -62,7 +86,21 @@ def _acc(xs, pw, rq, o, k, mode):
         v = (init[ch] + nch[ch] * 2**15 - nb * 2**16) % 2**32
         bias[ch] = v - 2**32 if v >= 2**31 else v
     rqr = np.stack([m2 // 2, rec[:, 2], rec[:, 3] + 1, rec[:, 4]], 1)
-    return xs @ wm.T + bias, rqr
+    idx = rec[:, 6] + np.arange(o) // 4 * 4  # out: relative to the block's first slot
+    if sorted(idx.tolist()) != list(range(o)):
+        raise UndefinedBehaviour("mf_rv_rec.out: the output indices are not the channels")
+    if not int(mode) & 16 and (idx != np.arange(o)).any():
+        raise UndefinedBehaviour("mf_rv_rec.out: channels reordered without mode bit 4")
+    return xs @ wm.T + bias, rqr, rec[:, 5], idx
+
+
+def _out(acc, rqr, low, mode, lo, hi):
+    """The outputs; mode bit 3: every accumulator at most its channel's low must give lo (the
+    C stores lo for those without requantizing)."""
+    out = requantize(acc, rqr, int(mode) & 1, lo, hi)
+    if int(mode) & 8 and ((acc <= low) & (out != lo)).any():
+        raise UndefinedBehaviour("mf_rv_rec.low: an accumulator at most low not giving lo")
+    return out
 
 
 def _gemm(x, rows, x_stride, k, pw, rq, o, lo, hi, mode, y, y_stride, scratch):
@@ -70,8 +108,9 @@ def _gemm(x, rows, x_stride, k, pw, rq, o, lo, hi, mode, y, y_stride, scratch):
         raise UndefinedBehaviour(f"mf_rv_gemm_p16: {scratch.nbytes} bytes of scratch, "
                                  f"needs {3 * k}")
     xs = np.stack([np.asarray(x[r * x_stride:r * x_stride + k], np.int64) for r in range(rows)])
-    acc, rqr = _acc(xs, pw, rq, o, k, mode)
-    out = requantize(acc, rqr, int(mode) & 1, lo, hi)
+    acc, rqr, low, idx = _acc(xs, pw, rq, o, k, mode)
+    out = np.zeros_like(acc)
+    out[:, idx] = _out(acc, rqr, low, mode, lo, hi)  # slot s -> output channel idx[s]
     for r in range(rows):
         y[r * y_stride:r * y_stride + o] = out[r]
 
@@ -82,22 +121,24 @@ def _conv(x, geom, x_zp, pw, rq, o, lo, hi, mode, y, scratch):
     if scratch.nbytes < 6 * k:
         raise UndefinedBehaviour(f"mf_rv_conv_p16: {scratch.nbytes} bytes of scratch, "
                                  f"needs {6 * k}")
-    acc, rqr = _acc(im2col(x, g, x_zp), pw, rq, o, k, mode)
-    out = requantize(acc, rqr, int(mode) & 1, lo, hi)
+    acc, rqr, low, idx = _acc(im2col(x, g, x_zp), pw, rq, o, k, mode)
+    out = np.zeros_like(acc)
+    out[:, idx] = _out(acc, rqr, low, mode, lo, hi)
     y[:out.size] = out.reshape(-1)
 
 
 def _stream_k(pw) -> int:
-    """The taps of a p16 stream: its first block's chunk lengths summed (the C kernel reads
-    chunks up to the block's 0 word)."""
+    """The taps of a p16 stream: its first block's segments summed (the C kernel reads
+    segments up to the block's end word)."""
     pw = np.asarray(pw, np.int64)
     i = k = 0
-    while i < pw.size and pw[i] != 0:
-        if pw[i] % 8 != 4:
-            raise UndefinedBehaviour("mf_rv_fc_p16: a chunk length off the stream")
-        k += int(pw[i]) // 8
-        i += int(pw[i]) // 4
-    return k
+    while i < pw.size:
+        seg = _segment(pw[i])
+        if seg is None:
+            return k
+        k += seg[1]
+        i += 1 + 2 * seg[1]
+    raise UndefinedBehaviour("mf_rv_fc_p16: a block without its end word")
 
 
 def _fc(x, pw, rq, o, lo, hi, mode, y):

@@ -17,27 +17,36 @@
  * n chunks' offsets taken out: mf_rv_rec.init), channel b = SB and channel a = SA - 2^16 SB,
  * each with its bias.
  * Layout (int32 words, blocks of 4 channels, zero channels pad, blocks one after the other):
- *   per chunk: 8 L + 4 (the chunk's bytes with this word), then per tap the words of channels
- *   (0, 1) and (2, 3); after the block's last chunk a 0 word.
+ *   per segment of a chunk (<= 16 taps, see MF_RV_SEG) its word 80 e + 1, then per tap the
+ *   words of channels (0, 1) and (2, 3); after the block's last segment the end word.
  * Block: 3 rows x 4 channels (6 chunk accumulators + 12 sums in registers): per tap 3 lb, 2 lw,
  * 6 mul, 6 add for 12 MACs. The 3 rows are first interleaved into xs[3 K] (x of tap k, row r
  * at 3 k + r: one pointer, immediate offsets); rows past the end re-read the last row (not
- * stored).
- * Measured (gcc 12 -O2, riscv32-virt): 18.5 instructions a tap (12 MACs, two taps a step) and
- * 29 a chunk; the MLPerf layers have 2.9 (ResNet-8's 1x1 16 -> 32) to 105 (VWW's last 1x1)
- * taps a chunk, KWS's 1x1 3.8: 1.27 M instructions for 512 K MACs (0.40 MAC/instr; m8 0.30).
+ * stored). The channels may be reordered in the blocks (mode bit 4: the schedule groups
+ * channels of alike chunks; mf_rv_rec.out gives each one's output).
+ * Measured (gcc 12 -O2, riscv32-virt): the C loop 18.5 instructions a tap (two taps a step)
+ * and ~29-33 a chunk; the RV32 assembly of MF_RV_SEGS3 (segment words are entries' offsets,
+ * the taps unrolled) 17 a tap and 24 a chunk. The MLPerf layers have 2.9 (ResNet-8's 1x1
+ * 16 -> 32) to 105 (VWW's last 1x1) taps a chunk, KWS's 1x1 3.8. Outputs: ~11.5 instructions
+ * (mf_rv_out: mul, mulhsu, srli, add, add, sra, 3 for the saturation, sb; + 2 for channel a),
+ * ~3 for an accumulator at most the record's low in ReLU layers (mode bit 3: about half).
+ * KWS's 1x1 layers 1,235 K -> 1,106..1,144 K instructions (0.45 MAC/instr): taps 64 %,
+ * chunks 24 %, outputs and loops 12 %. Whole models on riscv32-virt (bench's input): KWS
+ * 7.16 M -> 6.68 M, VWW 19.42 M -> 18.51 M, ResNet-8 29.01 M -> 26.6 M. (VWW's 1x1 layers
+ * of K = 8 and 16 lost 65 K and 14 K: their blocks' loop costs more than the assembly saves.)
  * What limits it: the lanes' 16 bits (a chunk holds sum |w| <= 256 for any int8 x: 3-6 taps
- * of these models' int8 weights, the 4 channels of a block sharing the cuts) and the
- * requantization (~13 instructions an output; ~10 with the constant row and channel counts of
- * full blocks and mode bit 2's saturation: KWS 7.16 M, VWW 19.42 M, ResNet-8 29.01 M
- * instructions on riscv32-virt). Where the rest goes: a chunk's fold (3 instructions per
- * accumulator, 6 of them, ~29 a chunk with its loop) at 3.2-4.4 taps a chunk in the small
- * layers (cuts per pair of channels would give ~16 % fewer chunks on KWS: not done), the
- * depthwise layers (~33 instructions an output: 22.5 for the 9 MACs, ~10 requantization; the
- * lane trick along the row does not apply: these models' per-channel int8 weights sum
- * |w| > 256 over one kernel row for 15-60 % of the channels).
- * rq[O] (mf_rv_rec) per channel, unpadded; mode: bit 0 the sign term (mf_rq's signfix), bit 1
- * some channel's pre1 != 0 (bit 2, the full int8 clamp, is set by the C entries: MF_RV_MODE). */
+ * of these models' int8 weights, the 4 channels of a block sharing the cuts; cuts per pair
+ * of channels would need a dispatch per pair's fold: more than they save), the depthwise
+ * layers (~33 instructions an output: 22.5 for the 9 MACs, ~10 requantization; the lane trick
+ * along the row does not apply: these models' per-channel int8 weights sum |w| > 256 over
+ * one kernel row for 15-60 % of the channels). Tried, not kept: the int8 saturation as one
+ * unsigned compare of y + 128 (add raised by 128 << post): ReLU layers saturate half their
+ * outputs, whose fix-up then costs 3 instead of 1 (KWS +10 K a 1x1 layer).
+ * Code: MF_RV_SEGS3's assembly is ~5 KB (35 entries of 80 bytes, two chains of 16 taps),
+ * once in mf_rv_gemm_p16 and once in mf_rv_conv_p16.
+ * rq[O] (mf_rv_rec) per channel slot, unpadded; mode: bit 0 the sign term (mf_rq's signfix),
+ * bit 1 some channel's pre1 != 0, bit 3 the records' low used, bit 4 the channels reordered
+ * (bit 2, the full int8 clamp, is set by the C entries: MF_RV_MODE). */
 #ifndef MCUFORGE_RV_H
 #define MCUFORGE_RV_H
 
@@ -63,17 +72,41 @@
 MF_INLINE void mf_rv_interleave3(const int8_t *x0, const int8_t *x1, const int8_t *x2,
                                  int32_t K, int8_t *xs) {
     int32_t k;
-    for (k = 0; k + 2 <= K; k += 2, xs += 6) { /* two taps a step: immediate offsets */
-        int8_t v0 = x0[k], v1 = x1[k], v2 = x2[k], u0 = x0[k + 1], u1 = x1[k + 1],
-               u2 = x2[k + 1];
-        xs[0] = v0;
-        xs[1] = v1;
-        xs[2] = v2;
-        xs[3] = u0;
-        xs[4] = u1;
-        xs[5] = u2;
+#define MF_RV_IL(J)                                                                           \
+    do {                                                                                      \
+        xs[3 * (J)] = x0[k + (J)];                                                            \
+        xs[3 * (J) + 1] = x1[k + (J)];                                                        \
+        xs[3 * (J) + 2] = x2[k + (J)];                                                        \
+    } while (0)
+    for (k = 0; k + 8 <= K; k += 8, xs += 24) { /* eight taps a step: immediate offsets */
+        MF_RV_IL(0);
+        MF_RV_IL(1);
+        MF_RV_IL(2);
+        MF_RV_IL(3);
+        MF_RV_IL(4);
+        MF_RV_IL(5);
+        MF_RV_IL(6);
+        MF_RV_IL(7);
     }
-    if (k < K) {
+#undef MF_RV_IL
+    for (; k + 4 <= K; k += 4, xs += 12) { /* four taps a step */
+        int8_t a0 = x0[k], a1 = x1[k], a2 = x2[k], b0 = x0[k + 1], b1 = x1[k + 1],
+               b2 = x2[k + 1], c0 = x0[k + 2], c1 = x1[k + 2], c2 = x2[k + 2], d0 = x0[k + 3],
+               d1 = x1[k + 3], d2 = x2[k + 3];
+        xs[0] = a0;
+        xs[1] = a1;
+        xs[2] = a2;
+        xs[3] = b0;
+        xs[4] = b1;
+        xs[5] = b2;
+        xs[6] = c0;
+        xs[7] = c1;
+        xs[8] = c2;
+        xs[9] = d0;
+        xs[10] = d1;
+        xs[11] = d2;
+    }
+    for (; k < K; k++, xs += 3) {
         int8_t v0 = x0[k], v1 = x1[k], v2 = x2[k];
         xs[0] = v0;
         xs[1] = v1;
@@ -88,8 +121,9 @@ MF_INLINE void mf_rv_interleave3(const int8_t *x0, const int8_t *x1, const int8_
         sa += (c);                                                                            \
     } while (0)
 
-/* the kernels' mode (bits 0, 1 from the schedule) with bit 2 set for the full int8 clamp */
-#define MF_RV_MODE(mode, lo, hi) (((mode) & 3) | ((lo) == -128 && (hi) == 127 ? 4 : 0))
+/* the kernels' mode (bits 0, 1, 3, 4 from the schedule) with bit 2 set for the full int8
+ * clamp */
+#define MF_RV_MODE(mode, lo, hi) (((mode) & 27) | ((lo) == -128 && (hi) == 127 ? 4 : 0))
 
 /* channel a of a pair from its sums */
 #define MF_RV_A(sa, sb) ((int32_t)((sa) - ((sb) << 16)))
@@ -102,6 +136,8 @@ typedef struct {
     int32_t init;
     uint32_t m2;
     int32_t add, pre1, post;
+    int32_t low; /* acc <= low: the output is lo (mode bit 3; see rv.py's rv_lows) */
+    int32_t out; /* its output index less its block's first (mode bit 4: channels reordered) */
 } mf_rv_rec;
 
 /* clamp(mf_rq_apply(acc)) (acc with its bias); mode bit 0: the sign term, bit 1: the shift,
@@ -123,125 +159,243 @@ MF_INLINE int8_t mf_rv_out(int32_t acc, const mf_rv_rec *q, int32_t mode, int32_
     return (int8_t)(v > hi ? hi : v);
 }
 
-/* One channel's outputs of the nr <= 3 rows (accumulators a0..a2, y rows ys apart): its record
- * read once into registers for the rows */
-#define MF_RV_OUT3(MODE)                                                                      \
-    do {                                                                                      \
-        y[0] = mf_rv_out(a0, &r, MODE, lo, hi);                                               \
-        if (nr > 1) y[ys] = mf_rv_out(a1, &r, MODE, lo, hi);                                  \
-        if (nr > 2) y[2 * ys] = mf_rv_out(a2, &r, MODE, lo, hi);                              \
-    } while (0)
-MF_INLINE void mf_rv_out3(int8_t *y, int32_t ys, int32_t a0, int32_t a1, int32_t a2,
-                          const mf_rv_rec *q, int32_t nr, int32_t mode, int32_t lo,
-                          int32_t hi) {
-    mf_rv_rec r = *q;
-    switch (mode & 7) {
-    case 0: MF_RV_OUT3(0); break;
-    case 1: MF_RV_OUT3(1); break;
-    case 2: MF_RV_OUT3(2); break;
-    case 3: MF_RV_OUT3(3); break;
-    case 4: MF_RV_OUT3(4); break;
-    case 5: MF_RV_OUT3(5); break;
-    case 6: MF_RV_OUT3(6); break;
-    default: MF_RV_OUT3(7); break;
-    }
-}
-#undef MF_RV_OUT3
+/* ---- the stream's segments ----------------------------------------------------------------
+ * A chunk is one segment of L <= MF_RV_SEG taps, or (longer) a first segment of MF_RV_SEG taps,
+ * middle ones of MF_RV_SEG and a last one of 1..MF_RV_SEG. Each segment: its word
+ * MF_RV_ESZ e + 1, then its L taps' 2 words; after the block's last segment the word of
+ * e = MF_RV_E_END. e < 16: a whole chunk of e + 1 taps (accumulators start, fold at the end);
+ * 16 <= e < 32: the last e - 15 taps of a chunk (fold); 32: a chunk's first 16 (start);
+ * 33: 16 more. The word is also the entry's byte offset in the RV32 code below (bit 0, set so
+ * that no word is 0, is dropped by jalr). */
+#define MF_RV_SEG 16
+#define MF_RV_ESZ 80 /* an entry's bytes: 20 instructions, the longest */
+#define MF_RV_E_END 34
 
-/* One block of 4 channels (n <= 4 of them real: o their first) for 3 interleaved rows xs:
- * w the block's stream, returns the next block's; y rows y_stride apart, nr of them stored. */
-MF_INLINE const int32_t *mf_rv_blk3(const int8_t *xs, const int32_t *w, const mf_rv_rec *rq,
-                                    int32_t o, int32_t n, int32_t lo, int32_t hi, int32_t mode,
-                                    int8_t *y, int32_t y_stride, int32_t nr) {
-    {
-        uint32_t sa00 = (uint32_t)rq[o].init, sb00 = n > 1 ? (uint32_t)rq[o + 1].init : 0;
-        uint32_t sa01 = n > 2 ? (uint32_t)rq[o + 2].init : 0;
-        uint32_t sb01 = n > 3 ? (uint32_t)rq[o + 3].init : 0;
+#if defined(__GNUC__) && defined(__riscv) && __riscv_xlen == 32 && defined(__riscv_mul) &&      \
+    defined(__OPTIMIZE__) && !defined(MF_RV_NOASM)
+#define MF_RV_ASM 1 /* the segments' code in RV32 assembly (the C below: -O0, hosts) */
+#else
+#define MF_RV_ASM 0
+#endif
+
+#if MF_RV_ASM
+/* Per segment: the dispatch (lw, add, jr), the entry (two pointer steps, the first tap where
+ * the accumulators start: mul + add of MF_RV_OFF, then j into a chain), 17 instructions a tap
+ * (2 lw, 3 lb, 6 mul, 6 add: offsets from the segment's end, no loop counter), the fold (18:
+ * srai, add, add per accumulator): 17 L + 24 a chunk of L <= 16 taps (C: ~17 L + 28 + 1.5 L). */
+/* fixed registers (more operands than gcc's 30 otherwise): the chunk accumulators, two weight
+ * words, x, a product, the entries' base */
+#define MF_RV_Rc00 "t0"
+#define MF_RV_Rc01 "t1"
+#define MF_RV_Rc10 "t2"
+#define MF_RV_Rc11 "t3"
+#define MF_RV_Rc20 "t4"
+#define MF_RV_Rc21 "t5"
+#define MF_RV_Ru0 "t6"
+#define MF_RV_Ru1 "a6"
+#define MF_RV_Rv "a7"
+#define MF_RV_Rt "a5"
+#define MF_RV_Rbs "a4"
+#define MF_RV_CLOBBERS "t0", "t1", "t2", "t3", "t4", "t5", "t6", "a4", "a5", "a6", "a7", "memory"
+#define MF_RV_TAPX(P, R, A, B, INIT)                                                          \
+    "lb " MF_RV_Rv ",-3*" #P "+" #R "(%[x])\n\t" INIT(A, u0) INIT(B, u1)
+#define MF_RV_ACC(C, U)                                                                       \
+    "mul " MF_RV_Rt "," MF_RV_Rv "," MF_RV_R##U "\n\tadd " MF_RV_R##C "," MF_RV_R##C "," MF_RV_Rt \
+    "\n\t"
+#define MF_RV_INI(C, U)                                                                       \
+    "mul " MF_RV_R##C "," MF_RV_Rv "," MF_RV_R##U "\n\tadd " MF_RV_R##C "," MF_RV_R##C         \
+    ",%[off]\n\t"
+#define MF_RV_TAPA(P, INIT)                                                                   \
+    "lw " MF_RV_Ru0 ",-8*" #P "(%[w])\n\tlw " MF_RV_Ru1 ",-8*" #P "+4(%[w])\n\t"              \
+    MF_RV_TAPX(P, 0, c00, c01, INIT) MF_RV_TAPX(P, 1, c10, c11, INIT)                         \
+    MF_RV_TAPX(P, 2, c20, c21, INIT)
+#define MF_RV_LA(P) ".Lrv%=A" #P ":\n\t" MF_RV_TAPA(P, MF_RV_ACC)
+#define MF_RV_LB(P) ".Lrv%=B" #P ":\n\t" MF_RV_TAPA(P, MF_RV_ACC)
+#define MF_RV_CHAIN(T)                                                                        \
+    T(16) T(15) T(14) T(13) T(12) T(11) T(10) T(9) T(8) T(7) T(6) T(5) T(4) T(3) T(2) T(1)
+#define MF_RV_FOLDA(C, A, B)                                                                  \
+    "srai " MF_RV_Rt "," MF_RV_R##C ",16\n\tadd %[" #B "],%[" #B "]," MF_RV_Rt "\n\tadd %[" #A \
+    "],%[" #A "]," MF_RV_R##C "\n\t"
+#define MF_RV_DISPATCH                                                                        \
+    "lw " MF_RV_Rt ",0(%[w])\n\tadd " MF_RV_Rt "," MF_RV_Rt "," MF_RV_Rbs "\n\tjr " MF_RV_Rt "\n\t"
+/* entries (MF_RV_ESZ bytes each, padded): STEP the pointer steps of L taps */
+#define MF_RV_STEP(L) "addi %[w],%[w],8*" #L "+4\n\taddi %[x],%[x],3*" #L "\n\t"
+#define MF_RV_EW(L, N) /* a whole chunk of L taps: its first, then chain A from tap N = L-1 */ \
+    MF_RV_STEP(L) MF_RV_TAPA(L, MF_RV_INI) "j .Lrv%=A" #N "\n\t"
+#define MF_RV_EF(L) MF_RV_STEP(L) "j .Lrv%=A" #L "\n\t.skip 68\n\t" /* a chunk's last L */
+#define MF_RV_ENTRIES                                                                         \
+    MF_RV_EW(1, 0) MF_RV_EW(2, 1) MF_RV_EW(3, 2) MF_RV_EW(4, 3) MF_RV_EW(5, 4) MF_RV_EW(6, 5)  \
+    MF_RV_EW(7, 6) MF_RV_EW(8, 7) MF_RV_EW(9, 8) MF_RV_EW(10, 9) MF_RV_EW(11, 10)              \
+    MF_RV_EW(12, 11) MF_RV_EW(13, 12) MF_RV_EW(14, 13) MF_RV_EW(15, 14) MF_RV_EW(16, 15)       \
+    MF_RV_EF(1) MF_RV_EF(2) MF_RV_EF(3) MF_RV_EF(4) MF_RV_EF(5) MF_RV_EF(6) MF_RV_EF(7)       \
+    MF_RV_EF(8) MF_RV_EF(9) MF_RV_EF(10) MF_RV_EF(11) MF_RV_EF(12) MF_RV_EF(13) MF_RV_EF(14)  \
+    MF_RV_EF(15) MF_RV_EF(16)                                                                 \
+    MF_RV_STEP(16) MF_RV_TAPA(16, MF_RV_INI) "j .Lrv%=B15\n\t" /* 32: a start */              \
+    MF_RV_STEP(16) "j .Lrv%=B16\n\t.skip 68\n\t"                           /* 33: middle */
+#endif
+
+/* The segments of one block of 4 channels (the block's stream from w) for 3 interleaved rows
+ * xs into the 12 sums s (sa00 sb00 sa01 sb01 sa10 ... sb21: row r, pair p at 4 r + 2 p);
+ * returns w at the block's end word. */
+#define MF_RV_SEGS3(xs, w, sa00, sb00, sa01, sb01, sa10, sb10, sa11, sb11, sa20, sb20, sa21,    \
+                    sb21)                                                                     \
+    MF_RV_SEGS3_BODY(xs, w, sa00, sb00, sa01, sb01, sa10, sb10, sa11, sb11, sa20, sb20, sa21,   \
+                     sb21)
+#if MF_RV_ASM
+/* (-pedantic: the template is longer than C99's 4095 characters) */
+#define MF_RV_SEGS3_BODY(xs, w, sa00, sb00, sa01, sb01, sa10, sb10, sa11, sb11, sa20, sb20,     \
+                         sa21, sb21)                                                          \
+    do {                                                                                      \
+        const int8_t *xp_ = (xs);                                                             \
+        _Pragma("GCC diagnostic push") _Pragma("GCC diagnostic ignored \"-Woverlength-strings\"") \
+        __asm__ volatile(                                                                     \
+            ".option push\n\t.option norvc\n\t.option norelax\n\t"                            \
+            "lla " MF_RV_Rbs ",.Lrv%=E\n\t" MF_RV_DISPATCH                                            \
+            MF_RV_CHAIN(MF_RV_LB) MF_RV_DISPATCH                                              \
+            MF_RV_CHAIN(MF_RV_LA) ".Lrv%=A0:\n\t"                                             \
+            MF_RV_FOLDA(c00, a00, b00) MF_RV_FOLDA(c01, a01, b01) MF_RV_FOLDA(c10, a10, b10)  \
+            MF_RV_FOLDA(c11, a11, b11) MF_RV_FOLDA(c20, a20, b20) MF_RV_FOLDA(c21, a21, b21)  \
+            MF_RV_DISPATCH ".Lrv%=E:\n\t" MF_RV_ENTRIES ".option pop\n\t"                     \
+            : [a00] "+r"(sa00), [b00] "+r"(sb00), [a01] "+r"(sa01), [b01] "+r"(sb01),         \
+              [a10] "+r"(sa10), [b10] "+r"(sb10), [a11] "+r"(sa11), [b11] "+r"(sb11),         \
+              [a20] "+r"(sa20), [b20] "+r"(sb20), [a21] "+r"(sa21), [b21] "+r"(sb21),         \
+              [x] "+r"(xp_), [w] "+r"(w)                                                      \
+            : [off] "r"(MF_RV_OFF)                                                            \
+            : MF_RV_CLOBBERS);                                                                \
+        _Pragma("GCC diagnostic pop")                                                         \
+    } while (0)
+#else
+#define MF_RV_SEGS3_BODY(xs, w, sa00, sb00, sa01, sb01, sa10, sb10, sa11, sb11, sa20, sb20,     \
+                         sa21, sb21)                                                          \
+    do {                                                                                      \
+        const int8_t *xp = (xs);                                                              \
+        uint32_t c00 = 0, c01 = 0, c10 = 0, c11 = 0, c20 = 0, c21 = 0;                        \
+        for (;;) {                                                                            \
+            int32_t e = (int32_t)((uint32_t)*w / MF_RV_ESZ), L, j;                            \
+            if (e >= MF_RV_E_END) break;                                                      \
+            L = e < MF_RV_SEG ? e + 1 : e < 2 * MF_RV_SEG ? e - MF_RV_SEG + 1 : MF_RV_SEG;    \
+            w++;                                                                              \
+            if (e < MF_RV_SEG || e == 2 * MF_RV_SEG)                                          \
+                c00 = c01 = c10 = c11 = c20 = c21 = MF_RV_OFF;                                \
+            for (j = 0; j < L; j++, xp += 3, w += 2) {                                        \
+                int32_t w0 = w[0], w1 = w[1], v;                                              \
+                v = xp[0];                                                                    \
+                c00 += (uint32_t)(v * w0);                                                    \
+                c01 += (uint32_t)(v * w1);                                                    \
+                v = xp[1];                                                                    \
+                c10 += (uint32_t)(v * w0);                                                    \
+                c11 += (uint32_t)(v * w1);                                                    \
+                v = xp[2];                                                                    \
+                c20 += (uint32_t)(v * w0);                                                    \
+                c21 += (uint32_t)(v * w1);                                                    \
+            }                                                                                 \
+            if (e < 2 * MF_RV_SEG) {                                                          \
+                MF_RV_FOLD(c00, sa00, sb00);                                                  \
+                MF_RV_FOLD(c01, sa01, sb01);                                                  \
+                MF_RV_FOLD(c10, sa10, sb10);                                                  \
+                MF_RV_FOLD(c11, sa11, sb11);                                                  \
+                MF_RV_FOLD(c20, sa20, sb20);                                                  \
+                MF_RV_FOLD(c21, sa21, sb21);                                                  \
+            }                                                                                 \
+        }                                                                                     \
+    } while (0)
+#endif
+
+/* one output of a full block: mode bit 3, an accumulator at most the record's low gives lo
+ * without the requantization (ReLU layers: about half their outputs) */
+#define MF_RV_Y1(dst, ACC, MODE)                                                              \
+    do {                                                                                      \
+        int32_t a_ = (ACC);                                                                   \
+        if ((MODE) & 8 && a_ <= r.low)                                                        \
+            dst = (int8_t)lo;                                                                 \
+        else                                                                                  \
+            dst = mf_rv_out(a_, &r, (MODE) & 7, lo, hi);                                      \
+    } while (0)
+
+/* the 12 outputs of a full block (4 channels, 3 rows) in one mode */
+/* channel C's 3 outputs (accumulators A0..A2): at yo + C, or (mode bit 4) yo + its out */
+#define MF_RV_OUT3C(C, A0, A1, A2, MODE)                                                     \
+    do {                                                                                      \
+        r = q[C];                                                                             \
+        if ((MODE) & 16) {                                                                    \
+            int8_t *yc = yb + r.out;                                                          \
+            MF_RV_Y1(yc[0], A0, MODE);                                                        \
+            MF_RV_Y1(yc[ys], A1, MODE);                                                       \
+            MF_RV_Y1(yc[2 * ys], A2, MODE);                                                   \
+        } else {                                                                              \
+            MF_RV_Y1(yb[C], A0, MODE);                                                        \
+            MF_RV_Y1(yb[ys + (C)], A1, MODE);                                                 \
+            MF_RV_Y1(yb[2 * ys + (C)], A2, MODE);                                             \
+        }                                                                                     \
+    } while (0)
+#define MF_RV_OUT12(MODE)                                                                     \
+    do {                                                                                      \
+        mf_rv_rec r;                                                                          \
+        MF_RV_OUT3C(0, MF_RV_A(sa00, sb00), MF_RV_A(sa10, sb10), MF_RV_A(sa20, sb20), MODE);  \
+        MF_RV_OUT3C(1, (int32_t)sb00, (int32_t)sb10, (int32_t)sb20, MODE);                    \
+        MF_RV_OUT3C(2, MF_RV_A(sa01, sb01), MF_RV_A(sa11, sb11), MF_RV_A(sa21, sb21), MODE);  \
+        MF_RV_OUT3C(3, (int32_t)sb01, (int32_t)sb11, (int32_t)sb21, MODE);                    \
+    } while (0)
+/* a full block's outputs in mode M */
+#define MF_RV_FAST(M)                                                                         \
+    else if (fast == (M)) {                                                                   \
+        int8_t *yb = yo; /* (one register for the 12 stores) */                               \
+        MF_RV_OPAQUE(yb);                                                                     \
+        MF_RV_OUT12(M);                                                                       \
+    }
+
+/* Every block of 4 channels (the last n = O % 4 real ones, zero channels pad) for 3
+ * interleaved rows xs: w the layer's stream; y rows y_stride apart, nr <= 3 of them stored.
+ * (Inlined: the segments' code once in mf_rv_gemm_p16, once in mf_rv_conv_p16.) */
+MF_INLINE MF_SC_NOSCHED void mf_rv_block3(const int8_t *xs, const int32_t *w,
+                                         const mf_rv_rec *rq, int32_t O, int32_t lo,
+                                         int32_t hi, int32_t mode, int8_t *y,
+                                         int32_t y_stride, int32_t nr) {
+    const mf_rv_rec *q, *qe = rq + O;
+    int8_t *yo = y;
+    int32_t ys = y_stride;
+    /* the full blocks' outputs without checks in the usual modes (the int8 clamp, with the
+     * sign term or not), the others through the loop below */
+    int32_t fast = nr == 3 && (mode & 6) == 4 ? mode & 31 : 0;
+    for (q = rq; q < qe; q += 4, yo += 4) {
+        int32_t n = qe - q < 4 ? (int32_t)(qe - q) : 4;
+        uint32_t sa00 = (uint32_t)q[0].init, sb00 = n > 1 ? (uint32_t)q[1].init : 0;
+        uint32_t sa01 = n > 2 ? (uint32_t)q[2].init : 0;
+        uint32_t sb01 = n > 3 ? (uint32_t)q[3].init : 0;
         uint32_t sa10 = sa00, sb10 = sb00, sa11 = sa01, sb11 = sb01, sa20 = sa00, sb20 = sb00,
                  sa21 = sa01, sb21 = sb01;
-        const int8_t *xp = xs;
-        int32_t nb = *w;
-        do { /* chunks until the block's 0 word */
-            const int32_t *we = (const int32_t *)((const char *)w + nb);
-            uint32_t c00 = MF_RV_OFF, c01 = MF_RV_OFF, c10 = MF_RV_OFF, c11 = MF_RV_OFF,
-                     c20 = MF_RV_OFF, c21 = MF_RV_OFF;
-            w++;
-#define MF_RV_TAP(J)                                                                          \
-    do {                                                                                      \
-        int32_t w0 = w[2 * (J)], w1 = w[2 * (J) + 1], v;                                      \
-        v = xp[3 * (J)];                                                                      \
-        c00 += (uint32_t)(v * w0);                                                            \
-        c01 += (uint32_t)(v * w1);                                                            \
-        v = xp[3 * (J) + 1];                                                                  \
-        c10 += (uint32_t)(v * w0);                                                            \
-        c11 += (uint32_t)(v * w1);                                                            \
-        v = xp[3 * (J) + 2];                                                                  \
-        c20 += (uint32_t)(v * w0);                                                            \
-        c21 += (uint32_t)(v * w1);                                                            \
-    } while (0)
-            /* the first one (odd L) or two taps peeled: their adds start from MF_RV_OFF (no
-             * separate reset of the accumulators) */
-            if (nb & 8) {
-                MF_RV_TAP(0);
-                xp += 3;
-                w += 2;
-            } else {
-                MF_RV_TAP(0);
-                MF_RV_OPAQUE6(c00, c01, c10, c11, c20, c21);
-                MF_RV_TAP(1);
-                xp += 6;
-                w += 4;
-            }
-            while (w != we) { /* two taps a step: immediate offsets, one step of each pointer */
-                MF_RV_TAP(0);
-                MF_RV_OPAQUE6(c00, c01, c10, c11, c20, c21); /* no reassociation across taps */
-                MF_RV_TAP(1);
-                xp += 6;
-                w += 4;
-                MF_RV_OPAQUE(xp);
-                MF_RV_OPAQUE(w);
-            }
-#undef MF_RV_TAP
-            MF_RV_FOLD(c00, sa00, sb00);
-            MF_RV_FOLD(c01, sa01, sb01);
-            MF_RV_FOLD(c10, sa10, sb10);
-            MF_RV_FOLD(c11, sa11, sb11);
-            MF_RV_FOLD(c20, sa20, sb20);
-            MF_RV_FOLD(c21, sa21, sb21);
-            nb = *w;
-        } while (nb != 0);
-        w++;
-        {
-            int8_t *yo = y + o;
-            mf_rv_out3(yo, y_stride, MF_RV_A(sa00, sb00), MF_RV_A(sa10, sb10),
-                       MF_RV_A(sa20, sb20), rq + o, nr, mode, lo, hi);
-            if (n > 1)
-                mf_rv_out3(yo + 1, y_stride, (int32_t)sb00, (int32_t)sb10, (int32_t)sb20,
-                           rq + o + 1, nr, mode, lo, hi);
-            if (n > 2)
-                mf_rv_out3(yo + 2, y_stride, MF_RV_A(sa01, sb01), MF_RV_A(sa11, sb11),
-                           MF_RV_A(sa21, sb21), rq + o + 2, nr, mode, lo, hi);
-            if (n > 3)
-                mf_rv_out3(yo + 3, y_stride, (int32_t)sb01, (int32_t)sb11, (int32_t)sb21,
-                           rq + o + 3, nr, mode, lo, hi);
+        MF_RV_SEGS3(xs, w, sa00, sb00, sa01, sb01, sa10, sb10, sa11, sb11, sa20, sb20, sa21,
+                    sb21);
+        w++; /* the block's end word */
+        if (n != 4 || !fast) { /* a short block, fewer rows or another mode: checked */
+            int32_t a[3][4], r, c;
+            a[0][0] = MF_RV_A(sa00, sb00);
+            a[1][0] = MF_RV_A(sa10, sb10);
+            a[2][0] = MF_RV_A(sa20, sb20);
+            a[0][1] = (int32_t)sb00;
+            a[1][1] = (int32_t)sb10;
+            a[2][1] = (int32_t)sb20;
+            a[0][2] = MF_RV_A(sa01, sb01);
+            a[1][2] = MF_RV_A(sa11, sb11);
+            a[2][2] = MF_RV_A(sa21, sb21);
+            a[0][3] = (int32_t)sb01;
+            a[1][3] = (int32_t)sb11;
+            a[2][3] = (int32_t)sb21;
+            for (c = 0; c < n; c++)
+                for (r = 0; r < nr; r++)
+                    yo[r * ys + q[c].out] = mf_rv_out(a[r][c], q + c, mode, lo, hi);
         }
+        MF_RV_FAST(12) MF_RV_FAST(28) MF_RV_FAST(13) MF_RV_FAST(29) /* (ReLU layers first) */
+        MF_RV_FAST(4) MF_RV_FAST(20) MF_RV_FAST(5) MF_RV_FAST(21)
     }
-    return w;
 }
-
-/* mf_rv_blk3 for every block: full ones with a constant n (no channel checks) */
-MF_INLINE MF_SC_NOSCHED void mf_rv_block3(const int8_t *xs, const int32_t *w,
-                                          const mf_rv_rec *rq, int32_t O, int32_t lo,
-                                          int32_t hi, int32_t mode, int8_t *y,
-                                          int32_t y_stride, int32_t nr) {
-    int32_t o, full = O & ~3; /* (O & 3: gcc sees the short block is dead for O % 4 = 0) */
-    for (o = 0; o < full; o += 4)
-        w = mf_rv_blk3(xs, w, rq, o, 4, lo, hi, mode, y, y_stride, nr);
-    if (O & 3) mf_rv_blk3(xs, w, rq, full, O & 3, lo, hi, mode, y, y_stride, nr);
-}
+#undef MF_RV_OUT12
+#undef MF_RV_OUT3C
+#undef MF_RV_FAST
+#undef MF_RV_Y1
 
 /* One row x (K taps, in place) against every channel (mf_rv_block3's stream and sums, 1 row:
- * per tap 1 lb, 2 lw, 2 mul, 2 add for 4 MACs). */
+ * per tap 1 lb, 2 lw, 2 mul, 2 add for 4 MACs, two taps a step). */
 MF_INLINE MF_SC_NOSCHED void mf_rv_block1(const int8_t *x, const int32_t *w,
                                           const mf_rv_rec *rq, int32_t O, int32_t lo,
                                           int32_t hi, int32_t mode, int8_t *y) {
@@ -251,40 +405,61 @@ MF_INLINE MF_SC_NOSCHED void mf_rv_block1(const int8_t *x, const int32_t *w,
         uint32_t sa0 = (uint32_t)rq[o].init, sb0 = n > 1 ? (uint32_t)rq[o + 1].init : 0;
         uint32_t sa1 = n > 2 ? (uint32_t)rq[o + 2].init : 0;
         uint32_t sb1 = n > 3 ? (uint32_t)rq[o + 3].init : 0;
+        uint32_t c0 = 0, c1 = 0;
         const int8_t *xp = x;
-        int32_t nb = *w;
-        do {
-            const int32_t *we = (const int32_t *)((const char *)w + nb);
-            uint32_t c0 = MF_RV_OFF, c1 = MF_RV_OFF;
+        for (;;) {
+            uint32_t e = (uint32_t)*w / MF_RV_ESZ;
+            const int32_t *we;
+            if (e < MF_RV_SEG) { /* a whole chunk of e + 1 taps */
+                c0 = c1 = MF_RV_OFF;
+                we = w + 2 * e + 3;
+            } else if (e < 2 * MF_RV_SEG) { /* a chunk's last e - 15 */
+                we = w + 2 * (e - MF_RV_SEG) + 3;
+            } else if (e < MF_RV_E_END) { /* a chunk's first 16 (e = 32) or 16 more */
+                if (e == 2 * MF_RV_SEG) c0 = c1 = MF_RV_OFF;
+                we = w + 2 * MF_RV_SEG + 1;
+            } else {
+                break;
+            }
             w++;
-            do {
+            if ((we - w) & 2) { /* an odd count: one tap, then two a step */
                 int32_t v = *xp;
                 c0 += (uint32_t)(v * w[0]);
                 c1 += (uint32_t)(v * w[1]);
                 xp++;
                 w += 2;
+            }
+            while (w != we) {
+                int32_t v = xp[0], u = xp[1];
+                c0 += (uint32_t)(v * w[0]);
+                c1 += (uint32_t)(v * w[1]);
+                c0 += (uint32_t)(u * w[2]);
+                c1 += (uint32_t)(u * w[3]);
+                xp += 2;
+                w += 4;
                 MF_RV_OPAQUE(xp);
                 MF_RV_OPAQUE(w);
-            } while (w != we);
-            MF_RV_FOLD(c0, sa0, sb0);
-            MF_RV_FOLD(c1, sa1, sb1);
-            nb = *w;
-        } while (nb != 0);
+            }
+            if (e < 2 * MF_RV_SEG) {
+                MF_RV_FOLD(c0, sa0, sb0);
+                MF_RV_FOLD(c1, sa1, sb1);
+            }
+        }
         w++;
         {
             mf_rv_rec r = rq[o];
-            y[o] = mf_rv_out(MF_RV_A(sa0, sb0), &r, mode, lo, hi);
+            y[o + r.out] = mf_rv_out(MF_RV_A(sa0, sb0), &r, mode, lo, hi);
             if (n > 1) {
                 r = rq[o + 1];
-                y[o + 1] = mf_rv_out((int32_t)sb0, &r, mode, lo, hi);
+                y[o + r.out] = mf_rv_out((int32_t)sb0, &r, mode, lo, hi);
             }
             if (n > 2) {
                 r = rq[o + 2];
-                y[o + 2] = mf_rv_out(MF_RV_A(sa1, sb1), &r, mode, lo, hi);
+                y[o + r.out] = mf_rv_out(MF_RV_A(sa1, sb1), &r, mode, lo, hi);
             }
             if (n > 3) {
                 r = rq[o + 3];
-                y[o + 3] = mf_rv_out((int32_t)sb1, &r, mode, lo, hi);
+                y[o + r.out] = mf_rv_out((int32_t)sb1, &r, mode, lo, hi);
             }
         }
     }
@@ -295,7 +470,7 @@ MF_INLINE MF_SC_NOSCHED void mf_rv_block1(const int8_t *x, const int32_t *w,
  * fewer of its arguments.) */
 MF_MICRO void mf_rv_fc_p16(const int8_t *x, const int32_t *pw, const mf_rv_rec *rq, int32_t O,
                            int32_t lo, int32_t hi, int32_t mode, int8_t *y) {
-    switch (MF_RV_MODE(mode, lo, hi)) {
+    switch (MF_RV_MODE(mode, lo, hi) & 7) {
     case 0: mf_rv_block1(x, pw, rq, O, lo, hi, 0, y); break;
     case 1: mf_rv_block1(x, pw, rq, O, lo, hi, 1, y); break;
     case 2: mf_rv_block1(x, pw, rq, O, lo, hi, 2, y); break;
@@ -319,10 +494,7 @@ MF_MICRO void mf_rv_gemm_p16(const int8_t *x, int32_t rows, int32_t x_stride, in
         const int8_t *x1 = x0 + (nr > 1 ? x_stride : 0);
         const int8_t *x2 = x0 + (nr > 2 ? 2 * x_stride : 0);
         mf_rv_interleave3(x0, x1, x2, K, xs);
-        if (nr == 3) /* a constant nr: no row checks in the output stage */
-            mf_rv_block3(xs, pw, rq, O, lo, hi, mode, y + r * y_stride, y_stride, 3);
-        else
-            mf_rv_block3(xs, pw, rq, O, lo, hi, mode, y + r * y_stride, y_stride, nr);
+        mf_rv_block3(xs, pw, rq, O, lo, hi, mode, y + r * y_stride, y_stride, nr);
     }
 }
 
@@ -357,10 +529,7 @@ MF_MICRO void mf_rv_conv_p16(const int8_t *x, const mf_conv_geom *g, int32_t x_z
         for (ky = 0; ky < kh; ky++)
             mf_rv_interleave3(b[0] + ky * bs[0], b[1] + ky * bs[1], b[2] + ky * bs[2], seg,
                               scratch + 3 * ky * seg);
-        if (nr == 3) /* as mf_rv_gemm_p16 */
-            mf_rv_block3(scratch, pw, rq, O, lo, hi, mode, y + q * O, O, 3);
-        else
-            mf_rv_block3(scratch, pw, rq, O, lo, hi, mode, y + q * O, O, nr);
+        mf_rv_block3(scratch, pw, rq, O, lo, hi, mode, y + q * O, O, nr);
     }
 }
 

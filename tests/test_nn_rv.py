@@ -63,10 +63,34 @@ def upscale(L, rng):
              lo=0 if relu else -128, hi=127)
 
 
-def gemm_case(rng, rows, k, o, gap=0, scale=None, extreme=False, up=False):
+def sweep_case(rng):
+    """One tap, every int8 x as a row, weights 1..8, scales below 1 (the fast outputs: no
+    shift) and ties, y_zp -128, ReLU: each channel's accumulators step by its weight through
+    its threshold (the largest accumulator at lo and the next one are both reached: a low one
+    higher by 1 gives wrong bytes, checked by hand)."""
+    L = relu_layer(layer(rng, 8, 1))
+    L["w"] = np.arange(1, 9).reshape(8, 1) * np.array([1, -1] * 4).reshape(8, 1)
+    L["x_zp"], L["bias"] = 0, rng.integers(-20, 20, 8)
+    ms = [quantize_multiplier(v) for v in (0.5, 0.25, 0.99, 0.75, 0.3, 0.45, 0.125, 0.6)]
+    L.update(mults=[m for m, _ in ms], shifts=[t for _, t in ms])
+    xs = np.arange(-128, 128).reshape(256, 1)
+    y = tflm_outputs(xs, L["w"], L["bias"], L["x_zp"], L["mults"], L["shifts"], L["y_zp"],
+                     L["lo"], L["hi"])
+    return dict(kind="gemm", L=L, x=xs, rows=256, k=1, o=8, xs=1, y=y, low=True)
+
+
+def relu_layer(L):
+    """A ReLU with y_zp -128 (the int8 clamp), the bias centred: about half the outputs -128."""
+    L.update(y_zp=-128, lo=-128, hi=127)
+    return L
+
+
+def gemm_case(rng, rows, k, o, gap=0, scale=None, extreme=False, up=False, relu=False):
     L = layer(rng, o, k, big=scale is not None)
     if up:
         upscale(L, rng)
+    if relu:
+        relu_layer(L)
     if scale is not None:  # weights of about this magnitude: chunk lengths from 1 to K
         L["w"] = np.clip(np.round(rng.standard_normal((o, k)) * scale), -127, 127).astype(int)
         big_scales(L)
@@ -80,8 +104,10 @@ def gemm_case(rng, rows, k, o, gap=0, scale=None, extreme=False, up=False):
     return dict(kind="gemm", L=L, x=xs, rows=rows, k=k, o=o, xs=k + gap, y=y)
 
 
-def conv_case(rng, h, wd, c, kh, kw, s, padding, o, scale=None):
+def conv_case(rng, h, wd, c, kh, kw, s, padding, o, scale=None, relu=False):
     L = layer(rng, o, kh * kw * c)
+    if relu:
+        relu_layer(L)
     if scale is not None:
         L["w"] = np.clip(np.round(rng.standard_normal((o, kh * kw * c)) * scale), -127,
                          127).astype(int)
@@ -138,7 +164,23 @@ def all_cases(seed=0):
     upscale(dw["L"], rng)
     dw["x"] = np.clip(dw["L"]["x_zp"] + rng.integers(-3, 4, dw["x"].shape), -128, 127)
     cases.append(dw_redo(dw))
-    return cases
+    # ReLU-like layers with the records' low (mode bit 3): the first outputs of every other
+    # GEMM/conv case again with it, plus ReLU clamps at y_zp -128 (about half the outputs at lo)
+    more = [dict(c, low=True) for c in cases[::2] if c["kind"] != "dw"]
+    for rows, k, o in ((6, 40, 8), (9, 64, 12), (7, 23, 9)):
+        c = gemm_case(rng, rows, k, o, relu=True)
+        more += [dict(c, low=True), c]
+    more.append(dict(gemm_case(rng, 6, 9, 8, up=True, relu=True), low=True))
+    more.append(dict(gemm_case(rng, 6, 9, 7, up=True), low=True))  # with the sign term
+    for geo in ((12, 6, 1, 10, 4, 2, "SAME", 8), (9, 8, 3, 3, 3, 1, "SAME", 5)):
+        more.append(dict(conv_case(rng, *geo, relu=True), low=True))
+    more.append(sweep_case(rng))
+    # channels reordered in the blocks (mode bit 4): random orders (full blocks of 3 rows and
+    # the tails), with and without low; one-row cases stay in order (mf_rv_fc_p16)
+    for i, c in enumerate(cases + more):
+        if c["kind"] != "dw" and c["o"] > 1 and c.get("rows", 3) > 1 and i % 3 == 0:
+            more.append(dict(c, order=rng.permutation(c["o"])))
+    return cases + more
 
 
 def dw_redo(c):
@@ -190,15 +232,20 @@ def in_place_check(i, c, d, mode, puts, puti) -> str:
 """
 
 
-def kernel_data(L, chunks=None):
-    """What the schedule passes: the p16 stream, the records, the mode."""
+def kernel_data(L, chunks=None, low=False, order=None):
+    """What the schedule passes: the p16 stream, the records, the mode (low: with the records'
+    low, mode bit 3, as for a ReLU layer; order: the channels in this order in the blocks,
+    mode bit 4)."""
     w = L["w"]
     folded = pack.fold_bias(L["bias"], w, L["x_zp"])
     rq = pack.requant_params(L["mults"], L["shifts"], L["y_zp"], pack.acc_bounds(folded, w))
     assert folded is not None and rq is not None
+    perm = np.arange(len(w)) if order is None else np.asarray(order)
+    w, folded, rq = w[perm], folded[perm], rq[perm]
     chunks = rv.chunks_p16(w) if chunks is None else chunks
-    return (rv.pack_p16(w, chunks), rv.rv_records(folded, rq, chunks),
-            rv.rv_mode(pack.needs_signfix(L["y_zp"], L["lo"]), rq))
+    mode = rv.rv_mode(pack.needs_signfix(L["y_zp"], L["lo"]), rq, low, order is not None)
+    lows = rv.rv_lows(rq, mode & 1, L["lo"], L["hi"], pack.acc_bounds(folded, w)) if low else None
+    return rv.pack_p16(w, chunks), rv.rv_records(folded, rq, chunks, lows, perm), mode
 
 
 def test_cases_exercise_entries():
@@ -209,8 +256,9 @@ def test_cases_exercise_entries():
 
 def test_cases_exercise_modes():
     """The cases cover the four modes (sign term, shift)."""
-    modes = {kernel_data(c["L"])[2] for c in CASES if c["kind"] != "dw"}
-    assert modes == {0, 1, 2, 3}, modes
+    modes = {kernel_data(c["L"], low=c.get("low", False), order=c.get("order"))[2]
+             for c in CASES if c["kind"] != "dw"}
+    assert {0, 1, 2, 3, 8, 9, 10, 11, 16, 17, 24, 25} <= modes, modes
     dw = [c["L"] for c in CASES if c["kind"] == "dw"]
     assert any(min(L["shifts"]) < 0 < max(L["shifts"]) for L in dw)
 
@@ -227,6 +275,25 @@ def test_chunks_follow_the_lane_bound():
     w = np.zeros((6, 10), np.int64)
     w[5, :] = 127  # block 1 (channels 4, 5) has its own chunks
     assert rv.chunks_p16(w) == [[10], [2] * 5]
+
+
+def test_lows_are_the_largest_accumulators_at_lo():
+    """rv_lows against TFLM's arithmetic (test_nn_gemm's mbqm, independent of pack/micro) over
+    every accumulator of small bounds: low = the largest acc whose output is lo."""
+    from test_nn_gemm import mbqm
+    rng = np.random.default_rng(3)
+    for _ in range(40):
+        m, s = quantize_multiplier(float(2.0 ** rng.uniform(-9, 1)))
+        zp = int(rng.integers(-128, 100))
+        lo, hi = (max(zp, -128), 127) if rng.random() < 0.5 else (-128, 127)
+        b = int(rng.integers(1, 3000))
+        rq = pack.requant_params([m], [s], zp, [b])
+        acc = np.arange(-b, b + 1)
+        y = np.clip(mbqm(acc, m, s) + zp, lo, hi)
+        at_lo = acc[y == lo]
+        want = int(at_lo.max()) if at_lo.size else -2**31
+        sign = pack.needs_signfix(zp, lo)
+        assert rv.rv_lows(rq, sign, lo, hi, [b]).tolist() == [want]
 
 
 # ---- the C program ---------------------------------------------------------------------------
@@ -272,7 +339,8 @@ def program(cases, out: str) -> str:
             if rv.dwd_ok(*d):  # the schedule's choice, its output over its input
                 body.append(in_place_check(i, c, d, mode, puts, puti))
             continue
-        packed, rec, mode = kernel_data(c["L"], c.get("chunks"))
+        packed, rec, mode = kernel_data(c["L"], c.get("chunks"), c.get("low", False),
+                                        c.get("order"))
         lo, hi, o = c["L"]["lo"], c["L"]["hi"], c["o"]
         head += [c_array("int32_t", f"w{i}", packed), c_array("int32_t", f"q{i}", rec),
                  c_array("int8_t", f"x{i}", c["x"]), c_array("int8_t", f"y{i}", c["y"])]

@@ -74,6 +74,10 @@ def fit(target, lowered: dict):
             # p16 words -> int8; half the words' bytes, at most what m8 saves on p16 (its chunk
             # words go too), so the model never stays over the budget for want of a layer
             saved = sum(b.data.nbytes for b in k.consts if b.name == "w") // 2
+            if k.schedule in P16:  # its records' bytes beyond m8's / mf_gemm_w8's 20 a channel
+                from .rv import REC_WORDS
+                rec = sum(b.data.nbytes for b in k.consts if b.name == "rq")
+                saved += rec - 20 * (rec // (4 * REC_WORDS))
             extra = L64_M8_EXTRA_PER_MAC if k.schedule in L64 else P16_M8_EXTRA_PER_MAC
             if saved > 0:
                 wide.append((k.macs * extra / saved, key, saved))

@@ -9,6 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from .. import loop_ir as ir
+from .. import pack
 from ..lower import OpContext
 from . import conv_geometry, inplace, schedules
 from .gemm import gemm_layer
@@ -53,10 +54,27 @@ def chunks_p16(rows: np.ndarray) -> list[list[int]]:
     return out
 
 
+SEG, ESZ, E_END = 16, 80, 34  # MF_RV_SEG, MF_RV_ESZ, MF_RV_E_END
+REC_WORDS = 7  # mf_rv_rec's int32 words
+
+
+def segments(n: int) -> list[tuple[int, int]]:
+    """A chunk of n taps as the stream's segments (entry e, taps): one of n <= SEG taps
+    (e = n - 1), else SEG taps (e = 32), SEG more (33) as long as more than SEG remain, the
+    last 1..SEG (e = 15 + taps)."""
+    if n <= SEG:
+        return [(n - 1, n)]
+    out, left = [(2 * SEG, SEG)], n - SEG
+    while left > SEG:
+        out.append((2 * SEG + 1, SEG))
+        left -= SEG
+    return out + [(SEG - 1 + left, left)]
+
+
 def pack_p16(rows: np.ndarray, chunks) -> np.ndarray:
-    """The "p16" stream (mcuforge_rv.h): per block of 4 channels, per chunk of L taps the word
-    8 L + 4 (its bytes), then per tap the words w0 + 2^16 w1, w2 + 2^16 w3; a 0 word ends
-    the block: int32."""
+    """The "p16" stream (mcuforge_rv.h): per block of 4 channels, per segment of L taps of a
+    chunk the word ESZ e + 1 (segments()), then per tap the words w0 + 2^16 w1,
+    w2 + 2^16 w3; the word of E_END ends the block: int32."""
     o, k = rows.shape
     w = np.zeros(((o + 3) // 4 * 4, k), np.int64)
     w[:o] = rows
@@ -66,18 +84,67 @@ def pack_p16(rows: np.ndarray, chunks) -> np.ndarray:
         pair = np.stack([blk[0] + blk[1] * 2**16, blk[2] + blk[3] * 2**16], 1)  # [K, 2]
         a = 0
         for n in lens:
-            words.append(np.array([8 * n + 4], np.int64))
-            words.append(pair[a:a + n].reshape(-1))
-            a += n
-        words.append(np.zeros(1, np.int64))
+            for e, ln in segments(n):
+                words.append(np.array([ESZ * e + 1], np.int64))
+                words.append(pair[a:a + ln].reshape(-1))
+                a += ln
+        words.append(np.array([ESZ * E_END + 1], np.int64))
     return np.concatenate(words).astype(np.int32)
 
 
-def rv_records(bias, rq, chunks) -> np.ndarray:
-    """mf_rv_rec per channel (mcuforge_rv.h): init, m2, add, pre1, post as int32 [O * 5] (m2
-    and init as their 32-bit patterns). init: channel b of a pair (odd) its folded bias;
-    channel a bias_a - n 2^15 + 2^16 bias_b (mod 2^32; bias_b = 0 past the last channel), n
-    its block's chunks."""
+def rv_lows(rq, signfix, lo: int, hi: int, bound) -> np.ndarray:
+    """Per channel the largest accumulator in [-bound, bound] whose output (mf_rq_apply +
+    clamp, micro.requantize: non-decreasing in acc) is lo, -2^31 where none is: mf_rv_rec.low
+    (mode bit 3: an accumulator at most low gives lo without the requantization)."""
+    from ..micro import requantize
+    rq = np.asarray(rq, np.int64).reshape(-1, 4)
+    bound = np.broadcast_to(np.asarray(bound, np.int64).reshape(-1), (len(rq),))
+    out = []
+    for row, b in zip(rq, bound.tolist()):
+        def y(a):
+            return int(requantize(np.array([[a]], np.int64), row[None], signfix, lo, hi)[0, 0])
+        a, e = -b, b  # y(a) == lo, y(e) > lo (bisection on the largest)
+        if y(a) != lo:
+            out.append(-2**31)
+            continue
+        if y(e) == lo:
+            out.append(e)
+            continue
+        while e - a > 1:
+            m = (a + e) // 2
+            a, e = (m, e) if y(m) == lo else (a, m)
+        out.append(a)
+    return np.array(out, np.int64)
+
+
+def channel_order(rows: np.ndarray) -> np.ndarray | None:
+    """An order of the output channels (slot -> channel) whose blocks of 4 need fewer chunks
+    than the layer's own (the chunks follow the heaviest channel of a block: channels sorted by
+    their own chunk count then sum |w|, or by sum |w|), None where the saving does not pay
+    the outputs' scattered stores (2 instructions a channel, a chunk ~24) and the mode's
+    branches (a model with reordered and plain layers: mf_rv_gemm_p16 not specialised to one
+    mode by gcc): 3 chunks saved per 2 blocks (measured on KWS and VWW, riscv32-virt)."""
+    rows = np.asarray(rows, np.int64)
+    o = len(rows)
+    if o < 8:
+        return None
+    size = np.abs(rows).sum(1)
+    own = np.array([len(chunks_p16(rows[c:c + 1])[0]) for c in range(o)])
+    base = sum(len(c) for c in chunks_p16(rows))
+    best, order = base, None
+    for p in (np.lexsort((size, own)), np.argsort(size, kind="stable")):
+        n = sum(len(c) for c in chunks_p16(rows[p]))
+        if n < best:
+            best, order = n, p
+    return order if order is not None and 3 * (base - best) > 2 * ((o + 3) // 4) else None
+
+
+def rv_records(bias, rq, chunks, lows=None, out=None) -> np.ndarray:
+    """mf_rv_rec per channel (mcuforge_rv.h): init, m2, add, pre1, post, low, out as int32
+    [O * 7] (m2 and init as their 32-bit patterns). init: channel b of a pair (odd) its folded
+    bias; channel a bias_a - n 2^15 + 2^16 bias_b (mod 2^32; bias_b = 0 past the last
+    channel), n its block's chunks; low: rv_lows (-2^31 when not given); out: the output
+    index (the slot's own when not given) less the block's first slot."""
     b = np.asarray(bias, np.int64).reshape(-1)
     o = len(b)
     rq = np.asarray(rq, np.int64).reshape(-1, 4)
@@ -85,22 +152,29 @@ def rv_records(bias, rq, chunks) -> np.ndarray:
     for ch in range(0, o, 2):
         nb = b[ch + 1] if ch + 1 < o else 0
         init[ch] = b[ch] - len(chunks[ch // 4]) * OFF + nb * 2**16
-    rec = np.stack([init, rq[:, 0] * 2, rq[:, 1], rq[:, 2] - 1, rq[:, 3]], 1)
+    low = np.full(o, -2**31, np.int64) if lows is None else np.asarray(lows, np.int64)
+    out = np.arange(o) if out is None else np.asarray(out, np.int64)
+    out = out - np.arange(o) // 4 * 4  # relative to the block's first slot
+    rec = np.stack([init, rq[:, 0] * 2, rq[:, 1], rq[:, 2] - 1, rq[:, 3], low, out], 1)
     return ((rec + 2**31) % 2**32 - 2**31).reshape(-1).astype(np.int32)
 
 
-def rv_mode(signfix, rq) -> int:
-    """mf_rv_gemm_p16's mode: bit 0 the sign term, bit 1 some channel shifts (pre != 1)."""
+def rv_mode(signfix, rq, low: bool = False, order: bool = False) -> int:
+    """mf_rv_gemm_p16's mode: bit 0 the sign term, bit 1 some channel shifts (pre != 1), bit 3
+    the records' low (rv_lows) tested first, bit 4 the channels reordered (records' out)."""
     pre = np.asarray(rq, np.int64).reshape(-1, 4)[:, 2]
-    return (1 if signfix else 0) | (2 if (pre != 1).any() else 0)
+    return ((1 if signfix else 0) | (2 if (pre != 1).any() else 0) | (8 if low else 0)
+            | (16 if order else 0))
 
 
 @schedules("conv2d", "fully_connected")
 def rv_gemm(ctx: OpContext, ref: ir.Kernel, target) -> ir.Kernel | None:
-    """Measured (gcc 12 -O2, the disassembly): per tap of a 3 x 4 block 18.5 instructions for
-    12 MACs (two taps a step: 4 lw, 6 lb, 12 mul, 12 add, 3 loop), 29 a chunk (24 for its 12
-    sums, 5 for the chunk word and the loop): 18.5 + 29 / L per 12 MACs against m8's ~34.5,
-    so p16 from about 2 taps a chunk (the MLPerf layers have 2.9-105)."""
+    """Measured (gcc 12 -O2, the disassembly): per tap of a 3 x 4 block 17 instructions for
+    12 MACs (2 lw, 3 lb, 6 mul, 6 add: the RV32 assembly, 18.5 in the C body), 24 a chunk
+    (18 for its 12 sums, 6 for its segment's dispatch): 17 + 24 / L per 12 MACs against m8's
+    ~34.5, so p16 from about 2 taps a chunk (the MLPerf layers have 2.9-105). ReLU layers
+    get the records' low (rv_lows: half their outputs without requantization); layers whose
+    chunks a reorder of the channels cuts enough get it (channel_order)."""
     if not is_rv(target) or ctx.node.outputs[0] in target.narrow_weights:
         return None  # (the flash budget, kernels/budget.py: scalar.py's m8, int8 weights)
     layer = gemm_layer(ctx)
@@ -108,24 +182,34 @@ def rv_gemm(ctx: OpContext, ref: ir.Kernel, target) -> ir.Kernel | None:
         return None
     rows = np.asarray(layer["rows"], np.int64)
     o, k = rows.shape
-    chunks = chunks_p16(rows)
-    if k * len(chunks) / sum(len(c) for c in chunks) < MIN_CHUNK:
-        return None
     x, y = ctx.input(0), ctx.output()
     one_by_one = ctx.node.op == "fully_connected" or (
         k == x.shape[-1] and tuple(ctx.attrs["stride"]) == (1, 1)
         and not any(ctx.attrs["padding"]))
     n_rows = x.size // k
+    # channels reordered in the blocks (not for one row: mf_rv_fc_p16's in-place schedule
+    # stores the channels in order)
+    order = channel_order(rows) if n_rows > 1 else None
+    perm = np.arange(o) if order is None else order
+    rows, bias, rq = rows[perm], np.asarray(layer["bias"], np.int64).reshape(-1)[perm], \
+        np.asarray(layer["rq"]).reshape(-1, 4)[perm]
+    chunks = chunks_p16(rows)
+    if k * len(chunks) / sum(len(c) for c in chunks) < MIN_CHUNK:
+        return None
     packed = pack_p16(rows, chunks)
-    mode = rv_mode(layer["signfix"], layer["rq"])
+    # ReLU layers: about half the outputs at lo, known from the accumulator alone
+    relu = ctx.attrs.get("activation", "none") in ("relu", "relu6", "relu_n1_to_1")
+    mode = rv_mode(layer["signfix"], rq, relu, order is not None)
+    lows = rv_lows(rq, mode & 1, layer["lo"], layer["hi"],
+                   pack.acc_bounds(bias, rows)) if relu else None
     consts = [ir.Buffer("w", "int32", packed.size, "const", packed,
-                        "p16: per block of 4 channels, per chunk 8 L + 4 then L taps of words "
-                        "w0 + 2^16 w1, w2 + 2^16 w3, then 0"),
-              ir.Buffer("rq", "int32", 5 * o, "const",
-                        rv_records(layer["bias"], layer["rq"], chunks),
+                        "p16: per block of 4 channels, per segment of a chunk 80 e + 1 then its "
+                        "taps' words w0 + 2^16 w1, w2 + 2^16 w3, then 80 * 34 + 1"),
+              ir.Buffer("rq", "int32", REC_WORDS * o, "const",
+                        rv_records(bias, rq, chunks, lows, perm),
                         "mf_rv_rec per channel: the sums' start (bias - x_zp * sum(w); even "
                         "channels less n 2^15 plus 2^16 the next one's), 2 mult, add, pre - 1, "
-                        "post")]
+                        "post, the largest accumulator giving lo, the output index")]
     tail = (ir.Ptr("w", ir.Const(0)), ir.Ptr("rq", ir.Const(0), ctype="const mf_rv_rec *"),
             ir.Const(o), ir.Const(layer["lo"]), ir.Const(layer["hi"]), ir.Const(mode))
     if one_by_one and n_rows == 1:  # batch-1 fully connected: one row in place, no scratch
@@ -156,6 +240,7 @@ def rv_gemm(ctx: OpContext, ref: ir.Kernel, target) -> ir.Kernel | None:
     bufs = [b for b in ref.params if b.kind != "scratch"] + consts + (
         [ir.Buffer("scratch", "int8", scratch, "scratch")] if scratch else [])
     mean = k * len(chunks) / sum(len(c) for c in chunks)
+    how += ", channels reordered in the blocks" if order is not None else ""
     doc = (f"{ref.doc}\nscheduled: {name} ({how}), weights p16 ({packed.nbytes} bytes), "
            f"{mean:.1f} taps a chunk, {scratch} bytes scratch")
     return inplace.declare(ir.Kernel(ctx.name, tuple(bufs), tuple(body), doc, ref.macs, name),
