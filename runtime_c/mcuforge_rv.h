@@ -757,6 +757,24 @@ MF_RV_DWI void mf_rv_dwd(const int8_t *x, int8_t *y, const int32_t *pk, int32_t 
         if (DLY) mf_rv_dwd_put(buf + ((VOH - 1) & 1) * VOW, y + (VOH - 1) * OYS + c, VOW, OXS);
     }
 }
+
+/* One copy of mf_rv_dwd for one constant geometry (plane, stride, padding, mode, lo, hi, TR,
+ * DLY; x_zp stays an argument: it only sets the per-channel starts): the generated code
+ * defines one per distinct geometry with this macro (codegen_c/kernels/rv.py dwd_kernel) and
+ * the layers that have it call it, instead of one inlined copy per layer. Not inlined where
+ * mf_rv_dwd is (the point is one body for several callers). */
+#if defined(__GNUC__) && defined(__OPTIMIZE__)
+#define MF_RV_DWS static __attribute__((noinline))
+#else
+#define MF_RV_DWS static
+#endif
+#define MF_RV_DWD_DEF(name, VH, VW, C, VOH, VOW, SY, SX, PT, PL, lo, hi, mode, TR, DLY)      \
+    MF_RV_DWS void name(const int8_t *x, int8_t *y, const int32_t *pk, int32_t x_zp,         \
+                        int8_t *buf) {                                                        \
+        mf_rv_dwd(x, y, pk, VH, VW, C, VOH, VOW, SY, SX, PT, PL, x_zp, lo, hi, mode, TR, DLY, \
+                  buf);                                                                       \
+    }
+
 #undef MF_RV_DWD_ROW
 #undef MF_RV_DWD_ROWS
 #undef MF_RV_DWD_SYNC4
