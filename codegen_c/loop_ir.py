@@ -209,6 +209,9 @@ class Kernel:
     # output = input + shift, which the kernel's access order makes safe (kernels/inplace.py);
     # empty: never (the default; every kernel that declares nothing keeps separate buffers)
     in_place: tuple = ()
+    # file-scope C definitions the body calls (e.g. a micro-kernel's copy for one constant
+    # geometry), printed once per model file before the first kernel using them
+    shared: tuple = ()
 
     @property
     def params(self) -> list:

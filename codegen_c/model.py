@@ -322,6 +322,7 @@ class _Emitter:
         self.tables = {}  # (band group or kernel, dtype, bytes) -> its const array's name
         self.functions_by_text = {}  # (band group, C with the name blanked) -> function name
         self.weight_bytes = 0  # of the distinct tables
+        self.shared = set()  # the kernels' file-scope definitions printed so far (Kernel.shared)
 
     def calls(self, g: Graph, plan: MemoryPlan, base: int, prefix: str) -> list:
         """The calls running graph g, whose plan starts at arena offset `base`."""
@@ -351,6 +352,10 @@ class _Emitter:
                 names[b.name] = self.tables[key]
             self.definitions += [printer.print_array(names[b.name], b.dtype, b.data)
                                  for b in fresh]
+            for d in k.shared:  # (a shared copy before its first caller)
+                if d not in self.shared:
+                    self.shared.add(d)
+                    self.definitions.append(d)
             args = []
             tensors = [t for t in node.inputs if t and not g.tensors[t].is_const] \
                 + list(node.outputs)

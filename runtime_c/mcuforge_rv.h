@@ -681,13 +681,16 @@ MF_MICRO MF_SC_NOSCHED void mf_rv_dw3(const int8_t *x, int8_t *y, const int32_t 
  * Measured (gcc 12 -O2, riscv32-virt, the disassembly): a step of 4 outputs at stride 1 is 138
  * instructions (18 lb, 36 mul + 36 add, 4 x 9 for the requantization and store, 3 loop), of
  * 2 at stride 2 76; per layer 33-40 instructions an output (mf_rv_dw3: 39-89): VWW's 13
- * depthwise layers 4.28 M -> 3.26 M, KWS's four 1.33 M -> 1.12 M; at -Os 4.93 M -> 3.24 M and
- * 1.53 M -> 1.13 M. */
+ * depthwise layers 4.28 M -> 3.26 M, KWS's four 1.33 M -> 1.12 M; at -Os (one generic copy,
+ * below) 8.49 M and 2.46 M (mf_rv_dw3 at -Os: 4.93 M, 1.53 M). */
 
-/* the entry and its parts inlined with the call's constants where gcc optimizes; at -O0 (no
- * constants propagated) one copy each: 13 inlined copies of every row variant would not fit
- * a 4 MB flash */
-#if defined(__GNUC__) && defined(__OPTIMIZE__)
+/* the entry and its parts inlined with the call's constants (into one MF_RV_DWD_DEF copy per
+ * distinct geometry) where gcc optimizes for speed; at -O0 (no constants propagated) and at
+ * -Os one generic copy each. Measured (riscv32-virt, code without weights, instructions):
+ * VWW -Os per-geometry copies 26,378 B / 20.05 M, generic 14,698 B / 25.30 M; KWS 12,528 B /
+ * 7.60 M vs 11,808 B / 8.93 M: -Os takes the generic copy (the code under 16 KB); -O2 keeps
+ * the copies (VWW 26,454 B / 18.39 M, KWS 11,836 B / 6.95 M). */
+#if defined(__GNUC__) && defined(__OPTIMIZE__) && !defined(__OPTIMIZE_SIZE__)
 #define MF_RV_DWI static inline __attribute__((always_inline, unused))
 #elif defined(__GNUC__)
 #define MF_RV_DWI static __attribute__((unused))
@@ -926,6 +929,24 @@ MF_RV_DWI void mf_rv_dwd(const int8_t *x, int8_t *y, const int32_t *pk, int32_t 
         if (DLY) mf_rv_dwd_put(buf + ((VOH - 1) & 1) * VOW, y + (VOH - 1) * OYS + c, VOW, OXS);
     }
 }
+
+/* One copy of mf_rv_dwd for one constant geometry (plane, stride, padding, mode, lo, hi, TR,
+ * DLY; x_zp stays an argument: it only sets the per-channel starts): the generated code
+ * defines one per distinct geometry with this macro (codegen_c/kernels/rv.py dwd_kernel) and
+ * the layers that have it call it, instead of one inlined copy per layer. Not inlined where
+ * mf_rv_dwd is (the point is one body for several callers). */
+#if defined(__GNUC__) && defined(__OPTIMIZE__)
+#define MF_RV_DWS static __attribute__((noinline))
+#else
+#define MF_RV_DWS static
+#endif
+#define MF_RV_DWD_DEF(name, VH, VW, C, VOH, VOW, SY, SX, PT, PL, lo, hi, mode, TR, DLY)      \
+    MF_RV_DWS void name(const int8_t *x, int8_t *y, const int32_t *pk, int32_t x_zp,         \
+                        int8_t *buf) {                                                        \
+        mf_rv_dwd(x, y, pk, VH, VW, C, VOH, VOW, SY, SX, PT, PL, x_zp, lo, hi, mode, TR, DLY, \
+                  buf);                                                                       \
+    }
+
 #undef MF_RV_DWD_ROW
 #undef MF_RV_DWD_ROWS
 #undef MF_RV_DWD_SYNC4

@@ -323,14 +323,30 @@ def dwd_kernel(ctx: OpContext, ref: ir.Kernel, L: dict, geo: tuple) -> ir.Kernel
     bufs = [b_ for b_ in ref.params if b_.kind != "scratch"] + consts
     if dly:
         bufs.append(ir.Buffer("scratch", "int8", 2 * plane[4], "scratch"))
-    body = ir.loops([("n", n)], lambda i: [ir.CallStmt("mf_rv_dwd", (
+    fn, shared = dwd_copy(plane, int(L["lo"]), int(L["hi"]), mode, tr, dly)
+    body = ir.loops([("n", n)], lambda i: [ir.CallStmt(fn, (
         ir.Ptr("x", i * (h * wd * c)), ir.Ptr("y", i * (oh * ow * c)), ir.Ptr("pk", ir.Const(0)),
-        *(ir.Const(v) for v in plane), ir.Const(L["x_zp"]), ir.Const(L["lo"]),
-        ir.Const(L["hi"]), ir.Const(mode), ir.Const(tr), ir.Const(dly),
+        ir.Const(L["x_zp"]),
         ir.Ptr("scratch" if dly else "y", ir.Const(0))))])  # (buf unused without DLY)
     doc = (f"{ref.doc}\nscheduled: mf_rv_dwd, straight from NHWC"
            + (", the image transposed" if tr else "")
            + (f", output rows delayed through {2 * plane[4]} bytes scratch" if dly else ""))
     return inplace.declare(
-        ir.Kernel(ctx.name, tuple(bufs), tuple(body), doc, ref.macs, "mf_rv_dwd"),
+        ir.Kernel(ctx.name, tuple(bufs), tuple(body), doc, ref.macs, "mf_rv_dwd",
+                  shared=(shared,)),
         "x", acc)
+
+
+def dwd_copy(plane: tuple, lo: int, hi: int, mode: int, tr: int, dly: int) -> tuple:
+    """(name, C definition) of mf_rv_dwd's copy for one constant geometry (MF_RV_DWD_DEF):
+    named by its constants, so the layers with the same geometry share one copy in the model
+    file (model.py prints each Kernel.shared once) and the name is the same on every run; the
+    evaluator's mirror is registered under that name."""
+    from .. import micro_rv
+    vh, vw, c, voh, vow, sy, sx, py, px = plane
+    name = (f"mf_rv_dwd_{vh}x{vw}x{c}_{voh}x{vow}_s{sy}x{sx}_p{py}x{px}_q{mode}_{lo}_{hi}"
+            f"_t{tr}d{dly}").replace("-", "m")
+    consts = (*plane, lo, hi, mode, tr, dly)
+    micro_rv.INTRINSICS[name] = lambda x, y, pk, x_zp, buf: micro_rv.INTRINSICS["mf_rv_dwd"](
+        x, y, pk, *consts[:9], x_zp, *consts[9:], buf)
+    return name, f"MF_RV_DWD_DEF({name}, {', '.join(str(v) for v in consts)})"
