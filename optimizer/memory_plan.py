@@ -32,7 +32,6 @@ from __future__ import annotations
 import bisect
 from dataclasses import dataclass, field, replace
 
-import numpy as np
 
 from mcuforge.ir.graph import ALIAS_OPS, Graph, is_alias, subgraphs
 
