@@ -190,3 +190,10 @@ def _dwd(x, y, pk, h, w, c, oh, ow, sh, sw, pt, pl, x_zp, lo, hi, mode, tr, dly,
 
 
 INTRINSICS["mf_rv_dwd"] = _dwd
+
+
+def register_dwd_copy(name: str, consts: tuple) -> None:
+    """The mirror of one constant-geometry copy of mf_rv_dwd (consts: plane, lo, hi, mode, tr,
+    dly), registered here so every mirror stays in a micro module."""
+    INTRINSICS[name] = lambda x, y, pk, x_zp, buf: _dwd(x, y, pk, *consts[:9], x_zp,
+                                                       *consts[9:], buf)

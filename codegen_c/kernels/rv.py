@@ -347,6 +347,5 @@ def dwd_copy(plane: tuple, lo: int, hi: int, mode: int, tr: int, dly: int) -> tu
     name = (f"mf_rv_dwd_{vh}x{vw}x{c}_{voh}x{vow}_s{sy}x{sx}_p{py}x{px}_q{mode}_{lo}_{hi}"
             f"_t{tr}d{dly}").replace("-", "m")
     consts = (*plane, lo, hi, mode, tr, dly)
-    micro_rv.INTRINSICS[name] = lambda x, y, pk, x_zp, buf: micro_rv.INTRINSICS["mf_rv_dwd"](
-        x, y, pk, *consts[:9], x_zp, *consts[9:], buf)
+    micro_rv.register_dwd_copy(name, consts)
     return name, f"MF_RV_DWD_DEF({name}, {', '.join(str(v) for v in consts)})"
