@@ -25,6 +25,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from test_arena_redzone import plan_with_offset, shifted_into_a_live_neighbour
 from conftest import MLPERF_INT8, REPO, mlperf_model, require_tflm, require_tools
 from mcuforge import api, runner, target
 from mcuforge.board import load_board
@@ -178,27 +179,8 @@ def test_a_plan_shifted_into_a_live_neighbour_is_reported(tmp_path, monkeypatch)
     # a node's output X and a buffer Y live at X's first step, below X and not read by the
     # node (the residual input, live while the branch runs): X moved down so that it starts
     # in Y's last 8 bytes, its writes run over Y's red-zone
-    found = None
-    for i, node in enumerate(g.nodes):
-        x = node.outputs[0]
-        if x not in plan.offsets or x in g.outputs or x in plan.in_place:
-            continue
-        below = [q for q in _live(plan, i) if q.name != x and q.name not in node.inputs
-                 and plan.offsets[q.name] < plan.offsets[x] and q.size >= 8]
-        if below:
-            y = max(below, key=lambda q: plan.offsets[q.name])
-            shifted = plan.offsets[y.name] + y.size - 8
-            found = (i, x, shifted - shifted % 8)
-            break
-    assert found
-    i, x, shifted = found
-    real = model_c.plan_graph
-
-    def wrong(*args, **kwargs):
-        p = real(*args, **kwargs)
-        return replace(p, offsets={**p.offsets, x: shifted})
-    monkeypatch.setattr(model_c, "plan_graph", wrong)
-    monkeypatch.setattr(model_c, "check_plan", lambda *a, **k: None)  # past the static check
+    i, x, shifted = shifted_into_a_live_neighbour(g, plan, skip=plan.in_place)
+    plan_with_offset(monkeypatch, x, shifted)
     xs = _inputs(model)
     r = _project(model, xs, tmp_path)
     layer = f"l{i:02d}_{g.nodes[i].op}_"

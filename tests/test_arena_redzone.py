@@ -207,31 +207,38 @@ def test_the_checked_build_runs_clean_and_the_default_output_has_no_check(tmp_pa
     assert "MODEL_CHECK(" in r.out_dir.joinpath("model.c").read_text()
 
 
-def test_a_plan_shifted_into_a_live_neighbour_is_reported(tmp_path, monkeypatch):
-    g, plan = _step_layout(_kws())
-    # a node's output X and a buffer Y live at X's first step, just below X: X moved down so
-    # that it starts in Y's last 8 bytes, its writes run over Y's red-zone
-    done = []
+def shifted_into_a_live_neighbour(g, plan, skip=()) -> tuple:
+    """(step i, node i's output X, an offset for X): the first X (not a graph output, not in
+    `skip`) with a buffer Y live at step i, below X and not read by node i, moved down to start
+    in Y's last 8 bytes (8-aligned), so that X's writes run over Y's red-zone."""
     for i, node in enumerate(g.nodes):
         x = node.outputs[0]
-        if x not in plan.offsets or x in g.outputs:
+        if x not in plan.offsets or x in g.outputs or x in skip:
             continue
         below = [r for r in _live(plan, i) if r.name != x and r.name not in node.inputs
                  and plan.offsets[r.name] < plan.offsets[x] and r.size >= 8]
         if below:
             y = max(below, key=lambda r: plan.offsets[r.name])
             shifted = plan.offsets[y.name] + y.size - 8
-            shifted -= shifted % 8
-            done.append((x, shifted))
-            break
-    [(x, shifted)] = done
+            return i, x, shifted - shifted % 8
+    raise AssertionError("no output with a live buffer below it")
+
+
+def plan_with_offset(monkeypatch, x: str, offset: int) -> None:
+    """generate's plans (model_c.plan_graph) with x at `offset`, fed past the static checker."""
     real = model_c.plan_graph
 
-    def wrong(*args, **kwargs):  # generate's plans of the main graph (KWS: one order)
+    def wrong(*args, **kwargs):
         p = real(*args, **kwargs)
-        return replace(p, offsets={**p.offsets, x: shifted})
+        return replace(p, offsets={**p.offsets, x: offset})
     monkeypatch.setattr(model_c, "plan_graph", wrong)
-    monkeypatch.setattr(model_c, "check_plan", lambda *a, **k: None)  # fed past the checker
+    monkeypatch.setattr(model_c, "check_plan", lambda *a, **k: None)
+
+
+def test_a_plan_shifted_into_a_live_neighbour_is_reported(tmp_path, monkeypatch):
+    g, plan = _step_layout(_kws())
+    i, x, shifted = shifted_into_a_live_neighbour(g, plan)
+    plan_with_offset(monkeypatch, x, shifted)
     with pytest.raises(Exception):  # the static checker would have stopped it
         check_plan(g, replace(plan, offsets={**plan.offsets, x: shifted}))
     r, exe = _project(_kws(), tmp_path)

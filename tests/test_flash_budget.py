@@ -58,6 +58,32 @@ def _cli(*args):
                           text=True)
 
 
+def narrowed_layer_schedules(cases, seed: int, target) -> list:
+    """Per (op, layer_model keywords) case: the layer's schedule on `target` and with its
+    weights narrowed by the budget, after checking that the narrowed kernel's outputs are
+    the reference kernel's (loop-IR evaluator); shared by the M3 and RV32 budget tests."""
+    from dataclasses import replace
+
+    from mcuforge.codegen_c.evaluate import run_kernel
+    from mcuforge.codegen_c.kernels import lower_node
+    from mcuforge.codegen_c.lower import reference_kernel
+    from mcuforge.frontend.tflite import load_tflite
+    from test_sched_layers import layer_model
+    out = []
+    for i, (op, kw) in enumerate(cases):
+        model, x = layer_model(seed + i, op, act="relu", **kw)
+        g = load_tflite(model)
+        node = g.nodes[0]
+        y0 = np.zeros(g.tensors[g.outputs[0]].size, np.int8)
+        run_kernel(reference_kernel(node, g, "k"), {"x": x[0].reshape(-1).copy(), "y": y0})
+        k = lower_node(node, g, "k", replace(target, narrow_weights=frozenset(node.outputs)))
+        y = np.zeros_like(y0)
+        run_kernel(k, {"x": x[0].reshape(-1).copy(), "y": y})
+        assert y.tolist() == y0.tolist(), kw
+        out.append((lower_node(node, g, "k", target).schedule, k.schedule))
+    return out
+
+
 def test_budget_reported_and_refused(tmp_path):
     model = str(mlperf_model("ad01_int8"))
     r = _cli("compile", model, "-o", str(tmp_path / "a"), "--board", "mps2-an386",

@@ -6,12 +6,11 @@ meet, and stays bit-exact with tflite-micro (tests/test_flash_budget.py does the
 M4's int16 weights)."""
 from __future__ import annotations
 
-import subprocess
-import sys
 
 import numpy as np
 
 from mcuforge.codegen_c.kernels.budget import CODE_ALLOWANCE
+from test_flash_budget import _cli, narrowed_layer_schedules
 from conftest import mlperf_model, require_tflm, require_tools
 from mcuforge import runner
 from mcuforge.api import compile as compile_model, load
@@ -84,35 +83,12 @@ def test_narrows_most_bytes_per_instruction_first():
 def test_narrowed_layers_equal_the_reference():
     """A layer the budget keeps narrow runs m8 on the M3 (one, two and more rows, convolution
     through im2col), its outputs those of the reference kernel (loop-IR evaluator)."""
-    from dataclasses import replace
-
-    from mcuforge.codegen_c.evaluate import run_kernel
-    from mcuforge.codegen_c.kernels import lower_node
-    from mcuforge.codegen_c.lower import reference_kernel
-    from mcuforge.frontend.tflite import load_tflite
     from mcuforge.ir.target import Target
-    from test_sched_layers import layer_model
-    cases = [dict(hw=(1, 1), c=40, o=6, k=(1, 1)), dict(hw=(1, 2), c=24, o=9, k=(1, 1)),
-             dict(hw=(5, 3), c=16, o=8, k=(1, 1)), dict(hw=(6, 5), c=3, o=5, k=(3, 3))]
-    for i, kw in enumerate(cases):
-        model, x = layer_model(40 + i, "CONV_2D", act="relu", **kw)
-        g = load_tflite(model)
-        node = g.nodes[0]
-        ref = reference_kernel(node, g, "k")
-        y0 = np.zeros(g.tensors[g.outputs[0]].size, np.int8)
-        run_kernel(ref, {"x": x[0].reshape(-1).copy(), "y": y0})
-        m3 = Target(M3, "cortex-m3")
-        assert lower_node(node, g, "k", m3).schedule.endswith("_l64")
-        k = lower_node(node, g, "k", replace(m3, narrow_weights=frozenset(node.outputs)))
-        assert k.schedule.endswith("_m8"), k.schedule
-        y = np.zeros_like(y0)
-        run_kernel(k, {"x": x[0].reshape(-1).copy(), "y": y})
-        assert y.tolist() == y0.tolist(), kw
-
-
-def _cli(*args):
-    return subprocess.run([sys.executable, "-m", "mcuforge.cli", *args], capture_output=True,
-                          text=True)
+    cases = [("CONV_2D", kw) for kw in (
+        dict(hw=(1, 1), c=40, o=6, k=(1, 1)), dict(hw=(1, 2), c=24, o=9, k=(1, 1)),
+        dict(hw=(5, 3), c=16, o=8, k=(1, 1)), dict(hw=(6, 5), c=3, o=5, k=(3, 3)))]
+    for wide, narrow in narrowed_layer_schedules(cases, 40, Target(M3, "cortex-m3")):
+        assert wide.endswith("_l64") and narrow.endswith("_m8"), (wide, narrow)
 
 
 def test_budget_reported_and_refused_on_m3(tmp_path):

@@ -7,12 +7,11 @@ it cannot meet, and stays bit-exact with tflite-micro (tests/test_flash_budget_m
 same for the Cortex-M3's lane words)."""
 from __future__ import annotations
 
-import subprocess
-import sys
 from dataclasses import replace
 
 import numpy as np
 
+from test_flash_budget import _cli, narrowed_layer_schedules
 from conftest import mlperf_model, require_tflm, require_tools
 from mcuforge.api import compile as compile_model, load
 from mcuforge.board import load_board
@@ -97,32 +96,11 @@ def test_narrows_fewest_instructions_per_byte_first():
 def test_narrowed_layers_equal_the_reference():
     """A layer the budget narrows leaves p16 on RV32 (one, two and more rows, a convolution
     through im2col), its outputs those of the reference kernel (loop-IR evaluator)."""
-    from mcuforge.codegen_c.evaluate import run_kernel
-    from mcuforge.codegen_c.kernels import lower_node
-    from mcuforge.codegen_c.lower import reference_kernel
-    from mcuforge.frontend.tflite import load_tflite
-    from test_sched_layers import layer_model
     cases = [("FULLY_CONNECTED", dict(c=40, o=6)), ("FULLY_CONNECTED", dict(c=24, o=9, batch=2)),
              ("CONV_2D", dict(hw=(5, 3), c=16, o=8, k=(1, 1))),
              ("CONV_2D", dict(hw=(6, 5), c=3, o=5, k=(3, 3)))]
-    for i, (op, kw) in enumerate(cases):
-        model, x = layer_model(60 + i, op, act="relu", **kw)
-        g = load_tflite(model)
-        node = g.nodes[0]
-        ref = reference_kernel(node, g, "k")
-        y0 = np.zeros(g.tensors[g.outputs[0]].size, np.int8)
-        run_kernel(ref, {"x": x[0].reshape(-1).copy(), "y": y0})
-        assert lower_node(node, g, "k", rv_target()).schedule in P16, kw
-        k = lower_node(node, g, "k", rv_target(narrow_weights=frozenset(node.outputs)))
-        assert k.schedule in NARROW, k.schedule
-        y = np.zeros_like(y0)
-        run_kernel(k, {"x": x[0].reshape(-1).copy(), "y": y})
-        assert y.tolist() == y0.tolist(), kw
-
-
-def _cli(*args):
-    return subprocess.run([sys.executable, "-m", "mcuforge.cli", *args], capture_output=True,
-                          text=True)
+    for (wide, narrow), (_, kw) in zip(narrowed_layer_schedules(cases, 60, rv_target()), cases):
+        assert wide in P16 and narrow in NARROW, (kw, wide, narrow)
 
 
 def test_budget_reported_and_refused_on_rv(tmp_path):
@@ -215,7 +193,6 @@ def test_fits_again_when_the_estimate_falls_short():
     """A batch-1 fully connected layer with K = 5 narrows to gemm.py's mf_gemm_w8, whose taps
     padded to 8 save less than fit's estimate (half the p16 words): a budget met by that
     estimate of one layer alone takes a second layer, not a model over the budget."""
-    from mcuforge.codegen_c.kernels import budget
     from mcuforge.codegen_c.model import generate
     from mcuforge.frontend.tflite import load_tflite
     g = load_tflite(two_fc(3))
