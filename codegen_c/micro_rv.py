@@ -172,10 +172,17 @@ def _dw3(x, y, pk, g, x_zp, lo, hi, mode, scratch):
 INTRINSICS["mf_rv_dw3"] = _dw3
 
 
+def dwd_ok(h, w, c, oh, ow, sh, sw, pt, pl) -> bool:
+    """mf_rv_dwd's geometry: padding at most 1 on every side (the middle kernel row and column
+    then always inside the image), strides >= 1."""
+    pb, pr = (oh - 1) * sh + 3 - h - pt, (ow - 1) * sw + 3 - w - pl
+    return min(oh, ow, sh, sw, c) >= 1 and 0 <= pt <= 1 and 0 <= pl <= 1 and pb <= 1 \
+        and pr <= 1
+
+
 def _dwd(x, y, pk, h, w, c, oh, ow, sh, sw, pt, pl, x_zp, lo, hi, mode, tr, dly, buf):
     """mf_rv_dwd: mf_rv_dw3's arithmetic on the plane (h, w, ... : the image, or with tr its
     transpose), padding at most 1 a side; buf holds 2 VOW bytes when dly."""
-    from .kernels.rv import dwd_ok
     geo = tuple(int(v) for v in (h, w, c, oh, ow, sh, sw, pt, pl))
     if not dwd_ok(*geo):
         raise UndefinedBehaviour(f"mf_rv_dwd: geometry {geo} (padding > 1 a side)")

@@ -175,7 +175,9 @@ def memory_priority_line(choice) -> str:
             + ("each row computed once (the halo rows copied between bands"
                + (", after their readers" if choice.late else "") + ")" if choice.reuse
                else "the halos recomputed")
-            + ("; the band convolutions on im2col (least scratch)" if choice.lean else ""))
+            + {"": "", "im2col": "; the band convolutions on im2col (less scratch)",
+               "bare": "; the band convolutions and depthwise layers on the reference loops "
+                       "(no scratch)"}[choice.lean])
 
 
 def _c_bytes(a) -> str:

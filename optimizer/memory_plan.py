@@ -33,9 +33,9 @@ import bisect
 from dataclasses import dataclass, field, replace
 
 
-from mcuforge.ir.graph import ALIAS_OPS, Graph, is_alias, subgraphs
+from mcuforge.ir.graph import Graph, is_alias, subgraphs
 
-from .plan_pieces import buffer_pieces  # noqa: F401 (plan_graph's, and callers')
+from .plan_pieces import buffer_pieces, views  # noqa: F401 (callers' too)
 
 ALIGN = 4  # every offset is a multiple of 4, and of 8 for 8-byte elements (int64, float64):
 # C requires an int64_t * to be 8-aligned (gcc may vectorize on it; UBSan reports it)
@@ -259,40 +259,6 @@ def in_place_states(g: Graph) -> dict:
                 and not readers.get(nxt) and nxt not in g.outputs and nxt not in g.state:
             out[nxt] = state
     return out
-
-
-def views(g: Graph) -> dict:
-    """{tensor: (root, byte offset)} for the tensors that are bytes of another buffer: a
-    reshape's output (offset 0), a view slice's output (its first element's offset in its
-    input), a view concat's inputs (one after another in its output); chains resolved to the
-    buffer that has a request of its own."""
-    parent = {}
-    for n in g.nodes:
-        if not is_alias(n):
-            continue
-        if n.op in ALIAS_OPS:
-            parent[n.outputs[0]] = (n.inputs[0], 0)
-        elif n.op == "slice":
-            x = g.tensors[n.inputs[0]]
-            inner = x.nbytes // x.size  # bytes of one element, then of one step of each axis
-            offset = 0
-            for start, d in reversed(list(zip(n.attrs["starts"], x.shape))):
-                offset += start * inner
-                inner *= d
-            parent[n.outputs[0]] = (n.inputs[0], offset)
-        else:
-            offset = 0
-            for t in n.inputs:
-                parent[t] = (n.outputs[0], offset)
-                offset += g.tensors[t].nbytes
-
-    def resolve(t):
-        r, o = t, 0
-        while r in parent:
-            r, step = parent[r]
-            o += step
-        return r, o
-    return {t: resolve(t) for t in parent}
 
 
 def requests_of(g: Graph, keep_input: bool = False) -> tuple:

@@ -41,6 +41,9 @@ POINTWISE_OPS = ("add", "mul", "sub", "relu", "relu6", "leaky_relu", "logistic",
 
 
 LATE = ("", "all", "strided")  # patch_stage's `late`
+# patch_stage's `lean`: the band layers' kernels as they are, the convolutions on im2col, or
+# the convolutions and depthwise layers on the reference loops (no scratch at all)
+LEAN = ("", "im2col", "bare")
 
 
 class NotPatchable(Exception):
@@ -130,7 +133,7 @@ def row_step(t: Tensor) -> int:
 
 
 def patch_stage(g: Graph, k: int, count: int, reuse: bool = False, late: str = "",
-                lean: bool = False) -> Graph:
+                lean: str = "") -> Graph:
     """The graph with its first k nodes (a stage: stage_lengths) computed in `count` bands of
     the stage output's rows. Guarantees: the graph's inputs, outputs and values are unchanged
     (each band's nodes are the original ones with their rows and padding cut to the band; the
@@ -147,11 +150,12 @@ def patch_stage(g: Graph, k: int, count: int, reuse: bool = False, late: str = "
     the new rows would start at a misaligned byte. `late` (with reuse): which halo copies wait
     until the band's last reader of the tensor has run (LATE: "" none, "all", "strided": the
     tensors a strided window op reads), so the copy is not live beside that reader (the
-    reader then cannot write over its input in place). `lean`: the band convolutions ask
-    their kernels for the least scratch (codegen_c/kernels/gemm.py: im2col), for more
-    instructions."""
-    if late not in LATE:
-        raise ValueError(f"late={late!r}: one of {LATE}")
+    reader then cannot write over its input in place). `lean` (LEAN): the band convolutions
+    ask their kernels for less scratch ("im2col": codegen_c/kernels/gemm.py), or the band
+    convolutions and depthwise layers run the reference loops, which need none ("bare":
+    codegen_c/kernels/schedule_kernel), for more instructions."""
+    if late not in LATE or lean not in LEAN:
+        raise ValueError(f"late={late!r}, lean={lean!r}: one of {LATE}, {LEAN}")
     if k not in stage_lengths(g):
         raise NotPatchable(f"the first {k} nodes are not a stage")
     stage = g.nodes[:k]
@@ -187,8 +191,9 @@ def patch_stage(g: Graph, k: int, count: int, reuse: bool = False, late: str = "
         ins = tuple(rows_of(t, have[t], need[t], reads) if t and not g.tensors[t].is_const
                     else t for t in n.inputs)
         attrs = dict(n.attrs, band_of=o)  # codegen shares the bands' tables and code
-        if lean and n.op == "conv2d":
-            attrs["lean"] = True
+        if lean == "im2col" and n.op == "conv2d" or lean == "bare" and (
+                n.op == "depthwise_conv2d" or n.op == "conv2d" and g.tensors[n.inputs[1]].shape[1:3] != (1, 1)):
+            attrs["lean"] = lean
         if n.op in WINDOW_OPS:
             s, span, top = _window(g, n)
             first, last = r[0] * s - top, (r[1] - 1) * s - top + span
@@ -305,7 +310,7 @@ class Choice:
     base_macs: int
     reuse: bool = False  # patch_stage's: halo rows copied between bands, not recomputed
     late: str = ""  # patch_stage's: the halo copies made after the band's readers (LATE)
-    lean: bool = False  # patch_stage's: the band convolutions on their least-scratch kernels
+    lean: str = ""  # patch_stage's: the band layers on kernels with less scratch (LEAN)
 
     @property
     def overhead(self) -> float:
@@ -342,7 +347,7 @@ def choose(g: Graph, cost, max_overhead: float = 10.0, max_bands: int = 64,
         for count in range(2, top + 1):
             for reuse in (False, True):
                 try:
-                    h = patch_stage(g, k, count, reuse, "all" if reuse else "", True)
+                    h = patch_stage(g, k, count, reuse, "all" if reuse else "", LEAN[-1])
                 except NotPatchable:
                     continue
                 arena, macs = quick(h)
@@ -366,7 +371,7 @@ def _forms(g: Graph, c: Choice, cost, progress=None):
     """The candidate's stage and bands in the form (patch_stage's late, lean) with the
     smallest arena as `cost` measures it (the same MACs; ties keep the form listed first:
     lean costs instructions, late ones copies nothing more), or None."""
-    forms = [(late, lean) for lean in (False, True) for late in (LATE if c.reuse else ("",))]
+    forms = [(late, lean) for lean in LEAN for late in (LATE if c.reuse else ("",))]
     best = None
     for late, lean in forms:
         try:

@@ -1,15 +1,45 @@
-"""The pieces of a --memory-priority stage's buffers (memory_plan.plan_graph plans each piece
-as live only while a kernel touches it)."""
+"""Where tensors lie inside other buffers (views: reshapes, view slices and concats), and the
+pieces of a --memory-priority stage's buffers (memory_plan.plan_graph plans each piece as live
+only while a kernel touches it)."""
 from __future__ import annotations
 
 import numpy as np
 
-from mcuforge.ir.graph import Graph, is_alias, subgraphs
+from mcuforge.ir.graph import ALIAS_OPS, Graph, is_alias, subgraphs
 
 
-def _views(g: Graph) -> dict:
-    from .memory_plan import views  # memory_plan imports this module
-    return views(g)
+def views(g: Graph) -> dict:
+    """{tensor: (root, byte offset)} for the tensors that are bytes of another buffer: a
+    reshape's output (offset 0), a view slice's output (its first element's offset in its
+    input), a view concat's inputs (one after another in its output); chains resolved to the
+    buffer that has a request of its own."""
+    parent = {}
+    for n in g.nodes:
+        if not is_alias(n):
+            continue
+        if n.op in ALIAS_OPS:
+            parent[n.outputs[0]] = (n.inputs[0], 0)
+        elif n.op == "slice":
+            x = g.tensors[n.inputs[0]]
+            inner = x.nbytes // x.size  # bytes of one element, then of one step of each axis
+            offset = 0
+            for start, d in reversed(list(zip(n.attrs["starts"], x.shape))):
+                offset += start * inner
+                inner *= d
+            parent[n.outputs[0]] = (n.inputs[0], offset)
+        else:
+            offset = 0
+            for t in n.inputs:
+                parent[t] = (n.outputs[0], offset)
+                offset += g.tensors[t].nbytes
+
+    def resolve(t):
+        r, o = t, 0
+        while r in parent:
+            r, step = parent[r]
+            o += step
+        return r, o
+    return {t: resolve(t) for t in parent}
 
 
 def buffer_pieces(g: Graph, reqs: tuple, keep_input: bool = False) -> dict:
@@ -21,7 +51,7 @@ def buffer_pieces(g: Graph, reqs: tuple, keep_input: bool = False) -> dict:
     input: the end). Other buffers may then take a piece's bytes while it is not live;
     plan_check proves it byte by byte. Empty where no buffer is touched so."""
     by_name = {r.name: r for r in reqs}
-    at = _views(g)
+    at = views(g)
     concats = [n.outputs[0] for n in g.nodes if n.op == "concat" and is_alias(n)]
     ys = sorted((y for y in concats if y in by_name), key=lambda y: (-by_name[y].size, y))[:1]
     xs = [x for x in g.inputs if x in by_name and not keep_input

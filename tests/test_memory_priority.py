@@ -122,14 +122,17 @@ def run_c(g, tmp: Path, x: np.ndarray) -> tuple:
 def candidates(g) -> list:
     """Every stage length with 2 bands, 3 bands and one band per output row, the halos
     recomputed and reused; reused with the halo copies after every reader in 2 bands, after
-    the strided readers in one band per row."""
+    the strided readers in one band per row; the band windows on the reference loops
+    (lean="bare") in 2 bands reused and 3 recomputed."""
     out = []
     for k in patch.stage_lengths(g):
         rows = g.tensors[g.nodes[k - 1].outputs[0]].shape[1] if k else 0
         for count in sorted({2, 3, rows}):
             if 2 <= count <= rows:
-                out += [(k, count, False, ""), (k, count, True, "")]
-        out += [(k, 2, True, "all"), (k, rows, True, "strided")] if rows >= 2 else []
+                out += [(k, count, False, "", ""), (k, count, True, "", "")]
+        out += [(k, 2, True, "all", ""), (k, rows, True, "strided", ""),
+                (k, 2, True, "all", "bare")] if rows >= 2 else []
+        out += [(k, 3, False, "", "bare")] if rows >= 3 else []
     return out
 
 
@@ -150,30 +153,28 @@ def test_random_chains_patched_equal_the_reference(dtype, seed, tmp_path):
         x = rng.standard_normal((3, *t.shape)).astype(np.float32)
         want = np.stack([litert(model, [xi])[0] for xi in x])
     tried = 0
-    for i, (k, count, reuse, late) in enumerate(candidates(g)):
+    for i, (k, count, reuse, late, lean) in enumerate(candidates(g)):
         if late == "strided" and not any(n.op in patch.WINDOW_OPS and n.attrs["stride"][0] > 1
                                          for n in g.nodes[:k]):
             continue  # no strided reader: the same graph as late=""
         try:
-            h = patch.patch_stage(g, k, count, reuse, late)
+            h = patch.patch_stage(g, k, count, reuse, late, lean)
         except patch.NotPatchable:
             continue
         y, plan, compiled, declared = run_c(h, tmp_path / f"c{i}", x)
         assert any(n.op == "concat" and is_alias(n) for n in compiled.nodes)  # still banded
         check_plan(compiled, plan, declared=declared)
         if dtype == "int8":
-            assert np.array_equal(y, want), (k, count, reuse, late)
+            assert np.array_equal(y, want), (k, count, reuse, late, lean)
         else:
             np.testing.assert_allclose(y, want, rtol=1e-4, atol=1e-4 * np.abs(want).max(),
-                                       err_msg=str((k, count, reuse, late)))
+                                       err_msg=str((k, count, reuse, late, lean)))
         tried += 1
     assert tried >= 1
 
 
-def test_stage_bands_recompute_the_halo_only():
-    """A hand-checked case: a 3x3 SAME conv (stride 1) on 8 rows in 2 bands. Band 0 computes
-    output rows 0..3 from input rows 0..4 (top padding 1, bottom 0), band 1 rows 4..7 from input
-    rows 3..7 (top padding 0, bottom 1): 2 x 4 rows, no output row twice, 10 input rows read."""
+def _hand_checked_conv():
+    """A 3x3 SAME conv (stride 1, weights all 1) over 8 rows of 5 x 2 floats, to 3 channels."""
     m = Model()
     x = m.tensor("x", (1, 8, 5, 2), "float32")
     w = m.tensor("w", (3, 3, 3, 2), "float32", data=np.ones((3, 3, 3, 2)))
@@ -182,8 +183,14 @@ def test_stage_bands_recompute_the_halo_only():
     m.op("CONV_2D", [x, w, b], [y], "Conv2DOptions", Padding=tflite.Padding.SAME, StrideW=1,
          StrideH=1, FusedActivationFunction=0, DilationWFactor=1, DilationHFactor=1)
     m.io([x], [y])
-    g = optimize(load(m.build()))
-    h = patch.patch_stage(g, 1, 2)
+    return optimize(load(m.build()))
+
+
+def test_stage_bands_recompute_the_halo_only():
+    """A hand-checked case: a 3x3 SAME conv (stride 1) on 8 rows in 2 bands. Band 0 computes
+    output rows 0..3 from input rows 0..4 (top padding 1, bottom 0), band 1 rows 4..7 from input
+    rows 3..7 (top padding 0, bottom 1): 2 x 4 rows, no output row twice, 10 input rows read."""
+    h = patch.patch_stage(_hand_checked_conv(), 1, 2)
     convs = [n for n in h.nodes if n.op == "conv2d"]
     assert [n.attrs["padding"] for n in convs] == [(1, 0, 1, 1), (0, 1, 1, 1)]
     assert [h.tensors[n.inputs[0]].shape[1] for n in convs] == [5, 5]
@@ -568,8 +575,12 @@ def test_lean_and_late_bands():
     convs = lambda h: [k for n, k in _kernels_of(h) if n.op == "conv2d"]  # noqa: E731
     assert {(k.schedule.startswith("mf_convp"), k.scratch_bytes)
             for k in convs(patch.patch_stage(g, 3, 4, True))} == {(True, 3816)}
-    lean = convs(patch.patch_stage(g, 3, 4, True, lean=True))
+    lean = convs(patch.patch_stage(g, 3, 4, True, lean="im2col"))
     assert {(k.schedule.startswith("mf_conv_"), k.scratch_bytes) for k in lean} == {(True, 2064)}
+    # "bare": the band convolution and depthwise layers on the reference loops, no scratch
+    bare = [(n.op, k) for n, k in _kernels_of(patch.patch_stage(g, 3, 4, True, lean="bare"))
+            if n.op in ("conv2d", "depthwise_conv2d")]
+    assert len(bare) == 12 and {(k.schedule, k.scratch_bytes) for _, k in bare} == {("", 0)}
 
     def order(late):
         """Per halo copy: (its tensor, whether a band node reading that band tensor runs
@@ -600,16 +611,7 @@ def test_buffer_pieces_of_a_stage_by_hand():
     band 1 (0..3); the output (8 rows of 5 x 3 floats, 60 bytes a row) is a graph output (to
     the end), rows 0..3 ([0, 240)) written at step 1, rows 4..7 at step 3."""
     from mcuforge.optimizer.memory_plan import buffer_pieces, requests_of
-    m = Model()
-    x = m.tensor("x", (1, 8, 5, 2), "float32")
-    w = m.tensor("w", (3, 3, 3, 2), "float32", data=np.ones((3, 3, 3, 2)))
-    b = m.tensor("b", (3,), "float32", data=np.zeros(3))
-    y = m.tensor("y", (1, 8, 5, 3), "float32")
-    m.op("CONV_2D", [x, w, b], [y], "Conv2DOptions", Padding=tflite.Padding.SAME, StrideW=1,
-         StrideH=1, FusedActivationFunction=0, DilationWFactor=1, DilationHFactor=1)
-    m.io([x], [y])
-    g = optimize(load(m.build()))
-    h = patch.patch_stage(g, 1, 2)
+    h = patch.patch_stage(_hand_checked_conv(), 1, 2)
     assert [n.op for n in h.nodes] == ["slice", "conv2d", "slice", "conv2d", "concat"]
     pieces = buffer_pieces(h, requests_of(h)[0])
     assert pieces == {h.inputs[0]: ((0, 120, 0, 1), (120, 320, 0, 3)),

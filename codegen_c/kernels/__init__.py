@@ -74,7 +74,12 @@ def schedule_kernel(ctx, kernel, target: Target):
     """The kernel the target runs for ctx's node: the first schedule that applies, else the
     reference."""
     _load_all()
+    # a --memory-priority band asking for no scratch (optimizer/patch.py's lean="bare"):
+    # only the reference loops, whose kernels need none
+    bare = ctx.attrs.get("lean") == "bare"
     for fn in SCHEDULES.get(ctx.node.op, ()):
+        if bare and _rank(fn) < ORDER.index("reference"):
+            continue
         k = fn(ctx, kernel, target)
         if k is not None:
             return k

@@ -12,6 +12,7 @@ from .. import loop_ir as ir
 from .. import pack
 from ..lower import OpContext
 from . import conv_geometry, inplace, schedules
+from ..micro_rv import dwd_ok
 from .gemm import gemm_layer
 
 OFF = 2**15  # MF_RV_OFF: a chunk accumulator's start
@@ -259,14 +260,6 @@ def pack_rv_dw3(rows, bias, rq, transpose: bool) -> np.ndarray:
                     rq[:, 2] - 1, rq[:, 3]], 1)
     pk = np.concatenate([taps.reshape(c, 9), rec], axis=1)
     return ((pk + 2**31) % 2**32 - 2**31).reshape(-1).astype(np.int32)
-
-
-def dwd_ok(h, w, c, oh, ow, sh, sw, pt, pl) -> bool:
-    """mf_rv_dwd's geometry: padding at most 1 on every side (the middle kernel row and column
-    then always inside the image), strides >= 1."""
-    pb, pr = (oh - 1) * sh + 3 - h - pt, (ow - 1) * sw + 3 - w - pl
-    return min(oh, ow, sh, sw, c) >= 1 and 0 <= pt <= 1 and 0 <= pl <= 1 and pb <= 1 \
-        and pr <= 1
 
 
 def dwd_plane(geo: tuple, tr: int) -> tuple:
