@@ -1,23 +1,22 @@
-"""Python mirrors of the runtime intrinsics added for TFLite operator families (split from
-codegen_c/qmath.py, which re-exports every name here). Import them from codegen_c.qmath: this
-module takes its primitives from qmath, which imports it at its end, so importing this module
-first would be a circular import.
+"""Python mirrors of the runtime intrinsics added for TFLite operator families, built on the
+primitives of codegen_c/qmath_core.py. codegen_c/qmath.py re-exports every name here and
+registers the mirrors (and the `_*_call` row helpers) in its INTRINSICS; import them from there.
 
 RSQRT / L2_NORMALIZATION / LOG_SOFTMAX (inverse square root, log), the binary ops' helpers
 (rescale, DIV, FLOOR_DIV), int16 sigmoid/tanh (the integer LSTM's gates) and the int16 softmax
-rows of TFLite's 16x8 quantization. Same conventions as qmath: names are the C names of
+rows of TFLite's 16x8 quantization. Same conventions as qmath_core: names are the C names of
 runtime_c/mcuforge_rt.h, Python ints in and out, wrap-around included; the `_*_call` helpers are
-the row intrinsics with the C argument list, registered into qmath.INTRINSICS by qmath.
+the row intrinsics with the C argument list.
 """
 from __future__ import annotations
 
 import numpy as np
 
-from .qmath import (INT8_MAX, INT8_MIN, INT16_MAX, INT16_MIN, INT32_MAX, INT32_MIN, _int_args,
-                    _tdiv, mf_clamp, mf_clz_u32, mf_exp_on_negative_values, mf_get_reciprocal,
-                    mf_mbqm, mf_mbqm_gt1, mf_mbqm_lt1, mf_one_over_one_plus_x_for_x_in_0_1,
-                    mf_rdbpot, mf_rounding_half_sum, mf_srdhm, mf_srmbpot, softmax_s8_row, wrap16,
-                    wrap32)
+from .qmath_core import (INT8_MAX, INT8_MIN, INT16_MAX, INT16_MIN, INT32_MAX, INT32_MIN,
+                         _int_args, _tdiv, mf_clamp, mf_clz_u32, mf_exp_on_negative_values,
+                         mf_get_reciprocal, mf_mbqm, mf_mbqm_gt1, mf_mbqm_lt1,
+                         mf_one_over_one_plus_x_for_x_in_0_1, mf_rdbpot, mf_rounding_half_sum,
+                         mf_srdhm, mf_srmbpot, softmax_s8_row, wrap16, wrap32)
 
 
 # ---- inverse square root and log (RSQRT, L2_NORMALIZATION, LOG_SOFTMAX) ----------------------
@@ -271,6 +270,6 @@ def _softmax_s8_s16_call(inp, out, n, *params):
     out[:n] = mf_softmax_s8_s16(inp[:n], *params)
 
 
-for _name, _fn in list(globals().items()):  # the mirrors defined here, as qmath does its own
+for _name, _fn in list(globals().items()):  # the mirrors defined here, as qmath_core does its own
     if _name.startswith("mf_") and callable(_fn) and _fn.__module__ == __name__:
         globals()[_name] = _int_args(_fn)

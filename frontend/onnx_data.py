@@ -3,8 +3,8 @@ split, tile, expand, gathers, depth/space rearrangements, resize, cumsum, reduct
 
 Parameters that decide the shape of the generated loops (reshape shapes, pads, slice bounds,
 axes, repeats, resize scales) must be constants; a parameter computed at run time makes the
-node Unsupported. Output shapes always come from ONNX shape inference. See frontend/onnx.py for
-the converter conventions.
+node Unsupported. Output shapes always come from ONNX shape inference. See
+frontend/onnx_registry.py for the converter conventions.
 """
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import math
 
 import numpy as np
 
-from .onnx import Unsupported, from_nhwc, onnx_op, to_nhwc
+from .onnx_registry import Unsupported, from_nhwc, onnx_op, to_nhwc
 
 
 def _values(t, what: str):

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .onnx import Unsupported, onnx_op
+from .onnx_registry import OnnxContext, Unsupported, onnx_op
 
 EXACT = 2 ** 24  # float32 holds every integer of smaller magnitude
 
@@ -107,7 +107,6 @@ def ConvInteger(ctx, x, w, x_zero_point=None, w_zero_point=None, auto_pad="NOTSE
                 dilations=None, group=1, kernel_shape=None, pads=None, strides=None):
     """(x - x_zp) conv (w - w_zp), padded with zeros of that difference (x's zero point, as
     the spec and onnxruntime pad), through the float Conv converter: exact as MatMulInteger."""
-    from .onnx import OnnxContext
     from .onnx_layers import Conv
     if not w.is_const or x.is_const:
         raise Unsupported("ConvInteger needs constant weights")

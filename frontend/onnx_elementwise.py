@@ -1,4 +1,4 @@
-"""ONNX element-wise converters: see frontend/onnx.py for the conventions.
+"""ONNX element-wise converters: see frontend/onnx_registry.py for the conventions.
 
 Float Add/Mul/Relu/Sigmoid/Tanh/LeakyRelu/HardSwish/Softmax become the IR ops TFLite models use
 ("add", "relu", "logistic", ...), so the same passes and lowerings serve both frontends; the
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .onnx import Unsupported, onnx_op
+from .onnx_registry import Unsupported, onnx_op
 
 F = "float32"
 

@@ -1,5 +1,5 @@
 """ONNX layer converters (float32): Conv, ConvTranspose, Gemm, MatMul, the normalisations and the
-pools. See frontend/onnx.py for the conventions.
+pools. See frontend/onnx_registry.py for the conventions.
 
 ONNX layers are NCHW; the graph IR's are NHWC, so each goes between to_nhwc / from_nhwc (a layout
 pass cancels the transposes between consecutive layers). A 1-D layer (N, C, L) runs as a 2-D one
@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 
-from .onnx import Unsupported, from_nhwc, onnx_op, to_nhwc
+from .onnx_registry import Unsupported, from_nhwc, onnx_op, to_nhwc
 
 SAME = ("SAME_UPPER", "SAME_LOWER")
 

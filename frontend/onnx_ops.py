@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .onnx import Unsupported, onnx_op
+from .onnx_registry import Unsupported, onnx_op
 
 
 @onnx_op("Identity")

@@ -44,7 +44,7 @@ import numpy as np
 from mcuforge.ir.errors import ModelError
 from mcuforge.ir.graph import Quant, Tensor
 
-from .onnx import Unsupported, from_nhwc, onnx_op, to_nhwc
+from .onnx_registry import Unsupported, from_nhwc, onnx_op, to_nhwc
 from .onnx_layers import _window
 from .onnx_qdq import (ORT_S8_TO_U8, float32_scales, fuse_qdq,  # noqa: F401  (re-exported)
                        record_shapes)

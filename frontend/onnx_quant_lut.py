@@ -16,7 +16,7 @@ import numpy as np
 
 from mcuforge.ir.graph import Tensor
 
-from .onnx import Unsupported, onnx_op
+from .onnx_registry import Unsupported, onnx_op
 from .onnx_quant import _act_quant, _emit_first, _zp_offset, as_int8, out_int8
 
 
