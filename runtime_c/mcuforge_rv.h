@@ -55,6 +55,13 @@
 
 #include "mcuforge_scalar.h" /* mf_sc_im2col, MF_SC_NOSCHED */
 
+/* one copy of the 3-row block for mf_rv_gemm_p16 and mf_rv_conv_p16 (inlined in both it was
+ * 11 KB each; a call per 3 rows costs little beside its O x K MACs) */
+#if defined(__GNUC__)
+#define MF_RV_SHARED static __attribute__((unused, noinline, noclone))
+#else
+#define MF_RV_SHARED static
+#endif
 #define MF_RV_OFF 0x8000u /* a chunk accumulator's start: the low lane's offset */
 
 /* gcc would derive one pointer of the tap loop from the other after it (a division by 3), and
@@ -347,7 +354,7 @@ MF_INLINE int8_t mf_rv_out(int32_t acc, const mf_rv_rec *q, int32_t mode, int32_
 /* Every block of 4 channels (the last n = O % 4 real ones, zero channels pad) for 3
  * interleaved rows xs: w the layer's stream; y rows y_stride apart, nr <= 3 of them stored.
  * (Inlined: the segments' code once in mf_rv_gemm_p16, once in mf_rv_conv_p16.) */
-MF_INLINE MF_SC_NOSCHED void mf_rv_block3(const int8_t *xs, const int32_t *w,
+MF_RV_SHARED MF_SC_NOSCHED void mf_rv_block3(const int8_t *xs, const int32_t *w,
                                          const mf_rv_rec *rq, int32_t O, int32_t lo,
                                          int32_t hi, int32_t mode, int8_t *y,
                                          int32_t y_stride, int32_t nr) {
