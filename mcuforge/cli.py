@@ -324,12 +324,15 @@ def _add_input_shape(p) -> None:
 
 def _add_memory_priority(p) -> None:
     p.add_argument("--memory-priority", action="store_true",
-                   help="compute the first layers in bands of rows (the halos recomputed) where "
-                        "that shrinks the arena, for at most --memory-priority-max-macs more "
-                        "MACs; bit-exact")
+                   help="compute the first layers in bands of rows (the halos recomputed or "
+                        "copied between bands) where that shrinks the arena, for at most "
+                        "--memory-priority-max-macs more MACs; bit-exact")
     p.add_argument("--memory-priority-max-macs", type=float, default=10.0, metavar="PCT",
                    help="with --memory-priority: the extra MACs allowed, in percent "
-                        "(default: 10)")
+                        "(default: 10). The smallest arenas put the bands' window layers "
+                        "on plain loops without scratch, several times slower: each of "
+                        "their MACs counts 6 more against this bound (ResNet-8: about 420; "
+                        "give 1000 for the smallest arena at any cost)")
 
 
 def _memory_priority(a):

@@ -44,6 +44,28 @@ LATE = ("", "all", "strided")  # patch_stage's `late`
 # patch_stage's `lean`: the band layers' kernels as they are, the convolutions on im2col, or
 # the convolutions and depthwise layers on the reference loops (no scratch at all)
 LEAN = ("", "im2col", "bare")
+# The reference loops of a "bare" band run far more instructions a MAC than the scheduled
+# kernels (M4: ResNet-8's stage +54.8 M instructions for 8.7 M bare MACs, VWW's +11.2 M for
+# 0.75 M): against choose's bound each MAC a bare layer runs counts BARE_COST MACs more, so the
+# form is taken only where the user allows that cost (--memory-priority-max-macs)
+BARE_COST = 6
+
+
+def _bare(g: Graph, n: Node) -> bool:
+    """Whether lean="bare" puts n on the reference loops: its depthwise layers and
+    convolutions with a window (1x1 convolutions keep their GEMM, whose scratch is small)."""
+    return n.op == "depthwise_conv2d" or (
+        n.op == "conv2d" and g.tensors[n.inputs[1]].shape[1:3] != (1, 1))
+
+
+def _window_macs(g: Graph, n: Node) -> int:
+    w, y = g.tensors[n.inputs[1]], g.tensors[n.outputs[0]]
+    return y.size * (math.prod(w.shape[1:]) if n.op == "conv2d" else math.prod(w.shape[1:3]))
+
+
+def bare_macs(g: Graph) -> int:
+    """MACs of the layers patch_stage put on the reference loops (lean="bare")."""
+    return sum(_window_macs(g, n) for n in g.nodes if n.attrs.get("lean") == "bare")
 
 
 class NotPatchable(Exception):
@@ -191,8 +213,7 @@ def patch_stage(g: Graph, k: int, count: int, reuse: bool = False, late: str = "
         ins = tuple(rows_of(t, have[t], need[t], reads) if t and not g.tensors[t].is_const
                     else t for t in n.inputs)
         attrs = dict(n.attrs, band_of=o)  # codegen shares the bands' tables and code
-        if lean == "im2col" and n.op == "conv2d" or lean == "bare" and (
-                n.op == "depthwise_conv2d" or n.op == "conv2d" and g.tensors[n.inputs[1]].shape[1:3] != (1, 1)):
+        if lean == "im2col" and n.op == "conv2d" or lean == "bare" and _bare(g, n):
             attrs["lean"] = lean
         if n.op in WINDOW_OPS:
             s, span, top = _window(g, n)
@@ -321,11 +342,12 @@ class Choice:
 def choose(g: Graph, cost, max_overhead: float = 10.0, max_bands: int = 64,
            quick=None, finalists: int = 4, progress=None) -> Choice:
     """The patched graph with the smallest arena whose MACs exceed g's by at most
-    `max_overhead` percent; `cost(graph)` -> (arena bytes, MACs) measures a candidate (every
+    `max_overhead` percent (a bare form's MACs on the reference loops counted BARE_COST times
+    more); `cost(graph)` -> (arena bytes, MACs) measures a candidate (every
     stage, band count, halos recomputed or reused; reused, the halo copies made at once or
     late, the band convolutions lean or not: patch_stage). `quick(graph)`, when given, is a
-    cheaper estimate of cost that ranks the candidates by their leanest form (late="all",
-    lean); the best of each stage length, the `finalists` best of those, are then measured by
+    cheaper estimate of cost that ranks the candidates by their leanest form the bound allows
+    (late="all", lean "bare" or "im2col"); the best of each stage length, the `finalists` best of those, are then measured by
     `cost` in every form. Ties go to fewer MACs, then fewer bands, then a shorter stage, then
     recomputing, then the form listed first (halo copies at once, not lean: fewer
     instructions) (deterministic). When nothing beats g's own arena, g itself (k = 0).
@@ -334,6 +356,7 @@ def choose(g: Graph, cost, max_overhead: float = 10.0, max_bands: int = 64,
     base_arena, base_macs = cost(g)
     best = Choice(g, 0, 1, base_arena, base_macs, base_arena, base_macs)
     rank = lambda c: (c.arena, c.macs, c.count, c.k or 1 << 30, c.reuse)  # noqa: E731
+    limit = base_macs * (1 + max_overhead / 100.0)
     ranked = []
     for k in stage_lengths(g):
         out = g.tensors[_escaping(g, k)]
@@ -344,39 +367,45 @@ def choose(g: Graph, cost, max_overhead: float = 10.0, max_bands: int = 64,
         top = min(rows // row_step(out), max_bands)
         if progress is not None and top >= 2:
             progress(f"stage of {k} layers: up to {top} bands of rows")
+        bare = base_macs + BARE_COST * sum(_window_macs(g, n) for n in g.nodes[:k]
+                                           if _bare(g, n)) <= limit
         for count in range(2, top + 1):
             for reuse in (False, True):
                 try:
-                    h = patch_stage(g, k, count, reuse, "all" if reuse else "", LEAN[-1])
+                    h = patch_stage(g, k, count, reuse, "all" if reuse else "",
+                                    "bare" if bare else "im2col")
                 except NotPatchable:
                     continue
                 arena, macs = quick(h)
                 c = Choice(h, k, count, arena, macs, base_arena, base_macs, reuse)
                 # the estimate may exceed the full plan (its links all or none): the best
                 # estimates go to the full plan even when they do not beat g's
-                if macs <= base_macs * (1 + max_overhead / 100.0):
+                if macs <= limit:
                     ranked.append(c)
     ranked.sort(key=rank)
     # the finalists: the best estimate of each stage length (those of one stage's band
     # counts often tie), the `finalists` best of those
     ranked = [c for i, c in enumerate(ranked) if all(d.k != c.k for d in ranked[:i])]
     for c in ranked[:finalists]:
-        c = _forms(g, c, cost, progress)
+        c = _forms(g, c, cost, limit, progress)
         if c is not None and rank(c) < rank(best):
             best = c
     return best
 
 
-def _forms(g: Graph, c: Choice, cost, progress=None):
+def _forms(g: Graph, c: Choice, cost, limit: float, progress=None):
     """The candidate's stage and bands in the form (patch_stage's late, lean) with the
     smallest arena as `cost` measures it (the same MACs; ties keep the form listed first:
-    lean costs instructions, late ones copies nothing more), or None."""
+    lean costs instructions, late ones copies nothing more), a bare form only where its MACs
+    plus BARE_COST times its bare MACs stay within `limit`, or None."""
     forms = [(late, lean) for lean in LEAN for late in (LATE if c.reuse else ("",))]
     best = None
     for late, lean in forms:
         try:
             h = patch_stage(g, c.k, c.count, c.reuse, late, lean)
         except NotPatchable:
+            continue
+        if lean == "bare" and c.macs + BARE_COST * bare_macs(h) > limit:
             continue
         arena, macs = cost(h)
         if best is None or (arena, macs) < (best.arena, best.macs):

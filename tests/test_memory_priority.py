@@ -657,3 +657,27 @@ def test_band_tensors_take_input_bytes_no_band_reads_again():
             moved[t] = moved[z.name] + d
     with pytest.raises(PlanError, match="share bytes"):
         check_plan(c, replace(plan, offsets=moved), declared=model.declared)
+
+
+def test_bare_form_only_where_the_bound_allows_its_cost(capsys):
+    """lean="bare" (the band windows on the reference loops, several times the instructions)
+    is chosen only when the bound covers its MACs counted BARE_COST times more: seed 12's chain
+    stays on im2col at the default 10% and takes the bare form, with a smaller arena, when
+    any cost is allowed; a bound just under the bare form's cost keeps it out again. The CLI's
+    help states the factor."""
+    from mcuforge.api import patch_first_stage
+    from mcuforge.board import load_board
+    from mcuforge.cli import main
+    target = load_board("mps2-an386").target(None)
+    g = optimize(load(chain_model(np.random.default_rng(12), "int8")))
+    h10, c10 = patch_first_stage(g, target, 10.0)
+    assert c10.k > 0 and c10.lean != "bare" and patch.bare_macs(h10) == 0
+    h, c = patch_first_stage(g, target, 1000.0)
+    assert c.lean == "bare" and c.arena < c10.arena
+    cost = 100.0 * (c.macs - c.base_macs + patch.BARE_COST * patch.bare_macs(h)) / c.base_macs
+    assert 10.0 < cost <= 1000.0
+    _, under = patch_first_stage(g, target, cost - 0.01)
+    assert under.lean != "bare"
+    with pytest.raises(SystemExit):
+        main(["compile", "--help"])
+    assert f"counts {patch.BARE_COST} more" in " ".join(capsys.readouterr().out.split())
