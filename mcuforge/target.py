@@ -49,10 +49,12 @@ def require_tool(tool: str) -> None:
 def build_firmware(model, board: Board, vectors, workdir: Path, name: str = "model",
                    flash_budget: int | None = None, profile: bool = False,
                    input_shapes: dict | None = None, keep_input: bool = False,
-                   memory_priority: float | None = None, check_arena: bool = False) -> tuple:
+                   memory_priority: float | None = None, check_arena: bool = False,
+                   opt: str | None = None) -> tuple:
     """Write and `make` the firmware project with `vectors` built in (`profile`: with per-layer
     marks; `input_shapes`, `memory_priority`: as compile's; `check_arena`: the checked build,
-    codegen_c/arena_check.py's plain-C check, made with CHECK_ARENA=1); (project dir, elf,
+    codegen_c/arena_check.py's plain-C check, made with CHECK_ARENA=1; `opt`: the compiler's
+    optimisation flags, else $MCUFORGE_OPT, else the Makefile's own -O2); (project dir, elf,
     api.CompileResult)."""
     from .api import compile as compile_model
     require_tool(board.cross + "gcc")
@@ -61,7 +63,7 @@ def build_firmware(model, board: Board, vectors, workdir: Path, name: str = "mod
                            input_shapes=input_shapes, keep_input=keep_input,
                            memory_priority=memory_priority, arena_check=check_arena)
     from .build import opt_flags
-    opt = opt_flags()  # $MCUFORGE_OPT, else the Makefile's own -O2
+    opt = opt_flags(opt)  # `opt`, else $MCUFORGE_OPT, else the Makefile's own -O2
     r = subprocess.run(["make", "-s", "-C", str(workdir)] + ([f"OPT={opt}"] if opt else [])
                        + (["CHECK_ARENA=1"] if check_arena else []),
                        capture_output=True, text=True)
@@ -180,11 +182,12 @@ def parse_profile(text: str, layers: list, n: int) -> LayerProfile:
 def run_on_board(model, arrays: list, board_name: str, workdir: Path | None = None,
                  flash_budget: int | None = None, profile: bool = False,
                  input_shapes: dict | None = None, keep_input: bool = False,
-                 memory_priority: float | None = None, check_arena: bool = False) -> TargetRun:
+                 memory_priority: float | None = None, check_arena: bool = False,
+                 opt: str | None = None) -> TargetRun:
     """Run [N, ...] input arrays (one per model input) on the board under QEMU; `profile`:
     with per-layer counts (TargetRun.profile); `input_shapes`, `memory_priority`: as
     compile's; `check_arena`: the checked build, a layer that changed a byte outside its
-    tensors raises ArenaCheckError (codegen_c/arena_check.py)."""
+    tensors raises ArenaCheckError (codegen_c/arena_check.py); `opt`: build_firmware's."""
     from .build import cache_lock, cache_root, opt_flags
     board = load_board(board_name)
     n = len(arrays[0])
@@ -194,7 +197,7 @@ def run_on_board(model, arrays: list, board_name: str, workdir: Path | None = No
     if cached:
         data = Path(model).read_bytes() if not isinstance(model, bytes) else model
         key = hashlib.sha256(data + board_name.encode() + str(flash_budget).encode()
-                             + str(opt_flags()).encode() + (b"profile" if profile else b"")
+                             + str(opt_flags(opt)).encode() + (b"profile" if profile else b"")
                              + (b"keep-input" if keep_input else b"")
                              + (str(sorted((k, tuple(v)) for k, v in input_shapes.items()))
                                 .encode() if input_shapes else b"")
@@ -209,7 +212,7 @@ def run_on_board(model, arrays: list, board_name: str, workdir: Path | None = No
                                         flash_budget=flash_budget, profile=profile,
                                         input_shapes=input_shapes, keep_input=keep_input,
                                         memory_priority=memory_priority,
-                                        check_arena=check_arena)
+                                        check_arena=check_arena, opt=opt)
         text = run_elf(board, elf)
     if cached:  # keep the cache within its cap
         from .build import evict
