@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import re
 import shutil
 import subprocess
 from dataclasses import dataclass
@@ -98,18 +99,19 @@ class ArenaCheckError(BuildError):
 def check_violations(text: str, result) -> None:
     """Raise ArenaCheckError for the "arena-check <layer> <offset>" lines of a checked
     firmware's output (templates/firmware/main.c.j2), each with what the byte is: in a buffer
-    the layer must not change, in a red-zone, or in no buffer live at that step."""
+    the layer must not change, in a red-zone, or in no buffer live at that step. A line cut
+    short (the firmware stopped mid-line) is reported as it is."""
     seen = []
     for line in text.splitlines():
-        key, _, value = line.partition(" ")
-        if key == "arena-check":
-            layer, _, offset = value.rpartition(" ")
-            if (layer, offset) not in seen:
-                seen.append((layer, offset))
+        if line.startswith("arena-check"):
+            m = re.fullmatch(r"arena-check (\S+) (\d+)", line.strip())
+            key = (m[1], int(m[2])) if m else (line.strip(), None)
+            if key not in seen:
+                seen.append(key)
     if not seen:
         return
-    lines = [f"  layer {layer} changed " + _where(result.plan, layer, int(offset))
-             for layer, offset in seen[:8]]
+    lines = [f"  layer {layer} changed " + _where(result.plan, layer, at) if at is not None
+             else f"  reported: {layer}" for layer, at in seen[:8]]
     more = f"\n  ... and {len(seen) - 8} more" if len(seen) > 8 else ""
     raise ArenaCheckError("the arena check found layers writing outside their tensors (a "
                           "kernel or memory-plan bug):\n" + "\n".join(lines) + more)
@@ -128,7 +130,8 @@ def _where(plan, layer: str, at: int) -> str:
                                            else "")
     if plan is None:
         return f"arena byte {at}"
-    step = int(layer[1:3]) if layer[:1] == "l" and layer[1:3].isdigit() else None
+    m = re.match(r"l(\d+)_", layer)  # (a subgraph's layers, sgK_lNN_...: any step)
+    step = int(m[1]) if m else None
     live = [r for r in plan.requests if r.name in plan.offsets
             and (step is None or r.first <= step <= r.last)]
     for r in live:
