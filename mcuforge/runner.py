@@ -125,11 +125,11 @@ def run(model, inputs, board: str = "host", sanitize: bool = False,
     graph = load(model, input_shapes)
     arrays, batched = split_inputs(graph, inputs)  # bad inputs fail before any build
     if check_arena and board != "host":
-        from .board import load_board
+        from .board import board_names, load_board
         if not load_board(board).emulated:
+            emulated = ", ".join(b for b in board_names() if load_board(b).emulated)
             raise McuforgeError(f"the arena check (--check-arena) runs on the host and the "
-                                f"emulated boards (mps2-an385, mps2-an386, mps2-an500, "
-                                f"mps3-an547, riscv32-virt), not on {board}")
+                                f"emulated boards ({emulated}), not on {board}")
     if board == "host":
         _, exe, graph = compiled_project(model, board, sanitize, graph, input_shapes, opt,
                                          keep_input, check_arena, memory_priority)
