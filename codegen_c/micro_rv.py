@@ -1,8 +1,9 @@
 """Python mirrors of the RV32 micro-kernels in runtime_c/mcuforge_rv.h for the loop-IR
 evaluator: they decode the "p16" stream from the header's description (per block of 4
 channels, the chunks' segments: a word 80 e + 1 then L taps of pair words; an end word),
-check the lane proof the C relies on (every chunk's lane sums inside [-2^15, 2^15) for any int8 x, else UndefinedBehaviour) and compute
-TFLM's arithmetic on whole arrays. Registered into qmath.INTRINSICS on import."""
+check the lane proof the C relies on (every chunk's lane sums inside [-2^15, 2^15) for any
+int8 x, else UndefinedBehaviour) and compute TFLM's arithmetic on whole arrays. Registered
+into qmath.INTRINSICS on import."""
 from __future__ import annotations
 
 import numpy as np

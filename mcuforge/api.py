@@ -76,8 +76,9 @@ def generate_project(graph: Graph, name: str, board: str = "host", vectors=None,
     still chooses the code (its CPU's kernels) and the memory checks. `stamp`: the lines every
     file starts with (mcuforge/stamp.py). `keep_input`: no layer overwrites the input buffers
     (by default layers may write their outputs over an input they have read: in place).
-    `arena_check`: the checked build (red-zones in the plan, ASan poisoning tables:
-    codegen_c/arena_check.py; the host Makefile's CHECK_ARENA=1). `memory_priority`
+    `arena_check`: the checked build (red-zones in the plan, the check's tables:
+    codegen_c/arena_check.py; under ASan on the host, plain C on a board; the Makefile's
+    CHECK_ARENA=1). `memory_priority`
     (percent): the first layers computed in bands of rows where that shrinks the arena for at
     most this many percent more MACs (optimizer/patch.py; model.memory_priority says what was
     chosen)."""

@@ -114,7 +114,8 @@ def run(model, inputs, board: str = "host", sanitize: bool = False,
     """Run `model` on `inputs` (an array, a batch along a new leading axis, or a dict for
     several inputs). Returns one array, or a dict by output name for several outputs.
     `input_shapes` ({input name: shape}) fixes the open dimensions of inputs; `opt`: the
-    host build's optimisation flags (default $MCUFORGE_OPT, else the Makefile's -O3);
+    build's optimisation flags, on the host or a board (default $MCUFORGE_OPT, else the
+    Makefile's: -O3 on the host, -O2 on a board);
     `flash_budget`, `keep_input`, `memory_priority`: as compile's (flash_budget on a board).
     `check_arena`: the checked build (codegen_c/arena_check.py), where each layer may touch
     only its own tensors: on the host under AddressSanitizer and UBSan (a report fails the
@@ -124,11 +125,11 @@ def run(model, inputs, board: str = "host", sanitize: bool = False,
     graph = load(model, input_shapes)
     arrays, batched = split_inputs(graph, inputs)  # bad inputs fail before any build
     if check_arena and board != "host":
-        from .board import load_board
+        from .board import board_names, load_board
         if not load_board(board).emulated:
+            emulated = ", ".join(b for b in board_names() if load_board(b).emulated)
             raise McuforgeError(f"the arena check (--check-arena) runs on the host and the "
-                                f"emulated boards (mps2-an385, mps2-an386, mps2-an500, "
-                                f"mps3-an547, riscv32-virt), not on {board}")
+                                f"emulated boards ({emulated}), not on {board}")
     if board == "host":
         _, exe, graph = compiled_project(model, board, sanitize, graph, input_shapes, opt,
                                          keep_input, check_arena, memory_priority)
@@ -137,7 +138,8 @@ def run(model, inputs, board: str = "host", sanitize: bool = False,
         from .target import run_on_board
         outs = run_on_board(model, arrays, board, flash_budget=flash_budget,
                             input_shapes=input_shapes, keep_input=keep_input,
-                            memory_priority=memory_priority, check_arena=check_arena).outputs
+                            memory_priority=memory_priority, check_arena=check_arena,
+                            opt=opt).outputs
     return shape_outputs(graph, outs, batched)
 
 

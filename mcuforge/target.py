@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import re
 import shutil
 import subprocess
 from dataclasses import dataclass
@@ -49,10 +50,12 @@ def require_tool(tool: str) -> None:
 def build_firmware(model, board: Board, vectors, workdir: Path, name: str = "model",
                    flash_budget: int | None = None, profile: bool = False,
                    input_shapes: dict | None = None, keep_input: bool = False,
-                   memory_priority: float | None = None, check_arena: bool = False) -> tuple:
+                   memory_priority: float | None = None, check_arena: bool = False,
+                   opt: str | None = None) -> tuple:
     """Write and `make` the firmware project with `vectors` built in (`profile`: with per-layer
     marks; `input_shapes`, `memory_priority`: as compile's; `check_arena`: the checked build,
-    codegen_c/arena_check.py's plain-C check, made with CHECK_ARENA=1); (project dir, elf,
+    codegen_c/arena_check.py's plain-C check, made with CHECK_ARENA=1; `opt`: the compiler's
+    optimisation flags, else $MCUFORGE_OPT, else the Makefile's own -O2); (project dir, elf,
     api.CompileResult)."""
     from .api import compile as compile_model
     require_tool(board.cross + "gcc")
@@ -61,7 +64,7 @@ def build_firmware(model, board: Board, vectors, workdir: Path, name: str = "mod
                            input_shapes=input_shapes, keep_input=keep_input,
                            memory_priority=memory_priority, arena_check=check_arena)
     from .build import opt_flags
-    opt = opt_flags()  # $MCUFORGE_OPT, else the Makefile's own -O2
+    opt = opt_flags(opt)  # `opt`, else $MCUFORGE_OPT, else the Makefile's own -O2
     r = subprocess.run(["make", "-s", "-C", str(workdir)] + ([f"OPT={opt}"] if opt else [])
                        + (["CHECK_ARENA=1"] if check_arena else []),
                        capture_output=True, text=True)
@@ -96,18 +99,19 @@ class ArenaCheckError(BuildError):
 def check_violations(text: str, result) -> None:
     """Raise ArenaCheckError for the "arena-check <layer> <offset>" lines of a checked
     firmware's output (templates/firmware/main.c.j2), each with what the byte is: in a buffer
-    the layer must not change, in a red-zone, or in no buffer live at that step."""
+    the layer must not change, in a red-zone, or in no buffer live at that step. A line cut
+    short (the firmware stopped mid-line) is reported as it is."""
     seen = []
     for line in text.splitlines():
-        key, _, value = line.partition(" ")
-        if key == "arena-check":
-            layer, _, offset = value.rpartition(" ")
-            if (layer, offset) not in seen:
-                seen.append((layer, offset))
+        if line.startswith("arena-check"):
+            m = re.fullmatch(r"arena-check (\S+) (\d+)", line.strip())
+            key = (m[1], int(m[2])) if m else (line.strip(), None)
+            if key not in seen:
+                seen.append(key)
     if not seen:
         return
-    lines = [f"  layer {layer} changed " + _where(result.plan, layer, int(offset))
-             for layer, offset in seen[:8]]
+    lines = [f"  layer {layer} changed " + _where(result.plan, layer, at) if at is not None
+             else f"  reported: {layer}" for layer, at in seen[:8]]
     more = f"\n  ... and {len(seen) - 8} more" if len(seen) > 8 else ""
     raise ArenaCheckError("the arena check found layers writing outside their tensors (a "
                           "kernel or memory-plan bug):\n" + "\n".join(lines) + more)
@@ -126,7 +130,8 @@ def _where(plan, layer: str, at: int) -> str:
                                            else "")
     if plan is None:
         return f"arena byte {at}"
-    step = int(layer[1:3]) if layer[:1] == "l" and layer[1:3].isdigit() else None
+    m = re.match(r"l(\d+)_", layer)  # (a subgraph's layers, sgK_lNN_...: any step)
+    step = int(m[1]) if m else None
     live = [r for r in plan.requests if r.name in plan.offsets
             and (step is None or r.first <= step <= r.last)]
     for r in live:
@@ -180,11 +185,12 @@ def parse_profile(text: str, layers: list, n: int) -> LayerProfile:
 def run_on_board(model, arrays: list, board_name: str, workdir: Path | None = None,
                  flash_budget: int | None = None, profile: bool = False,
                  input_shapes: dict | None = None, keep_input: bool = False,
-                 memory_priority: float | None = None, check_arena: bool = False) -> TargetRun:
+                 memory_priority: float | None = None, check_arena: bool = False,
+                 opt: str | None = None) -> TargetRun:
     """Run [N, ...] input arrays (one per model input) on the board under QEMU; `profile`:
     with per-layer counts (TargetRun.profile); `input_shapes`, `memory_priority`: as
     compile's; `check_arena`: the checked build, a layer that changed a byte outside its
-    tensors raises ArenaCheckError (codegen_c/arena_check.py)."""
+    tensors raises ArenaCheckError (codegen_c/arena_check.py); `opt`: build_firmware's."""
     from .build import cache_lock, cache_root, opt_flags
     board = load_board(board_name)
     n = len(arrays[0])
@@ -194,7 +200,7 @@ def run_on_board(model, arrays: list, board_name: str, workdir: Path | None = No
     if cached:
         data = Path(model).read_bytes() if not isinstance(model, bytes) else model
         key = hashlib.sha256(data + board_name.encode() + str(flash_budget).encode()
-                             + str(opt_flags()).encode() + (b"profile" if profile else b"")
+                             + str(opt_flags(opt)).encode() + (b"profile" if profile else b"")
                              + (b"keep-input" if keep_input else b"")
                              + (str(sorted((k, tuple(v)) for k, v in input_shapes.items()))
                                 .encode() if input_shapes else b"")
@@ -209,7 +215,7 @@ def run_on_board(model, arrays: list, board_name: str, workdir: Path | None = No
                                         flash_budget=flash_budget, profile=profile,
                                         input_shapes=input_shapes, keep_input=keep_input,
                                         memory_priority=memory_priority,
-                                        check_arena=check_arena)
+                                        check_arena=check_arena, opt=opt)
         text = run_elf(board, elf)
     if cached:  # keep the cache within its cap
         from .build import evict

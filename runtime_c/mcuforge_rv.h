@@ -21,8 +21,8 @@
  *   words of channels (0, 1) and (2, 3); after the block's last segment the end word.
  * Block: 3 rows x 4 channels (6 chunk accumulators + 12 sums in registers): per tap 3 lb, 2 lw,
  * 6 mul, 6 add for 12 MACs. The 3 rows are first interleaved into xs[3 K] (x of tap k, row r
- * at 3 k + r: one pointer, immediate offsets); rows past the end re-read the last row (not
- * stored). The channels may be reordered in the blocks (mode bit 4: the schedule groups
+ * at 3 k + r: one pointer, immediate offsets); rows past the end re-read a row of the block
+ * (not stored). The channels may be reordered in the blocks (mode bit 4: the schedule groups
  * channels of alike chunks; mf_rv_rec.out gives each one's output).
  * Measured (gcc 12 -O2, riscv32-virt): the C loop 18.5 instructions a tap (two taps a step)
  * and ~29-33 a chunk; the RV32 assembly of MF_RV_SEGS3 (segment words are entries' offsets,
@@ -64,15 +64,13 @@
 #endif
 #define MF_RV_OFF 0x8000u /* a chunk accumulator's start: the low lane's offset */
 
-/* gcc would derive one pointer of the tap loop from the other after it (a division by 3), and
- * reassociate two taps' sums (more registers live: spills); empty asms hide the values */
+/* an empty asm hides a value from gcc: mf_rv_block1's tap loop keeps its two pointers
+ * (gcc would derive one from the other after the loop), mf_rv_block3's fast outputs their y
+ * pointer in one register (gcc reloaded it from the stack at each store) */
 #if defined(__GNUC__)
 #define MF_RV_OPAQUE(p) __asm__("" : "+r"(p))
-#define MF_RV_OPAQUE6(a, b, c, d, e, f)                                                       \
-    __asm__("" : "+r"(a), "+r"(b), "+r"(c), "+r"(d), "+r"(e), "+r"(f) : : "memory")
 #else
 #define MF_RV_OPAQUE(p) ((void)0)
-#define MF_RV_OPAQUE6(a, b, c, d, e, f) ((void)0)
 #endif
 
 /* the 3 rows x0, x1, x2 (K bytes each) interleaved into xs[3 K] */

@@ -329,6 +329,26 @@ def test_a_kernel_writing_past_its_state_is_reported(tmp_path):
     assert _run(r, True)[0] == []
 
 
+def test_a_report_names_the_byte_at_its_own_step():
+    """check_violations reads the step from the layer's name (l<step>_...; l00..l99, then
+    l100...): two buffers on the same bytes at steps 0..5 and 100..101, a report of layer
+    l100_ names the one live at step 100 (read as step 10 it named none); a report line cut
+    short (the firmware stopped mid-line) is still a failure, not a traceback."""
+    from types import SimpleNamespace
+
+    from mcuforge.optimizer.memory_plan import Request
+    plan = SimpleNamespace(requests=(Request("a", 64, 0, 5), Request("b", 64, 100, 101)),
+                           offsets={"a": 0, "b": 0}, redzone=8, state_offsets={})
+    result = SimpleNamespace(plan=plan)
+    with pytest.raises(target.ArenaCheckError, match=r"layer l100_add_y changed arena byte 10 "
+                                                     r"\(in 'b', live"):
+        target.check_violations("arena-check l100_add_y 10\n", result)
+    with pytest.raises(target.ArenaCheckError, match=r"arena byte 70 \(the red-zone after 'a'"):
+        target.check_violations("arena-check l05_add_y 70\n", result)
+    with pytest.raises(target.ArenaCheckError, match="reported: arena-check l07_add"):
+        target.check_violations("arena-check l07_add\n", result)
+
+
 # ---- the command line ------------------------------------------------------------------------
 
 def test_cli_run_check_arena_on_an_emulated_board(tmp_path):

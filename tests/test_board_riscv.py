@@ -48,6 +48,17 @@ def test_demo_model_matches_tflm():
     _check(data, data)
 
 
+@pytest.mark.parametrize("opt", ["-O2 -fno-omit-frame-pointer", "-O3 -fno-omit-frame-pointer"])
+def test_links_and_matches_tflm_with_a_frame_pointer(opt):
+    """The semihosting call's 16-byte alignment survives linker relaxation: with its .balign
+    inside `.option norvc` the linker stopped ("14 bytes required for alignment to 16-byte
+    boundary, but only 12 present") at -O2 and -O3 with -fno-omit-frame-pointer."""
+    data = demo_tflite_bytes()
+    x = _inputs(data, 2, 9)
+    y = runner.run(data, x, board=BOARD, opt=opt)
+    assert np.array_equal(y, tflm.run(data, [x])[0])
+
+
 def _firmware(tmp_path, main_c: str) -> str:
     """Build the demo model's riscv32-virt project with `main_c` as its main.c, run it."""
     board = load_board(BOARD)

@@ -69,20 +69,14 @@ def test_link_drops_follow_ties(monkeypatch):
     deciding the arena); only dropping the 1x1's link lets a later drop (the first depthwise's)
     pay. The search that follows ties plans a smaller arena than the greedy one (TIES = 1),
     and checks out (plan_check) like it."""
-    from pathlib import Path
-
-    import pytest
-
+    from conftest import mlperf_model
     from mcuforge.board import load_board
     from mcuforge.codegen_c import model as M
     from mcuforge.frontend.tflite import load_tflite
     from mcuforge.optimizer import memory_plan
     from mcuforge.optimizer.pipeline import optimize
     from mcuforge.optimizer.plan_check import check_plan
-    path = Path(__file__).resolve().parents[2] / "shared/models/mlperf_tiny/vww_96_int8.tflite"
-    if not path.exists():
-        pytest.skip("no MLPerf VWW model")
-    g = optimize(load_tflite(path.read_bytes()))
+    g = optimize(load_tflite(mlperf_model("vww_96_int8").read_bytes()))
     kernels = M._lower_all(g, load_board("riscv32-virt").target(None))
     g2, p, declared = M.plan_model(g, kernels)
     check_plan(g2, p, declared=declared)

@@ -122,6 +122,27 @@ def test_opt_reaches_the_compiler():
     assert exes["-O0"] != exes["-O3"]
 
 
+def test_opt_reaches_the_board_compiler(monkeypatch):
+    """runner.run(..., opt=...) on an emulated board builds the firmware with those flags
+    (it once built every board at the Makefile's -O2 whatever `opt` said, so tests asking for
+    -O0 / -Os / -O3 on a board ran -O2 each time): the ELFs differ, the outputs are numpy's."""
+    require_tools("arm-none-eabi-gcc", "qemu-system-arm")
+    monkeypatch.delenv("MCUFORGE_OPT", raising=False)
+    from mcuforge import target
+    elves, real = {}, target.run_elf
+
+    def run_elf(board, elf, *args, **kwargs):
+        elves[len(elves)] = Path(elf).read_bytes()
+        return real(board, elf, *args, **kwargs)
+    monkeypatch.setattr(target, "run_elf", run_elf)
+    model = _model([helper.make_node("Transpose", ["x"], ["y"], perm=[0, 2, 3, 1])])
+    x = np.random.default_rng(5).standard_normal((1, 1, 3, 6, 4)).astype(np.float32)
+    for opt in ("-O0", "-O2"):
+        got = runner.run(model.SerializeToString(), x, board="mps2-an385", opt=opt)
+        np.testing.assert_array_equal(got, np.transpose(x, (0, 1, 3, 4, 2)))
+    assert len(elves) == 2 and elves[0] != elves[1]
+
+
 @pytest.mark.parametrize("source", ["mlperf", "onnx"])
 def test_written_pointers_never_overlap_another_argument(source):
     """restrict: every buffer a kernel writes is disjoint from every other buffer it gets."""

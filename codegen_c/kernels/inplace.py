@@ -88,7 +88,8 @@ VERIFIED = re.compile(r"|mf_gemm_w(16|8)(_g\d+)?|mf_gemm2_w16_s[02]|mf_gemm1k8_w
                       r"|mf_vec_(gemm|gemm_t|conv|dw)"
                       r"|mf_sc_gemm_(l64|m8)|mf_sc_conv_(l64|m8)|mf_sc_dw3"
                       r"|mf_mve_gemm_f[0-3]|mf_mve_gemm_k32|mf_mve_conv_f[0-3]|mf_mve_dw_conv_s8"
-                      r"|mf_mve_dw_add_s8|mf_rv_gemm_p16|mf_rv_conv_p16|mf_rv_fc_p16|mf_rv_dw3|mf_rv_dwd")
+                      r"|mf_mve_dw_add_s8|mf_rv_gemm_p16|mf_rv_conv_p16|mf_rv_fc_p16"
+                      r"|mf_rv_dw3|mf_rv_dwd")
 
 
 def declare(kernel, buf: str, acc):
