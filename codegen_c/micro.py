@@ -145,12 +145,14 @@ def im2col(x: np.ndarray, geom: dict, x_zp: int) -> np.ndarray:
     return np.stack(rows)
 
 
-def _conv(fmt):
+def _conv(fmt, cache: bool = True):
+    """mf_conv_*, or without the row cache mf_conv_lean_* (the same patches)."""
     def kernel(x, geom, x_zp, w, bias, rq, o, lo, hi, signfix, y, scratch):
         g = dict(zip(GEOM_FIELDS, (int(v) for v in geom[:len(GEOM_FIELDS)])))
         k = g["k_h"] * g["k_w"] * g["in_c"]
         row_cache = g["k_h"] * ((g["out_w"] - 1) * g["stride_w"] + g["k_w"]) * g["in_c"]
-        _scratch(scratch, 3 * ((k + 3) // 4 * 4) + row_cache, "mf_conv")  # patches, row cache
+        _scratch(scratch, 3 * ((k + 3) // 4 * 4) + (row_cache if cache else 0),
+                 "mf_conv" if cache else "mf_conv_lean")  # patches (and the row cache)
         patches = im2col(x, g, x_zp)
         acc = patches @ unpack_gemm(w, fmt, o, k).T + np.asarray(bias[:o], np.int64)
         out = requantize(acc, np.asarray(rq[:4 * o]).reshape(o, 4), signfix, lo, hi)
@@ -234,7 +236,8 @@ for _n in range(1, 33):
     for _e in ("", "_x8"):  # _x8: O a multiple of 8 (the asm's blocks in pairs)
         INTRINSICS[f"mf_convrp_w16_n{_n}{_e}"] = INTRINSICS[f"mf_convrp2_w16_n{_n}{_e}"] = _convrp
 INTRINSICS.update({"mf_gemm_w16": _gemm("w16"), "mf_gemm_w8": _gemm("w8"),
-                   "mf_conv_w16": _conv("w16"), "mf_conv_w8": _conv("w8")})
+                   "mf_conv_w16": _conv("w16"), "mf_conv_w8": _conv("w8"),
+                   "mf_conv_lean_w16": _conv("w16", False), "mf_conv_lean_w8": _conv("w8", False)})
 # the entries specialised on K compute the same (w16 weights; any K, falling back in C)
 for _g in range(1, 17):
     INTRINSICS[f"mf_gemm_w16_g{_g}"] = INTRINSICS["mf_gemm_w16"]

@@ -163,6 +163,12 @@ def conv_scratch_bytes(k_h: int, k_w: int, in_c: int, stride_w: int, out_w: int)
     return 3 * kp + k_h * ((out_w - 1) * stride_w + k_w) * in_c
 
 
+def conv_lean_scratch_bytes(k: int) -> int:
+    """Scratch bytes of one mf_conv_lean_* call (K taps): the widened patch int16[Kp] and the
+    int8 patch [Kp]."""
+    return 3 * kpad(k)
+
+
 def gemm_flash_bytes(o: int, k: int, fmt: str) -> int:
     """Flash bytes of pack_gemm_weights for O x K weights in `fmt`, without packing them (the
     per-layer format choice under a flash budget): Op * Kp elements of 2 ("w16") or 1 ("w8")

@@ -873,6 +873,69 @@ MF_MICRO void mf_conv_w8(const int8_t *x, const mf_conv_geom *g, int32_t x_zp,
 #undef MF_BODY
 }
 
+/* mf_conv_lean_w16 / mf_conv_lean_w8: mf_conv_*'s convolution without the row cache, for a
+ * --memory-priority band where the RAM matters more than the instructions: each patch is
+ * gathered straight from x (its rows' pieces copied, taps past the image's edges x_zp), then
+ * widened and multiplied as in mf_conv_body (the same patch values, the same arithmetic).
+ * Same arguments as mf_conv_*; scratch pack.conv_lean_scratch_bytes(K) = int16_t[Kp] widened
+ * patch, int8_t[Kp] patch. */
+static inline void mf_conv_lean_body(const int8_t *x, const mf_conv_geom *g, int32_t x_zp,
+                                     const void *w, int32_t fmt, const int32_t *bias,
+                                     const mf_rq *rq, int32_t O, int32_t lo, int32_t hi,
+                                     int32_t mode, int8_t *y, int16_t *scratch) {
+    const int32_t c = g->in_c, seg = g->k_w * c, K = g->k_h * seg, Kp = MF_KPAD(K);
+    int8_t *patch = (int8_t *)(scratch + Kp);
+    int32_t oy, ox, ky, kx;
+    for (oy = 0; oy < g->out_h; ++oy) {
+        const int32_t iy0 = oy * g->stride_h - g->pad_t;
+        for (ox = 0; ox < g->out_w; ++ox) {
+            const int32_t ix0 = ox * g->stride_w - g->pad_l;
+            const int32_t inside = ix0 >= 0 && ix0 + g->k_w <= g->in_w;
+            for (ky = 0; ky < g->k_h; ++ky) {
+                const int32_t iy = iy0 + ky;
+                int8_t *d = patch + ky * seg;
+                if (iy < 0 || iy >= g->in_h) {
+                    mf_fill8(d, x_zp, seg);
+                } else if (inside) {
+                    mf_copy8(d, x + (iy * g->in_w + ix0) * c, seg);
+                } else {
+                    for (kx = 0; kx < g->k_w; ++kx) {
+                        const int32_t ix = ix0 + kx;
+                        if (ix < 0 || ix >= g->in_w) {
+                            mf_fill8(d + kx * c, x_zp, c);
+                        } else {
+                            mf_copy8(d + kx * c, x + (iy * g->in_w + ix) * c, c);
+                        }
+                    }
+                }
+            }
+            mf_widen_row(patch, K, scratch);
+            mf_gemm_row(scratch, Kp >> 2, w, fmt, bias, rq, O, lo, hi, mode, y);
+            y += O;
+        }
+    }
+}
+
+MF_MICRO void mf_conv_lean_w16(const int8_t *x, const mf_conv_geom *g, int32_t x_zp,
+                               const int16_t *w, const int32_t *bias, const mf_rq *rq,
+                               int32_t O, int32_t lo, int32_t hi, int32_t signfix, int8_t *y,
+                               int16_t *scratch) {
+#define MF_BODY(mode)                                                                       \
+    mf_conv_lean_body(x, g, x_zp, w, signfix & 4 ? MF_W16Z : MF_W16, bias, rq, O, lo, hi, mode, \
+                      y, scratch)
+    MF_DISPATCH(MF_BODY);
+#undef MF_BODY
+}
+
+MF_MICRO void mf_conv_lean_w8(const int8_t *x, const mf_conv_geom *g, int32_t x_zp,
+                              const int8_t *w, const int32_t *bias, const mf_rq *rq, int32_t O,
+                              int32_t lo, int32_t hi, int32_t signfix, int8_t *y,
+                              int16_t *scratch) {
+#define MF_BODY(mode) mf_conv_lean_body(x, g, x_zp, w, MF_W8, bias, rq, O, lo, hi, mode, y, scratch)
+    MF_DISPATCH(MF_BODY);
+#undef MF_BODY
+}
+
 /* ---- im2col-free convolution: the patch read straight from widened rows ----------------------
  * mf_convp_w16 / mf_convp_w8 (and mf_convp_w16_g<G>): the convolution of mf_conv_*, with the
  * patch taps in another order so that no patch is gathered or widened per output pixel. For

@@ -184,7 +184,8 @@ def conv_case(rng, h, wd, c, kh, kw, stride, padding, o, fmt, act, fused=False,
 
 # "w16g": w16 weights through the entries specialised on K (mf_gemm_w16_g<G>, G = Kp / 4 <= 16)
 FORMATS = (*pack.GEMM_FORMATS, "w16g")
-# convolutions also through mf_convp_* (no im2col): "w16p", "w8p", "w16pg" (mf_convp_w16_g<G>)
+# convolutions also through mf_convp_* (no im2col): "w16p", "w8p", "w16pg" (mf_convp_w16_g<G>),
+# and mf_conv_lean_* (im2col without the row cache): "w16l", "w8l"
 CONVP_FORMATS = ("w16p", "w8p", "w16pg")
 
 
@@ -203,6 +204,8 @@ def entry(c) -> str:
         return f"{name}_s{mode}" if c.get("moded") and mode != 1 else name
     g = packed_k(c) // 4
     base = "w8" if c["fmt"].startswith("w8") else "w16"
+    if c["fmt"].endswith("l"):
+        return f"mf_conv_lean_{base}"
     fmt = f"{base}_g{g}" if "g" in c["fmt"] and g <= 16 else base
     return f"mf_{c['kind']}{'p' if 'p' in c['fmt'] else ''}_{fmt}"
 
@@ -309,6 +312,9 @@ def all_cases(seed=0):
     for c in [c for c in cases if c["kind"] == "conv"]:
         fmt = {"w16": "w16p", "w8": "w8p", "w16g": "w16pg", "w16gu": "w16pgu"}[c["fmt"]]
         cases.append(dict(c, fmt=fmt))
+    # mf_conv_lean_*: the im2col convolution cases again without the row cache
+    for c in [c for c in cases if c["kind"] == "conv" and c["fmt"] in ("w16", "w8")]:
+        cases.append(dict(c, fmt=c["fmt"] + "l"))
     return cases
 
 
@@ -329,6 +335,8 @@ def scratch_bytes(c) -> int:
     h, wd, ch, kh, kw, sh, sw, pt, pl, oh, ow = c["geom"]
     if "p" in c["fmt"]:
         return pack.convp_scratch_bytes(kh, kw, ch, sw, ow)
+    if c["fmt"].endswith("l"):
+        return pack.conv_lean_scratch_bytes(c["k"])
     return pack.conv_scratch_bytes(kh, kw, ch, sw, ow)
 
 

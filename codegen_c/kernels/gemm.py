@@ -81,8 +81,8 @@ def gemm(ctx: OpContext, ref: ir.Kernel, target) -> ir.Kernel | None:
     if folded is not None:  # int16 weights hold 2^pre too: no shift before the multiply
         (rows, bias, rq), signfix = folded, signfix | pack.PRE0
     # a band of a --memory-priority stage asking for its least scratch ("lean": set by
-    # optimizer/patch.py where the RAM pays for the instructions) takes im2col, whose row
-    # cache holds k_h input rows of int8 instead of widened int16 ones
+    # optimizer/patch.py where the RAM pays for the instructions) takes im2col without the row
+    # cache (mf_conv_lean_*: a patch gathered from the input per pixel, 3 Kp bytes of scratch)
     lean = bool(ctx.attrs.get("lean"))
     rp = None if lean else convrp(ctx, ref, layer, fmt, folded is not None, rows, bias, rq,
                                   signfix)
@@ -153,16 +153,21 @@ def gemm(ctx: OpContext, ref: ir.Kernel, target) -> ir.Kernel | None:
         n, geom, buf = conv_geometry(ctx)
         h, w_, c, kh, kw, sh, sw, _, _, oh, ow = (int(v) for v in geom)
         consts.append(buf)
-        conv = "convp" if pair else "conv"
-        scratch = (pack.convp_scratch_bytes if pair else pack.conv_scratch_bytes)(kh, kw, c, sw, ow)
+        conv = "convp" if pair else "conv_lean" if lean else "conv"
+        if lean:  # no row cache: the patch gathered from the input per pixel
+            entry, scratch = fmt, pack.conv_lean_scratch_bytes(kh * kw * c)
+        else:
+            scratch = (pack.convp_scratch_bytes if pair else pack.conv_scratch_bytes)(
+                kh, kw, c, sw, ow)
         body = ir.loops([("n", n)], lambda b: [ir.CallStmt(f"mf_{conv}_{entry}", (
             ir.Ptr("x", b * (h * w_ * c)), ir.Ptr("geom", ir.Const(0), ctype="const mf_conv_geom *"),
             ir.Const(layer["x_zp"]), *common, ir.Ptr("y", b * (oh * ow * o)),
             ir.Ptr("scratch", ir.Const(0))))])
         how = (f"patches from rows widened once per output row, {oh * ow} x {rows.shape[1]} taps"
-               if pair else f"im2col, {oh * ow} patches x {k} taps")
-        access = None if n != 1 else inplace.conv_rows(h, w_, c, oh, ow, o, kh, sh,
-                                                         int(geom[7]))
+               if pair else f"im2col, {oh * ow} patches x {k} taps"
+               + (", each gathered from the input (no row cache)" if lean else ""))
+        access = None if n != 1 else inplace.conv_batches(geom, o, 1) if lean else \
+            inplace.conv_rows(h, w_, c, oh, ow, o, kh, sh, int(geom[7]))
     bufs = [b for b in ref.params if b.kind != "scratch"] + consts + [
         ir.Buffer("scratch", "int16", (scratch + 1) // 2, "scratch")]
     why = " (int8: the flash budget)" if fmt == "w8" and target.dsp else ""
