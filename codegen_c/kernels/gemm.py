@@ -166,8 +166,9 @@ def gemm(ctx: OpContext, ref: ir.Kernel, target) -> ir.Kernel | None:
         how = (f"patches from rows widened once per output row, {oh * ow} x {rows.shape[1]} taps"
                if pair else f"im2col, {oh * ow} patches x {k} taps"
                + (", each gathered from the input (no row cache)" if lean else ""))
-        access = None if n != 1 else inplace.conv_batches(geom, o, 1) if lean else \
-            inplace.conv_rows(h, w_, c, oh, ow, o, kh, sh, int(geom[7]))
+        # (mf_conv_lean_* declares nothing: not among inplace.VERIFIED's tested kernels)
+        access = None if n != 1 or lean else inplace.conv_rows(h, w_, c, oh, ow, o, kh, sh,
+                                                                 int(geom[7]))
     bufs = [b for b in ref.params if b.kind != "scratch"] + consts + [
         ir.Buffer("scratch", "int16", (scratch + 1) // 2, "scratch")]
     why = " (int8: the flash budget)" if fmt == "w8" and target.dsp else ""
