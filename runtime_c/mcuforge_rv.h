@@ -43,7 +43,7 @@
  * unsigned compare of y + 128 (add raised by 128 << post): ReLU layers saturate half their
  * outputs, whose fix-up then costs 3 instead of 1 (KWS +10 K a 1x1 layer).
  * Code: MF_RV_SEGS3's assembly is ~5 KB (35 entries of 80 bytes, two chains of 16 taps),
- * once in mf_rv_gemm_p16 and once in mf_rv_conv_p16.
+ * once, in mf_rv_block3 (shared by mf_rv_gemm_p16 and mf_rv_conv_p16).
  * rq[O] (mf_rv_rec) per channel slot, unpadded; mode: bit 0 the sign term (mf_rq's signfix),
  * bit 1 some channel's pre1 != 0, bit 3 the records' low used, bit 4 the channels reordered
  * (bit 2, the full int8 clamp, is set by the C entries: MF_RV_MODE). */
@@ -353,7 +353,7 @@ MF_INLINE int8_t mf_rv_out(int32_t acc, const mf_rv_rec *q, int32_t mode, int32_
 
 /* Every block of 4 channels (the last n = O % 4 real ones, zero channels pad) for 3
  * interleaved rows xs: w the layer's stream; y rows y_stride apart, nr <= 3 of them stored.
- * (Inlined: the segments' code once in mf_rv_gemm_p16, once in mf_rv_conv_p16.) */
+ * (One copy for both entries: the segments' code once.) */
 MF_RV_SHARED MF_SC_NOSCHED void mf_rv_block3(const int8_t *xs, const int32_t *w,
                                          const mf_rv_rec *rq, int32_t O, int32_t lo,
                                          int32_t hi, int32_t mode, int8_t *y,
@@ -361,9 +361,14 @@ MF_RV_SHARED MF_SC_NOSCHED void mf_rv_block3(const int8_t *xs, const int32_t *w,
     const mf_rv_rec *q, *qe = rq + O;
     int8_t *yo = y;
     int32_t ys = y_stride;
-    /* the full blocks' outputs without checks in the usual modes (the int8 clamp, with the
-     * sign term or not), the others through the loop below */
-    int32_t fast = nr == 3 && (mode & 6) == 4 ? mode & 31 : 0;
+    /* the full blocks' outputs without checks where the int8 clamp and no shift (pre = 1):
+     * two copies, each storing through the records' out (channels in order or not: ~2
+     * instructions a channel, the same code for both), ReLU layers (28: the records' low, no
+     * sign term) and the others (21: the sign term, always exact, also for modes 4 and 20);
+     * a ReLU with the sign term (13, 29: none in MLPerf Tiny) through the loop below. Code:
+     * 8 copies (one per mode) were 4.4 KB more for +-0.05 % instructions (KWS -2.7 K, VWW
+     * +5 K, ResNet-8 -5 K with 2). */
+    int32_t fast = nr != 3 || (mode & 6) != 4 ? 0 : (mode & 9) == 8 ? 28 : mode & 8 ? 0 : 21;
     for (q = rq; q < qe; q += 4, yo += 4) {
         int32_t n = qe - q < 4 ? (int32_t)(qe - q) : 4;
         uint32_t sa00 = (uint32_t)q[0].init, sb00 = n > 1 ? (uint32_t)q[1].init : 0;
@@ -392,8 +397,7 @@ MF_RV_SHARED MF_SC_NOSCHED void mf_rv_block3(const int8_t *xs, const int32_t *w,
                 for (r = 0; r < nr; r++)
                     yo[r * ys + q[c].out] = mf_rv_out(a[r][c], q + c, mode, lo, hi);
         }
-        MF_RV_FAST(12) MF_RV_FAST(28) MF_RV_FAST(13) MF_RV_FAST(29) /* (ReLU layers first) */
-        MF_RV_FAST(4) MF_RV_FAST(20) MF_RV_FAST(5) MF_RV_FAST(21)
+        MF_RV_FAST(28) MF_RV_FAST(21) /* (ReLU layers first) */
     }
 }
 #undef MF_RV_OUT12

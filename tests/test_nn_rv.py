@@ -259,6 +259,13 @@ def test_cases_exercise_modes():
     modes = {kernel_data(c["L"], low=c.get("low", False), order=c.get("order"))[2]
              for c in CASES if c["kind"] != "dw"}
     assert {0, 1, 2, 3, 8, 9, 10, 11, 16, 17, 24, 25} <= modes, modes
+    # with the int8 clamp (MF_RV_MODE's bit 2) and full blocks of 3 rows: mf_rv_block3's two
+    # unchecked copies (28: ReLU with low; 21: the sign term, also taking 4 and 20) and the
+    # modes left to its checked loop (13, 29)
+    full = {kernel_data(c["L"], low=c.get("low", False), order=c.get("order"))[2] | 4
+            for c in CASES if c["kind"] != "dw" and c.get("rows", 3) >= 3
+            and (c["L"]["lo"], c["L"]["hi"]) == (-128, 127)}
+    assert {4, 5, 12, 13, 20, 21, 28, 29} <= full, full
     dw = [c["L"] for c in CASES if c["kind"] == "dw"]
     assert any(min(L["shifts"]) < 0 < max(L["shifts"]) for L in dw)
 
