@@ -17,8 +17,8 @@
  * n chunks' offsets taken out: mf_rv_rec.init), channel b = SB and channel a = SA - 2^16 SB,
  * each with its bias.
  * Layout (int32 words, blocks of 4 channels, zero channels pad, blocks one after the other):
- *   per segment of a chunk (<= 16 taps, see MF_RV_SEG) its word 80 e + 1, then per tap the
- *   words of channels (0, 1) and (2, 3); after the block's last segment the end word.
+ *   per segment of a chunk (<= 16 taps, see MF_RV_SEG) its word MF_RV_EOFF(e) + 1, then per
+ *   tap the words of channels (0, 1) and (2, 3); after the block's last segment the end word.
  * Block: 3 rows x 4 channels (6 chunk accumulators + 12 sums in registers): per tap 3 lb, 2 lw,
  * 6 mul, 6 add for 12 MACs. The 3 rows are first interleaved into xs[3 K] (x of tap k, row r
  * at 3 k + r: one pointer, immediate offsets); rows past the end re-read the last row (not
@@ -42,7 +42,7 @@
  * one kernel row for 15-60 % of the channels). Tried, not kept: the int8 saturation as one
  * unsigned compare of y + 128 (add raised by 128 << post): ReLU layers saturate half their
  * outputs, whose fix-up then costs 3 instead of 1 (KWS +10 K a 1x1 layer).
- * Code: MF_RV_SEGS3's assembly is ~5 KB (35 entries of 80 bytes, two chains of 16 taps),
+ * Code: MF_RV_SEGS3's assembly is ~3.7 KB (the entries 1,564 bytes, two chains of 16 taps),
  * once, in mf_rv_block3 (shared by mf_rv_gemm_p16 and mf_rv_conv_p16).
  * rq[O] (mf_rv_rec) per channel slot, unpadded; mode: bit 0 the sign term (mf_rq's signfix),
  * bit 1 some channel's pre1 != 0, bit 3 the records' low used, bit 4 the channels reordered
@@ -169,14 +169,31 @@ MF_INLINE int8_t mf_rv_out(int32_t acc, const mf_rv_rec *q, int32_t mode, int32_
 /* ---- the stream's segments ----------------------------------------------------------------
  * A chunk is one segment of L <= MF_RV_SEG taps, or (longer) a first segment of MF_RV_SEG taps,
  * middle ones of MF_RV_SEG and a last one of 1..MF_RV_SEG. Each segment: its word
- * MF_RV_ESZ e + 1, then its L taps' 2 words; after the block's last segment the word of
+ * MF_RV_EOFF(e) + 1, then its L taps' 2 words; after the block's last segment the word of
  * e = MF_RV_E_END. e < 16: a whole chunk of e + 1 taps (accumulators start, fold at the end);
  * 16 <= e < 32: the last e - 15 taps of a chunk (fold); 32: a chunk's first 16 (start);
  * 33: 16 more. The word is also the entry's byte offset in the RV32 code below (bit 0, set so
- * that no word is 0, is dropped by jalr). */
+ * that no word is 0, is dropped by jalr): the entries that start a chunk (e < 16, then 32)
+ * are 80 bytes (20 instructions: the first tap), the others (16..31, then 33) 12 (3: the
+ * pointer steps and a jump), the end after them (1,564 bytes; as 35 entries of 80 bytes
+ * they were 2,720). */
 #define MF_RV_SEG 16
-#define MF_RV_ESZ 80 /* an entry's bytes: 20 instructions, the longest */
+#define MF_RV_ESZ 80   /* a starting entry's bytes */
+#define MF_RV_FSZ 12   /* the others' */
+#define MF_RV_F0 1360  /* the first of the others: after 17 starting entries */
 #define MF_RV_E_END 34
+#define MF_RV_EOFF(e)                                                                         \
+    ((e) < MF_RV_SEG ? MF_RV_ESZ * (e)                                                        \
+     : (e) == 2 * MF_RV_SEG ? MF_RV_ESZ * MF_RV_SEG                                           \
+     : (e) < 2 * MF_RV_SEG ? MF_RV_F0 + MF_RV_FSZ * ((e) - MF_RV_SEG)                         \
+                           : MF_RV_F0 + MF_RV_FSZ * ((e) - MF_RV_SEG - 1))
+/* a segment word's e */
+MF_INLINE int32_t mf_rv_entry(int32_t word) {
+    uint32_t o = (uint32_t)word - 1u, j;
+    if (o < MF_RV_F0) return o == MF_RV_ESZ * MF_RV_SEG ? 2 * MF_RV_SEG : (int32_t)(o / MF_RV_ESZ);
+    j = (o - MF_RV_F0) / MF_RV_FSZ;
+    return (int32_t)(j < MF_RV_SEG ? j + MF_RV_SEG : j + MF_RV_SEG + 1);
+}
 
 #if defined(__GNUC__) && defined(__riscv) && __riscv_xlen == 32 && defined(__riscv_mul) &&      \
     defined(__OPTIMIZE__) && !defined(MF_RV_NOASM)
@@ -225,20 +242,19 @@ MF_INLINE int8_t mf_rv_out(int32_t acc, const mf_rv_rec *q, int32_t mode, int32_
     "],%[" #A "]," MF_RV_R##C "\n\t"
 #define MF_RV_DISPATCH                                                                        \
     "lw " MF_RV_Rt ",0(%[w])\n\tadd " MF_RV_Rt "," MF_RV_Rt "," MF_RV_Rbs "\n\tjr " MF_RV_Rt "\n\t"
-/* entries (MF_RV_ESZ bytes each, padded): STEP the pointer steps of L taps */
+/* entries (MF_RV_EOFF): STEP the pointer steps of L taps */
 #define MF_RV_STEP(L) "addi %[w],%[w],8*" #L "+4\n\taddi %[x],%[x],3*" #L "\n\t"
 #define MF_RV_EW(L, N) /* a whole chunk of L taps: its first, then chain A from tap N = L-1 */ \
     MF_RV_STEP(L) MF_RV_TAPA(L, MF_RV_INI) "j .Lrv%=A" #N "\n\t"
-#define MF_RV_EF(L) MF_RV_STEP(L) "j .Lrv%=A" #L "\n\t.skip 68\n\t" /* a chunk's last L */
+#define MF_RV_EF(L) MF_RV_STEP(L) "j .Lrv%=A" #L "\n\t" /* a chunk's last L */
 #define MF_RV_ENTRIES                                                                         \
     MF_RV_EW(1, 0) MF_RV_EW(2, 1) MF_RV_EW(3, 2) MF_RV_EW(4, 3) MF_RV_EW(5, 4) MF_RV_EW(6, 5)  \
     MF_RV_EW(7, 6) MF_RV_EW(8, 7) MF_RV_EW(9, 8) MF_RV_EW(10, 9) MF_RV_EW(11, 10)              \
     MF_RV_EW(12, 11) MF_RV_EW(13, 12) MF_RV_EW(14, 13) MF_RV_EW(15, 14) MF_RV_EW(16, 15)       \
+    MF_RV_STEP(16) MF_RV_TAPA(16, MF_RV_INI) "j .Lrv%=B15\n\t" /* 32: a start */              \
     MF_RV_EF(1) MF_RV_EF(2) MF_RV_EF(3) MF_RV_EF(4) MF_RV_EF(5) MF_RV_EF(6) MF_RV_EF(7)       \
     MF_RV_EF(8) MF_RV_EF(9) MF_RV_EF(10) MF_RV_EF(11) MF_RV_EF(12) MF_RV_EF(13) MF_RV_EF(14)  \
-    MF_RV_EF(15) MF_RV_EF(16)                                                                 \
-    MF_RV_STEP(16) MF_RV_TAPA(16, MF_RV_INI) "j .Lrv%=B15\n\t" /* 32: a start */              \
-    MF_RV_STEP(16) "j .Lrv%=B16\n\t.skip 68\n\t"                           /* 33: middle */
+    MF_RV_EF(15) MF_RV_EF(16) MF_RV_STEP(16) "j .Lrv%=B16\n\t" /* 33: middle */
 #endif
 
 /* The segments of one block of 4 channels (the block's stream from w) for 3 interleaved rows
@@ -278,7 +294,7 @@ MF_INLINE int8_t mf_rv_out(int32_t acc, const mf_rv_rec *q, int32_t mode, int32_
         const int8_t *xp = (xs);                                                              \
         uint32_t c00 = 0, c01 = 0, c10 = 0, c11 = 0, c20 = 0, c21 = 0;                        \
         for (;;) {                                                                            \
-            int32_t e = (int32_t)((uint32_t)*w / MF_RV_ESZ), L, j;                            \
+            int32_t e = mf_rv_entry(*w), L, j;                                                \
             if (e >= MF_RV_E_END) break;                                                      \
             L = e < MF_RV_SEG ? e + 1 : e < 2 * MF_RV_SEG ? e - MF_RV_SEG + 1 : MF_RV_SEG;    \
             w++;                                                                              \
@@ -419,7 +435,7 @@ MF_INLINE MF_SC_NOSCHED void mf_rv_block1(const int8_t *x, const int32_t *w,
         uint32_t c0 = 0, c1 = 0;
         const int8_t *xp = x;
         for (;;) {
-            uint32_t e = (uint32_t)*w / MF_RV_ESZ;
+            uint32_t e = (uint32_t)mf_rv_entry(*w);
             const int32_t *we;
             if (e < MF_RV_SEG) { /* a whole chunk of e + 1 taps */
                 c0 = c1 = MF_RV_OFF;

@@ -56,6 +56,17 @@ def chunks_p16(rows: np.ndarray) -> list[list[int]]:
 
 
 SEG, ESZ, E_END = 16, 80, 34  # MF_RV_SEG, MF_RV_ESZ, MF_RV_E_END
+FSZ, F0 = 12, 1360  # MF_RV_FSZ, MF_RV_F0
+
+
+def entry_offset(e: int) -> int:
+    """MF_RV_EOFF: entry e's byte offset in the RV32 code (the segment word less 1): the
+    entries starting a chunk (e < SEG, then 2 SEG) ESZ bytes each, the others FSZ after them."""
+    if e < SEG:
+        return ESZ * e
+    if e == 2 * SEG:
+        return ESZ * SEG
+    return F0 + FSZ * (e - SEG if e < 2 * SEG else e - SEG - 1)
 REC_WORDS = 7  # mf_rv_rec's int32 words
 
 
@@ -74,7 +85,7 @@ def segments(n: int) -> list[tuple[int, int]]:
 
 def pack_p16(rows: np.ndarray, chunks) -> np.ndarray:
     """The "p16" stream (mcuforge_rv.h): per block of 4 channels, per segment of L taps of a
-    chunk the word ESZ e + 1 (segments()), then per tap the words w0 + 2^16 w1,
+    chunk the word entry_offset(e) + 1 (segments()), then per tap the words w0 + 2^16 w1,
     w2 + 2^16 w3; the word of E_END ends the block: int32."""
     o, k = rows.shape
     w = np.zeros(((o + 3) // 4 * 4, k), np.int64)
@@ -86,10 +97,10 @@ def pack_p16(rows: np.ndarray, chunks) -> np.ndarray:
         a = 0
         for n in lens:
             for e, ln in segments(n):
-                words.append(np.array([ESZ * e + 1], np.int64))
+                words.append(np.array([entry_offset(e) + 1], np.int64))
                 words.append(pair[a:a + ln].reshape(-1))
                 a += ln
-        words.append(np.array([ESZ * E_END + 1], np.int64))
+        words.append(np.array([entry_offset(E_END) + 1], np.int64))
     return np.concatenate(words).astype(np.int32)
 
 
@@ -204,8 +215,9 @@ def rv_gemm(ctx: OpContext, ref: ir.Kernel, target) -> ir.Kernel | None:
     lows = rv_lows(rq, mode & 1, layer["lo"], layer["hi"],
                    pack.acc_bounds(bias, rows)) if relu else None
     consts = [ir.Buffer("w", "int32", packed.size, "const", packed,
-                        "p16: per block of 4 channels, per segment of a chunk 80 e + 1 then its "
-                        "taps' words w0 + 2^16 w1, w2 + 2^16 w3, then 80 * 34 + 1"),
+                        "p16: per block of 4 channels, per segment of a chunk MF_RV_EOFF(e) + 1 "
+                        "then its taps' words w0 + 2^16 w1, w2 + 2^16 w3, then "
+                        "MF_RV_EOFF(34) + 1"),
               ir.Buffer("rq", "int32", REC_WORDS * o, "const",
                         rv_records(bias, rq, chunks, lows, perm),
                         "mf_rv_rec per channel: the sums' start (bias - x_zp * sum(w); even "
