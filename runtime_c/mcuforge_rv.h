@@ -716,7 +716,9 @@ MF_MICRO MF_SC_NOSCHED void mf_rv_dw3(const int8_t *x, int8_t *y, const int32_t 
  * -Os one generic copy each. Measured (riscv32-virt, code without weights, instructions):
  * VWW -Os per-geometry copies 26,378 B / 20.05 M, generic 14,698 B / 25.30 M; KWS 12,528 B /
  * 7.60 M vs 11,808 B / 8.93 M: -Os takes the generic copy (the code under 16 KB); -O2 keeps
- * the copies (VWW 26,454 B / 18.39 M, KWS 11,836 B / 6.95 M). */
+ * the copies (VWW 26,454 B / 18.39 M, KWS 11,836 B / 6.95 M), compact ones (CMP, one row
+ * body) where a model's copies pass rv.py's DWD_BUDGET: VWW's nine 16,834 -> 9,340 bytes for
+ * +234 K instructions (17.68 M -> 17.92 M). */
 #if defined(__GNUC__) && defined(__OPTIMIZE__) && !defined(__OPTIMIZE_SIZE__)
 #define MF_RV_DWI static inline __attribute__((always_inline, unused))
 #elif defined(__GNUC__)
@@ -925,11 +927,14 @@ MF_RV_DWI void mf_rv_dwd_put(const int8_t *b, int8_t *y, int32_t n, int32_t C) {
     } while (0)
 
 /* x [VH][VW][C] -> y [VOH][VOW][C], stride SY x SX (SX 1 or 2), padding PT, PL (and at the
- * bottom and right) at most 1; buf: 2 VOW bytes when DLY */
-MF_RV_DWI void mf_rv_dwd(const int8_t *x, int8_t *y, const int32_t *pk, int32_t VH, int32_t VW,
-                         int32_t C, int32_t VOH, int32_t VOW, int32_t SY, int32_t SX,
-                         int32_t PT, int32_t PL, int32_t x_zp, int32_t lo, int32_t hi,
-                         int32_t mode, int32_t TR, int32_t DLY, int8_t *buf) {
+ * bottom and right) at most 1; buf: 2 VOW bytes when DLY. CMP: one row body for every row
+ * (which kernel rows are off as values: half the code of a copy, ~2.5 instructions more an
+ * output) instead of one per kind of row (top, middle, bottom, a single one). */
+MF_RV_DWI void mf_rv_dwd_x(const int8_t *x, int8_t *y, const int32_t *pk, int32_t VH,
+                           int32_t VW, int32_t C, int32_t VOH, int32_t VOW, int32_t SY,
+                           int32_t SX, int32_t PT, int32_t PL, int32_t x_zp, int32_t lo,
+                           int32_t hi, int32_t mode, int32_t TR, int32_t DLY, int32_t CMP,
+                           int8_t *buf) {
     int32_t MODE = MF_RV_MODE(mode, lo, hi), c;
     int32_t XS = TR ? VH * C : C, YS = TR ? C : VW * C; /* plane column, row steps in x */
     int32_t OXS = TR ? VOH * C : C, OYS = TR ? C : VOW * C; /* and in y */
@@ -944,17 +949,32 @@ MF_RV_DWI void mf_rv_dwd(const int8_t *x, int8_t *y, const int32_t *pk, int32_t 
         int32_t add = pk[11], pre1 = pk[12], post = pk[13], sfm = -(post != 0), oy = 0;
         int32_t zt = x_zp * (w0 + w1 + w2), zb = x_zp * (w6 + w7 + w8);
         int32_t zl = x_zp * (w0 + w3 + w6), zr = x_zp * (w2 + w5 + w8);
-        if (top) {
-            if (2 - PT >= VH) /* (one input row: both kernel rows off) */
-                MF_RV_DWD_ROW(0, 0);
-            else
-                MF_RV_DWD_ROW(0, 1);
-            oy = 1;
+        if (CMP) {
+            for (; oy < VOH; oy++) {
+                int32_t t0 = top && oy == 0;
+                MF_RV_DWD_ROW(!t0, oy < mid && !(t0 && 2 - PT >= VH));
+            }
+        } else {
+            if (top) {
+                if (2 - PT >= VH) /* (one input row: both kernel rows off) */
+                    MF_RV_DWD_ROW(0, 0);
+                else
+                    MF_RV_DWD_ROW(0, 1);
+                oy = 1;
+            }
+            for (; oy < mid; oy++) MF_RV_DWD_ROW(1, 1);
+            for (; oy < VOH; oy++) MF_RV_DWD_ROW(1, 0);
         }
-        for (; oy < mid; oy++) MF_RV_DWD_ROW(1, 1);
-        for (; oy < VOH; oy++) MF_RV_DWD_ROW(1, 0);
         if (DLY) mf_rv_dwd_put(buf + ((VOH - 1) & 1) * VOW, y + (VOH - 1) * OYS + c, VOW, OXS);
     }
+}
+
+MF_RV_DWI void mf_rv_dwd(const int8_t *x, int8_t *y, const int32_t *pk, int32_t VH, int32_t VW,
+                         int32_t C, int32_t VOH, int32_t VOW, int32_t SY, int32_t SX,
+                         int32_t PT, int32_t PL, int32_t x_zp, int32_t lo, int32_t hi,
+                         int32_t mode, int32_t TR, int32_t DLY, int8_t *buf) {
+    mf_rv_dwd_x(x, y, pk, VH, VW, C, VOH, VOW, SY, SX, PT, PL, x_zp, lo, hi, mode, TR, DLY, 0,
+                buf);
 }
 
 /* One copy of mf_rv_dwd for one constant geometry (plane, stride, padding, mode, lo, hi, TR,
@@ -970,8 +990,15 @@ MF_RV_DWI void mf_rv_dwd(const int8_t *x, int8_t *y, const int32_t *pk, int32_t 
 #define MF_RV_DWD_DEF(name, VH, VW, C, VOH, VOW, SY, SX, PT, PL, lo, hi, mode, TR, DLY)      \
     MF_RV_DWS void name(const int8_t *x, int8_t *y, const int32_t *pk, int32_t x_zp,         \
                         int8_t *buf) {                                                        \
-        mf_rv_dwd(x, y, pk, VH, VW, C, VOH, VOW, SY, SX, PT, PL, x_zp, lo, hi, mode, TR, DLY, \
-                  buf);                                                                       \
+        mf_rv_dwd_x(x, y, pk, VH, VW, C, VOH, VOW, SY, SX, PT, PL, x_zp, lo, hi, mode, TR,    \
+                    DLY, 0, buf);                                                             \
+    }
+/* the same with one row body (mf_rv_dwd_x's CMP; rv.py's depthwise code budget) */
+#define MF_RV_DWD_DEFC(name, VH, VW, C, VOH, VOW, SY, SX, PT, PL, lo, hi, mode, TR, DLY)     \
+    MF_RV_DWS void name(const int8_t *x, int8_t *y, const int32_t *pk, int32_t x_zp,         \
+                        int8_t *buf) {                                                        \
+        mf_rv_dwd_x(x, y, pk, VH, VW, C, VOH, VOW, SY, SX, PT, PL, x_zp, lo, hi, mode, TR,    \
+                    DLY, 1, buf);                                                             \
     }
 
 #undef MF_RV_DWD_ROW

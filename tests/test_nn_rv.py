@@ -217,10 +217,10 @@ def direct_geometry(c):
 IP_BYTES = 8192  # the in-place buffer
 
 
-def in_place_check(i, c, d, mode, puts, puti) -> str:
+def in_place_check(i, c, d, mode, puts, puti, cmp=0) -> str:
     """C: case i through mf_rv_dwd as the schedule calls it (rv.dwd_choice: plane, delayed
-    rows) with y at x + the shift its access schedule allows (inplace.best_shift), in one
-    buffer: every output byte must still come out right."""
+    rows; cmp: one row body, mf_rv_dwd_x's CMP) with y at x + the shift its access schedule
+    allows (inplace.best_shift), in one buffer: every output byte must still come out right."""
     from mcuforge.codegen_c.kernels import inplace
     L, n_in, n_out = c["L"], c["x"].size, c["y"].size
     tr, dly, acc = rv.dwd_choice(d, n_in, n_out)
@@ -230,8 +230,8 @@ def in_place_check(i, c, d, mode, puts, puti) -> str:
     args = ", ".join(map(str, rv.dwd_plane(d, tr)))
     return f"""    memset(ipbuf, {SENTINEL}, sizeof ipbuf);
     memcpy(ipbuf + {x0}, x{i}, {n_in});
-    mf_rv_dwd(ipbuf + {x0}, ipbuf + {x0 + shift}, wd{i}_{tr}, {args}, {L['x_zp']}, {L['lo']},
-              {L['hi']}, {mode}, {tr}, {dly}, scratch);
+    mf_rv_dwd_x(ipbuf + {x0}, ipbuf + {x0 + shift}, wd{i}_{tr}, {args}, {L['x_zp']},
+                {L['lo']}, {L['hi']}, {mode}, {tr}, {dly}, {cmp}, scratch);
     bad = 0;
     for (j = 0; j < {n_out}; j++) bad += ipbuf[{x0 + shift} + j] != y{i}[j];
     if (bad) {{ {puts}("case {i} in place bad "); {puti}((uint64_t)bad); {puts}("\\n"); total += bad; }}
@@ -369,9 +369,15 @@ def program(cases, out: str) -> str:
                             f"{L['x_zp']}, {L['lo']}, {L['hi']}, {mode}, {tr}, {dly}, "
                             "scratch);")
                     body.append(check(i, c["y"].size, call, puts, puti))
+                    # one row body for every row (rv.py's depthwise code budget)
+                    call = (f"mf_rv_dwd_x(x{i}, ybuf, wd{i}_{tr}, {', '.join(map(str, d))}, "
+                            f"{L['x_zp']}, {L['lo']}, {L['hi']}, {mode}, {tr}, {dly}, 1, "
+                            "scratch);")
+                    body.append(check(i, c["y"].size, call, puts, puti))
             d = direct_geometry(c)
             if rv.dwd_ok(*d):  # the schedule's choice, its output over its input
                 body.append(in_place_check(i, c, d, mode, puts, puti))
+                body.append(in_place_check(i, c, d, mode, puts, puti, cmp=1))
             continue
         packed, rec, mode = kernel_data(c["L"], c.get("chunks"), c.get("low", False),
                                         c.get("order"))
