@@ -1,8 +1,8 @@
 """Python mirrors of the RV32 micro-kernels in runtime_c/mcuforge_rv.h for the loop-IR
 evaluator: they decode the "p16" stream from the header's description (per block of 4
-channels, the chunks' segments: a word 80 e + 1 then L taps of pair words; an end word),
-check the lane proof the C relies on (every chunk's lane sums inside [-2^15, 2^15) for any
-int8 x, else UndefinedBehaviour) and compute TFLM's arithmetic on whole arrays. Registered
+channels, the chunks' segments: a word MF_RV_EOFF(e) + 1 then L taps of pair words; an end
+word), check the lane proof the C relies on (every chunk's lane sums inside [-2^15, 2^15) for
+any int8 x, else UndefinedBehaviour) and compute TFLM's arithmetic on whole arrays. Registered
 into qmath.INTRINSICS on import."""
 from __future__ import annotations
 
@@ -13,15 +13,20 @@ from .micro import GEOM_FIELDS, im2col, requantize
 from .qmath import INTRINSICS
 
 
-SEG, ESZ, E_END = 16, 80, 34  # MF_RV_SEG, MF_RV_ESZ, MF_RV_E_END (mcuforge_rv.h)
+SEG, E_END = 16, 34  # MF_RV_SEG, MF_RV_E_END (mcuforge_rv.h)
+# segment word -> entry: MF_RV_EOFF(e) + 1, the starting entries 80 bytes each (e < 16, then
+# 32), the others 12 after them (1360 + 12 j: 16..31, then 33, then the end)
+_OFFSETS = [80 * e for e in range(SEG)] + [80 * SEG] + [1360 + 12 * j for j in range(18)]
+_ENTRY = {o + 1: e for o, e in zip(_OFFSETS, [*range(SEG), 2 * SEG, *range(SEG, 2 * SEG),
+                                              2 * SEG + 1, E_END])}
 
 
 def _segment(word) -> tuple[int, int, bool, bool] | None:
     """A segment word: (entry, taps, starts a chunk, ends it with a fold), None for the block's
     end word; raises for a word that is neither."""
-    if word % ESZ != 1 or not 0 <= word // ESZ <= E_END:
+    e = _ENTRY.get(int(word))
+    if e is None:
         raise UndefinedBehaviour("mf_rv_gemm_p16: a segment word off the entries")
-    e = int(word) // ESZ
     if e == E_END:
         return None
     taps = e + 1 if e < SEG else e - SEG + 1 if e < 2 * SEG else SEG

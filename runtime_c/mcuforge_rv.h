@@ -17,8 +17,8 @@
  * n chunks' offsets taken out: mf_rv_rec.init), channel b = SB and channel a = SA - 2^16 SB,
  * each with its bias.
  * Layout (int32 words, blocks of 4 channels, zero channels pad, blocks one after the other):
- *   per segment of a chunk (<= 16 taps, see MF_RV_SEG) its word 80 e + 1, then per tap the
- *   words of channels (0, 1) and (2, 3); after the block's last segment the end word.
+ *   per segment of a chunk (<= 16 taps, see MF_RV_SEG) its word MF_RV_EOFF(e) + 1, then per
+ *   tap the words of channels (0, 1) and (2, 3); after the block's last segment the end word.
  * Block: 3 rows x 4 channels (6 chunk accumulators + 12 sums in registers): per tap 3 lb, 2 lw,
  * 6 mul, 6 add for 12 MACs. The 3 rows are first interleaved into xs[3 K] (x of tap k, row r
  * at 3 k + r: one pointer, immediate offsets); rows past the end re-read a row of the block
@@ -42,8 +42,8 @@
  * one kernel row for 15-60 % of the channels). Tried, not kept: the int8 saturation as one
  * unsigned compare of y + 128 (add raised by 128 << post): ReLU layers saturate half their
  * outputs, whose fix-up then costs 3 instead of 1 (KWS +10 K a 1x1 layer).
- * Code: MF_RV_SEGS3's assembly is ~5 KB (35 entries of 80 bytes, two chains of 16 taps),
- * once in mf_rv_gemm_p16 and once in mf_rv_conv_p16.
+ * Code: MF_RV_SEGS3's assembly is ~3.7 KB (the entries 1,564 bytes, two chains of 16 taps),
+ * once, in mf_rv_block3 (shared by mf_rv_gemm_p16 and mf_rv_conv_p16).
  * rq[O] (mf_rv_rec) per channel slot, unpadded; mode: bit 0 the sign term (mf_rq's signfix),
  * bit 1 some channel's pre1 != 0, bit 3 the records' low used, bit 4 the channels reordered
  * (bit 2, the full int8 clamp, is set by the C entries: MF_RV_MODE). */
@@ -167,14 +167,31 @@ MF_INLINE int8_t mf_rv_out(int32_t acc, const mf_rv_rec *q, int32_t mode, int32_
 /* ---- the stream's segments ----------------------------------------------------------------
  * A chunk is one segment of L <= MF_RV_SEG taps, or (longer) a first segment of MF_RV_SEG taps,
  * middle ones of MF_RV_SEG and a last one of 1..MF_RV_SEG. Each segment: its word
- * MF_RV_ESZ e + 1, then its L taps' 2 words; after the block's last segment the word of
+ * MF_RV_EOFF(e) + 1, then its L taps' 2 words; after the block's last segment the word of
  * e = MF_RV_E_END. e < 16: a whole chunk of e + 1 taps (accumulators start, fold at the end);
  * 16 <= e < 32: the last e - 15 taps of a chunk (fold); 32: a chunk's first 16 (start);
  * 33: 16 more. The word is also the entry's byte offset in the RV32 code below (bit 0, set so
- * that no word is 0, is dropped by jalr). */
+ * that no word is 0, is dropped by jalr): the entries that start a chunk (e < 16, then 32)
+ * are 80 bytes (20 instructions: the first tap), the others (16..31, then 33) 12 (3: the
+ * pointer steps and a jump), the end after them (1,564 bytes; as 35 entries of 80 bytes
+ * they were 2,720). */
 #define MF_RV_SEG 16
-#define MF_RV_ESZ 80 /* an entry's bytes: 20 instructions, the longest */
+#define MF_RV_ESZ 80   /* a starting entry's bytes */
+#define MF_RV_FSZ 12   /* the others' */
+#define MF_RV_F0 1360  /* the first of the others: after 17 starting entries */
 #define MF_RV_E_END 34
+#define MF_RV_EOFF(e)                                                                         \
+    ((e) < MF_RV_SEG ? MF_RV_ESZ * (e)                                                        \
+     : (e) == 2 * MF_RV_SEG ? MF_RV_ESZ * MF_RV_SEG                                           \
+     : (e) < 2 * MF_RV_SEG ? MF_RV_F0 + MF_RV_FSZ * ((e) - MF_RV_SEG)                         \
+                           : MF_RV_F0 + MF_RV_FSZ * ((e) - MF_RV_SEG - 1))
+/* a segment word's e */
+MF_INLINE int32_t mf_rv_entry(int32_t word) {
+    uint32_t o = (uint32_t)word - 1u, j;
+    if (o < MF_RV_F0) return o == MF_RV_ESZ * MF_RV_SEG ? 2 * MF_RV_SEG : (int32_t)(o / MF_RV_ESZ);
+    j = (o - MF_RV_F0) / MF_RV_FSZ;
+    return (int32_t)(j < MF_RV_SEG ? j + MF_RV_SEG : j + MF_RV_SEG + 1);
+}
 
 #if defined(__GNUC__) && defined(__riscv) && __riscv_xlen == 32 && defined(__riscv_mul) &&      \
     defined(__OPTIMIZE__) && !defined(MF_RV_NOASM)
@@ -223,20 +240,19 @@ MF_INLINE int8_t mf_rv_out(int32_t acc, const mf_rv_rec *q, int32_t mode, int32_
     "],%[" #A "]," MF_RV_R##C "\n\t"
 #define MF_RV_DISPATCH                                                                        \
     "lw " MF_RV_Rt ",0(%[w])\n\tadd " MF_RV_Rt "," MF_RV_Rt "," MF_RV_Rbs "\n\tjr " MF_RV_Rt "\n\t"
-/* entries (MF_RV_ESZ bytes each, padded): STEP the pointer steps of L taps */
+/* entries (MF_RV_EOFF): STEP the pointer steps of L taps */
 #define MF_RV_STEP(L) "addi %[w],%[w],8*" #L "+4\n\taddi %[x],%[x],3*" #L "\n\t"
 #define MF_RV_EW(L, N) /* a whole chunk of L taps: its first, then chain A from tap N = L-1 */ \
     MF_RV_STEP(L) MF_RV_TAPA(L, MF_RV_INI) "j .Lrv%=A" #N "\n\t"
-#define MF_RV_EF(L) MF_RV_STEP(L) "j .Lrv%=A" #L "\n\t.skip 68\n\t" /* a chunk's last L */
+#define MF_RV_EF(L) MF_RV_STEP(L) "j .Lrv%=A" #L "\n\t" /* a chunk's last L */
 #define MF_RV_ENTRIES                                                                         \
     MF_RV_EW(1, 0) MF_RV_EW(2, 1) MF_RV_EW(3, 2) MF_RV_EW(4, 3) MF_RV_EW(5, 4) MF_RV_EW(6, 5)  \
     MF_RV_EW(7, 6) MF_RV_EW(8, 7) MF_RV_EW(9, 8) MF_RV_EW(10, 9) MF_RV_EW(11, 10)              \
     MF_RV_EW(12, 11) MF_RV_EW(13, 12) MF_RV_EW(14, 13) MF_RV_EW(15, 14) MF_RV_EW(16, 15)       \
+    MF_RV_STEP(16) MF_RV_TAPA(16, MF_RV_INI) "j .Lrv%=B15\n\t" /* 32: a start */              \
     MF_RV_EF(1) MF_RV_EF(2) MF_RV_EF(3) MF_RV_EF(4) MF_RV_EF(5) MF_RV_EF(6) MF_RV_EF(7)       \
     MF_RV_EF(8) MF_RV_EF(9) MF_RV_EF(10) MF_RV_EF(11) MF_RV_EF(12) MF_RV_EF(13) MF_RV_EF(14)  \
-    MF_RV_EF(15) MF_RV_EF(16)                                                                 \
-    MF_RV_STEP(16) MF_RV_TAPA(16, MF_RV_INI) "j .Lrv%=B15\n\t" /* 32: a start */              \
-    MF_RV_STEP(16) "j .Lrv%=B16\n\t.skip 68\n\t"                           /* 33: middle */
+    MF_RV_EF(15) MF_RV_EF(16) MF_RV_STEP(16) "j .Lrv%=B16\n\t" /* 33: middle */
 #endif
 
 /* The segments of one block of 4 channels (the block's stream from w) for 3 interleaved rows
@@ -276,7 +292,7 @@ MF_INLINE int8_t mf_rv_out(int32_t acc, const mf_rv_rec *q, int32_t mode, int32_
         const int8_t *xp = (xs);                                                              \
         uint32_t c00 = 0, c01 = 0, c10 = 0, c11 = 0, c20 = 0, c21 = 0;                        \
         for (;;) {                                                                            \
-            int32_t e = (int32_t)((uint32_t)*w / MF_RV_ESZ), L, j;                            \
+            int32_t e = mf_rv_entry(*w), L, j;                                                \
             if (e >= MF_RV_E_END) break;                                                      \
             L = e < MF_RV_SEG ? e + 1 : e < 2 * MF_RV_SEG ? e - MF_RV_SEG + 1 : MF_RV_SEG;    \
             w++;                                                                              \
@@ -351,7 +367,7 @@ MF_INLINE int8_t mf_rv_out(int32_t acc, const mf_rv_rec *q, int32_t mode, int32_
 
 /* Every block of 4 channels (the last n = O % 4 real ones, zero channels pad) for 3
  * interleaved rows xs: w the layer's stream; y rows y_stride apart, nr <= 3 of them stored.
- * (Inlined: the segments' code once in mf_rv_gemm_p16, once in mf_rv_conv_p16.) */
+ * (One copy for both entries: the segments' code once.) */
 MF_RV_SHARED MF_SC_NOSCHED void mf_rv_block3(const int8_t *xs, const int32_t *w,
                                          const mf_rv_rec *rq, int32_t O, int32_t lo,
                                          int32_t hi, int32_t mode, int8_t *y,
@@ -359,9 +375,14 @@ MF_RV_SHARED MF_SC_NOSCHED void mf_rv_block3(const int8_t *xs, const int32_t *w,
     const mf_rv_rec *q, *qe = rq + O;
     int8_t *yo = y;
     int32_t ys = y_stride;
-    /* the full blocks' outputs without checks in the usual modes (the int8 clamp, with the
-     * sign term or not), the others through the loop below */
-    int32_t fast = nr == 3 && (mode & 6) == 4 ? mode & 31 : 0;
+    /* the full blocks' outputs without checks where the int8 clamp and no shift (pre = 1):
+     * two copies, each storing through the records' out (channels in order or not: ~2
+     * instructions a channel, the same code for both), ReLU layers (28: the records' low, no
+     * sign term) and the others (21: the sign term, always exact, also for modes 4 and 20);
+     * a ReLU with the sign term (13, 29: none in MLPerf Tiny) through the loop below. Code:
+     * 8 copies (one per mode) were 4.4 KB more for +-0.05 % instructions (KWS -2.7 K, VWW
+     * +5 K, ResNet-8 -5 K with 2). */
+    int32_t fast = nr != 3 || (mode & 6) != 4 ? 0 : (mode & 9) == 8 ? 28 : mode & 8 ? 0 : 21;
     for (q = rq; q < qe; q += 4, yo += 4) {
         int32_t n = qe - q < 4 ? (int32_t)(qe - q) : 4;
         uint32_t sa00 = (uint32_t)q[0].init, sb00 = n > 1 ? (uint32_t)q[1].init : 0;
@@ -390,8 +411,7 @@ MF_RV_SHARED MF_SC_NOSCHED void mf_rv_block3(const int8_t *xs, const int32_t *w,
                 for (r = 0; r < nr; r++)
                     yo[r * ys + q[c].out] = mf_rv_out(a[r][c], q + c, mode, lo, hi);
         }
-        MF_RV_FAST(12) MF_RV_FAST(28) MF_RV_FAST(13) MF_RV_FAST(29) /* (ReLU layers first) */
-        MF_RV_FAST(4) MF_RV_FAST(20) MF_RV_FAST(5) MF_RV_FAST(21)
+        MF_RV_FAST(28) MF_RV_FAST(21) /* (ReLU layers first) */
     }
 }
 #undef MF_RV_OUT12
@@ -413,7 +433,7 @@ MF_INLINE MF_SC_NOSCHED void mf_rv_block1(const int8_t *x, const int32_t *w,
         uint32_t c0 = 0, c1 = 0;
         const int8_t *xp = x;
         for (;;) {
-            uint32_t e = (uint32_t)*w / MF_RV_ESZ;
+            uint32_t e = (uint32_t)mf_rv_entry(*w);
             const int32_t *we;
             if (e < MF_RV_SEG) { /* a whole chunk of e + 1 taps */
                 c0 = c1 = MF_RV_OFF;
@@ -694,7 +714,9 @@ MF_MICRO MF_SC_NOSCHED void mf_rv_dw3(const int8_t *x, int8_t *y, const int32_t 
  * -Os one generic copy each. Measured (riscv32-virt, code without weights, instructions):
  * VWW -Os per-geometry copies 26,378 B / 20.05 M, generic 14,698 B / 25.30 M; KWS 12,528 B /
  * 7.60 M vs 11,808 B / 8.93 M: -Os takes the generic copy (the code under 16 KB); -O2 keeps
- * the copies (VWW 26,454 B / 18.39 M, KWS 11,836 B / 6.95 M). */
+ * the copies (VWW 26,454 B / 18.39 M, KWS 11,836 B / 6.95 M), compact ones (CMP, one row
+ * body) where a model's copies pass rv.py's DWD_BUDGET: VWW's nine 16,834 -> 9,340 bytes for
+ * +234 K instructions (17.68 M -> 17.92 M). */
 #if defined(__GNUC__) && defined(__OPTIMIZE__) && !defined(__OPTIMIZE_SIZE__)
 #define MF_RV_DWI static inline __attribute__((always_inline, unused))
 #elif defined(__GNUC__)
@@ -903,11 +925,14 @@ MF_RV_DWI void mf_rv_dwd_put(const int8_t *b, int8_t *y, int32_t n, int32_t C) {
     } while (0)
 
 /* x [VH][VW][C] -> y [VOH][VOW][C], stride SY x SX (SX 1 or 2), padding PT, PL (and at the
- * bottom and right) at most 1; buf: 2 VOW bytes when DLY */
-MF_RV_DWI void mf_rv_dwd(const int8_t *x, int8_t *y, const int32_t *pk, int32_t VH, int32_t VW,
-                         int32_t C, int32_t VOH, int32_t VOW, int32_t SY, int32_t SX,
-                         int32_t PT, int32_t PL, int32_t x_zp, int32_t lo, int32_t hi,
-                         int32_t mode, int32_t TR, int32_t DLY, int8_t *buf) {
+ * bottom and right) at most 1; buf: 2 VOW bytes when DLY. CMP: one row body for every row
+ * (which kernel rows are off as values: half the code of a copy, ~2.5 instructions more an
+ * output) instead of one per kind of row (top, middle, bottom, a single one). */
+MF_RV_DWI void mf_rv_dwd_x(const int8_t *x, int8_t *y, const int32_t *pk, int32_t VH,
+                           int32_t VW, int32_t C, int32_t VOH, int32_t VOW, int32_t SY,
+                           int32_t SX, int32_t PT, int32_t PL, int32_t x_zp, int32_t lo,
+                           int32_t hi, int32_t mode, int32_t TR, int32_t DLY, int32_t CMP,
+                           int8_t *buf) {
     int32_t MODE = MF_RV_MODE(mode, lo, hi), c;
     int32_t XS = TR ? VH * C : C, YS = TR ? C : VW * C; /* plane column, row steps in x */
     int32_t OXS = TR ? VOH * C : C, OYS = TR ? C : VOW * C; /* and in y */
@@ -922,17 +947,32 @@ MF_RV_DWI void mf_rv_dwd(const int8_t *x, int8_t *y, const int32_t *pk, int32_t 
         int32_t add = pk[11], pre1 = pk[12], post = pk[13], sfm = -(post != 0), oy = 0;
         int32_t zt = x_zp * (w0 + w1 + w2), zb = x_zp * (w6 + w7 + w8);
         int32_t zl = x_zp * (w0 + w3 + w6), zr = x_zp * (w2 + w5 + w8);
-        if (top) {
-            if (2 - PT >= VH) /* (one input row: both kernel rows off) */
-                MF_RV_DWD_ROW(0, 0);
-            else
-                MF_RV_DWD_ROW(0, 1);
-            oy = 1;
+        if (CMP) {
+            for (; oy < VOH; oy++) {
+                int32_t t0 = top && oy == 0;
+                MF_RV_DWD_ROW(!t0, oy < mid && !(t0 && 2 - PT >= VH));
+            }
+        } else {
+            if (top) {
+                if (2 - PT >= VH) /* (one input row: both kernel rows off) */
+                    MF_RV_DWD_ROW(0, 0);
+                else
+                    MF_RV_DWD_ROW(0, 1);
+                oy = 1;
+            }
+            for (; oy < mid; oy++) MF_RV_DWD_ROW(1, 1);
+            for (; oy < VOH; oy++) MF_RV_DWD_ROW(1, 0);
         }
-        for (; oy < mid; oy++) MF_RV_DWD_ROW(1, 1);
-        for (; oy < VOH; oy++) MF_RV_DWD_ROW(1, 0);
         if (DLY) mf_rv_dwd_put(buf + ((VOH - 1) & 1) * VOW, y + (VOH - 1) * OYS + c, VOW, OXS);
     }
+}
+
+MF_RV_DWI void mf_rv_dwd(const int8_t *x, int8_t *y, const int32_t *pk, int32_t VH, int32_t VW,
+                         int32_t C, int32_t VOH, int32_t VOW, int32_t SY, int32_t SX,
+                         int32_t PT, int32_t PL, int32_t x_zp, int32_t lo, int32_t hi,
+                         int32_t mode, int32_t TR, int32_t DLY, int8_t *buf) {
+    mf_rv_dwd_x(x, y, pk, VH, VW, C, VOH, VOW, SY, SX, PT, PL, x_zp, lo, hi, mode, TR, DLY, 0,
+                buf);
 }
 
 /* One copy of mf_rv_dwd for one constant geometry (plane, stride, padding, mode, lo, hi, TR,
@@ -948,8 +988,15 @@ MF_RV_DWI void mf_rv_dwd(const int8_t *x, int8_t *y, const int32_t *pk, int32_t 
 #define MF_RV_DWD_DEF(name, VH, VW, C, VOH, VOW, SY, SX, PT, PL, lo, hi, mode, TR, DLY)      \
     MF_RV_DWS void name(const int8_t *x, int8_t *y, const int32_t *pk, int32_t x_zp,         \
                         int8_t *buf) {                                                        \
-        mf_rv_dwd(x, y, pk, VH, VW, C, VOH, VOW, SY, SX, PT, PL, x_zp, lo, hi, mode, TR, DLY, \
-                  buf);                                                                       \
+        mf_rv_dwd_x(x, y, pk, VH, VW, C, VOH, VOW, SY, SX, PT, PL, x_zp, lo, hi, mode, TR,    \
+                    DLY, 0, buf);                                                             \
+    }
+/* the same with one row body (mf_rv_dwd_x's CMP; rv.py's depthwise code budget) */
+#define MF_RV_DWD_DEFC(name, VH, VW, C, VOH, VOW, SY, SX, PT, PL, lo, hi, mode, TR, DLY)     \
+    MF_RV_DWS void name(const int8_t *x, int8_t *y, const int32_t *pk, int32_t x_zp,         \
+                        int8_t *buf) {                                                        \
+        mf_rv_dwd_x(x, y, pk, VH, VW, C, VOH, VOW, SY, SX, PT, PL, x_zp, lo, hi, mode, TR,    \
+                    DLY, 1, buf);                                                             \
     }
 
 #undef MF_RV_DWD_ROW

@@ -180,6 +180,12 @@ def all_cases(seed=0):
     for i, c in enumerate(cases + more):
         if c["kind"] != "dw" and c["o"] > 1 and c.get("rows", 3) > 1 and i % 3 == 0:
             more.append(dict(c, order=rng.permutation(c["o"])))
+    # every segment entry: chunks of 16 to 32 taps (a whole chunk of 16, then a first 16 and a
+    # last 1..16; shorter chunks than chunks_p16's stay inside the lane bound), 3 rows and a tail
+    r2 = np.random.default_rng(seed + 99)
+    c = gemm_case(r2, 4, sum(range(16, 33)), 4, scale=1.0, extreme=True)
+    more += [dict(c, chunks=[list(range(16, 33))]), dict(c, chunks=[list(range(16, 33))],
+                                                         low=True, order=[2, 0, 3, 1])]
     return cases + more
 
 
@@ -211,10 +217,10 @@ def direct_geometry(c):
 IP_BYTES = 8192  # the in-place buffer
 
 
-def in_place_check(i, c, d, mode, puts, puti) -> str:
+def in_place_check(i, c, d, mode, puts, puti, cmp=0) -> str:
     """C: case i through mf_rv_dwd as the schedule calls it (rv.dwd_choice: plane, delayed
-    rows) with y at x + the shift its access schedule allows (inplace.best_shift), in one
-    buffer: every output byte must still come out right."""
+    rows; cmp: one row body, mf_rv_dwd_x's CMP) with y at x + the shift its access schedule
+    allows (inplace.best_shift), in one buffer: every output byte must still come out right."""
     from mcuforge.codegen_c.kernels import inplace
     L, n_in, n_out = c["L"], c["x"].size, c["y"].size
     tr, dly, acc = rv.dwd_choice(d, n_in, n_out)
@@ -224,8 +230,8 @@ def in_place_check(i, c, d, mode, puts, puti) -> str:
     args = ", ".join(map(str, rv.dwd_plane(d, tr)))
     return f"""    memset(ipbuf, {SENTINEL}, sizeof ipbuf);
     memcpy(ipbuf + {x0}, x{i}, {n_in});
-    mf_rv_dwd(ipbuf + {x0}, ipbuf + {x0 + shift}, wd{i}_{tr}, {args}, {L['x_zp']}, {L['lo']},
-              {L['hi']}, {mode}, {tr}, {dly}, scratch);
+    mf_rv_dwd_x(ipbuf + {x0}, ipbuf + {x0 + shift}, wd{i}_{tr}, {args}, {L['x_zp']},
+                {L['lo']}, {L['hi']}, {mode}, {tr}, {dly}, {cmp}, scratch);
     bad = 0;
     for (j = 0; j < {n_out}; j++) bad += ipbuf[{x0 + shift} + j] != y{i}[j];
     if (bad) {{ {puts}("case {i} in place bad "); {puti}((uint64_t)bad); {puts}("\\n"); total += bad; }}
@@ -259,8 +265,36 @@ def test_cases_exercise_modes():
     modes = {kernel_data(c["L"], low=c.get("low", False), order=c.get("order"))[2]
              for c in CASES if c["kind"] != "dw"}
     assert {0, 1, 2, 3, 8, 9, 10, 11, 16, 17, 24, 25} <= modes, modes
+    # with the int8 clamp (MF_RV_MODE's bit 2) and full blocks of 3 rows: mf_rv_block3's two
+    # unchecked copies (28: ReLU with low; 21: the sign term, also taking 4 and 20) and the
+    # modes left to its checked loop (13, 29)
+    full = {kernel_data(c["L"], low=c.get("low", False), order=c.get("order"))[2] | 4
+            for c in CASES if c["kind"] != "dw" and c.get("rows", 3) >= 3
+            and (c["L"]["lo"], c["L"]["hi"]) == (-128, 127)}
+    assert {4, 5, 12, 13, 20, 21, 28, 29} <= full, full
     dw = [c["L"] for c in CASES if c["kind"] == "dw"]
     assert any(min(L["shifts"]) < 0 < max(L["shifts"]) for L in dw)
+
+
+def test_entry_offsets():
+    """The segment words are the entries' byte offsets + 1 in the RV32 code (norvc: 4 bytes an
+    instruction): 17 entries of 20 instructions (2 pointer steps, a tap's 17, a jump) for
+    e = 0..15 then 32, then 18 of 3 (the steps and a jump) for e = 16..31, 33 and the end
+    (34) right after the last one: 17 * 80 + 17 * 12 = 1564."""
+    want = {0: 0, 1: 80, 15: 1200, 32: 1280, 16: 1360, 17: 1372, 31: 1540, 33: 1552, 34: 1564}
+    assert {e: rv.entry_offset(e) for e in want} == want
+    assert sorted(rv.entry_offset(e) for e in range(35)) == sorted(
+        [80 * i for i in range(17)] + [1360 + 12 * j for j in range(18)])
+
+
+def test_cases_use_every_entry():
+    """The streams of the cases hold every segment word (each entry of the assembly taken in
+    the riscv32-virt runs below)."""
+    words = set()
+    for c in CASES:
+        if c["kind"] != "dw":
+            words |= set(kernel_data(c["L"], c.get("chunks"))[0].tolist())
+    assert {rv.entry_offset(e) + 1 for e in range(35)} <= words
 
 
 def test_chunks_follow_the_lane_bound():
@@ -335,9 +369,15 @@ def program(cases, out: str) -> str:
                             f"{L['x_zp']}, {L['lo']}, {L['hi']}, {mode}, {tr}, {dly}, "
                             "scratch);")
                     body.append(check(i, c["y"].size, call, puts, puti))
+                    # one row body for every row (rv.py's depthwise code budget)
+                    call = (f"mf_rv_dwd_x(x{i}, ybuf, wd{i}_{tr}, {', '.join(map(str, d))}, "
+                            f"{L['x_zp']}, {L['lo']}, {L['hi']}, {mode}, {tr}, {dly}, 1, "
+                            "scratch);")
+                    body.append(check(i, c["y"].size, call, puts, puti))
             d = direct_geometry(c)
             if rv.dwd_ok(*d):  # the schedule's choice, its output over its input
                 body.append(in_place_check(i, c, d, mode, puts, puti))
+                body.append(in_place_check(i, c, d, mode, puts, puti, cmp=1))
             continue
         packed, rec, mode = kernel_data(c["L"], c.get("chunks"), c.get("low", False),
                                         c.get("order"))

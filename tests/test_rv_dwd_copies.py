@@ -9,7 +9,12 @@ dwd_copy):
 2. The names are deterministic: the CLI run twice with different hash seeds writes the same C.
 3. The copies stay bit-exact with tflite-micro where the header builds them differently:
    -O0 and -Os (one generic mf_rv_dwd under the copies), -O3 (inlined as at -O2, tested by
-   test_mlperf / test_board_riscv)."""
+   test_mlperf / test_board_riscv).
+4. The depthwise code budget (rv.dwd_compact): full copies (MF_RV_DWD_DEF) while they fit
+   rv.DWD_BUDGET (KWS's one), else compact ones (MF_RV_DWD_DEFC: one row body), the copies
+   saving the fewest instructions per byte first (VWW: all nine); bit-exact with
+   tflite-micro either way (VWW's compact copies at -O2 by test_mlperf; KWS with every copy
+   compact and full below; the kernels' own bytes by test_nn_rv)."""
 import os
 import re
 import subprocess
@@ -48,7 +53,7 @@ def test_one_copy_per_geometry(stem, layers, distinct, tmp_path):
     assert (len(geos), len(set(geos))) == (layers, distinct)  # (what the model has)
     compile_model(path, tmp_path, board=BOARD, name="m")
     c = (tmp_path / "m.c").read_text()
-    defs = re.findall(r"^MF_RV_DWD_DEF\((\w+),", c, re.M)
+    defs = re.findall(r"^MF_RV_DWD_DEFC?\((\w+),", c, re.M)
     calls = re.findall(r"^    (mf_rv_dwd_\w+)\(x, y, ", c, re.M)
     assert len(defs) == len(set(defs)) == distinct, defs
     assert len(calls) == layers and set(calls) == set(defs)
@@ -73,7 +78,7 @@ def test_names_are_deterministic(tmp_path):
                         "out", "--board", BOARD, "--name", "m"], check=True, env=env,
                        capture_output=True, cwd=tmp_path / seed)
         texts.append((tmp_path / seed / "out" / "m.c").read_text())
-    assert "MF_RV_DWD_DEF(" in texts[0] and texts[0] == texts[1]
+    assert "MF_RV_DWD_DEFC(" in texts[0] and texts[0] == texts[1]
 
 
 @pytest.mark.parametrize("opt", ["-O0", "-Os", "-O3"])
@@ -84,5 +89,48 @@ def test_copies_bit_exact_at_opt_levels(opt):
     t = g.tensors[g.inputs[0]]
     x = np.random.default_rng(13).integers(-128, 128, size=(2, *t.shape)).astype(t.dtype)
     y = runner.run(path, x, board=BOARD, opt=opt)
+    ref = tflm.run(path.read_bytes(), [x])[0]
+    assert np.array_equal(y, ref), f"{np.sum(y != ref)} bytes differ from tflite-micro"
+
+
+def test_budget_makes_copies_compact(monkeypatch):
+    """KWS's one full copy fits the budget; VWW's nine do not (17 KB estimated): all compact.
+    With the budget just under the full copies' total, exactly one goes compact: the one whose
+    layers have the fewest outputs (saved instructions) per byte it saves, counted here from
+    the graph's shapes; with no budget, every copy."""
+    from mcuforge.codegen_c.kernels import rv
+    from mcuforge.optimizer.pipeline import optimize
+    kws, vww = (optimize(load(mlperf_model(s))) for s in ("kws_ref_model", "vww_96_int8"))
+    assert rv.dwd_compact(kws) == frozenset()
+    assert len(rv.dwd_compact(vww)) == 9
+    outs = {}  # per copy (plane, ..., dly): its layers' outputs
+    for n in vww.nodes:
+        if n.op == "depthwise_conv2d":
+            y = vww.tensors[n.outputs[0]].shape
+            key = next(k for k in rv.dwd_compact(vww) if k[3:5] == (y[1], y[2])
+                       and k[2] == y[3] and k[6] == n.attrs["stride"][1])
+            outs[key] = outs.get(key, 0) + y[1] * y[2] * y[3]
+    per_byte = {k: v / (rv.dwd_bytes(k[:9], False) - rv.dwd_bytes(k[:9], True))
+                for k, v in outs.items()}
+    total = sum(rv.dwd_bytes(k[:9], False) for k in outs)
+    for budget, want in ((total, set()), (total - 1, {min(per_byte, key=per_byte.get)}),
+                         (0, set(outs))):
+        monkeypatch.setattr(rv, "DWD_BUDGET", budget)
+        rv._COMPACT.clear()
+        assert rv.dwd_compact(vww) == want, budget
+
+
+@pytest.mark.parametrize("budget", [0, 10**6])
+def test_kws_compact_and_full_bit_exact(budget, monkeypatch):
+    """KWS at -O2 with its copy compact (budget 0) and full: tflite-micro's bytes."""
+    from mcuforge.codegen_c.kernels import rv
+    require_tools("riscv64-unknown-elf-gcc", "qemu-system-riscv32")
+    monkeypatch.setattr(rv, "DWD_BUDGET", budget)
+    rv._COMPACT.clear()
+    path = mlperf_model("kws_ref_model")
+    g = load(path)
+    t = g.tensors[g.inputs[0]]
+    x = np.random.default_rng(17).integers(-128, 128, size=(2, *t.shape)).astype(t.dtype)
+    y = runner.run(path, x, board=BOARD)
     ref = tflm.run(path.read_bytes(), [x])[0]
     assert np.array_equal(y, ref), f"{np.sum(y != ref)} bytes differ from tflite-micro"

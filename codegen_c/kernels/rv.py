@@ -56,6 +56,17 @@ def chunks_p16(rows: np.ndarray) -> list[list[int]]:
 
 
 SEG, ESZ, E_END = 16, 80, 34  # MF_RV_SEG, MF_RV_ESZ, MF_RV_E_END
+FSZ, F0 = 12, 1360  # MF_RV_FSZ, MF_RV_F0
+
+
+def entry_offset(e: int) -> int:
+    """MF_RV_EOFF: entry e's byte offset in the RV32 code (the segment word less 1): the
+    entries starting a chunk (e < SEG, then 2 SEG) ESZ bytes each, the others FSZ after them."""
+    if e < SEG:
+        return ESZ * e
+    if e == 2 * SEG:
+        return ESZ * SEG
+    return F0 + FSZ * (e - SEG if e < 2 * SEG else e - SEG - 1)
 REC_WORDS = 7  # mf_rv_rec's int32 words
 
 
@@ -74,7 +85,7 @@ def segments(n: int) -> list[tuple[int, int]]:
 
 def pack_p16(rows: np.ndarray, chunks) -> np.ndarray:
     """The "p16" stream (mcuforge_rv.h): per block of 4 channels, per segment of L taps of a
-    chunk the word ESZ e + 1 (segments()), then per tap the words w0 + 2^16 w1,
+    chunk the word entry_offset(e) + 1 (segments()), then per tap the words w0 + 2^16 w1,
     w2 + 2^16 w3; the word of E_END ends the block: int32."""
     o, k = rows.shape
     w = np.zeros(((o + 3) // 4 * 4, k), np.int64)
@@ -86,10 +97,10 @@ def pack_p16(rows: np.ndarray, chunks) -> np.ndarray:
         a = 0
         for n in lens:
             for e, ln in segments(n):
-                words.append(np.array([ESZ * e + 1], np.int64))
+                words.append(np.array([entry_offset(e) + 1], np.int64))
                 words.append(pair[a:a + ln].reshape(-1))
                 a += ln
-        words.append(np.array([ESZ * E_END + 1], np.int64))
+        words.append(np.array([entry_offset(E_END) + 1], np.int64))
     return np.concatenate(words).astype(np.int32)
 
 
@@ -204,8 +215,9 @@ def rv_gemm(ctx: OpContext, ref: ir.Kernel, target) -> ir.Kernel | None:
     lows = rv_lows(rq, mode & 1, layer["lo"], layer["hi"],
                    pack.acc_bounds(bias, rows)) if relu else None
     consts = [ir.Buffer("w", "int32", packed.size, "const", packed,
-                        "p16: per block of 4 channels, per segment of a chunk 80 e + 1 then its "
-                        "taps' words w0 + 2^16 w1, w2 + 2^16 w3, then 80 * 34 + 1"),
+                        "p16: per block of 4 channels, per segment of a chunk MF_RV_EOFF(e) + 1 "
+                        "then its taps' words w0 + 2^16 w1, w2 + 2^16 w3, then "
+                        "MF_RV_EOFF(34) + 1"),
               ir.Buffer("rq", "int32", REC_WORDS * o, "const",
                         rv_records(bias, rq, chunks, lows, perm),
                         "mf_rv_rec per channel: the sums' start (bias - x_zp * sum(w); even "
@@ -316,13 +328,15 @@ def dwd_kernel(ctx: OpContext, ref: ir.Kernel, L: dict, geo: tuple) -> ir.Kernel
     bufs = [b_ for b_ in ref.params if b_.kind != "scratch"] + consts
     if dly:
         bufs.append(ir.Buffer("scratch", "int8", 2 * plane[4], "scratch"))
-    fn, shared = dwd_copy(plane, int(L["lo"]), int(L["hi"]), mode, tr, dly)
+    compact = dwd_key(plane, L, mode, tr, dly) in dwd_compact(ctx.graph)
+    fn, shared = dwd_copy(plane, int(L["lo"]), int(L["hi"]), mode, tr, dly, compact)
     body = ir.loops([("n", n)], lambda i: [ir.CallStmt(fn, (
         ir.Ptr("x", i * (h * wd * c)), ir.Ptr("y", i * (oh * ow * c)), ir.Ptr("pk", ir.Const(0)),
         ir.Const(L["x_zp"]),
         ir.Ptr("scratch" if dly else "y", ir.Const(0))))])  # (buf unused without DLY)
     doc = (f"{ref.doc}\nscheduled: mf_rv_dwd, straight from NHWC"
            + (", the image transposed" if tr else "")
+           + (", one row body (the model's depthwise code budget)" if compact else "")
            + (f", output rows delayed through {2 * plane[4]} bytes scratch" if dly else ""))
     return inplace.declare(
         ir.Kernel(ctx.name, tuple(bufs), tuple(body), doc, ref.macs, "mf_rv_dwd",
@@ -330,15 +344,92 @@ def dwd_kernel(ctx: OpContext, ref: ir.Kernel, L: dict, geo: tuple) -> ir.Kernel
         "x", acc)
 
 
-def dwd_copy(plane: tuple, lo: int, hi: int, mode: int, tr: int, dly: int) -> tuple:
-    """(name, C definition) of mf_rv_dwd's copy for one constant geometry (MF_RV_DWD_DEF):
-    named by its constants, so the layers with the same geometry share one copy in the model
-    file (model.py prints each Kernel.shared once) and the name is the same on every run; the
-    evaluator's mirror is registered under that name."""
+def dwd_copy(plane: tuple, lo: int, hi: int, mode: int, tr: int, dly: int,
+             compact: bool = False) -> tuple:
+    """(name, C definition) of mf_rv_dwd's copy for one constant geometry (MF_RV_DWD_DEF, or
+    MF_RV_DWD_DEFC: one row body for the top, middle and bottom rows): named by its constants,
+    so the layers with the same geometry share one copy in the model file (model.py prints each
+    Kernel.shared once) and the name is the same on every run; the evaluator's mirror is
+    registered under that name."""
     from .. import micro_rv
     vh, vw, c, voh, vow, sy, sx, py, px = plane
     name = (f"mf_rv_dwd_{vh}x{vw}x{c}_{voh}x{vow}_s{sy}x{sx}_p{py}x{px}_q{mode}_{lo}_{hi}"
-            f"_t{tr}d{dly}").replace("-", "m")
+            f"_t{tr}d{dly}" + ("c" if compact else "")).replace("-", "m")
     consts = (*plane, lo, hi, mode, tr, dly)
     micro_rv.register_dwd_copy(name, consts)
-    return name, f"MF_RV_DWD_DEF({name}, {', '.join(str(v) for v in consts)})"
+    return name, (f"MF_RV_DWD_DEF{'C' if compact else ''}({name}, "
+                  f"{', '.join(str(v) for v in consts)})")
+
+
+# The model's depthwise code budget (bytes of -O2 code, riscv32-virt): mf_rv_dwd's copies are
+# one per distinct geometry, with four row bodies (the top row, the middle ones, the bottom
+# one, a single row: kernel rows off as constants) or, compact, one (the rows' kind as
+# arguments: a few branches a step). Measured (gcc 12 -O2, nm): full copies 2,944 bytes at
+# stride 1 (2,048 for 6x6, 1,104 for 3x3 outputs; KWS's transposed 25x5: 3,310), 1,152 at
+# stride 2 (816 for 3x3); compact 1,502-1,524 at stride 1 (1,180, 750), 760 at stride 2
+# (602); compact costs ~2.5 instructions an output (KWS +73 K = 2.3, VWW +234 K = 2.6 for
+# 88,704 outputs). The p16 GEMM and the rest of a model are ~11-12.5 KB of code (KWS, VWW,
+# ResNet-8 without depthwise layers), so the copies have DWD_BUDGET bytes for the model's code
+# to stay under 16 KB: past it, copies go compact, the fewest saved instructions per byte
+# first. (A generic copy with the geometry as arguments was tried: 3,844 bytes, and VWW
+# 17.74 M -> 20.00 M instructions with every layer on it, under 0.4 MAC per instruction; it
+# did not pay against compact copies.)
+DWD_BUDGET = 4096
+DWD_COMPACT_EXTRA = 2.5  # instructions an output
+
+
+def dwd_bytes(plane: tuple, compact: bool) -> int:
+    """The estimated -O2 code of a copy (measured, above)."""
+    voh, vow, sx = plane[3], plane[4], plane[6]
+    small = vow <= 3 and voh <= 3
+    if sx == 1:
+        return (1100 if small else 3000) if not compact else (750 if small else 1500)
+    return (800 if small else 1150) if not compact else (600 if small else 760)
+
+
+def dwd_key(plane: tuple, L: dict, mode: int, tr: int, dly: int) -> tuple:
+    return (*plane, int(L["lo"]), int(L["hi"]), mode, tr, dly)
+
+
+_COMPACT: dict = {}
+
+
+def dwd_compact(graph) -> frozenset:
+    """The copies (dwd_key) the model's depthwise budget makes compact: none while the full
+    copies fit DWD_BUDGET, else the copies in order of fewest saved instructions (outputs of
+    their layers x DWD_COMPACT_EXTRA) per byte (full less compact), until they fit or all are
+    compact. Depends on the graph alone (deterministic); cached per graph (and its depthwise
+    layers' shapes: a graph changed since gets its own)."""
+    sig = tuple((n.outputs[0], tuple(graph.tensors[n.inputs[0]].shape)) for n in graph.nodes
+                if n.op == "depthwise_conv2d")
+    hit = _COMPACT.get(id(graph))
+    if hit is not None and hit[0] is graph and hit[1] == sig:
+        return hit[2]
+    from .scalar import dw3_layer
+    outs = {}
+    for node in graph.nodes:
+        if node.op != "depthwise_conv2d":
+            continue
+        L = dw3_layer(OpContext(node, graph, "k"))
+        if L is None:
+            continue
+        geo = tuple(int(L[k]) for k in ("h", "wd", "c", "oh", "ow", "sh", "sw", "pt", "pl"))
+        if not dwd_ok(*geo):
+            continue
+        x, y = L["x"], L["y"]
+        tr, dly, _ = dwd_choice(geo, x.nbytes, y.nbytes) if L["n"] == 1 else (
+            int(geo[4] < geo[3]), 0, None)
+        key = dwd_key(dwd_plane(geo, tr), L, rv_mode(L["signfix"], L["rq"]), tr, dly)
+        outs[key] = outs.get(key, 0) + int(L["n"]) * geo[2] * geo[3] * geo[4]
+    total = sum(dwd_bytes(k[:9], False) for k in outs)
+    compact = set()
+    order = sorted(outs, key=lambda k: (outs[k] * DWD_COMPACT_EXTRA / max(
+        1, dwd_bytes(k[:9], False) - dwd_bytes(k[:9], True)), k))
+    for k in order:
+        if total <= DWD_BUDGET:
+            break
+        compact.add(k)
+        total -= dwd_bytes(k[:9], False) - dwd_bytes(k[:9], True)
+    res = frozenset(compact)
+    _COMPACT[id(graph)] = (graph, sig, res)
+    return res
