@@ -464,12 +464,13 @@ def test_report_shows_each_band_as_a_layer(tmp_path):
 def test_bench_rows_show_the_default_beside(tmp_path):
     """bench --memory-priority: each row carries the default build's arena, its MACs and its
     instructions on the board (measured apart here, by a bench without the flag), and the
-    table prints them beside the banded build's. Seed 14's chain bands its first 3 layers in
-    2 bands with the halos recomputed (extra MACs, other instructions)."""
+    table prints them beside the banded build's. Seed 22's chain bands its first 2 layers in
+    2 bands with the halos recomputed (extra MACs, other instructions). (Seed 14's, before,
+    bands with no extra MACs since the lean="bare" form.)"""
     require_tools("arm-none-eabi-gcc", "qemu-system-arm")
     from mcuforge.tools import bench
     path = tmp_path / "chain.tflite"
-    path.write_bytes(chain_model(np.random.default_rng(14), "int8"))
+    path.write_bytes(chain_model(np.random.default_rng(22), "int8"))
     [row] = bench.bench([str(path)], "mps2-an386", with_tflm=False, memory_priority=10.0)
     [base] = bench.bench([str(path)], "mps2-an386", with_tflm=False)
     mp = row["memory_priority"]
