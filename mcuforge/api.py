@@ -178,7 +178,9 @@ def memory_priority_line(choice) -> str:
                else "the halos recomputed")
             + {"": "", "im2col": "; the band convolutions on im2col (less scratch)",
                "bare": "; the band convolutions and depthwise layers on the reference loops "
-                       "(no scratch)"}[choice.lean])
+                       "(no scratch)"}[choice.lean]
+            + (f"; the 1x1 -> depthwise pairs in {choice.split} channel groups"
+               if choice.split > 1 else ""))
 
 
 def _c_bytes(a) -> str:

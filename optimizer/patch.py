@@ -23,13 +23,22 @@ of the rows (`late`: not live beside them), and its convolutions on the kernels 
 least scratch (`lean`: im2col; the band depthwise always takes one output row of scratch).
 The planner also lets the bands use the input's bytes no later band reads and the output's
 bytes no band has written yet (memory_plan.buffer_pieces).
+
+A pointwise (1x1) convolution feeding a depthwise one expands a band's working set most (VWW:
+8 -> 16 channels of 48 columns). `split` computes such a pair in channel groups
+(split_pairs): each group's 1x1 convolution computes only its output channels (its weights,
+bias and per-channel scales sliced), its depthwise layer only those channels, and a channel
+concat joins the groups' outputs; per-channel arithmetic is independent, so the values are the
+same. Only one group's 1x1 output is live at a time; its halo rows are recomputed by the next
+band rather than kept (a 1x1 layer's rows are cheap, and its halo would be one kept copy per
+group).
 """
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
 
-from mcuforge.ir.graph import Graph, Node, Tensor, verify
+from mcuforge.ir.graph import Graph, Node, Quant, Tensor, verify
 
 from .memory_plan import alignment
 from .passes import fresh_name
@@ -44,6 +53,7 @@ LATE = ("", "all", "strided")  # patch_stage's `late`
 # patch_stage's `lean`: the band layers' kernels as they are, the convolutions on im2col, or
 # the convolutions and depthwise layers on the reference loops (no scratch at all)
 LEAN = ("", "im2col", "bare")
+SPLITS = (2, 4)  # channel groups of the stage's 1x1 -> depthwise pairs (`split`) choose tries
 # The reference loops of a "bare" band run far more instructions a MAC than the scheduled
 # kernels (M4: ResNet-8's stage +54.8 M instructions for 8.7 M bare MACs, VWW's +11.2 M for
 # 0.75 M): against choose's bound each MAC a bare layer runs counts BARE_COST MACs more, so the
@@ -101,6 +111,10 @@ def _patchable(g: Graph, n: Node) -> bool:
         return False
     if n.op in WINDOW_OPS:
         return len(acts) == 1 and acts[0] is g.tensors[n.inputs[0]]
+    if n.op == "concat":  # along the channels: each row of the output from the same rows
+        return n.attrs["axis"] in (3, -1) and n.attrs.get("activation", "none") == "none" \
+            and len(acts) == len(n.inputs) and all(
+                len(t.shape) == 4 and tuple(t.shape[:3]) == tuple(y.shape[:3]) for t in acts)
     if n.op in POINTWISE_OPS:  # constants (a per-channel scale) must not vary along rows
         return all(tuple(t.shape) == tuple(y.shape) for t in acts) and all(
             len(g.tensors[t].shape) < 3 or g.tensors[t].shape[-3] == 1
@@ -155,7 +169,7 @@ def row_step(t: Tensor) -> int:
 
 
 def patch_stage(g: Graph, k: int, count: int, reuse: bool = False, late: str = "",
-                lean: str = "") -> Graph:
+                lean: str = "", split: int = 1) -> Graph:
     """The graph with its first k nodes (a stage: stage_lengths) computed in `count` bands of
     the stage output's rows. Guarantees: the graph's inputs, outputs and values are unchanged
     (each band's nodes are the original ones with their rows and padding cut to the band; the
@@ -175,11 +189,17 @@ def patch_stage(g: Graph, k: int, count: int, reuse: bool = False, late: str = "
     reader then cannot write over its input in place). `lean` (LEAN): the band convolutions
     ask their kernels for less scratch ("im2col": codegen_c/kernels/gemm.py), or the band
     convolutions and depthwise layers run the reference loops, which need none ("bare":
-    codegen_c/kernels/schedule_kernel), for more instructions."""
-    if late not in LATE or lean not in LEAN:
-        raise ValueError(f"late={late!r}, lean={lean!r}: one of {LATE}, {LEAN}")
+    codegen_c/kernels/schedule_kernel), for more instructions. `split` > 1: the stage's
+    1x1 -> depthwise pairs computed in that many channel groups first (split_pairs; NotPatchable
+    where there is none), the 1x1 layers' halo rows recomputed (with reuse too)."""
+    if late not in LATE or lean not in LEAN or split < 1:
+        raise ValueError(f"late={late!r}, lean={lean!r}, split={split}: one of {LATE}, {LEAN}"
+                         ", >= 1")
     if k not in stage_lengths(g):
         raise NotPatchable(f"the first {k} nodes are not a stage")
+    again = set()  # tensors whose halo rows each band recomputes (with reuse)
+    if split > 1:
+        g, k, again = split_pairs(g, k, split)
     stage = g.nodes[:k]
     out = _escaping(g, k)
     y = g.tensors[out]
@@ -226,7 +246,7 @@ def patch_stage(g: Graph, k: int, count: int, reuse: bool = False, late: str = "
         return name
 
     x = g.inputs[0]
-    plans = _reuse_plans(g, stage, out, bands(y.shape[1], count, row_step(y))) if reuse \
+    plans = _reuse_plans(g, stage, out, bands(y.shape[1], count, row_step(y)), again) if reuse \
         else _recompute_plans(g, stage, out, bands(y.shape[1], count, row_step(y)))
     parts, carry = [], {}  # carry: tensor -> the copy of its rows later bands read
     # the stage node reading each tensor last: a late halo copy waits for it
@@ -257,7 +277,8 @@ def patch_stage(g: Graph, k: int, count: int, reuse: bool = False, late: str = "
                 nodes.append(Node("concat", (halo, compute(n, c, need, have, p)),
                                   (have[o],), {"axis": 1, "activation": "none", "view": True},
                                   have[o]))
-            later = plans[p + 1][0].get(o) if reuse and p + 1 < len(plans) else None
+            later = plans[p + 1][0].get(o) if reuse and p + 1 < len(plans) and o not in again \
+                else None
             if later is not None and later[0] < r[1]:  # rows the next band takes over
                 if later[0] < r[0]:
                     raise NotPatchable(f"band {p + 1} reads rows of '{o}' before band {p}'s")
@@ -274,6 +295,100 @@ def patch_stage(g: Graph, k: int, count: int, reuse: bool = False, late: str = "
     return verify(h)
 
 
+def split_pairs(g: Graph, k: int, groups: int) -> tuple:
+    """(graph, its stage length, the groups' 1x1 outputs): g with each 1x1 convolution (stride
+    1, not grouped) of its first k nodes whose output only a depthwise layer (multiplier 1) of
+    the stage reads computed in `groups` channel groups: per group, the 1x1 layer with its
+    output channels' weights, bias and per-channel quantization, then the depthwise layer on
+    those channels; a channel concat joins the groups' depthwise outputs into the original
+    tensor (same quantization: a plain copy). The values are unchanged: each output channel is
+    computed from the same operands. NotPatchable when no pair can be split so."""
+    readers = {}
+    for n in g.nodes:
+        for t in n.inputs:
+            readers.setdefault(t, []).append(n)
+    readers.update({t: readers.get(t, []) + [None] for t in g.outputs})
+    tensors, nodes, taken, again = dict(g.tensors), [], set(), set()
+
+    def part(t: Tensor, axis: int, j: int, hint: str) -> str:
+        """Channel group j of constant t (along axis), its per-channel scales with it."""
+        c = t.shape[axis] // groups
+        pick = slice(j * c, (j + 1) * c)
+        q = t.quant
+        if q is not None and q.per_axis:
+            q = Quant(tuple(q.scale[pick]), tuple(q.zero_point[pick]), q.axis)
+        data = t.data[(slice(None),) * axis + (pick,)]
+        name = fresh_name(g, f"{hint}/group{j}of{groups}", taken)
+        taken.add(name)
+        tensors[name] = Tensor(name, tuple(data.shape), t.dtype, data=data, quant=q)
+        return name
+
+    def act(like: Tensor, hint: str, j: int) -> str:
+        name = fresh_name(g, f"{hint}/group{j}of{groups}", taken)
+        taken.add(name)
+        tensors[name] = Tensor(name, (*like.shape[:3], like.shape[3] // groups), like.dtype,
+                               quant=like.quant)
+        return name
+
+    skip, made = set(), 0
+    for i, n in enumerate(g.nodes):
+        if i in skip:
+            continue
+        d = g.nodes[i + 1] if i + 1 < k else None
+        if d is None or not _splittable(g, n, d, readers, groups):
+            nodes.append(n)
+            continue
+        skip.add(i + 1)
+        y, z = g.tensors[n.outputs[0]], g.tensors[d.outputs[0]]
+        parts = []
+        for j in range(groups):
+            w, b = g.tensors[n.inputs[1]], n.inputs[2] if len(n.inputs) > 2 else ""
+            yj = act(y, y.name, j)
+            again.add(yj)
+            nodes.append(replace(n, inputs=(n.inputs[0], part(w, 0, j, w.name),
+                                            part(g.tensors[b], 0, j, b) if b else ""),
+                                 outputs=(yj,), name=f"{n.name or y.name}/group{j}of{groups}"))
+            dw, db = g.tensors[d.inputs[1]], d.inputs[2] if len(d.inputs) > 2 else ""
+            zj = act(z, z.name, j)
+            nodes.append(replace(d, inputs=(yj, part(dw, 3, j, dw.name),
+                                            part(g.tensors[db], 0, j, db) if db else ""),
+                                 outputs=(zj,), name=f"{d.name or z.name}/group{j}of{groups}"))
+            parts.append(zj)
+        nodes.append(Node("concat", tuple(parts), (z.name,), {"axis": 3, "activation": "none"},
+                          f"{d.name or z.name}/groups"))
+        del tensors[y.name]
+        for t in n.inputs[1:] + d.inputs[1:]:  # the whole weights, when no one else reads them
+            if t and all(r in (n, d) for r in readers[t]):
+                tensors.pop(t, None)
+        made += 1
+    if not made:
+        raise NotPatchable(f"no 1x1 -> depthwise pair in the first {k} nodes splits in "
+                           f"{groups} channel groups")
+    return verify(g.replace(nodes=nodes, tensors=tensors)), k + made * (2 * groups - 1), again
+
+
+def _splittable(g: Graph, n: Node, d: Node, readers: dict, groups: int) -> bool:
+    """n a 1x1 convolution (stride 1, not grouped) read by the depthwise layer d only
+    (multiplier 1, no other activation input), their channels a multiple of `groups`."""
+    if n.op != "conv2d" or d.op != "depthwise_conv2d" or len(n.inputs) < 2 \
+            or len(d.inputs) < 2 or d.inputs[0] != n.outputs[0]:
+        return False
+    w, dw = g.tensors[n.inputs[1]], g.tensors[d.inputs[1]]
+    x, y = g.tensors[n.inputs[0]], g.tensors[n.outputs[0]]
+    if not (w.is_const and dw.is_const) or any(
+            t and not g.tensors[t].is_const for t in n.inputs[1:] + d.inputs[1:]):
+        return False
+    c = y.shape[-1]
+    return (tuple(w.shape[1:3]) == (1, 1) and w.shape[3] == x.shape[-1]
+            and tuple(n.attrs["stride"]) == (1, 1) and tuple(n.attrs["padding"]) == (0, 0, 0, 0)
+            and d.attrs.get("depth_multiplier", 1) == 1 and dw.shape[3] == c
+            and readers.get(n.outputs[0]) == [d] and c % groups == 0
+            and all(not g.tensors[t].quant or not g.tensors[t].quant.per_axis
+                    or g.tensors[t].quant.axis == ax for t, ax in
+                    ((n.inputs[1], 0), (d.inputs[1], 3))
+                    + tuple((b, 0) for b in (n.inputs[2:3] + d.inputs[2:3]) if b)))
+
+
 def _recompute_plans(g: Graph, stage: list, out: str, rows: list) -> list:
     """Per band: ({tensor: rows its band tensor holds}, {tensor: rows computed}); every band
     computes every row it reads (the input: whole)."""
@@ -288,10 +403,11 @@ def _recompute_plans(g: Graph, stage: list, out: str, rows: list) -> list:
     return plans
 
 
-def _reuse_plans(g: Graph, stage: list, out: str, rows: list) -> list:
+def _reuse_plans(g: Graph, stage: list, out: str, rows: list, again=frozenset()) -> list:
     """As _recompute_plans, but a band computes only the rows no band before it has: it holds
     the rows its consumers read from the first one on, those computed before taken over
-    (band p+1's first rows come from band p), and computes the rest."""
+    (band p+1's first rows come from band p), and computes the rest; the tensors in `again`
+    it computes whole (their halo recomputed)."""
     done, plans = {}, []  # done: tensor -> the rows below this are computed
     for band in rows:
         read, fresh = {out: band}, {}
@@ -299,11 +415,12 @@ def _reuse_plans(g: Graph, stage: list, out: str, rows: list) -> list:
             o = n.outputs[0]
             if o not in read:
                 continue
-            start = max(read[o][0], done.get(o, 0))
+            start = read[o][0] if o in again else max(read[o][0], done.get(o, 0))
             if start < read[o][1]:
                 fresh[o] = (start, read[o][1])
                 _read(g, n, _input_rows(g, n, fresh[o]), read)
-        need = {t: (r[0], max(r[1], done.get(t, 0))) for t, r in read.items()}
+        need = {t: r if t in again else (r[0], max(r[1], done.get(t, 0)))
+                for t, r in read.items()}
         need[g.inputs[0]] = (0, g.tensors[g.inputs[0]].shape[1])
         for t, r in need.items():
             done[t] = r[1]
@@ -332,6 +449,7 @@ class Choice:
     reuse: bool = False  # patch_stage's: halo rows copied between bands, not recomputed
     late: str = ""  # patch_stage's: the halo copies made after the band's readers (LATE)
     lean: str = ""  # patch_stage's: the band layers on kernels with less scratch (LEAN)
+    split: int = 1  # patch_stage's: the 1x1 -> depthwise pairs in this many channel groups
 
     @property
     def overhead(self) -> float:
@@ -394,22 +512,31 @@ def choose(g: Graph, cost, max_overhead: float = 10.0, max_bands: int = 64,
 
 
 def _forms(g: Graph, c: Choice, cost, limit: float, progress=None):
-    """The candidate's stage and bands in the form (patch_stage's late, lean) with the
-    smallest arena as `cost` measures it (the same MACs; ties keep the form listed first:
-    lean costs instructions, late ones copies nothing more), a bare form only where its MACs
-    plus BARE_COST times its bare MACs stay within `limit`, or None."""
-    forms = [(late, lean) for lean in LEAN for late in (LATE if c.reuse else ("",))]
+    """The candidate's stage and bands in the form (patch_stage's late, lean, split) with the
+    smallest arena as `cost` measures it with at most `limit` MACs, a bare form's MACs on the
+    reference loops counted BARE_COST times more (ties: fewer MACs, then the form listed
+    first: lean costs instructions, late ones copies nothing more, channel groups recompute
+    their 1x1 halos), or None."""
+    lates = LATE if c.reuse else ("",)
+    # the channel groups only with the lean kernels: a form that pays where the bands'
+    # working set is what is left to shrink
+    forms = [(late, lean, 1) for lean in LEAN for late in lates] + \
+        [(late, lean, split) for split in SPLITS for lean in LEAN[1:] for late in lates]
     best = None
-    for late, lean in forms:
+    for late, lean, split in forms:
         try:
-            h = patch_stage(g, c.k, c.count, c.reuse, late, lean)
+            h = patch_stage(g, c.k, c.count, c.reuse, late, lean, split)
         except NotPatchable:
             continue
-        if lean == "bare" and c.macs + BARE_COST * bare_macs(h) > limit:
+        slow = BARE_COST * bare_macs(h) if lean == "bare" else 0
+        if c.macs + slow > limit:
             continue
         arena, macs = cost(h)
+        if macs + slow > limit:
+            continue
         if best is None or (arena, macs) < (best.arena, best.macs):
-            best = replace(c, graph=h, arena=arena, macs=macs, late=late, lean=lean)
+            best = replace(c, graph=h, arena=arena, macs=macs, late=late, lean=lean,
+                           split=split)
     if progress is not None and best is not None:
         progress(f"{c.k} layers in {c.count} bands: arena {best.arena:,} bytes "
                  f"({len(forms)} forms measured)")
