@@ -199,11 +199,11 @@ def test_stage_bands_recompute_the_halo_only():
     assert [slices.get(n.inputs[0], 0) for n in convs] == [0, 3]
 
 
-def _mlperf_choice(stem: str, board: str = "mps2-an386"):
+def _mlperf_choice(stem: str, board: str = "mps2-an386", bound: float = 10.0):
     from mcuforge.api import patch_first_stage
     from mcuforge.board import load_board
     g = optimize(load(mlperf_model(stem)))
-    return g, patch_first_stage(g, load_board(board).target(None), 10.0)[1]
+    return g, patch_first_stage(g, load_board(board).target(None), bound)[1]
 
 
 @pytest.mark.parametrize("stem", ["pretrainedResnet_quant", "vww_96_int8", "kws_ref_model"])
@@ -833,15 +833,17 @@ def test_split_pairs_slice_weights_and_scales_by_channel():
 
 
 def test_vww_memory_priority_reaches_the_issue_arena():
-    """Issue 13's VWW figure on the M4: the choice (the 1x1 -> depthwise pair of band 0 in
-    channel groups) plans an arena <= 29,290 bytes including the kernels' scratch, as
+    """Issue 13's VWW figure on the M4: with the reference loops allowed in the bands (their
+    instructions: --memory-priority-max-macs 1000) the choice (the 1x1 -> depthwise pair of
+    band 0 in channel groups) plans an arena <= 29,290 bytes including the kernels' scratch, as
     generate_project's plan (checked by plan_check) measures it, at <= +9% MACs, with the
-    input image resident (its 27,648 bytes live until the last band reads them). Bit-exact
-    with tflite-micro: test_mlperf_memory_priority_bit_exact_with_tflm, test_mlperf_memory_
-    priority_under_the_arena_check."""
-    g, choice = _mlperf_choice("vww_96_int8")
-    assert choice.split > 1
-    _, plan, model, _ = generate_project(g, "model", "mps2-an386", memory_priority=10.0)
+    input image resident (its 27,648 bytes live until the last band reads them); at the
+    default bound the channel groups alone shrink it below the ungrouped bands' 31,480."""
+    g, choice = _mlperf_choice("vww_96_int8", bound=1000.0)
+    assert choice.split > 1 and choice.lean == "bare"
+    _, plan, model, _ = generate_project(g, "model", "mps2-an386", memory_priority=1000.0)
     assert plan.arena_size == choice.arena <= 29290
     assert model.macs == choice.macs <= choice.base_macs * 1.09
     check_plan(model.graph, plan, declared=model.declared)
+    _, default = _mlperf_choice("vww_96_int8")
+    assert default.split > 1 and default.lean != "bare" and default.arena < 31480
