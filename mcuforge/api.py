@@ -177,7 +177,10 @@ def memory_priority_line(choice) -> str:
                else "the halos recomputed")
             + {"": "", "im2col": "; the band convolutions on im2col (less scratch)",
                "bare": "; the band convolutions and depthwise layers on the reference loops "
-                       "(no scratch)"}[choice.lean])
+                       "(no scratch)"}[choice.lean]
+            + ("; the residual branches in another order" if choice.order else "")
+            + (f"; {len(choice.tail_lean)} layer(s) after the stage on kernels with less "
+               f"scratch" if choice.tail_lean else ""))
 
 
 def _c_bytes(a) -> str:
