@@ -180,7 +180,10 @@ def memory_priority_line(choice) -> str:
                "bare": "; the band convolutions and depthwise layers on the reference loops "
                        "(no scratch)"}[choice.lean]
             + (f"; the 1x1 -> depthwise pairs in {choice.split} channel groups"
-               if choice.split > 1 else ""))
+               if choice.split > 1 else "")
+            + ("; the residual branches in another order" if choice.order else "")
+            + (f"; {len(choice.tail_lean)} layer(s) after the stage on kernels with less "
+               f"scratch" if choice.tail_lean else ""))
 
 
 def _c_bytes(a) -> str:

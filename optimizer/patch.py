@@ -22,7 +22,10 @@ Two forms shrink a band's working set further: its halo copies made after the ba
 of the rows (`late`: not live beside them), and its convolutions on the kernels with the
 least scratch (`lean`: im2col; the band depthwise always takes one output row of scratch).
 The planner also lets the bands use the input's bytes no later band reads and the output's
-bytes no band has written yet (memory_plan.buffer_pieces).
+bytes no band has written yet (memory_plan.buffer_pieces). Around the stage, `choose` also
+picks the order of residual branches (stage_orders: in ResNet-8's block 3 the 1x1 shortcut
+run before the 3x3 branch's second conv, not beside it) and gives the layers
+after the stage kernels with less scratch (lean_tail) where either makes the arena smaller.
 
 A pointwise (1x1) convolution feeding a depthwise one expands a band's working set most (VWW:
 8 -> 16 channels of 48 columns). `split` computes such a pair in channel groups
@@ -450,6 +453,8 @@ class Choice:
     late: str = ""  # patch_stage's: the halo copies made after the band's readers (LATE)
     lean: str = ""  # patch_stage's: the band layers on kernels with less scratch (LEAN)
     split: int = 1  # patch_stage's: the 1x1 -> depthwise pairs in this many channel groups
+    order: tuple = ()  # g's nodes in this topological order before patching (empty: g's)
+    tail_lean: tuple = ()  # (output, LEAN) of layers after the stage on leaner kernels
 
     @property
     def overhead(self) -> float:
@@ -468,7 +473,10 @@ def choose(g: Graph, cost, max_overhead: float = 10.0, max_bands: int = 64,
     (late="all", lean "bare" or "im2col"); the best of each stage length, the `finalists` best of those, are then measured by
     `cost` in every form. Ties go to fewer MACs, then fewer bands, then a shorter stage, then
     recomputing, then the form listed first (halo copies at once, not lean: fewer
-    instructions) (deterministic). When nothing beats g's own arena, g itself (k = 0).
+    instructions) (deterministic). The finalists also include, per finalist stage length,
+    the best estimate with the layers after the stage on their leanest kernels; _forms then
+    picks the order of g's branches and those layers' kernels. When nothing beats g's own
+    arena, g itself (k = 0).
     `progress(line)`, when given, hears one line per stage length tried and per finalist."""
     quick = quick or cost
     base_arena, base_macs = cost(g)
@@ -503,8 +511,22 @@ def choose(g: Graph, cost, max_overhead: float = 10.0, max_bands: int = 64,
     ranked.sort(key=rank)
     # the finalists: the best estimate of each stage length (those of one stage's band
     # counts often tie), the `finalists` best of those
-    ranked = [c for i, c in enumerate(ranked) if all(d.k != c.k for d in ranked[:i])]
-    for c in ranked[:finalists]:
+    heads = [c for i, c in enumerate(ranked) if all(d.k != c.k for d in ranked[:i])]
+    heads = heads[:finalists]
+    # and of those stage lengths, the best estimate with the layers after the stage on
+    # their leanest kernels (_forms gives them those where it pays): there the bands' own
+    # arena ranks the band counts, which the layers after the stage may hide
+    more = []
+    for head in heads:
+        tail = len(g.nodes) - head.k
+        if not lean_tail(head.graph, tail, "bare"):
+            continue
+        lean = min((replace(c, arena=a, macs=m) for c in ranked if c.k == head.k
+                    for a, m in [quick(lean_layers(c.graph, lean_tail(c.graph, tail, "bare")))]),
+                   key=rank)
+        if lean.count != head.count or lean.reuse != head.reuse:
+            more.append(lean)
+    for c in heads + more:
         c = _forms(g, c, cost, limit, progress)
         if c is not None and rank(c) < rank(best):
             best = c
@@ -512,32 +534,120 @@ def choose(g: Graph, cost, max_overhead: float = 10.0, max_bands: int = 64,
 
 
 def _forms(g: Graph, c: Choice, cost, limit: float, progress=None):
-    """The candidate's stage and bands in the form (patch_stage's late, lean, split) with the
-    smallest arena as `cost` measures it with at most `limit` MACs, a bare form's MACs on the
-    reference loops counted BARE_COST times more (ties: fewer MACs, then the form listed
-    first: lean costs instructions, late ones copies nothing more, channel groups recompute
-    their 1x1 halos), or None."""
+    """The candidate's stage and bands in the form with the smallest arena as `cost` measures
+    it within `limit` MACs (a bare layer's MACs counted BARE_COST times more), or None. Three
+    choices, one after the other, the bands first: their form (patch_stage's late, lean,
+    split; ties keep the form listed first: lean costs instructions, late ones copy nothing
+    more, channel groups recompute their 1x1 halos), then g's residual branches in another
+    order (stage_orders: which branch runs first decides what is live beside what; ties keep
+    g's own), both measured with the layers after the stage on kernels without scratch so
+    that those do not hide the bands' arena; then those layers: each keeps its own kernel
+    unless a leaner one (lean_tail: more instructions) makes the arena smaller."""
+    tail = len(g.nodes) - c.k
+    measured = 0
+
+    def measure(h):
+        nonlocal measured
+        measured += 1
+        return cost(lean_layers(h, lean_tail(h, tail, "bare")))
+
+    def within(h, macs) -> bool:
+        return macs + BARE_COST * bare_macs(h) <= limit
+    best, at = None, None
     lates = LATE if c.reuse else ("",)
     # the channel groups only with the lean kernels: a form that pays where the bands'
     # working set is what is left to shrink
     forms = [(late, lean, 1) for lean in LEAN for late in lates] + \
         [(late, lean, split) for split in SPLITS for lean in LEAN[1:] for late in lates]
-    best = None
     for late, lean, split in forms:
         try:
             h = patch_stage(g, c.k, c.count, c.reuse, late, lean, split)
         except NotPatchable:
             continue
-        slow = BARE_COST * bare_macs(h) if lean == "bare" else 0
-        if c.macs + slow > limit:
+        if not within(h, c.macs):
             continue
-        arena, macs = cost(h)
-        if macs + slow > limit:
+        score = measure(h)
+        if within(h, score[1]) and (at is None or score < at):
+            best, at = replace(c, graph=h, late=late, lean=lean, split=split), score
+    if best is None:
+        return None
+    for order in stage_orders(g, c.k)[1:]:
+        try:
+            h = patch_stage(reordered(g, order), c.k, c.count, c.reuse, best.late, best.lean,
+                            best.split)
+        except NotPatchable:
             continue
-        if best is None or (arena, macs) < (best.arena, best.macs):
-            best = replace(c, graph=h, arena=arena, macs=macs, late=late, lean=lean,
-                           split=split)
-    if progress is not None and best is not None:
+        score = measure(h)
+        if score < at:
+            best, at = replace(best, graph=h, order=order), score
+    # the layers after the stage: all on the reference loops, or the convolutions on im2col
+    # where that is as small; then each given its own kernel back where the arena stays
+    # (the reference loops only as far as the bound allows)
+    plain = best.graph
+    arena, macs = at
+    leans = lean_tail(plain, tail, "bare")
+    if not within(lean_layers(plain, leans), macs):
+        leans = {t: v for t, v in lean_tail(plain, tail, "im2col").items() if v != "bare"}
+        arena, macs = cost(lean_layers(plain, leans))
+        measured += 1
+    if leans:
+        im2col = lean_tail(plain, tail, "im2col")
+        if im2col != leans and within(lean_layers(plain, im2col), macs):
+            score = cost(lean_layers(plain, im2col))
+            measured += 1
+            if score <= (arena, macs):
+                leans, (arena, macs) = im2col, score
+        for t in list(leans):
+            fewer = {u: v for u, v in leans.items() if u != t}
+            score = cost(lean_layers(plain, fewer))
+            measured += 1
+            if score <= (arena, macs):
+                leans, (arena, macs) = fewer, score
+    best = replace(best, graph=lean_layers(plain, leans), arena=arena, macs=macs,
+                   tail_lean=tuple(leans.items()))
+    if progress is not None:
         progress(f"{c.k} layers in {c.count} bands: arena {best.arena:,} bytes "
-                 f"({len(forms)} forms measured)")
+                 f"({measured} forms measured)")
     return best
+
+
+def stage_orders(g: Graph, k: int, limit: int = 16) -> list:
+    """Topological orders of g's nodes (node indices, g's own first) that keep its first k
+    nodes the first k: the residual branches inside the stage and after it in each order
+    (memory_plan.topological_orders, at most `limit`)."""
+    from .memory_plan import topological_orders
+    index = {id(n): i for i, n in enumerate(g.nodes)}
+    head = set(range(k))
+    out = []
+    for nodes in topological_orders(g, limit):
+        order = tuple(index[id(n)] for n in nodes)
+        if set(order[:k]) == head:
+            out.append(order)
+    return out
+
+
+def reordered(g: Graph, order: tuple) -> Graph:
+    """g with its nodes in `order` (node indices; a topological order)."""
+    return g.replace(nodes=[g.nodes[i] for i in order]) if order else g
+
+
+def lean_tail(g: Graph, tail: int, kind: str) -> dict:
+    """{output: LEAN} for the last `tail` nodes of g that a lean form gives less scratch:
+    convolutions with a window on `kind` (im2col or bare), depthwise layers bare (the forms
+    patch_stage's `lean` gives the band layers)."""
+    out = {}
+    for n in g.nodes[len(g.nodes) - tail:]:
+        if n.attrs.get("lean") or n.attrs.get("view") or len(n.outputs) != 1:
+            continue
+        if n.op == "conv2d" and g.tensors[n.inputs[1]].shape[1:3] != (1, 1):
+            out[n.outputs[0]] = kind
+        elif n.op == "depthwise_conv2d":
+            out[n.outputs[0]] = "bare"
+    return out
+
+
+def lean_layers(g: Graph, leans: dict) -> Graph:
+    """g with the layers writing the tensors of `leans` ({output: LEAN}) asking their
+    kernels for less scratch (the same arithmetic: codegen_c/kernels/schedule_kernel)."""
+    return g.replace(nodes=[replace(n, attrs=dict(n.attrs, lean=leans[n.outputs[0]]))
+                            if n.outputs and n.outputs[0] in leans else n for n in g.nodes])
