@@ -179,6 +179,8 @@ def memory_priority_line(choice) -> str:
             + {"": "", "im2col": "; the band convolutions on im2col (less scratch)",
                "bare": "; the band convolutions and depthwise layers on the reference loops "
                        "(no scratch)"}[choice.lean]
+            + (f" in the first {choice.lean_bands} bands" if choice.lean
+               and choice.lean_bands is not None else "")
             + (f"; the 1x1 -> depthwise pairs in {choice.split} channel groups"
                if choice.split > 1 else "")
             + ("; the residual branches in another order" if choice.order else "")

@@ -20,7 +20,9 @@ next are copied from one to the other (row by row: no extra MACs, a few rows kep
 measures it: the real planner with the kernels' scratch) whose extra MACs stay within a bound.
 Two forms shrink a band's working set further: its halo copies made after the band's readers
 of the rows (`late`: not live beside them), and its convolutions on the kernels with the
-least scratch (`lean`: im2col; the band depthwise always takes one output row of scratch).
+least scratch (`lean`: im2col; the band depthwise always takes one output row of scratch),
+in every band or, where that keeps the arena, only in the first few (`lean_bands`: the input
+is still whole there; later bands find room for the kernels' scratch in its dead rows).
 The planner also lets the bands use the input's bytes no later band reads and the output's
 bytes no band has written yet (memory_plan.buffer_pieces). Around the stage, `choose` also
 picks the order of residual branches (stage_orders: in ResNet-8's block 3 the 1x1 shortcut
@@ -172,7 +174,7 @@ def row_step(t: Tensor) -> int:
 
 
 def patch_stage(g: Graph, k: int, count: int, reuse: bool = False, late: str = "",
-                lean: str = "", split: int = 1) -> Graph:
+                lean: str = "", split: int = 1, lean_bands: int | None = None) -> Graph:
     """The graph with its first k nodes (a stage: stage_lengths) computed in `count` bands of
     the stage output's rows. Guarantees: the graph's inputs, outputs and values are unchanged
     (each band's nodes are the original ones with their rows and padding cut to the band; the
@@ -194,7 +196,9 @@ def patch_stage(g: Graph, k: int, count: int, reuse: bool = False, late: str = "
     convolutions and depthwise layers run the reference loops, which need none ("bare":
     codegen_c/kernels/schedule_kernel), for more instructions. `split` > 1: the stage's
     1x1 -> depthwise pairs computed in that many channel groups first (split_pairs; NotPatchable
-    where there is none), the 1x1 layers' halo rows recomputed (with reuse too)."""
+    where there is none), the 1x1 layers' halo rows recomputed (with reuse too).
+    `lean_bands`: only the first that many bands lean (the first bands are the tightest: the
+    input is still whole), the others on their own kernels (fewer instructions); None: all."""
     if late not in LATE or lean not in LEAN or split < 1:
         raise ValueError(f"late={late!r}, lean={lean!r}, split={split}: one of {LATE}, {LEAN}"
                          ", >= 1")
@@ -236,7 +240,8 @@ def patch_stage(g: Graph, k: int, count: int, reuse: bool = False, late: str = "
         ins = tuple(rows_of(t, have[t], need[t], reads) if t and not g.tensors[t].is_const
                     else t for t in n.inputs)
         attrs = dict(n.attrs, band_of=o)  # codegen shares the bands' tables and code
-        if lean == "im2col" and n.op == "conv2d" or lean == "bare" and _bare(g, n):
+        if (lean_bands is None or p < lean_bands) and (
+                lean == "im2col" and n.op == "conv2d" or lean == "bare" and _bare(g, n)):
             attrs["lean"] = lean
         if n.op in WINDOW_OPS:
             s, span, top = _window(g, n)
@@ -455,6 +460,7 @@ class Choice:
     split: int = 1  # patch_stage's: the 1x1 -> depthwise pairs in this many channel groups
     order: tuple = ()  # g's nodes in this topological order before patching (empty: g's)
     tail_lean: tuple = ()  # (output, LEAN) of layers after the stage on leaner kernels
+    lean_bands: int | None = None  # patch_stage's: only the first bands lean (None: all)
 
     @property
     def overhead(self) -> float:
@@ -530,7 +536,31 @@ def choose(g: Graph, cost, max_overhead: float = 10.0, max_bands: int = 64,
         c = _forms(g, c, cost, limit, progress)
         if c is not None and rank(c) < rank(best):
             best = c
-    return best
+    return _fewer_lean(g, best, cost, limit)
+
+
+def _fewer_lean(g: Graph, c: Choice, cost, limit: float) -> Choice:
+    """The choice with only its first 1, 2, 4, ... bands lean, the fewest that keep its arena
+    (lean kernels cost instructions; the later bands, with the input's first rows dead, often
+    have room for the others' scratch), or the choice as it was."""
+    if not c.k or not c.lean or c.lean_bands is not None:
+        return c
+    m = 1
+    while m < c.count:
+        h = _variant(g, c, m)
+        arena, macs = cost(h)
+        if (arena, macs) <= (c.arena, c.macs) and macs + BARE_COST * bare_macs(h) <= limit:
+            return replace(c, graph=h, arena=arena, macs=macs, lean_bands=m)
+        m *= 2
+    return c
+
+
+def _variant(g: Graph, c: Choice, lean_bands) -> Graph:
+    """c's graph (its branch order, band form and leaner layers after the stage) with only
+    the first `lean_bands` bands lean."""
+    h = patch_stage(reordered(g, c.order), c.k, c.count, c.reuse, c.late, c.lean, c.split,
+                    lean_bands)
+    return lean_layers(h, dict(c.tail_lean))
 
 
 def _forms(g: Graph, c: Choice, cost, limit: float, progress=None):
@@ -564,17 +594,32 @@ def _forms(g: Graph, c: Choice, cost, limit: float, progress=None):
             h = patch_stage(g, c.k, c.count, c.reuse, late, lean, split)
         except NotPatchable:
             continue
-        if not within(h, c.macs):
-            continue
+        bands = None
+        if not within(h, c.macs):  # bare in every band is over the bound: in the first few
+            if lean != "bare":
+                continue
+            score = measure(h)
+            if at is not None and score >= at:
+                continue
+            for m in (2 ** i for i in range(c.count.bit_length())):
+                few = patch_stage(g, c.k, c.count, c.reuse, late, lean, split, m)
+                if m >= c.count or not within(few, c.macs):
+                    break
+                if measure(few) == score:
+                    h, bands = few, m
+                    break
+            if bands is None:
+                continue
         score = measure(h)
         if within(h, score[1]) and (at is None or score < at):
-            best, at = replace(c, graph=h, late=late, lean=lean, split=split), score
+            best, at = replace(c, graph=h, late=late, lean=lean, split=split,
+                               lean_bands=bands), score
     if best is None:
         return None
     for order in stage_orders(g, c.k)[1:]:
         try:
             h = patch_stage(reordered(g, order), c.k, c.count, c.reuse, best.late, best.lean,
-                            best.split)
+                            best.split, best.lean_bands)
         except NotPatchable:
             continue
         score = measure(h)

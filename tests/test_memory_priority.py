@@ -737,9 +737,10 @@ def pair_chain(rng, dtype: str) -> bytes:
 def test_channel_groups_equal_the_reference(dtype, seed, tmp_path):
     """`split`: the 1x1 -> depthwise pairs of a stage in 2 and 4 channel groups (the 1x1
     layers' halos recomputed), in bands recomputing or reusing the other halos, late copies,
-    lean kernels: int8 bit-exact with tflite-micro, float within tolerance of LiteRT, every
-    plan accepted by plan_check, the groups really there (a channel concat of `split` inputs
-    per pair and band computing its rows)."""
+    lean kernels (in every band or in the first ones only: lean_bands): int8 bit-exact with
+    tflite-micro, float within tolerance of LiteRT, every plan accepted by plan_check, the
+    groups really there (a channel concat of `split` inputs per pair and band computing its
+    rows)."""
     if dtype == "int8":
         require_tflm()
     rng = np.random.default_rng(2000 + seed)
@@ -759,13 +760,18 @@ def test_channel_groups_equal_the_reference(dtype, seed, tmp_path):
     k = len(g.nodes)
     rows = g.tensors[g.outputs[0]].shape[1]
     tried = 0
-    for i, (count, reuse, late, lean, split) in enumerate([
-            (2, False, "", "", 2), (2, True, "all", "bare", 4), (3, True, "", "", 2),
-            (rows, True, "strided", "bare", 2), (3, False, "", "bare", 4)]):
+    for i, (count, reuse, late, lean, split, m) in enumerate([
+            (2, False, "", "", 2, None), (2, True, "all", "bare", 4, None),
+            (3, True, "", "", 2, None), (rows, True, "strided", "bare", 2, 1),
+            (3, False, "", "bare", 4, None), (3, True, "all", "im2col", 2, 2)]):
         try:
-            h = patch.patch_stage(g, k, count, reuse, late, lean, split)
+            h = patch.patch_stage(g, k, count, reuse, late, lean, split, m)
         except patch.NotPatchable:
             continue
+        # lean_bands: only the first m bands' layers carry the lean kernels
+        leaned = {int(n.name.rsplit("/band", 1)[1]) for n in h.nodes if n.attrs.get("lean")}
+        assert leaned <= set(range(count if m is None else m))
+        assert (0 in leaned) == bool(lean)
         joins = [n for n in h.nodes if n.op == "concat" and n.attrs["axis"] == 3]
         assert pairs <= len(joins) <= pairs * count  # (a band may compute no row of one)
         assert all(len(n.inputs) == split and not is_alias(n) for n in joins)
