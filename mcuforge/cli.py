@@ -329,10 +329,10 @@ def _add_memory_priority(p) -> None:
                         "--memory-priority-max-macs more MACs; bit-exact")
     p.add_argument("--memory-priority-max-macs", type=float, default=10.0, metavar="PCT",
                    help="with --memory-priority: the extra MACs allowed, in percent "
-                        "(default: 10). The smallest arenas put the bands' window layers "
-                        "on plain loops without scratch, several times slower: each of "
-                        "their MACs counts 6 more against this bound (ResNet-8: about 420; "
-                        "give 1000 for the smallest arena at any cost)")
+                        "(default: 10). The smallest arenas put the first bands' window "
+                        "layers on plain loops without scratch, several times slower: each "
+                        "of their MACs counts 6 more against this bound (VWW's smallest "
+                        "arena takes 15; give 1000 for the smallest arena at any cost)")
 
 
 def _memory_priority(a):
