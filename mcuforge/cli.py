@@ -331,8 +331,8 @@ def _add_memory_priority(p) -> None:
                    help="with --memory-priority: the extra MACs allowed, in percent "
                         "(default: 10). The smallest arenas put the first bands' window "
                         "layers on plain loops without scratch, several times slower: each "
-                        "of their MACs counts 6 more against this bound (VWW's smallest "
-                        "arena takes 15; give 1000 for the smallest arena at any cost)")
+                        "of their MACs counts 6 more against this bound (give 1000 for the "
+                        "smallest arena at any cost)")
 
 
 def _memory_priority(a):
