@@ -845,7 +845,8 @@ def test_vww_memory_priority_reaches_the_issue_arena():
     windows on the reference loops: the plan generate_project addresses (checked by
     plan_check) is <= 29,290 bytes including the kernels' scratch, at <= +9% MACs, with the
     input image resident (its 27,648 bytes live until the last band reads them). The choice
-    at the default bound (no reference loops) stays below the ungrouped bands' 31,480."""
+    at the default bound takes channel groups and stays below the ungrouped bands' 31,480
+    (the reference loops, if any, only in its first bands: within the bound)."""
     g = optimize(load(mlperf_model("vww_96_int8")))
     h = patch.patch_stage(g, 4, 21, True, "all", "bare", 2)
     _, plan, model, _ = generate_project(h, "model", "mps2-an386")
@@ -854,7 +855,8 @@ def test_vww_memory_priority_reaches_the_issue_arena():
     assert model.macs <= base.macs * 1.09
     check_plan(model.graph, plan, declared=model.declared)
     _, default = _mlperf_choice("vww_96_int8")
-    assert default.split > 1 and default.lean != "bare" and default.arena < 31480
+    assert default.split > 1 and default.arena < 31480
+    assert default.lean != "bare" or default.lean_bands is not None
 
 
 def _block_after_a_stage(rng):
