@@ -177,6 +177,8 @@ def memory_priority_line(choice) -> str:
                + (", after their readers" if choice.late else "") + ")" if choice.reuse
                else "the halos recomputed")
             + {"": "", "im2col": "; the band convolutions on im2col (less scratch)",
+               "bare_dw": "; the band convolutions on im2col, the depthwise layers on the "
+                          "reference loops (no scratch)",
                "bare": "; the band convolutions and depthwise layers on the reference loops "
                        "(no scratch)"}[choice.lean]
             + (f" in the first {choice.lean_bands} bands" if choice.lean

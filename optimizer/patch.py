@@ -55,15 +55,25 @@ POINTWISE_OPS = ("add", "mul", "sub", "relu", "relu6", "leaky_relu", "logistic",
 
 
 LATE = ("", "all", "strided")  # patch_stage's `late`
-# patch_stage's `lean`: the band layers' kernels as they are, the convolutions on im2col, or
-# the convolutions and depthwise layers on the reference loops (no scratch at all)
-LEAN = ("", "im2col", "bare")
+# patch_stage's `lean`: the band layers' kernels as they are, the convolutions on im2col, the
+# depthwise layers on the reference loops too, or the convolutions also (no scratch at all)
+LEAN = ("", "im2col", "bare_dw", "bare")
 SPLITS = (2, 4)  # channel groups of the stage's 1x1 -> depthwise pairs (`split`) choose tries
 # The reference loops of a "bare" band run far more instructions a MAC than the scheduled
 # kernels (M4: ResNet-8's stage +54.8 M instructions for 8.7 M bare MACs, VWW's +11.2 M for
 # 0.75 M): against choose's bound each MAC a bare layer runs counts BARE_COST MACs more, so the
 # form is taken only where the user allows that cost (--memory-priority-max-macs)
 BARE_COST = 6
+
+
+def _lean_of(g: Graph, n: Node, lean: str) -> str:
+    """The kernel form (a node's "lean" attribute: codegen_c/kernels) patch_stage's `lean`
+    gives band node n, or ""."""
+    if lean == "bare":
+        return "bare" if _bare(g, n) else ""
+    if lean in ("im2col", "bare_dw") and n.op == "conv2d":
+        return "im2col"
+    return "bare" if lean == "bare_dw" and n.op == "depthwise_conv2d" else ""
 
 
 def _bare(g: Graph, n: Node) -> bool:
@@ -192,9 +202,10 @@ def patch_stage(g: Graph, k: int, count: int, reuse: bool = False, late: str = "
     until the band's last reader of the tensor has run (LATE: "" none, "all", "strided": the
     tensors a strided window op reads), so the copy is not live beside that reader (the
     reader then cannot write over its input in place). `lean` (LEAN): the band convolutions
-    ask their kernels for less scratch ("im2col": codegen_c/kernels/gemm.py), or the band
-    convolutions and depthwise layers run the reference loops, which need none ("bare":
-    codegen_c/kernels/schedule_kernel), for more instructions. `split` > 1: the stage's
+    ask their kernels for less scratch ("im2col": codegen_c/kernels/gemm.py), and the band
+    depthwise layers run the reference loops, which need none ("bare_dw":
+    codegen_c/kernels/schedule_kernel), or the convolutions with a window too ("bare"), for
+    more instructions. `split` > 1: the stage's
     1x1 -> depthwise pairs computed in that many channel groups first (split_pairs; NotPatchable
     where there is none), the 1x1 layers' halo rows recomputed (with reuse too).
     `lean_bands`: only the first that many bands lean (the first bands are the tightest: the
@@ -240,9 +251,8 @@ def patch_stage(g: Graph, k: int, count: int, reuse: bool = False, late: str = "
         ins = tuple(rows_of(t, have[t], need[t], reads) if t and not g.tensors[t].is_const
                     else t for t in n.inputs)
         attrs = dict(n.attrs, band_of=o)  # codegen shares the bands' tables and code
-        if (lean_bands is None or p < lean_bands) and (
-                lean == "im2col" and n.op == "conv2d" or lean == "bare" and _bare(g, n)):
-            attrs["lean"] = lean
+        if (lean_bands is None or p < lean_bands) and _lean_of(g, n, lean):
+            attrs["lean"] = _lean_of(g, n, lean)
         if n.op in WINDOW_OPS:
             s, span, top = _window(g, n)
             first, last = r[0] * s - top, (r[1] - 1) * s - top + span
@@ -476,7 +486,7 @@ def choose(g: Graph, cost, max_overhead: float = 10.0, max_bands: int = 64,
     stage, band count, halos recomputed or reused; reused, the halo copies made at once or
     late, the band convolutions lean or not: patch_stage). `quick(graph)`, when given, is a
     cheaper estimate of cost that ranks the candidates by their leanest form the bound allows
-    (late="all", lean "bare" or "im2col"); the best of each stage length, the `finalists` best of those, are then measured by
+    (late="all", the leanest of "bare", "bare_dw", "im2col"); the best of each stage length, the `finalists` best of those, are then measured by
     `cost` in every form. Ties go to fewer MACs, then fewer bands, then a shorter stage, then
     recomputing, then the form listed first (halo copies at once, not lean: fewer
     instructions) (deterministic). The finalists also include, per finalist stage length,
@@ -499,13 +509,14 @@ def choose(g: Graph, cost, max_overhead: float = 10.0, max_bands: int = 64,
         top = min(rows // row_step(out), max_bands)
         if progress is not None and top >= 2:
             progress(f"stage of {k} layers: up to {top} bands of rows")
-        bare = base_macs + BARE_COST * sum(_window_macs(g, n) for n in g.nodes[:k]
-                                           if _bare(g, n)) <= limit
+        # the leanest form within the bound
+        lean = next(f for f in ("bare", "bare_dw", "im2col") if f == "im2col" or base_macs
+                    + BARE_COST * sum(_window_macs(g, n) for n in g.nodes[:k]
+                                      if _lean_of(g, n, f) == "bare") <= limit)
         for count in range(2, top + 1):
             for reuse in (False, True):
                 try:
-                    h = patch_stage(g, k, count, reuse, "all" if reuse else "",
-                                    "bare" if bare else "im2col")
+                    h = patch_stage(g, k, count, reuse, "all" if reuse else "", lean)
                 except NotPatchable:
                     continue
                 arena, macs = quick(h)
@@ -598,7 +609,7 @@ def _forms(g: Graph, c: Choice, cost, limit: float, progress=None):
             continue
         bands = None
         if not within(h, c.macs):  # bare in every band is over the bound: in the first few
-            if lean != "bare":
+            if "bare" not in lean:
                 continue
             score = measure(h)
             if at is not None and score >= at:
