@@ -210,3 +210,11 @@ def register_dwd_copy(name: str, consts: tuple) -> None:
     dly), registered here so every mirror stays in a micro module."""
     INTRINSICS[name] = lambda x, y, pk, x_zp, buf: _dwd(x, y, pk, *consts[:9], x_zp,
                                                        *consts[9:], buf)
+
+
+def register_dwd_walk(name: str, consts: tuple) -> None:
+    """The mirror of one shared copy of mf_rv_dwd (consts: sy, sx, pt, pl, lo, hi, mode, tr,
+    dly; the plane's sizes h, w, c, oh, ow are its last arguments)."""
+    sy, sx, pt, pl = consts[:4]
+    INTRINSICS[name] = lambda x, y, pk, x_zp, buf, h, w, c, oh, ow: _dwd(
+        x, y, pk, h, w, c, oh, ow, sy, sx, pt, pl, x_zp, *consts[4:], buf)

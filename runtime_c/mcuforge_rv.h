@@ -895,6 +895,126 @@ MF_RV_DWI void mf_rv_dwd_row(const int8_t *p, int8_t *yq, int32_t yqs, int32_t T
     }
 }
 
+/* ---- the shared copies (MF_RV_DWD_DEFG: the plane's sizes as arguments) ------------------
+ * With XS and YS unknown at compile time every tap at its own offset costs an add (RV32 loads
+ * take an immediate offset only), so a row is walked column by column instead: t, m, b (the
+ * kernel rows' pointers) step XS, and each column's 3 bytes are loaded once for every output
+ * that uses them (3 at stride 1, 1 or 2 at stride 2). A kernel row off (padding) is read from
+ * the middle row with zero weights (its x_zp terms are in the start a, as in mf_rv_dwd_row),
+ * so every row is one body. P: the current output (its left and middle columns summed), Q,
+ * R the next ones; l, r: the left / right padding column's terms. */
+#define MF_RV_DWG_LD                                                                          \
+    do {                                                                                      \
+        v0 = *t;                                                                              \
+        v1 = *m;                                                                              \
+        v2 = *b;                                                                              \
+        t += XS;                                                                              \
+        m += XS;                                                                              \
+        b += XS;                                                                              \
+        MF_RV_OPAQUE(t);                                                                      \
+        MF_RV_OPAQUE(m);                                                                      \
+        MF_RV_OPAQUE(b);                                                                      \
+    } while (0)
+#define MF_RV_DWG_L(acc) acc = a + v0 * w0 + v1 * w3 + v2 * w6
+#define MF_RV_DWG_M(acc) acc += v0 * w1 + v1 * w4 + v2 * w7
+#define MF_RV_DWG_R(acc) acc += v0 * w2 + v1 * w5 + v2 * w8
+#define MF_RV_DWG_OUT(acc)                                                                    \
+    do {                                                                                      \
+        *yq = MF_RV_DWQ(acc);                                                                 \
+        yq += yqs;                                                                            \
+    } while (0)
+/* stride 1: column c + 1 finishes P, adds to Q, starts R */
+#define MF_RV_DWG_S1(P, Q, R)                                                                 \
+    do {                                                                                      \
+        MF_RV_DWG_LD;                                                                         \
+        MF_RV_DWG_R(P);                                                                       \
+        MF_RV_DWG_M(Q);                                                                       \
+        MF_RV_DWG_L(R);                                                                       \
+        MF_RV_DWG_OUT(P);                                                                     \
+    } while (0)
+/* stride 2: columns c (middle) and c + 1 (right of P, left of Q) */
+#define MF_RV_DWG_S2(P, Q)                                                                    \
+    do {                                                                                      \
+        MF_RV_DWG_LD;                                                                         \
+        MF_RV_DWG_M(P);                                                                       \
+        MF_RV_DWG_LD;                                                                         \
+        MF_RV_DWG_R(P);                                                                       \
+        MF_RV_DWG_L(Q);                                                                       \
+        MF_RV_DWG_OUT(P);                                                                     \
+    } while (0)
+MF_RV_DWI void mf_rv_dwd_walk(const int8_t *t, const int8_t *m, const int8_t *b, int8_t *yq,
+                              int32_t yqs, int32_t w0, int32_t w1, int32_t w2, int32_t w3,
+                              int32_t w4, int32_t w5, int32_t w6, int32_t w7, int32_t w8,
+                              int32_t a, int32_t l, int32_t r, uint32_t m2, int32_t add,
+                              int32_t pre1, int32_t post, int32_t sfm, int32_t XS, int32_t VOW,
+                              int32_t SX, int32_t PL, int32_t RE, int32_t MODE, int32_t lo,
+                              int32_t hi) {
+    int32_t P, Q, R, v0, v1, v2, n = RE ? VOW - 1 : VOW; /* outputs before the right edge */
+    if (SX == 1) {
+        if (PL) { /* column 0 is output 0's middle */
+            P = a + l;
+            MF_RV_DWG_LD;
+            MF_RV_DWG_M(P);
+            MF_RV_DWG_L(Q);
+        } else {
+            MF_RV_DWG_LD;
+            MF_RV_DWG_L(P);
+            MF_RV_DWG_LD;
+            MF_RV_DWG_M(P);
+            MF_RV_DWG_L(Q);
+        }
+        for (;;) { /* three outputs a round: the sums' roles turn */
+            if (n <= 0) break;
+            MF_RV_DWG_S1(P, Q, R);
+            if (--n <= 0) {
+                P = Q;
+                break;
+            }
+            MF_RV_DWG_S1(Q, R, P);
+            if (--n <= 0) {
+                P = R;
+                break;
+            }
+            MF_RV_DWG_S1(R, P, Q);
+            --n;
+        }
+        if (RE) { /* the last output: its right column in the padding */
+            P += r;
+            MF_RV_DWG_OUT(P);
+        }
+    } else {
+        if (PL) {
+            P = a + l;
+        } else {
+            MF_RV_DWG_LD;
+            MF_RV_DWG_L(P);
+        }
+        for (;;) {
+            if (n <= 0) break;
+            MF_RV_DWG_S2(P, Q);
+            if (--n <= 0) {
+                P = Q;
+                break;
+            }
+            MF_RV_DWG_S2(Q, P);
+            --n;
+        }
+        if (RE) {
+            MF_RV_DWG_LD;
+            MF_RV_DWG_M(P);
+            P += r;
+            MF_RV_DWG_OUT(P);
+        }
+    }
+}
+#undef MF_RV_DWG_LD
+#undef MF_RV_DWG_L
+#undef MF_RV_DWG_M
+#undef MF_RV_DWG_R
+#undef MF_RV_DWG_OUT
+#undef MF_RV_DWG_S1
+#undef MF_RV_DWG_S2
+
 /* a delayed row from buf to y (columns C apart) */
 MF_RV_DWI void mf_rv_dwd_put(const int8_t *b, int8_t *y, int32_t n, int32_t C) {
     int32_t j = 0;
@@ -925,9 +1045,10 @@ MF_RV_DWI void mf_rv_dwd_put(const int8_t *b, int8_t *y, int32_t n, int32_t C) {
     } while (0)
 
 /* x [VH][VW][C] -> y [VOH][VOW][C], stride SY x SX (SX 1 or 2), padding PT, PL (and at the
- * bottom and right) at most 1; buf: 2 VOW bytes when DLY. CMP: one row body for every row
+ * bottom and right) at most 1; buf: 2 VOW bytes when DLY. CMP 1: one row body for every row
  * (which kernel rows are off as values: half the code of a copy, ~2.5 instructions more an
- * output) instead of one per kind of row (top, middle, bottom, a single one). */
+ * output) instead of one per kind of row (top, middle, bottom, a single one); 2: the rows
+ * walked column by column (mf_rv_dwd_walk: for copies whose sizes are arguments). */
 MF_RV_DWI void mf_rv_dwd_x(const int8_t *x, int8_t *y, const int32_t *pk, int32_t VH,
                            int32_t VW, int32_t C, int32_t VOH, int32_t VOW, int32_t SY,
                            int32_t SX, int32_t PT, int32_t PL, int32_t x_zp, int32_t lo,
@@ -947,7 +1068,22 @@ MF_RV_DWI void mf_rv_dwd_x(const int8_t *x, int8_t *y, const int32_t *pk, int32_
         int32_t add = pk[11], pre1 = pk[12], post = pk[13], sfm = -(post != 0), oy = 0;
         int32_t zt = x_zp * (w0 + w1 + w2), zb = x_zp * (w6 + w7 + w8);
         int32_t zl = x_zp * (w0 + w3 + w6), zr = x_zp * (w2 + w5 + w8);
-        if (CMP) {
+        if (CMP == 2) {
+            for (; oy < VOH; oy++) {
+                int32_t T = !(top && oy == 0), B = oy < mid && !(!T && 2 - PT >= VH);
+                int32_t a_ = init + (T ? 0 : zt) + (B ? 0 : zb);
+                int32_t l_ = zl - (T ? 0 : x_zp * w0) - (B ? 0 : x_zp * w6);
+                int32_t r_ = zr - (T ? 0 : x_zp * w2) - (B ? 0 : x_zp * w8);
+                const int8_t *m_ = x + (oy * SY - PT + 1) * YS + c;
+                int8_t *yq_ = DLY ? buf + (oy & 1) * VOW : y + oy * OYS + c;
+                mf_rv_dwd_walk(T ? m_ - YS : m_, m_, B ? m_ + YS : m_, yq_, DLY ? 1 : OXS,
+                               T ? w0 : 0, T ? w1 : 0, T ? w2 : 0, w3, w4, w5, B ? w6 : 0,
+                               B ? w7 : 0, B ? w8 : 0, a_, l_, r_, m2, add, pre1, post, sfm,
+                               XS, VOW, SX, PL, RE, MODE, lo, hi);
+                if (DLY && oy > 0)
+                    mf_rv_dwd_put(buf + ((oy - 1) & 1) * VOW, y + (oy - 1) * OYS + c, VOW, OXS);
+            }
+        } else if (CMP) {
             for (; oy < VOH; oy++) {
                 int32_t t0 = top && oy == 0;
                 MF_RV_DWD_ROW(!t0, oy < mid && !(t0 && 2 - PT >= VH));
@@ -997,6 +1133,17 @@ MF_RV_DWI void mf_rv_dwd(const int8_t *x, int8_t *y, const int32_t *pk, int32_t 
                         int8_t *buf) {                                                        \
         mf_rv_dwd_x(x, y, pk, VH, VW, C, VOH, VOW, SY, SX, PT, PL, x_zp, lo, hi, mode, TR,    \
                     DLY, 1, buf);                                                             \
+    }
+
+/* one shared copy per stride, padding, mode, clamp, TR and DLY with the plane's sizes (VH, VW,
+ * C, VOH, VOW) as arguments: the rows walked column by column (mf_rv_dwd_walk; rv.py's
+ * depthwise code budget puts the layers whose own copies do not fit on these) */
+#define MF_RV_DWD_DEFG(name, SY, SX, PT, PL, lo, hi, mode, TR, DLY)                          \
+    MF_RV_DWS void name(const int8_t *x, int8_t *y, const int32_t *pk, int32_t x_zp,         \
+                        int8_t *buf, int32_t VH, int32_t VW, int32_t C, int32_t VOH,          \
+                        int32_t VOW) {                                                        \
+        mf_rv_dwd_x(x, y, pk, VH, VW, C, VOH, VOW, SY, SX, PT, PL, x_zp, lo, hi, mode, TR,    \
+                    DLY, 2, buf);                                                             \
     }
 
 #undef MF_RV_DWD_ROW

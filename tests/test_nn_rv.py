@@ -219,11 +219,14 @@ IP_BYTES = 8192  # the in-place buffer
 
 def in_place_check(i, c, d, mode, puts, puti, cmp=0) -> str:
     """C: case i through mf_rv_dwd as the schedule calls it (rv.dwd_choice: plane, delayed
-    rows; cmp: one row body, mf_rv_dwd_x's CMP) with y at x + the shift its access schedule
-    allows (inplace.best_shift), in one buffer: every output byte must still come out right."""
+    rows; cmp: 1 one row body, 2 the walk, mf_rv_dwd_x's CMP) with y at x + the shift its
+    access schedule allows (inplace.best_shift; the walk's own: inplace.rv_dwd's walk), in one
+    buffer: every output byte must still come out right."""
     from mcuforge.codegen_c.kernels import inplace
     L, n_in, n_out = c["L"], c["x"].size, c["y"].size
     tr, dly, acc = rv.dwd_choice(d, n_in, n_out)
+    if cmp == 2:
+        acc = inplace.rv_dwd(*rv.dwd_plane(d, tr), tr, dly, n_in, n_out, walk=True)
     shift = inplace.best_shift(acc)
     x0 = max(0, -shift)
     assert x0 + max(n_in, n_out + shift) <= IP_BYTES and shift <= 0
@@ -374,10 +377,20 @@ def program(cases, out: str) -> str:
                             f"{L['x_zp']}, {L['lo']}, {L['hi']}, {mode}, {tr}, {dly}, 1, "
                             "scratch);")
                     body.append(check(i, c["y"].size, call, puts, puti))
+                    # the shared copies' walk (MF_RV_DWD_DEFG): the plane's sizes unknown to
+                    # the compiler (read from a volatile array), the strides and padding not
+                    call = (f"mf_rv_dwd_x(x{i}, ybuf, wd{i}_{tr}, "
+                            + ", ".join(f"dv{i}_{tr}[{j}]" for j in range(5))
+                            + f", {', '.join(map(str, d[5:]))}, {L['x_zp']}, {L['lo']}, "
+                            f"{L['hi']}, {mode}, {tr}, {dly}, 2, scratch);")
+                    body.append(check(i, c["y"].size, call, puts, puti))
+                head.append(f"static volatile int32_t dv{i}_{tr}[5] = "
+                            f"{{{', '.join(map(str, d[:5]))}}};\n")
             d = direct_geometry(c)
             if rv.dwd_ok(*d):  # the schedule's choice, its output over its input
                 body.append(in_place_check(i, c, d, mode, puts, puti))
                 body.append(in_place_check(i, c, d, mode, puts, puti, cmp=1))
+                body.append(in_place_check(i, c, d, mode, puts, puti, cmp=2))
             continue
         packed, rec, mode = kernel_data(c["L"], c.get("chunks"), c.get("low", False),
                                         c.get("order"))

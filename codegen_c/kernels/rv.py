@@ -328,15 +328,20 @@ def dwd_kernel(ctx: OpContext, ref: ir.Kernel, L: dict, geo: tuple) -> ir.Kernel
     bufs = [b_ for b_ in ref.params if b_.kind != "scratch"] + consts
     if dly:
         bufs.append(ir.Buffer("scratch", "int8", 2 * plane[4], "scratch"))
-    compact = dwd_key(plane, L, mode, tr, dly) in dwd_compact(ctx.graph)
-    fn, shared = dwd_copy(plane, int(L["lo"]), int(L["hi"]), mode, tr, dly, compact)
+    kind = dwd_kinds(ctx.graph).get(dwd_key(plane, L, mode, tr, dly), "full")
+    fn, shared = dwd_copy(plane, int(L["lo"]), int(L["hi"]), mode, tr, dly, kind)
+    if kind == "walk" and n == 1:  # (its own order: one output a unit)
+        acc = inplace.rv_dwd(*plane, tr, dly, x.nbytes, y.nbytes, walk=True)
+    sizes = tuple(ir.Const(v) for v in plane[:5]) if kind == "walk" else ()
     body = ir.loops([("n", n)], lambda i: [ir.CallStmt(fn, (
         ir.Ptr("x", i * (h * wd * c)), ir.Ptr("y", i * (oh * ow * c)), ir.Ptr("pk", ir.Const(0)),
         ir.Const(L["x_zp"]),
-        ir.Ptr("scratch" if dly else "y", ir.Const(0))))])  # (buf unused without DLY)
+        ir.Ptr("scratch" if dly else "y", ir.Const(0)), *sizes))])  # (buf unused without DLY)
     doc = (f"{ref.doc}\nscheduled: mf_rv_dwd, straight from NHWC"
            + (", the image transposed" if tr else "")
-           + (", one row body (the model's depthwise code budget)" if compact else "")
+           + {"full": "", "compact": ", one row body (the model's depthwise code budget)",
+              "walk": ", a copy shared by the layers of its stride and padding, the sizes as "
+                      "arguments (the model's depthwise code budget)"}[kind]
            + (f", output rows delayed through {2 * plane[4]} bytes scratch" if dly else ""))
     return inplace.declare(
         ir.Kernel(ctx.name, tuple(bufs), tuple(body), doc, ref.macs, "mf_rv_dwd",
@@ -345,14 +350,22 @@ def dwd_kernel(ctx: OpContext, ref: ir.Kernel, L: dict, geo: tuple) -> ir.Kernel
 
 
 def dwd_copy(plane: tuple, lo: int, hi: int, mode: int, tr: int, dly: int,
-             compact: bool = False) -> tuple:
-    """(name, C definition) of mf_rv_dwd's copy for one constant geometry (MF_RV_DWD_DEF, or
-    MF_RV_DWD_DEFC: one row body for the top, middle and bottom rows): named by its constants,
-    so the layers with the same geometry share one copy in the model file (model.py prints each
-    Kernel.shared once) and the name is the same on every run; the evaluator's mirror is
-    registered under that name."""
+             kind: str = "full") -> tuple:
+    """(name, C definition) of mf_rv_dwd's copy for one constant geometry (kind "full":
+    MF_RV_DWD_DEF, "compact": MF_RV_DWD_DEFC, one row body for the top, middle and bottom rows)
+    or ("walk": MF_RV_DWD_DEFG) for one stride, padding, mode, clamp, TR and DLY with the plane's
+    sizes as arguments: named by its constants, so the layers with the same ones share one copy
+    in the model file (model.py prints each Kernel.shared once) and the name is the same on
+    every run; the evaluator's mirror is registered under that name."""
     from .. import micro_rv
     vh, vw, c, voh, vow, sy, sx, py, px = plane
+    if kind == "walk":
+        name = (f"mf_rv_dwg_s{sy}x{sx}_p{py}x{px}_q{mode}_{lo}_{hi}_t{tr}d{dly}"
+                .replace("-", "m"))
+        consts = (sy, sx, py, px, lo, hi, mode, tr, dly)
+        micro_rv.register_dwd_walk(name, consts)
+        return name, f"MF_RV_DWD_DEFG({name}, {', '.join(str(v) for v in consts)})"
+    compact = kind == "compact"
     name = (f"mf_rv_dwd_{vh}x{vw}x{c}_{voh}x{vow}_s{sy}x{sx}_p{py}x{px}_q{mode}_{lo}_{hi}"
             f"_t{tr}d{dly}" + ("c" if compact else "")).replace("-", "m")
     consts = (*plane, lo, hi, mode, tr, dly)
@@ -364,45 +377,63 @@ def dwd_copy(plane: tuple, lo: int, hi: int, mode: int, tr: int, dly: int,
 # The model's depthwise code budget (bytes of -O2 code, riscv32-virt): mf_rv_dwd's copies are
 # one per distinct geometry, with four row bodies (the top row, the middle ones, the bottom
 # one, a single row: kernel rows off as constants) or, compact, one (the rows' kind as
-# arguments: a few branches a step). Measured (gcc 12 -O2, nm): full copies 2,944 bytes at
-# stride 1 (2,048 for 6x6, 1,104 for 3x3 outputs; KWS's transposed 25x5: 3,310), 1,152 at
-# stride 2 (816 for 3x3); compact 1,502-1,524 at stride 1 (1,180, 750), 760 at stride 2
-# (602); compact costs ~2.5 instructions an output (KWS +73 K = 2.3, VWW +234 K = 2.6 for
-# 88,704 outputs). The p16 GEMM and the rest of a model are ~11-12.5 KB of code (KWS, VWW,
-# ResNet-8 without depthwise layers), so the copies have DWD_BUDGET bytes for the model's code
-# to stay under 16 KB: past it, copies go compact, the fewest saved instructions per byte
-# first. (A generic copy with the geometry as arguments was tried: 3,844 bytes, and VWW
-# 17.74 M -> 20.00 M instructions with every layer on it, under 0.4 MAC per instruction; it
-# did not pay against compact copies.)
+# arguments: a few branches a step), or one shared copy per stride, padding, mode, clamp, TR
+# and DLY with the sizes as arguments ("walk": mf_rv_dwd_walk, the rows walked column by
+# column). Measured (gcc 12 -O2, nm): full copies 2,944 bytes at stride 1 (2,048 for 6x6, 1,104
+# for 3x3 outputs; KWS's transposed 25x5: 3,310), 1,152 at stride 2 (816 for 3x3); compact
+# 1,502-1,524 at stride 1 (1,180, 750), 760 at stride 2 (602); shared 1,256 at stride 1, 814
+# at stride 2. Compact costs ~2.5 instructions an output (KWS +73 K = 2.3, VWW +234 K = 2.6
+# for 88,704 outputs), shared ones ~11 (VWW with every layer on its two: 17.68 M -> 18.65 M,
+# 34-45 instructions an output: the steps of XS the loads need, the rows' set-up). The p16
+# GEMM and the rest of a model are ~11-12.5 KB of code (KWS, VWW, ResNet-8 without depthwise
+# layers), so the copies have DWD_BUDGET bytes for the model's code to stay under 16 KB: the
+# layers start on the shared copies, then the upgrades (to compact, to full) with the most
+# saved instructions per byte are taken while the total fits. (A generic copy with the
+# geometry, stride and mode as arguments was tried: 3,844 bytes, VWW 20.00 M instructions;
+# the shared copies specialised per stride walk the columns instead: 2,070 bytes, 18.65 M.)
 DWD_BUDGET = 4096
-DWD_COMPACT_EXTRA = 2.5  # instructions an output
+DWD_EXTRA = {"full": 0.0, "compact": 2.5, "walk": 11.0}  # instructions an output
+WALK_BYTES = {1: 1300, 2: 820}  # a shared copy's code by stride
 
 
-def dwd_bytes(plane: tuple, compact: bool) -> int:
-    """The estimated -O2 code of a copy (measured, above)."""
+def dwd_bytes(plane: tuple, kind: str) -> int:
+    """The estimated -O2 code of a copy of one geometry (measured, above)."""
     voh, vow, sx = plane[3], plane[4], plane[6]
     small = vow <= 3 and voh <= 3
     if sx == 1:
-        return (1100 if small else 3000) if not compact else (750 if small else 1500)
-    return (800 if small else 1150) if not compact else (600 if small else 760)
+        return (1100 if small else 3000) if kind == "full" else (750 if small else 1500)
+    return (800 if small else 1150) if kind == "full" else (600 if small else 760)
 
 
 def dwd_key(plane: tuple, L: dict, mode: int, tr: int, dly: int) -> tuple:
     return (*plane, int(L["lo"]), int(L["hi"]), mode, tr, dly)
 
 
-_COMPACT: dict = {}
+def dwd_class(key: tuple) -> tuple:
+    """The shared copy a geometry's layers may use: stride, padding, lo, hi, mode, TR, DLY."""
+    return key[5:]
 
 
-def dwd_compact(graph) -> frozenset:
-    """The copies (dwd_key) the model's depthwise budget makes compact: none while the full
-    copies fit DWD_BUDGET, else the copies in order of fewest saved instructions (outputs of
-    their layers x DWD_COMPACT_EXTRA) per byte (full less compact), until they fit or all are
-    compact. Depends on the graph alone (deterministic); cached per graph (and its depthwise
-    layers' shapes: a graph changed since gets its own)."""
+def dwd_total(kinds: dict) -> int:
+    """The estimated code of the copies: own copies, one shared copy per class in use."""
+    walks = {dwd_class(k) for k, v in kinds.items() if v == "walk"}
+    return (sum(dwd_bytes(k[:9], v) for k, v in kinds.items() if v != "walk")
+            + sum(WALK_BYTES.get(w[1], WALK_BYTES[2]) for w in walks))
+
+
+_KINDS: dict = {}
+
+
+def dwd_kinds(graph) -> dict:
+    """Per copy (dwd_key) its kind ("full", "compact", "walk") under the model's depthwise code
+    budget: every one "walk" (the shared copies), then, while one fits DWD_BUDGET, the upgrade
+    of one copy (to compact or full) with the most saved instructions (its layers' outputs x
+    DWD_EXTRA's difference) per added byte, ties in key order. Depends on the graph alone
+    (deterministic); cached per graph (and its depthwise layers' shapes: a graph changed since
+    gets its own)."""
     sig = tuple((n.outputs[0], tuple(graph.tensors[n.inputs[0]].shape)) for n in graph.nodes
                 if n.op == "depthwise_conv2d")
-    hit = _COMPACT.get(id(graph))
+    hit = _KINDS.get(id(graph))
     if hit is not None and hit[0] is graph and hit[1] == sig:
         return hit[2]
     from .scalar import dw3_layer
@@ -421,15 +452,22 @@ def dwd_compact(graph) -> frozenset:
             int(geo[4] < geo[3]), 0, None)
         key = dwd_key(dwd_plane(geo, tr), L, rv_mode(L["signfix"], L["rq"]), tr, dly)
         outs[key] = outs.get(key, 0) + int(L["n"]) * geo[2] * geo[3] * geo[4]
-    total = sum(dwd_bytes(k[:9], False) for k in outs)
-    compact = set()
-    order = sorted(outs, key=lambda k: (outs[k] * DWD_COMPACT_EXTRA / max(
-        1, dwd_bytes(k[:9], False) - dwd_bytes(k[:9], True)), k))
-    for k in order:
-        if total <= DWD_BUDGET:
+    kinds = {k: "walk" for k in outs}
+    while True:
+        now, best = dwd_total(kinds), None
+        for k in sorted(outs):
+            for up in ("compact", "full"):
+                if DWD_EXTRA[up] >= DWD_EXTRA[kinds[k]]:
+                    continue
+                trial = {**kinds, k: up}
+                total = dwd_total(trial)
+                if total > DWD_BUDGET:
+                    continue
+                score = outs[k] * (DWD_EXTRA[kinds[k]] - DWD_EXTRA[up]) / max(1, total - now)
+                if best is None or score > best[0]:
+                    best = (score, k, up)
+        if best is None:
             break
-        compact.add(k)
-        total -= dwd_bytes(k[:9], False) - dwd_bytes(k[:9], True)
-    res = frozenset(compact)
-    _COMPACT[id(graph)] = (graph, sig, res)
-    return res
+        kinds[best[1]] = best[2]
+    _KINDS[id(graph)] = (graph, sig, kinds)
+    return kinds
