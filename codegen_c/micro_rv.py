@@ -13,10 +13,11 @@ from .micro import GEOM_FIELDS, im2col, requantize
 from .qmath import INTRINSICS
 
 
-SEG, E_END = 16, 34  # MF_RV_SEG, MF_RV_E_END (mcuforge_rv.h)
-# segment word -> entry: MF_RV_EOFF(e) + 1, the starting entries 80 bytes each (e < 16, then
-# 32), the others 12 after them (1360 + 12 j: 16..31, then 33, then the end)
-_OFFSETS = [80 * e for e in range(SEG)] + [80 * SEG] + [1360 + 12 * j for j in range(18)]
+SEG, E_END = 8, 18  # MF_RV_SEG, MF_RV_E_END (mcuforge_rv.h)
+F0 = 80 * (SEG + 1)  # MF_RV_F0
+# segment word -> entry: MF_RV_EOFF(e) + 1, the starting entries 80 bytes each (e < SEG, then
+# 2 SEG), the others 12 after them (F0 + 12 j: SEG..2 SEG - 1, then 2 SEG + 1, then the end)
+_OFFSETS = [80 * e for e in range(SEG)] + [80 * SEG] + [F0 + 12 * j for j in range(SEG + 2)]
 _ENTRY = {o + 1: e for o, e in zip(_OFFSETS, [*range(SEG), 2 * SEG, *range(SEG, 2 * SEG),
                                               2 * SEG + 1, E_END])}
 

@@ -17,7 +17,7 @@
  * n chunks' offsets taken out: mf_rv_rec.init), channel b = SB and channel a = SA - 2^16 SB,
  * each with its bias.
  * Layout (int32 words, blocks of 4 channels, zero channels pad, blocks one after the other):
- *   per segment of a chunk (<= 16 taps, see MF_RV_SEG) its word MF_RV_EOFF(e) + 1, then per
+ *   per segment of a chunk (<= 8 taps, see MF_RV_SEG) its word MF_RV_EOFF(e) + 1, then per
  *   tap the words of channels (0, 1) and (2, 3); after the block's last segment the end word.
  * Block: 3 rows x 4 channels (6 chunk accumulators + 12 sums in registers): per tap 3 lb, 2 lw,
  * 6 mul, 6 add for 12 MACs. The 3 rows are first interleaved into xs[3 K] (x of tap k, row r
@@ -42,8 +42,9 @@
  * one kernel row for 15-60 % of the channels). Tried, not kept: the int8 saturation as one
  * unsigned compare of y + 128 (add raised by 128 << post): ReLU layers saturate half their
  * outputs, whose fix-up then costs 3 instead of 1 (KWS +10 K a 1x1 layer).
- * Code: MF_RV_SEGS3's assembly is ~3.7 KB (the entries 1,564 bytes, two chains of 16 taps),
- * once, in mf_rv_block3 (shared by mf_rv_gemm_p16 and mf_rv_conv_p16).
+ * Code: MF_RV_SEGS3's assembly is ~1.9 KB (the entries 828 bytes, two chains of 8 taps),
+ * once, in mf_rv_block3 (shared by mf_rv_gemm_p16 and mf_rv_conv_p16). (Segments of 16 taps
+ * were 1.8 KB more, for ~6 instructions less per 8 taps past the first 8 of a chunk.)
  * rq[O] (mf_rv_rec) per channel slot, unpadded; mode: bit 0 the sign term (mf_rq's signfix),
  * bit 1 some channel's pre1 != 0, bit 3 the records' low used, bit 4 the channels reordered
  * (bit 2, the full int8 clamp, is set by the C entries: MF_RV_MODE). */
@@ -168,18 +169,17 @@ MF_INLINE int8_t mf_rv_out(int32_t acc, const mf_rv_rec *q, int32_t mode, int32_
  * A chunk is one segment of L <= MF_RV_SEG taps, or (longer) a first segment of MF_RV_SEG taps,
  * middle ones of MF_RV_SEG and a last one of 1..MF_RV_SEG. Each segment: its word
  * MF_RV_EOFF(e) + 1, then its L taps' 2 words; after the block's last segment the word of
- * e = MF_RV_E_END. e < 16: a whole chunk of e + 1 taps (accumulators start, fold at the end);
- * 16 <= e < 32: the last e - 15 taps of a chunk (fold); 32: a chunk's first 16 (start);
- * 33: 16 more. The word is also the entry's byte offset in the RV32 code below (bit 0, set so
- * that no word is 0, is dropped by jalr): the entries that start a chunk (e < 16, then 32)
- * are 80 bytes (20 instructions: the first tap), the others (16..31, then 33) 12 (3: the
- * pointer steps and a jump), the end after them (1,564 bytes; as 35 entries of 80 bytes
- * they were 2,720). */
-#define MF_RV_SEG 16
+ * e = MF_RV_E_END. e < 8: a whole chunk of e + 1 taps (accumulators start, fold at the end);
+ * 8 <= e < 16: the last e - 7 taps of a chunk (fold); 16: a chunk's first 8 (start);
+ * 17: 8 more. The word is also the entry's byte offset in the RV32 code below (bit 0, set so
+ * that no word is 0, is dropped by jalr): the entries that start a chunk (e < 8, then 16)
+ * are 80 bytes (20 instructions: the first tap), the others (8..15, then 17) 12 (3: the
+ * pointer steps and a jump), the end after them (828 bytes). */
+#define MF_RV_SEG 8
 #define MF_RV_ESZ 80   /* a starting entry's bytes */
 #define MF_RV_FSZ 12   /* the others' */
-#define MF_RV_F0 1360  /* the first of the others: after 17 starting entries */
-#define MF_RV_E_END 34
+#define MF_RV_F0 720   /* the first of the others: after 9 starting entries */
+#define MF_RV_E_END 18
 #define MF_RV_EOFF(e)                                                                         \
     ((e) < MF_RV_SEG ? MF_RV_ESZ * (e)                                                        \
      : (e) == 2 * MF_RV_SEG ? MF_RV_ESZ * MF_RV_SEG                                           \
@@ -204,7 +204,7 @@ MF_INLINE int32_t mf_rv_entry(int32_t word) {
 /* Per segment: the dispatch (lw, add, jr), the entry (two pointer steps, the first tap where
  * the accumulators start: mul + add of MF_RV_OFF, then j into a chain), 17 instructions a tap
  * (2 lw, 3 lb, 6 mul, 6 add: offsets from the segment's end, no loop counter), the fold (18:
- * srai, add, add per accumulator): 17 L + 24 a chunk of L <= 16 taps (C: ~17 L + 28 + 1.5 L). */
+ * srai, add, add per accumulator): 17 L + 24 a chunk of L <= 8 taps (C: ~17 L + 28 + 1.5 L). */
 /* fixed registers (more operands than gcc's 30 otherwise): the chunk accumulators, two weight
  * words, x, a product, the entries' base */
 #define MF_RV_Rc00 "t0"
@@ -234,7 +234,7 @@ MF_INLINE int32_t mf_rv_entry(int32_t word) {
 #define MF_RV_LA(P) ".Lrv%=A" #P ":\n\t" MF_RV_TAPA(P, MF_RV_ACC)
 #define MF_RV_LB(P) ".Lrv%=B" #P ":\n\t" MF_RV_TAPA(P, MF_RV_ACC)
 #define MF_RV_CHAIN(T)                                                                        \
-    T(16) T(15) T(14) T(13) T(12) T(11) T(10) T(9) T(8) T(7) T(6) T(5) T(4) T(3) T(2) T(1)
+    T(8) T(7) T(6) T(5) T(4) T(3) T(2) T(1)
 #define MF_RV_FOLDA(C, A, B)                                                                  \
     "srai " MF_RV_Rt "," MF_RV_R##C ",16\n\tadd %[" #B "],%[" #B "]," MF_RV_Rt "\n\tadd %[" #A \
     "],%[" #A "]," MF_RV_R##C "\n\t"
@@ -247,12 +247,10 @@ MF_INLINE int32_t mf_rv_entry(int32_t word) {
 #define MF_RV_EF(L) MF_RV_STEP(L) "j .Lrv%=A" #L "\n\t" /* a chunk's last L */
 #define MF_RV_ENTRIES                                                                         \
     MF_RV_EW(1, 0) MF_RV_EW(2, 1) MF_RV_EW(3, 2) MF_RV_EW(4, 3) MF_RV_EW(5, 4) MF_RV_EW(6, 5)  \
-    MF_RV_EW(7, 6) MF_RV_EW(8, 7) MF_RV_EW(9, 8) MF_RV_EW(10, 9) MF_RV_EW(11, 10)              \
-    MF_RV_EW(12, 11) MF_RV_EW(13, 12) MF_RV_EW(14, 13) MF_RV_EW(15, 14) MF_RV_EW(16, 15)       \
-    MF_RV_STEP(16) MF_RV_TAPA(16, MF_RV_INI) "j .Lrv%=B15\n\t" /* 32: a start */              \
+    MF_RV_EW(7, 6) MF_RV_EW(8, 7)                                                             \
+    MF_RV_STEP(8) MF_RV_TAPA(8, MF_RV_INI) "j .Lrv%=B7\n\t" /* 16: a start */                 \
     MF_RV_EF(1) MF_RV_EF(2) MF_RV_EF(3) MF_RV_EF(4) MF_RV_EF(5) MF_RV_EF(6) MF_RV_EF(7)       \
-    MF_RV_EF(8) MF_RV_EF(9) MF_RV_EF(10) MF_RV_EF(11) MF_RV_EF(12) MF_RV_EF(13) MF_RV_EF(14)  \
-    MF_RV_EF(15) MF_RV_EF(16) MF_RV_STEP(16) "j .Lrv%=B16\n\t" /* 33: middle */
+    MF_RV_EF(8) MF_RV_STEP(8) "j .Lrv%=B8\n\t" /* 17: middle */
 #endif
 
 /* The segments of one block of 4 channels (the block's stream from w) for 3 interleaved rows
@@ -438,9 +436,9 @@ MF_INLINE MF_SC_NOSCHED void mf_rv_block1(const int8_t *x, const int32_t *w,
             if (e < MF_RV_SEG) { /* a whole chunk of e + 1 taps */
                 c0 = c1 = MF_RV_OFF;
                 we = w + 2 * e + 3;
-            } else if (e < 2 * MF_RV_SEG) { /* a chunk's last e - 15 */
+            } else if (e < 2 * MF_RV_SEG) { /* a chunk's last e - 7 */
                 we = w + 2 * (e - MF_RV_SEG) + 3;
-            } else if (e < MF_RV_E_END) { /* a chunk's first 16 (e = 32) or 16 more */
+            } else if (e < MF_RV_E_END) { /* a chunk's first 8 (e = 16) or 8 more */
                 if (e == 2 * MF_RV_SEG) c0 = c1 = MF_RV_OFF;
                 we = w + 2 * MF_RV_SEG + 1;
             } else {

@@ -14,7 +14,7 @@ dwd_copy):
    one per stride, padding, mode, clamp, TR, DLY, the plane's sizes as arguments), then the
    upgrades to own copies (compact MF_RV_DWD_DEFC, full MF_RV_DWD_DEF) with the most saved
    instructions per byte while rv.DWD_BUDGET holds (KWS: its full copy; VWW: its two shared
-   copies and one compact); the copies' real -O2 bytes (nm) stay within the budget; bit-exact
+   copies and three compact); the copies' real -O2 bytes (nm) stay within the budget; bit-exact
    with tflite-micro either way (VWW at -O2 by test_mlperf; KWS with its copy shared, compact
    and full below; the kernels' own bytes by test_nn_rv)."""
 import os
@@ -103,13 +103,15 @@ def test_copies_bit_exact_at_opt_levels(opt):
 
 
 def test_budget_kinds(monkeypatch):
-    """KWS's one copy is full; VWW's stride-1 and stride-2 layers share two copies, the rest of
-    the budget buys one compact copy: the five 6x6x128 layers' (the most outputs, counted here
-    from the graph's shapes). With no budget every layer is on the shared copies; with an
-    unbounded one every copy is full."""
+    """KWS's one copy is full. VWW's kinds fit the budget and no further upgrade would (the
+    greedy stops only when full); its layers keep both shared copies (stride 1 and 2) and the
+    five 6x6x128 layers (the most outputs, counted here from the graph's shapes) get their own.
+    With no budget every layer is on the shared copies; with an unbounded one every copy is
+    full."""
     from mcuforge.codegen_c.kernels import rv
     from mcuforge.optimizer.pipeline import optimize
     kws, vww = (optimize(load(mlperf_model(s))) for s in ("kws_ref_model", "vww_96_int8"))
+    rv._KINDS.clear()
     assert list(rv.dwd_kinds(kws).values()) == ["full"]
     kinds = rv.dwd_kinds(vww)
     outs = {}
@@ -119,11 +121,15 @@ def test_budget_kinds(monkeypatch):
             key = next(k for k in kinds if k[3:5] == (y[1], y[2]) and k[2] == y[3]
                        and k[6] == n.attrs["stride"][1])
             outs[key] = outs.get(key, 0) + y[1] * y[2] * y[3]
+    assert len(outs) == 9 and set(kinds) == set(outs)
     top = max(outs, key=outs.get)
-    assert top[:5] == (6, 6, 128, 6, 6)
-    assert kinds == {k: "compact" if k == top else "walk" for k in outs}
-    assert {rv.dwd_class(k)[:2] for k in outs} == {(1, 1), (2, 2)}
+    assert top[:5] == (6, 6, 128, 6, 6) and kinds[top] != "walk"
+    assert {rv.dwd_class(k)[:2] for k, v in kinds.items() if v == "walk"} == {(1, 1), (2, 2)}
     assert rv.dwd_total(kinds) <= rv.DWD_BUDGET
+    for k, v in kinds.items():
+        for up in ("compact", "full"):
+            if rv.dwd_extra(k[:9], up) < rv.dwd_extra(k[:9], v):
+                assert rv.dwd_total({**kinds, k: up}) > rv.DWD_BUDGET, (k, up)
     for budget, want in ((0, "walk"), (10**6, "full")):
         monkeypatch.setattr(rv, "DWD_BUDGET", budget)
         rv._KINDS.clear()
@@ -131,15 +137,19 @@ def test_budget_kinds(monkeypatch):
     rv._KINDS.clear()
 
 
-@pytest.mark.parametrize("budget,kind", [(0, "walk"), (1500, "compact"), (10**6, "full")])
-def test_kws_kinds_bit_exact(budget, kind, monkeypatch):
-    """KWS at -O2 with its copy shared (budget 0), compact and full: tflite-micro's bytes."""
+@pytest.mark.parametrize("kind", ["walk", "compact", "full"])
+def test_kws_kinds_bit_exact(kind, monkeypatch):
+    """KWS at -O2 with its copy shared (budget 0), compact (the budget its compact copy's
+    estimate) and full (unbounded): tflite-micro's bytes."""
     from mcuforge.codegen_c.kernels import rv
     from mcuforge.optimizer.pipeline import optimize
     require_tools("riscv64-unknown-elf-gcc", "qemu-system-riscv32")
+    path = mlperf_model("kws_ref_model")
+    rv._KINDS.clear()
+    (key,) = rv.dwd_kinds(optimize(load(path)))
+    budget = {"walk": 0, "compact": rv.dwd_bytes(key[:9], "compact"), "full": 10**6}[kind]
     monkeypatch.setattr(rv, "DWD_BUDGET", budget)
     rv._KINDS.clear()
-    path = mlperf_model("kws_ref_model")
     assert list(rv.dwd_kinds(optimize(load(path))).values()) == [kind]
     g = load(path)
     t = g.tensors[g.inputs[0]]

@@ -55,8 +55,8 @@ def chunks_p16(rows: np.ndarray) -> list[list[int]]:
     return out
 
 
-SEG, ESZ, E_END = 16, 80, 34  # MF_RV_SEG, MF_RV_ESZ, MF_RV_E_END
-FSZ, F0 = 12, 1360  # MF_RV_FSZ, MF_RV_F0
+SEG, ESZ, E_END = 8, 80, 18  # MF_RV_SEG, MF_RV_ESZ, MF_RV_E_END
+FSZ, F0 = 12, 720  # MF_RV_FSZ, MF_RV_F0
 
 
 def entry_offset(e: int) -> int:
@@ -72,8 +72,8 @@ REC_WORDS = 7  # mf_rv_rec's int32 words
 
 def segments(n: int) -> list[tuple[int, int]]:
     """A chunk of n taps as the stream's segments (entry e, taps): one of n <= SEG taps
-    (e = n - 1), else SEG taps (e = 32), SEG more (33) as long as more than SEG remain, the
-    last 1..SEG (e = 15 + taps)."""
+    (e = n - 1), else SEG taps (e = 2 SEG), SEG more (2 SEG + 1) as long as more than SEG
+    remain, the last 1..SEG (e = SEG - 1 + taps)."""
     if n <= SEG:
         return [(n - 1, n)]
     out, left = [(2 * SEG, SEG)], n - SEG
@@ -381,28 +381,42 @@ def dwd_copy(plane: tuple, lo: int, hi: int, mode: int, tr: int, dly: int,
 # and DLY with the sizes as arguments ("walk": mf_rv_dwd_walk, the rows walked column by
 # column). Measured (gcc 12 -O2, nm): full copies 2,944 bytes at stride 1 (2,048 for 6x6, 1,104
 # for 3x3 outputs; KWS's transposed 25x5: 3,310), 1,152 at stride 2 (816 for 3x3); compact
-# 1,502-1,524 at stride 1 (1,180, 750), 760 at stride 2 (602); shared 1,256 at stride 1, 814
-# at stride 2. Compact costs ~2.5 instructions an output (KWS +73 K = 2.3, VWW +234 K = 2.6
-# for 88,704 outputs), shared ones ~11 (VWW with every layer on its two: 17.68 M -> 18.65 M,
-# 34-45 instructions an output: the steps of XS the loads need, the rows' set-up). The p16
-# GEMM and the rest of a model are ~11-12.5 KB of code (KWS, VWW, ResNet-8 without depthwise
-# layers), so the copies have DWD_BUDGET bytes for the model's code to stay under 16 KB: the
-# layers start on the shared copies, then the upgrades (to compact, to full) with the most
-# saved instructions per byte are taken while the total fits. (A generic copy with the
-# geometry, stride and mode as arguments was tried: 3,844 bytes, VWW 20.00 M instructions;
-# the shared copies specialised per stride walk the columns instead: 2,070 bytes, 18.65 M.)
-DWD_BUDGET = 4096
-DWD_EXTRA = {"full": 0.0, "compact": 2.5, "walk": 11.0}  # instructions an output
+# 1,502-1,524 at stride 1 (1,180 for 6x6, 750), 760 at stride 2 (602); shared 1,256 at stride
+# 1, 814 at stride 2. Instructions an output over a full copy: compact ~2.5 (KWS +73 K = 2.3,
+# VWW +234 K = 2.6 for 88,704 outputs); shared (VWW's layers, vs compact + 2.5) at stride 1
+# 6.2, 6.6, 7.4, 15.5, 22.5 for rows of 48, 24, 12, 6, 3 outputs, at stride 2 13.7, 15.1, 17.3,
+# 25.5 for 24, 12, 6, 3 (the steps of XS every load needs, the rows' set-up): walk_extra.
+# The rest of a model's code (the p16 GEMM, softmax, the harness) is 9.3-10.7 KB (KWS, VWW,
+# ResNet-8 without depthwise layers), so the copies have DWD_BUDGET bytes for the whole to
+# stay under 16 KB with ~600 bytes to spare: the layers start on the shared copies, then the
+# upgrades (to compact, to full) with the most saved instructions per byte are taken while the
+# total fits. (A generic copy with the geometry, stride and mode as arguments was tried: 3,844
+# bytes, VWW 20.00 M instructions; the shared copies specialised per stride walk the columns
+# instead: 2,070 bytes, 18.65 M with every layer on them.)
+DWD_BUDGET = 5120
+DWD_COMPACT_EXTRA = 2.5  # instructions an output over a full copy
 WALK_BYTES = {1: 1300, 2: 820}  # a shared copy's code by stride
+
+
+def walk_extra(plane: tuple) -> float:
+    """The estimated instructions an output of a shared copy over a full one (measured, above):
+    a part per output and one per row (its set-up, the edges) over its outputs."""
+    vow, sx = plane[4], plane[6]
+    return 5.5 + 50 / vow if sx == 1 else 12 + 40 / vow
+
+
+def dwd_extra(plane: tuple, kind: str) -> float:
+    return {"full": 0.0, "compact": DWD_COMPACT_EXTRA}.get(kind) if kind != "walk" \
+        else walk_extra(plane)
 
 
 def dwd_bytes(plane: tuple, kind: str) -> int:
     """The estimated -O2 code of a copy of one geometry (measured, above)."""
     voh, vow, sx = plane[3], plane[4], plane[6]
-    small = vow <= 3 and voh <= 3
+    size = 0 if vow <= 3 and voh <= 3 else 1 if vow <= 6 and voh <= 6 else 2  # small, mid, big
     if sx == 1:
-        return (1100 if small else 3000) if kind == "full" else (750 if small else 1500)
-    return (800 if small else 1150) if kind == "full" else (600 if small else 760)
+        return ((1110, 2050, 3350) if kind == "full" else (750, 1180, 1530))[size]
+    return ((820, 1160, 1160) if kind == "full" else (610, 760, 760))[size]
 
 
 def dwd_key(plane: tuple, L: dict, mode: int, tr: int, dly: int) -> tuple:
@@ -428,7 +442,7 @@ def dwd_kinds(graph) -> dict:
     """Per copy (dwd_key) its kind ("full", "compact", "walk") under the model's depthwise code
     budget: every one "walk" (the shared copies), then, while one fits DWD_BUDGET, the upgrade
     of one copy (to compact or full) with the most saved instructions (its layers' outputs x
-    DWD_EXTRA's difference) per added byte, ties in key order. Depends on the graph alone
+    dwd_extra's difference) per added byte, ties in key order. Depends on the graph alone
     (deterministic); cached per graph (and its depthwise layers' shapes: a graph changed since
     gets its own)."""
     sig = tuple((n.outputs[0], tuple(graph.tensors[n.inputs[0]].shape)) for n in graph.nodes
@@ -457,13 +471,14 @@ def dwd_kinds(graph) -> dict:
         now, best = dwd_total(kinds), None
         for k in sorted(outs):
             for up in ("compact", "full"):
-                if DWD_EXTRA[up] >= DWD_EXTRA[kinds[k]]:
+                gain = dwd_extra(k[:9], kinds[k]) - dwd_extra(k[:9], up)
+                if gain <= 0:
                     continue
                 trial = {**kinds, k: up}
                 total = dwd_total(trial)
                 if total > DWD_BUDGET:
                     continue
-                score = outs[k] * (DWD_EXTRA[kinds[k]] - DWD_EXTRA[up]) / max(1, total - now)
+                score = outs[k] * gain / max(1, total - now)
                 if best is None or score > best[0]:
                     best = (score, k, up)
         if best is None:
