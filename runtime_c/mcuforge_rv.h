@@ -714,7 +714,9 @@ MF_MICRO MF_SC_NOSCHED void mf_rv_dw3(const int8_t *x, int8_t *y, const int32_t 
  * 7.60 M vs 11,808 B / 8.93 M: -Os takes the generic copy (the code under 16 KB); -O2 keeps
  * the copies (VWW 26,454 B / 18.39 M, KWS 11,836 B / 6.95 M), compact ones (CMP, one row
  * body) where a model's copies pass rv.py's DWD_BUDGET: VWW's nine 16,834 -> 9,340 bytes for
- * +234 K instructions (17.68 M -> 17.92 M). */
+ * +234 K instructions (17.68 M -> 17.92 M). Now the layers start on shared copies
+ * (MF_RV_DWD_DEFG, one per stride: 2,070 bytes) and own copies come within the budget: VWW
+ * 4,770 bytes of depthwise code, 15,414 B / 18.32 M in all at -O2 (-Os: 17,018 B / 22.47 M). */
 #if defined(__GNUC__) && defined(__OPTIMIZE__) && !defined(__OPTIMIZE_SIZE__)
 #define MF_RV_DWI static inline __attribute__((always_inline, unused))
 #elif defined(__GNUC__)
