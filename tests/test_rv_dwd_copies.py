@@ -16,7 +16,9 @@ dwd_copy):
    instructions per byte while rv.DWD_BUDGET holds (KWS: its full copy; VWW: its two shared
    copies and three compact); the copies' real -O2 bytes (nm) stay within the budget; bit-exact
    with tflite-micro either way (VWW at -O2 by test_mlperf; KWS with its copy shared, compact
-   and full below; the kernels' own bytes by test_nn_rv)."""
+   and full below; the kernels' own bytes by test_nn_rv).
+5. The goal they serve: KWS, ResNet-8 and VWW at most 16 KB of code, at least 0.4 MAC an
+   instruction (bench's figures; VWW had 21,642 bytes before the shared copies)."""
 import os
 import re
 import subprocess
@@ -208,3 +210,15 @@ def test_shared_copies_are_taken(monkeypatch):
         taken += any("MF_RV_DWD_DEFG(" in s for s in k.shared)
     rv._KINDS.clear()
     assert taken >= 3, taken
+
+
+@pytest.mark.parametrize("stem", ["kws_ref_model", "pretrainedResnet_quant", "vww_96_int8"])
+def test_code_and_speed_targets(stem):
+    """The RV32 goal on riscv32-virt (bench's figures: code = flash less weights and the input
+    vector, instructions of one invoke under QEMU): at most 16 KB of code and at least 0.4 MAC
+    an instruction for KWS, ResNet-8 and VWW."""
+    require_tools("riscv64-unknown-elf-gcc", "qemu-system-riscv32")
+    from mcuforge.tools.bench import bench_board
+    row = bench_board(str(mlperf_model(stem)), BOARD, with_tflm=False)
+    assert row["code_bytes"] <= 16384, row["code_bytes"]
+    assert row["macs"] >= 0.4 * row["instructions"], (row["macs"], row["instructions"])
