@@ -902,7 +902,8 @@ MF_RV_DWI void mf_rv_dwd_row(const int8_t *p, int8_t *yq, int32_t yqs, int32_t T
  * that uses them (3 at stride 1, 1 or 2 at stride 2). A kernel row off (padding) is read from
  * the middle row with zero weights (its x_zp terms are in the start a, as in mf_rv_dwd_row),
  * so every row is one body. P: the current output (its left and middle columns summed), Q,
- * R the next ones; l, r: the left / right padding column's terms. */
+ * R the next ones; l, r: the left / right padding column's terms. SX 1 or 2 only (rv.py's
+ * dwd_kinds gives the other strides their own copies). */
 #define MF_RV_DWG_LD                                                                          \
     do {                                                                                      \
         v0 = *t;                                                                              \

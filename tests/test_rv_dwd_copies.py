@@ -222,3 +222,28 @@ def test_code_and_speed_targets(stem):
     row = bench_board(str(mlperf_model(stem)), BOARD, with_tflm=False)
     assert row["code_bytes"] <= 16384, row["code_bytes"]
     assert row["macs"] >= 0.4 * row["instructions"], (row["macs"], row["instructions"])
+
+
+def test_stride_3_keeps_its_own_copy(monkeypatch):
+    """The walk takes strides 1 and 2 only: a stride-3 depthwise layer gets its own copy even
+    with no budget, and stays equal to the reference loops."""
+    from mcuforge.codegen_c.evaluate import run_kernel
+    from mcuforge.codegen_c.kernels import lower_node, rv
+    from mcuforge.codegen_c.lower import reference_kernel
+    from mcuforge.frontend.tflite import load_tflite
+    from mcuforge.ir.target import Target
+    from test_sched_layers import VALID, layer_model
+    monkeypatch.setattr(rv, "DWD_BUDGET", 0)
+    rv._KINDS.clear()
+    model, x = layer_model(33, "DEPTHWISE_CONV_2D", hw=(10, 11), c=3, stride=(3, 3), pad=VALID)
+    g = load_tflite(model)
+    node = g.nodes[0]
+    k = lower_node(node, g, "k", Target("riscv32-virt", "rv32imac"))
+    assert k.schedule == "mf_rv_dwd" and any("MF_RV_DWD_DEFC(" in s for s in k.shared)
+    ref = reference_kernel(node, g, "k")
+    y0 = np.zeros(g.tensors[g.outputs[0]].size, np.int8)
+    run_kernel(ref, {"x": x[0].reshape(-1).copy(), "y": y0})
+    y = np.zeros_like(y0)
+    run_kernel(k, {"x": x[0].reshape(-1).copy(), "y": y})
+    rv._KINDS.clear()
+    assert y.tolist() == y0.tolist()

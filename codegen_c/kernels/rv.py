@@ -406,8 +406,10 @@ def walk_extra(plane: tuple) -> float:
 
 
 def dwd_extra(plane: tuple, kind: str) -> float:
-    return {"full": 0.0, "compact": DWD_COMPACT_EXTRA}.get(kind) if kind != "walk" \
-        else walk_extra(plane)
+    """The estimated instructions an output of a copy of this kind over a full one."""
+    if kind == "walk":
+        return walk_extra(plane)
+    return DWD_COMPACT_EXTRA if kind == "compact" else 0.0
 
 
 def dwd_bytes(plane: tuple, kind: str) -> int:
@@ -440,7 +442,8 @@ _KINDS: dict = {}
 
 def dwd_kinds(graph) -> dict:
     """Per copy (dwd_key) its kind ("full", "compact", "walk") under the model's depthwise code
-    budget: every one "walk" (the shared copies), then, while one fits DWD_BUDGET, the upgrade
+    budget: every one "walk" (the shared copies; "compact" past stride 2 along the plane's
+    rows), then, while one fits DWD_BUDGET, the upgrade
     of one copy (to compact or full) with the most saved instructions (its layers' outputs x
     dwd_extra's difference) per added byte, ties in key order. Depends on the graph alone
     (deterministic); cached per graph (and its depthwise layers' shapes: a graph changed since
@@ -466,7 +469,8 @@ def dwd_kinds(graph) -> dict:
             int(geo[4] < geo[3]), 0, None)
         key = dwd_key(dwd_plane(geo, tr), L, rv_mode(L["signfix"], L["rq"]), tr, dly)
         outs[key] = outs.get(key, 0) + int(L["n"]) * geo[2] * geo[3] * geo[4]
-    kinds = {k: "walk" for k in outs}
+    # (the walk takes strides 1 and 2 along the plane's rows: the others start compact)
+    kinds = {k: "walk" if k[6] <= 2 else "compact" for k in outs}
     while True:
         now, best = dwd_total(kinds), None
         for k in sorted(outs):
