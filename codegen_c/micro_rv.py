@@ -13,10 +13,11 @@ from .micro import GEOM_FIELDS, im2col, requantize
 from .qmath import INTRINSICS
 
 
-SEG, E_END = 16, 34  # MF_RV_SEG, MF_RV_E_END (mcuforge_rv.h)
-# segment word -> entry: MF_RV_EOFF(e) + 1, the starting entries 80 bytes each (e < 16, then
-# 32), the others 12 after them (1360 + 12 j: 16..31, then 33, then the end)
-_OFFSETS = [80 * e for e in range(SEG)] + [80 * SEG] + [1360 + 12 * j for j in range(18)]
+SEG, E_END = 8, 18  # MF_RV_SEG, MF_RV_E_END (mcuforge_rv.h)
+F0 = 80 * (SEG + 1)  # MF_RV_F0
+# segment word -> entry: MF_RV_EOFF(e) + 1, the starting entries 80 bytes each (e < SEG, then
+# 2 SEG), the others 12 after them (F0 + 12 j: SEG..2 SEG - 1, then 2 SEG + 1, then the end)
+_OFFSETS = [80 * e for e in range(SEG)] + [80 * SEG] + [F0 + 12 * j for j in range(SEG + 2)]
 _ENTRY = {o + 1: e for o, e in zip(_OFFSETS, [*range(SEG), 2 * SEG, *range(SEG, 2 * SEG),
                                               2 * SEG + 1, E_END])}
 
@@ -210,3 +211,11 @@ def register_dwd_copy(name: str, consts: tuple) -> None:
     dly), registered here so every mirror stays in a micro module."""
     INTRINSICS[name] = lambda x, y, pk, x_zp, buf: _dwd(x, y, pk, *consts[:9], x_zp,
                                                        *consts[9:], buf)
+
+
+def register_dwd_walk(name: str, consts: tuple) -> None:
+    """The mirror of one shared copy of mf_rv_dwd (consts: sy, sx, pt, pl, lo, hi, mode, tr,
+    dly; the plane's sizes h, w, c, oh, ow are its last arguments)."""
+    sy, sx, pt, pl = consts[:4]
+    INTRINSICS[name] = lambda x, y, pk, x_zp, buf, h, w, c, oh, ow: _dwd(
+        x, y, pk, h, w, c, oh, ow, sy, sx, pt, pl, x_zp, *consts[4:], buf)

@@ -17,7 +17,7 @@
  * n chunks' offsets taken out: mf_rv_rec.init), channel b = SB and channel a = SA - 2^16 SB,
  * each with its bias.
  * Layout (int32 words, blocks of 4 channels, zero channels pad, blocks one after the other):
- *   per segment of a chunk (<= 16 taps, see MF_RV_SEG) its word MF_RV_EOFF(e) + 1, then per
+ *   per segment of a chunk (<= 8 taps, see MF_RV_SEG) its word MF_RV_EOFF(e) + 1, then per
  *   tap the words of channels (0, 1) and (2, 3); after the block's last segment the end word.
  * Block: 3 rows x 4 channels (6 chunk accumulators + 12 sums in registers): per tap 3 lb, 2 lw,
  * 6 mul, 6 add for 12 MACs. The 3 rows are first interleaved into xs[3 K] (x of tap k, row r
@@ -42,8 +42,9 @@
  * one kernel row for 15-60 % of the channels). Tried, not kept: the int8 saturation as one
  * unsigned compare of y + 128 (add raised by 128 << post): ReLU layers saturate half their
  * outputs, whose fix-up then costs 3 instead of 1 (KWS +10 K a 1x1 layer).
- * Code: MF_RV_SEGS3's assembly is ~3.7 KB (the entries 1,564 bytes, two chains of 16 taps),
- * once, in mf_rv_block3 (shared by mf_rv_gemm_p16 and mf_rv_conv_p16).
+ * Code: MF_RV_SEGS3's assembly is ~1.9 KB (the entries 828 bytes, two chains of 8 taps),
+ * once, in mf_rv_block3 (shared by mf_rv_gemm_p16 and mf_rv_conv_p16). (Segments of 16 taps
+ * were 1.8 KB more, for ~6 instructions less per 8 taps past the first 8 of a chunk.)
  * rq[O] (mf_rv_rec) per channel slot, unpadded; mode: bit 0 the sign term (mf_rq's signfix),
  * bit 1 some channel's pre1 != 0, bit 3 the records' low used, bit 4 the channels reordered
  * (bit 2, the full int8 clamp, is set by the C entries: MF_RV_MODE). */
@@ -168,18 +169,17 @@ MF_INLINE int8_t mf_rv_out(int32_t acc, const mf_rv_rec *q, int32_t mode, int32_
  * A chunk is one segment of L <= MF_RV_SEG taps, or (longer) a first segment of MF_RV_SEG taps,
  * middle ones of MF_RV_SEG and a last one of 1..MF_RV_SEG. Each segment: its word
  * MF_RV_EOFF(e) + 1, then its L taps' 2 words; after the block's last segment the word of
- * e = MF_RV_E_END. e < 16: a whole chunk of e + 1 taps (accumulators start, fold at the end);
- * 16 <= e < 32: the last e - 15 taps of a chunk (fold); 32: a chunk's first 16 (start);
- * 33: 16 more. The word is also the entry's byte offset in the RV32 code below (bit 0, set so
- * that no word is 0, is dropped by jalr): the entries that start a chunk (e < 16, then 32)
- * are 80 bytes (20 instructions: the first tap), the others (16..31, then 33) 12 (3: the
- * pointer steps and a jump), the end after them (1,564 bytes; as 35 entries of 80 bytes
- * they were 2,720). */
-#define MF_RV_SEG 16
+ * e = MF_RV_E_END. e < 8: a whole chunk of e + 1 taps (accumulators start, fold at the end);
+ * 8 <= e < 16: the last e - 7 taps of a chunk (fold); 16: a chunk's first 8 (start);
+ * 17: 8 more. The word is also the entry's byte offset in the RV32 code below (bit 0, set so
+ * that no word is 0, is dropped by jalr): the entries that start a chunk (e < 8, then 16)
+ * are 80 bytes (20 instructions: the first tap), the others (8..15, then 17) 12 (3: the
+ * pointer steps and a jump), the end after them (828 bytes). */
+#define MF_RV_SEG 8
 #define MF_RV_ESZ 80   /* a starting entry's bytes */
 #define MF_RV_FSZ 12   /* the others' */
-#define MF_RV_F0 1360  /* the first of the others: after 17 starting entries */
-#define MF_RV_E_END 34
+#define MF_RV_F0 720   /* the first of the others: after 9 starting entries */
+#define MF_RV_E_END 18
 #define MF_RV_EOFF(e)                                                                         \
     ((e) < MF_RV_SEG ? MF_RV_ESZ * (e)                                                        \
      : (e) == 2 * MF_RV_SEG ? MF_RV_ESZ * MF_RV_SEG                                           \
@@ -204,7 +204,7 @@ MF_INLINE int32_t mf_rv_entry(int32_t word) {
 /* Per segment: the dispatch (lw, add, jr), the entry (two pointer steps, the first tap where
  * the accumulators start: mul + add of MF_RV_OFF, then j into a chain), 17 instructions a tap
  * (2 lw, 3 lb, 6 mul, 6 add: offsets from the segment's end, no loop counter), the fold (18:
- * srai, add, add per accumulator): 17 L + 24 a chunk of L <= 16 taps (C: ~17 L + 28 + 1.5 L). */
+ * srai, add, add per accumulator): 17 L + 24 a chunk of L <= 8 taps (C: ~17 L + 28 + 1.5 L). */
 /* fixed registers (more operands than gcc's 30 otherwise): the chunk accumulators, two weight
  * words, x, a product, the entries' base */
 #define MF_RV_Rc00 "t0"
@@ -234,7 +234,7 @@ MF_INLINE int32_t mf_rv_entry(int32_t word) {
 #define MF_RV_LA(P) ".Lrv%=A" #P ":\n\t" MF_RV_TAPA(P, MF_RV_ACC)
 #define MF_RV_LB(P) ".Lrv%=B" #P ":\n\t" MF_RV_TAPA(P, MF_RV_ACC)
 #define MF_RV_CHAIN(T)                                                                        \
-    T(16) T(15) T(14) T(13) T(12) T(11) T(10) T(9) T(8) T(7) T(6) T(5) T(4) T(3) T(2) T(1)
+    T(8) T(7) T(6) T(5) T(4) T(3) T(2) T(1)
 #define MF_RV_FOLDA(C, A, B)                                                                  \
     "srai " MF_RV_Rt "," MF_RV_R##C ",16\n\tadd %[" #B "],%[" #B "]," MF_RV_Rt "\n\tadd %[" #A \
     "],%[" #A "]," MF_RV_R##C "\n\t"
@@ -247,12 +247,10 @@ MF_INLINE int32_t mf_rv_entry(int32_t word) {
 #define MF_RV_EF(L) MF_RV_STEP(L) "j .Lrv%=A" #L "\n\t" /* a chunk's last L */
 #define MF_RV_ENTRIES                                                                         \
     MF_RV_EW(1, 0) MF_RV_EW(2, 1) MF_RV_EW(3, 2) MF_RV_EW(4, 3) MF_RV_EW(5, 4) MF_RV_EW(6, 5)  \
-    MF_RV_EW(7, 6) MF_RV_EW(8, 7) MF_RV_EW(9, 8) MF_RV_EW(10, 9) MF_RV_EW(11, 10)              \
-    MF_RV_EW(12, 11) MF_RV_EW(13, 12) MF_RV_EW(14, 13) MF_RV_EW(15, 14) MF_RV_EW(16, 15)       \
-    MF_RV_STEP(16) MF_RV_TAPA(16, MF_RV_INI) "j .Lrv%=B15\n\t" /* 32: a start */              \
+    MF_RV_EW(7, 6) MF_RV_EW(8, 7)                                                             \
+    MF_RV_STEP(8) MF_RV_TAPA(8, MF_RV_INI) "j .Lrv%=B7\n\t" /* 16: a start */                 \
     MF_RV_EF(1) MF_RV_EF(2) MF_RV_EF(3) MF_RV_EF(4) MF_RV_EF(5) MF_RV_EF(6) MF_RV_EF(7)       \
-    MF_RV_EF(8) MF_RV_EF(9) MF_RV_EF(10) MF_RV_EF(11) MF_RV_EF(12) MF_RV_EF(13) MF_RV_EF(14)  \
-    MF_RV_EF(15) MF_RV_EF(16) MF_RV_STEP(16) "j .Lrv%=B16\n\t" /* 33: middle */
+    MF_RV_EF(8) MF_RV_STEP(8) "j .Lrv%=B8\n\t" /* 17: middle */
 #endif
 
 /* The segments of one block of 4 channels (the block's stream from w) for 3 interleaved rows
@@ -438,9 +436,9 @@ MF_INLINE MF_SC_NOSCHED void mf_rv_block1(const int8_t *x, const int32_t *w,
             if (e < MF_RV_SEG) { /* a whole chunk of e + 1 taps */
                 c0 = c1 = MF_RV_OFF;
                 we = w + 2 * e + 3;
-            } else if (e < 2 * MF_RV_SEG) { /* a chunk's last e - 15 */
+            } else if (e < 2 * MF_RV_SEG) { /* a chunk's last e - 7 */
                 we = w + 2 * (e - MF_RV_SEG) + 3;
-            } else if (e < MF_RV_E_END) { /* a chunk's first 16 (e = 32) or 16 more */
+            } else if (e < MF_RV_E_END) { /* a chunk's first 8 (e = 16) or 8 more */
                 if (e == 2 * MF_RV_SEG) c0 = c1 = MF_RV_OFF;
                 we = w + 2 * MF_RV_SEG + 1;
             } else {
@@ -716,7 +714,9 @@ MF_MICRO MF_SC_NOSCHED void mf_rv_dw3(const int8_t *x, int8_t *y, const int32_t 
  * 7.60 M vs 11,808 B / 8.93 M: -Os takes the generic copy (the code under 16 KB); -O2 keeps
  * the copies (VWW 26,454 B / 18.39 M, KWS 11,836 B / 6.95 M), compact ones (CMP, one row
  * body) where a model's copies pass rv.py's DWD_BUDGET: VWW's nine 16,834 -> 9,340 bytes for
- * +234 K instructions (17.68 M -> 17.92 M). */
+ * +234 K instructions (17.68 M -> 17.92 M). Now the layers start on shared copies
+ * (MF_RV_DWD_DEFG, one per stride: 2,070 bytes) and own copies come within the budget: VWW
+ * 4,770 bytes of depthwise code, 15,414 B / 18.32 M in all at -O2 (-Os: 17,018 B / 22.47 M). */
 #if defined(__GNUC__) && defined(__OPTIMIZE__) && !defined(__OPTIMIZE_SIZE__)
 #define MF_RV_DWI static inline __attribute__((always_inline, unused))
 #elif defined(__GNUC__)
@@ -895,6 +895,127 @@ MF_RV_DWI void mf_rv_dwd_row(const int8_t *p, int8_t *yq, int32_t yqs, int32_t T
     }
 }
 
+/* ---- the shared copies (MF_RV_DWD_DEFG: the plane's sizes as arguments) ------------------
+ * With XS and YS unknown at compile time every tap at its own offset costs an add (RV32 loads
+ * take an immediate offset only), so a row is walked column by column instead: t, m, b (the
+ * kernel rows' pointers) step XS, and each column's 3 bytes are loaded once for every output
+ * that uses them (3 at stride 1, 1 or 2 at stride 2). A kernel row off (padding) is read from
+ * the middle row with zero weights (its x_zp terms are in the start a, as in mf_rv_dwd_row),
+ * so every row is one body. P: the current output (its left and middle columns summed), Q,
+ * R the next ones; l, r: the left / right padding column's terms. SX 1 or 2 only (rv.py's
+ * dwd_kinds gives the other strides their own copies). */
+#define MF_RV_DWG_LD                                                                          \
+    do {                                                                                      \
+        v0 = *t;                                                                              \
+        v1 = *m;                                                                              \
+        v2 = *b;                                                                              \
+        t += XS;                                                                              \
+        m += XS;                                                                              \
+        b += XS;                                                                              \
+        MF_RV_OPAQUE(t);                                                                      \
+        MF_RV_OPAQUE(m);                                                                      \
+        MF_RV_OPAQUE(b);                                                                      \
+    } while (0)
+#define MF_RV_DWG_L(acc) acc = a + v0 * w0 + v1 * w3 + v2 * w6
+#define MF_RV_DWG_M(acc) acc += v0 * w1 + v1 * w4 + v2 * w7
+#define MF_RV_DWG_R(acc) acc += v0 * w2 + v1 * w5 + v2 * w8
+#define MF_RV_DWG_OUT(acc)                                                                    \
+    do {                                                                                      \
+        *yq = MF_RV_DWQ(acc);                                                                 \
+        yq += yqs;                                                                            \
+    } while (0)
+/* stride 1: column c + 1 finishes P, adds to Q, starts R */
+#define MF_RV_DWG_S1(P, Q, R)                                                                 \
+    do {                                                                                      \
+        MF_RV_DWG_LD;                                                                         \
+        MF_RV_DWG_R(P);                                                                       \
+        MF_RV_DWG_M(Q);                                                                       \
+        MF_RV_DWG_L(R);                                                                       \
+        MF_RV_DWG_OUT(P);                                                                     \
+    } while (0)
+/* stride 2: columns c (middle) and c + 1 (right of P, left of Q) */
+#define MF_RV_DWG_S2(P, Q)                                                                    \
+    do {                                                                                      \
+        MF_RV_DWG_LD;                                                                         \
+        MF_RV_DWG_M(P);                                                                       \
+        MF_RV_DWG_LD;                                                                         \
+        MF_RV_DWG_R(P);                                                                       \
+        MF_RV_DWG_L(Q);                                                                       \
+        MF_RV_DWG_OUT(P);                                                                     \
+    } while (0)
+MF_RV_DWI void mf_rv_dwd_walk(const int8_t *t, const int8_t *m, const int8_t *b, int8_t *yq,
+                              int32_t yqs, int32_t w0, int32_t w1, int32_t w2, int32_t w3,
+                              int32_t w4, int32_t w5, int32_t w6, int32_t w7, int32_t w8,
+                              int32_t a, int32_t l, int32_t r, uint32_t m2, int32_t add,
+                              int32_t pre1, int32_t post, int32_t sfm, int32_t XS, int32_t VOW,
+                              int32_t SX, int32_t PL, int32_t RE, int32_t MODE, int32_t lo,
+                              int32_t hi) {
+    int32_t P, Q, R, v0, v1, v2, n = RE ? VOW - 1 : VOW; /* outputs before the right edge */
+    if (SX == 1) {
+        if (PL) { /* column 0 is output 0's middle */
+            P = a + l;
+            MF_RV_DWG_LD;
+            MF_RV_DWG_M(P);
+            MF_RV_DWG_L(Q);
+        } else {
+            MF_RV_DWG_LD;
+            MF_RV_DWG_L(P);
+            MF_RV_DWG_LD;
+            MF_RV_DWG_M(P);
+            MF_RV_DWG_L(Q);
+        }
+        for (;;) { /* three outputs a round: the sums' roles turn */
+            if (n <= 0) break;
+            MF_RV_DWG_S1(P, Q, R);
+            if (--n <= 0) {
+                P = Q;
+                break;
+            }
+            MF_RV_DWG_S1(Q, R, P);
+            if (--n <= 0) {
+                P = R;
+                break;
+            }
+            MF_RV_DWG_S1(R, P, Q);
+            --n;
+        }
+        if (RE) { /* the last output: its right column in the padding */
+            P += r;
+            MF_RV_DWG_OUT(P);
+        }
+    } else {
+        if (PL) {
+            P = a + l;
+        } else {
+            MF_RV_DWG_LD;
+            MF_RV_DWG_L(P);
+        }
+        for (;;) {
+            if (n <= 0) break;
+            MF_RV_DWG_S2(P, Q);
+            if (--n <= 0) {
+                P = Q;
+                break;
+            }
+            MF_RV_DWG_S2(Q, P);
+            --n;
+        }
+        if (RE) {
+            MF_RV_DWG_LD;
+            MF_RV_DWG_M(P);
+            P += r;
+            MF_RV_DWG_OUT(P);
+        }
+    }
+}
+#undef MF_RV_DWG_LD
+#undef MF_RV_DWG_L
+#undef MF_RV_DWG_M
+#undef MF_RV_DWG_R
+#undef MF_RV_DWG_OUT
+#undef MF_RV_DWG_S1
+#undef MF_RV_DWG_S2
+
 /* a delayed row from buf to y (columns C apart) */
 MF_RV_DWI void mf_rv_dwd_put(const int8_t *b, int8_t *y, int32_t n, int32_t C) {
     int32_t j = 0;
@@ -925,9 +1046,10 @@ MF_RV_DWI void mf_rv_dwd_put(const int8_t *b, int8_t *y, int32_t n, int32_t C) {
     } while (0)
 
 /* x [VH][VW][C] -> y [VOH][VOW][C], stride SY x SX (SX 1 or 2), padding PT, PL (and at the
- * bottom and right) at most 1; buf: 2 VOW bytes when DLY. CMP: one row body for every row
+ * bottom and right) at most 1; buf: 2 VOW bytes when DLY. CMP 1: one row body for every row
  * (which kernel rows are off as values: half the code of a copy, ~2.5 instructions more an
- * output) instead of one per kind of row (top, middle, bottom, a single one). */
+ * output) instead of one per kind of row (top, middle, bottom, a single one); 2: the rows
+ * walked column by column (mf_rv_dwd_walk: for copies whose sizes are arguments). */
 MF_RV_DWI void mf_rv_dwd_x(const int8_t *x, int8_t *y, const int32_t *pk, int32_t VH,
                            int32_t VW, int32_t C, int32_t VOH, int32_t VOW, int32_t SY,
                            int32_t SX, int32_t PT, int32_t PL, int32_t x_zp, int32_t lo,
@@ -947,7 +1069,22 @@ MF_RV_DWI void mf_rv_dwd_x(const int8_t *x, int8_t *y, const int32_t *pk, int32_
         int32_t add = pk[11], pre1 = pk[12], post = pk[13], sfm = -(post != 0), oy = 0;
         int32_t zt = x_zp * (w0 + w1 + w2), zb = x_zp * (w6 + w7 + w8);
         int32_t zl = x_zp * (w0 + w3 + w6), zr = x_zp * (w2 + w5 + w8);
-        if (CMP) {
+        if (CMP == 2) {
+            for (; oy < VOH; oy++) {
+                int32_t T = !(top && oy == 0), B = oy < mid && !(!T && 2 - PT >= VH);
+                int32_t a_ = init + (T ? 0 : zt) + (B ? 0 : zb);
+                int32_t l_ = zl - (T ? 0 : x_zp * w0) - (B ? 0 : x_zp * w6);
+                int32_t r_ = zr - (T ? 0 : x_zp * w2) - (B ? 0 : x_zp * w8);
+                const int8_t *m_ = x + (oy * SY - PT + 1) * YS + c;
+                int8_t *yq_ = DLY ? buf + (oy & 1) * VOW : y + oy * OYS + c;
+                mf_rv_dwd_walk(T ? m_ - YS : m_, m_, B ? m_ + YS : m_, yq_, DLY ? 1 : OXS,
+                               T ? w0 : 0, T ? w1 : 0, T ? w2 : 0, w3, w4, w5, B ? w6 : 0,
+                               B ? w7 : 0, B ? w8 : 0, a_, l_, r_, m2, add, pre1, post, sfm,
+                               XS, VOW, SX, PL, RE, MODE, lo, hi);
+                if (DLY && oy > 0)
+                    mf_rv_dwd_put(buf + ((oy - 1) & 1) * VOW, y + (oy - 1) * OYS + c, VOW, OXS);
+            }
+        } else if (CMP) {
             for (; oy < VOH; oy++) {
                 int32_t t0 = top && oy == 0;
                 MF_RV_DWD_ROW(!t0, oy < mid && !(t0 && 2 - PT >= VH));
@@ -997,6 +1134,17 @@ MF_RV_DWI void mf_rv_dwd(const int8_t *x, int8_t *y, const int32_t *pk, int32_t 
                         int8_t *buf) {                                                        \
         mf_rv_dwd_x(x, y, pk, VH, VW, C, VOH, VOW, SY, SX, PT, PL, x_zp, lo, hi, mode, TR,    \
                     DLY, 1, buf);                                                             \
+    }
+
+/* one shared copy per stride, padding, mode, clamp, TR and DLY with the plane's sizes (VH, VW,
+ * C, VOH, VOW) as arguments: the rows walked column by column (mf_rv_dwd_walk; rv.py's
+ * depthwise code budget puts the layers whose own copies do not fit on these) */
+#define MF_RV_DWD_DEFG(name, SY, SX, PT, PL, lo, hi, mode, TR, DLY)                          \
+    MF_RV_DWS void name(const int8_t *x, int8_t *y, const int32_t *pk, int32_t x_zp,         \
+                        int8_t *buf, int32_t VH, int32_t VW, int32_t C, int32_t VOH,          \
+                        int32_t VOW) {                                                        \
+        mf_rv_dwd_x(x, y, pk, VH, VW, C, VOH, VOW, SY, SX, PT, PL, x_zp, lo, hi, mode, TR,    \
+                    DLY, 2, buf);                                                             \
     }
 
 #undef MF_RV_DWD_ROW

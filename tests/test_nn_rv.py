@@ -180,12 +180,13 @@ def all_cases(seed=0):
     for i, c in enumerate(cases + more):
         if c["kind"] != "dw" and c["o"] > 1 and c.get("rows", 3) > 1 and i % 3 == 0:
             more.append(dict(c, order=rng.permutation(c["o"])))
-    # every segment entry: chunks of 16 to 32 taps (a whole chunk of 16, then a first 16 and a
-    # last 1..16; shorter chunks than chunks_p16's stay inside the lane bound), 3 rows and a tail
+    # every segment entry: chunks of 8 to 24 taps (a whole chunk of 8, then a first 8 and a
+    # last 1..8, then a first 8, 8 more and a last 1..8; shorter chunks than chunks_p16's stay
+    # inside the lane bound), 3 rows and a tail
     r2 = np.random.default_rng(seed + 99)
-    c = gemm_case(r2, 4, sum(range(16, 33)), 4, scale=1.0, extreme=True)
-    more += [dict(c, chunks=[list(range(16, 33))]), dict(c, chunks=[list(range(16, 33))],
-                                                         low=True, order=[2, 0, 3, 1])]
+    lens = list(range(rv.SEG, 3 * rv.SEG + 1))
+    c = gemm_case(r2, 4, sum(lens), 4, scale=1.0, extreme=True)
+    more += [dict(c, chunks=[lens]), dict(c, chunks=[lens], low=True, order=[2, 0, 3, 1])]
     return cases + more
 
 
@@ -219,11 +220,14 @@ IP_BYTES = 8192  # the in-place buffer
 
 def in_place_check(i, c, d, mode, puts, puti, cmp=0) -> str:
     """C: case i through mf_rv_dwd as the schedule calls it (rv.dwd_choice: plane, delayed
-    rows; cmp: one row body, mf_rv_dwd_x's CMP) with y at x + the shift its access schedule
-    allows (inplace.best_shift), in one buffer: every output byte must still come out right."""
+    rows; cmp: 1 one row body, 2 the walk, mf_rv_dwd_x's CMP) with y at x + the shift its
+    access schedule allows (inplace.best_shift; the walk's own: inplace.rv_dwd's walk), in one
+    buffer: every output byte must still come out right."""
     from mcuforge.codegen_c.kernels import inplace
     L, n_in, n_out = c["L"], c["x"].size, c["y"].size
     tr, dly, acc = rv.dwd_choice(d, n_in, n_out)
+    if cmp == 2:
+        acc = inplace.rv_dwd(*rv.dwd_plane(d, tr), tr, dly, n_in, n_out, walk=True)
     shift = inplace.best_shift(acc)
     x0 = max(0, -shift)
     assert x0 + max(n_in, n_out + shift) <= IP_BYTES and shift <= 0
@@ -278,13 +282,13 @@ def test_cases_exercise_modes():
 
 def test_entry_offsets():
     """The segment words are the entries' byte offsets + 1 in the RV32 code (norvc: 4 bytes an
-    instruction): 17 entries of 20 instructions (2 pointer steps, a tap's 17, a jump) for
-    e = 0..15 then 32, then 18 of 3 (the steps and a jump) for e = 16..31, 33 and the end
-    (34) right after the last one: 17 * 80 + 17 * 12 = 1564."""
-    want = {0: 0, 1: 80, 15: 1200, 32: 1280, 16: 1360, 17: 1372, 31: 1540, 33: 1552, 34: 1564}
+    instruction): 9 entries of 20 instructions (2 pointer steps, a tap's 17, a jump) for
+    e = 0..7 then 16, then 10 of 3 (the steps and a jump) for e = 8..15, 17 and the end
+    (18) right after the last one: 9 * 80 + 9 * 12 = 828."""
+    want = {0: 0, 1: 80, 7: 560, 16: 640, 8: 720, 9: 732, 15: 804, 17: 816, 18: 828}
     assert {e: rv.entry_offset(e) for e in want} == want
-    assert sorted(rv.entry_offset(e) for e in range(35)) == sorted(
-        [80 * i for i in range(17)] + [1360 + 12 * j for j in range(18)])
+    assert sorted(rv.entry_offset(e) for e in range(19)) == sorted(
+        [80 * i for i in range(9)] + [720 + 12 * j for j in range(10)])
 
 
 def test_cases_use_every_entry():
@@ -294,7 +298,7 @@ def test_cases_use_every_entry():
     for c in CASES:
         if c["kind"] != "dw":
             words |= set(kernel_data(c["L"], c.get("chunks"))[0].tolist())
-    assert {rv.entry_offset(e) + 1 for e in range(35)} <= words
+    assert {rv.entry_offset(e) + 1 for e in range(2 * rv.SEG + 3)} <= words
 
 
 def test_chunks_follow_the_lane_bound():
@@ -374,10 +378,25 @@ def program(cases, out: str) -> str:
                             f"{L['x_zp']}, {L['lo']}, {L['hi']}, {mode}, {tr}, {dly}, 1, "
                             "scratch);")
                     body.append(check(i, c["y"].size, call, puts, puti))
+                    # the shared copies' walk (MF_RV_DWD_DEFG): the plane's sizes unknown to
+                    # the compiler (read from a volatile array), the strides (1, 2 along the
+                    # rows) and padding not
+                    if d[6] > 2:
+                        continue
+                    call = (f"mf_rv_dwd_x(x{i}, ybuf, wd{i}_{tr}, "
+                            + ", ".join(f"dv{i}_{tr}[{j}]" for j in range(5))
+                            + f", {', '.join(map(str, d[5:]))}, {L['x_zp']}, {L['lo']}, "
+                            f"{L['hi']}, {mode}, {tr}, {dly}, 2, scratch);")
+                    body.append(check(i, c["y"].size, call, puts, puti))
+                if d[6] <= 2:
+                    head.append(f"static volatile int32_t dv{i}_{tr}[5] = "
+                                f"{{{', '.join(map(str, d[:5]))}}};\n")
             d = direct_geometry(c)
             if rv.dwd_ok(*d):  # the schedule's choice, its output over its input
                 body.append(in_place_check(i, c, d, mode, puts, puti))
                 body.append(in_place_check(i, c, d, mode, puts, puti, cmp=1))
+                if d[6] <= 2:
+                    body.append(in_place_check(i, c, d, mode, puts, puti, cmp=2))
             continue
         packed, rec, mode = kernel_data(c["L"], c.get("chunks"), c.get("low", False),
                                         c.get("order"))

@@ -395,14 +395,15 @@ def dwd_units(ow: int, sw: int, pl: int, re: int) -> list[tuple[int, int]]:
 
 
 def rv_dwd(h: int, w: int, c: int, oh: int, ow: int, sh: int, sw: int, pt: int, pl: int,
-           tr: int, dly: int, n_in: int, n_out: int) -> Access:
+           tr: int, dly: int, n_in: int, n_out: int, walk: bool = False) -> Access:
     """mf_rv_dwd (mcuforge_rv.h) on its plane (h x w, output oh x ow: the image, or with tr
     its transpose): per channel, per output row of the plane in order, per unit of the row
     (dwd_units; all its taps read, then its outputs written). With dly the row's outputs go to
     scratch: one step per row reads the row's taps and then writes the row above; a last step
-    writes the channel's last row."""
+    writes the channel's last row. walk: the shared copies' rows (mf_rv_dwd_walk), one output
+    a unit (each written once its last column is read; the columns before were read earlier)."""
     re = int((ow - 1) * sw - pl + 2 >= w)
-    units = dwd_units(ow, sw, pl, re)
+    units = [(i, 1) for i in range(ow)] if walk else dwd_units(ow, sw, pl, re)
     acc, step = Access(n_in, n_out), 0
     ys, xs = (c, h * c) if tr else (w * c, c)  # bytes between plane rows, columns in x
     oys, oxs = (c, oh * c) if tr else (ow * c, c)  # and in y

@@ -55,8 +55,8 @@ def chunks_p16(rows: np.ndarray) -> list[list[int]]:
     return out
 
 
-SEG, ESZ, E_END = 16, 80, 34  # MF_RV_SEG, MF_RV_ESZ, MF_RV_E_END
-FSZ, F0 = 12, 1360  # MF_RV_FSZ, MF_RV_F0
+SEG, ESZ, E_END = 8, 80, 18  # MF_RV_SEG, MF_RV_ESZ, MF_RV_E_END
+FSZ, F0 = 12, 720  # MF_RV_FSZ, MF_RV_F0
 
 
 def entry_offset(e: int) -> int:
@@ -72,8 +72,8 @@ REC_WORDS = 7  # mf_rv_rec's int32 words
 
 def segments(n: int) -> list[tuple[int, int]]:
     """A chunk of n taps as the stream's segments (entry e, taps): one of n <= SEG taps
-    (e = n - 1), else SEG taps (e = 32), SEG more (33) as long as more than SEG remain, the
-    last 1..SEG (e = 15 + taps)."""
+    (e = n - 1), else SEG taps (e = 2 SEG), SEG more (2 SEG + 1) as long as more than SEG
+    remain, the last 1..SEG (e = SEG - 1 + taps)."""
     if n <= SEG:
         return [(n - 1, n)]
     out, left = [(2 * SEG, SEG)], n - SEG
@@ -328,15 +328,20 @@ def dwd_kernel(ctx: OpContext, ref: ir.Kernel, L: dict, geo: tuple) -> ir.Kernel
     bufs = [b_ for b_ in ref.params if b_.kind != "scratch"] + consts
     if dly:
         bufs.append(ir.Buffer("scratch", "int8", 2 * plane[4], "scratch"))
-    compact = dwd_key(plane, L, mode, tr, dly) in dwd_compact(ctx.graph)
-    fn, shared = dwd_copy(plane, int(L["lo"]), int(L["hi"]), mode, tr, dly, compact)
+    kind = dwd_kinds(ctx.graph).get(dwd_key(plane, L, mode, tr, dly), "full")
+    fn, shared = dwd_copy(plane, int(L["lo"]), int(L["hi"]), mode, tr, dly, kind)
+    if kind == "walk" and n == 1:  # (its own order: one output a unit)
+        acc = inplace.rv_dwd(*plane, tr, dly, x.nbytes, y.nbytes, walk=True)
+    sizes = tuple(ir.Const(v) for v in plane[:5]) if kind == "walk" else ()
     body = ir.loops([("n", n)], lambda i: [ir.CallStmt(fn, (
         ir.Ptr("x", i * (h * wd * c)), ir.Ptr("y", i * (oh * ow * c)), ir.Ptr("pk", ir.Const(0)),
         ir.Const(L["x_zp"]),
-        ir.Ptr("scratch" if dly else "y", ir.Const(0))))])  # (buf unused without DLY)
+        ir.Ptr("scratch" if dly else "y", ir.Const(0)), *sizes))])  # (buf unused without DLY)
     doc = (f"{ref.doc}\nscheduled: mf_rv_dwd, straight from NHWC"
            + (", the image transposed" if tr else "")
-           + (", one row body (the model's depthwise code budget)" if compact else "")
+           + {"full": "", "compact": ", one row body (the model's depthwise code budget)",
+              "walk": ", a copy shared by the layers of its stride and padding, the sizes as "
+                      "arguments (the model's depthwise code budget)"}[kind]
            + (f", output rows delayed through {2 * plane[4]} bytes scratch" if dly else ""))
     return inplace.declare(
         ir.Kernel(ctx.name, tuple(bufs), tuple(body), doc, ref.macs, "mf_rv_dwd",
@@ -345,14 +350,22 @@ def dwd_kernel(ctx: OpContext, ref: ir.Kernel, L: dict, geo: tuple) -> ir.Kernel
 
 
 def dwd_copy(plane: tuple, lo: int, hi: int, mode: int, tr: int, dly: int,
-             compact: bool = False) -> tuple:
-    """(name, C definition) of mf_rv_dwd's copy for one constant geometry (MF_RV_DWD_DEF, or
-    MF_RV_DWD_DEFC: one row body for the top, middle and bottom rows): named by its constants,
-    so the layers with the same geometry share one copy in the model file (model.py prints each
-    Kernel.shared once) and the name is the same on every run; the evaluator's mirror is
-    registered under that name."""
+             kind: str = "full") -> tuple:
+    """(name, C definition) of mf_rv_dwd's copy for one constant geometry (kind "full":
+    MF_RV_DWD_DEF, "compact": MF_RV_DWD_DEFC, one row body for the top, middle and bottom rows)
+    or ("walk": MF_RV_DWD_DEFG) for one stride, padding, mode, clamp, TR and DLY with the plane's
+    sizes as arguments: named by its constants, so the layers with the same ones share one copy
+    in the model file (model.py prints each Kernel.shared once) and the name is the same on
+    every run; the evaluator's mirror is registered under that name."""
     from .. import micro_rv
     vh, vw, c, voh, vow, sy, sx, py, px = plane
+    if kind == "walk":
+        name = (f"mf_rv_dwg_s{sy}x{sx}_p{py}x{px}_q{mode}_{lo}_{hi}_t{tr}d{dly}"
+                .replace("-", "m"))
+        consts = (sy, sx, py, px, lo, hi, mode, tr, dly)
+        micro_rv.register_dwd_walk(name, consts)
+        return name, f"MF_RV_DWD_DEFG({name}, {', '.join(str(v) for v in consts)})"
+    compact = kind == "compact"
     name = (f"mf_rv_dwd_{vh}x{vw}x{c}_{voh}x{vow}_s{sy}x{sx}_p{py}x{px}_q{mode}_{lo}_{hi}"
             f"_t{tr}d{dly}" + ("c" if compact else "")).replace("-", "m")
     consts = (*plane, lo, hi, mode, tr, dly)
@@ -364,45 +377,80 @@ def dwd_copy(plane: tuple, lo: int, hi: int, mode: int, tr: int, dly: int,
 # The model's depthwise code budget (bytes of -O2 code, riscv32-virt): mf_rv_dwd's copies are
 # one per distinct geometry, with four row bodies (the top row, the middle ones, the bottom
 # one, a single row: kernel rows off as constants) or, compact, one (the rows' kind as
-# arguments: a few branches a step). Measured (gcc 12 -O2, nm): full copies 2,944 bytes at
-# stride 1 (2,048 for 6x6, 1,104 for 3x3 outputs; KWS's transposed 25x5: 3,310), 1,152 at
-# stride 2 (816 for 3x3); compact 1,502-1,524 at stride 1 (1,180, 750), 760 at stride 2
-# (602); compact costs ~2.5 instructions an output (KWS +73 K = 2.3, VWW +234 K = 2.6 for
-# 88,704 outputs). The p16 GEMM and the rest of a model are ~11-12.5 KB of code (KWS, VWW,
-# ResNet-8 without depthwise layers), so the copies have DWD_BUDGET bytes for the model's code
-# to stay under 16 KB: past it, copies go compact, the fewest saved instructions per byte
-# first. (A generic copy with the geometry as arguments was tried: 3,844 bytes, and VWW
-# 17.74 M -> 20.00 M instructions with every layer on it, under 0.4 MAC per instruction; it
-# did not pay against compact copies.)
-DWD_BUDGET = 4096
-DWD_COMPACT_EXTRA = 2.5  # instructions an output
+# arguments: a few branches a step), or one shared copy per stride, padding, mode, clamp, TR
+# and DLY with the sizes as arguments ("walk": mf_rv_dwd_walk, the rows walked column by
+# column). Measured (gcc 12 -O2, nm): full copies 2,944 bytes at stride 1 (2,048 for 6x6, 1,104
+# for 3x3 outputs; KWS's transposed 25x5: 3,310), 1,152 at stride 2 (816 for 3x3); compact
+# 1,502-1,524 at stride 1 (1,180 for 6x6, 750), 760 at stride 2 (602); shared 1,256 at stride
+# 1, 814 at stride 2. Instructions an output over a full copy: compact ~2.5 (KWS +73 K = 2.3,
+# VWW +234 K = 2.6 for 88,704 outputs); shared (VWW's layers, vs compact + 2.5) at stride 1
+# 6.2, 6.6, 7.4, 15.5, 22.5 for rows of 48, 24, 12, 6, 3 outputs, at stride 2 13.7, 15.1, 17.3,
+# 25.5 for 24, 12, 6, 3 (the steps of XS every load needs, the rows' set-up): walk_extra.
+# The rest of a model's code (the p16 GEMM, softmax, the harness) is 9.3-10.7 KB (KWS, VWW,
+# ResNet-8 without depthwise layers), so the copies have DWD_BUDGET bytes for the whole to
+# stay under 16 KB with ~600 bytes to spare: the layers start on the shared copies, then the
+# upgrades (to compact, to full) with the most saved instructions per byte are taken while the
+# total fits. (A generic copy with the geometry, stride and mode as arguments was tried: 3,844
+# bytes, VWW 20.00 M instructions; the shared copies specialised per stride walk the columns
+# instead: 2,070 bytes, 18.65 M with every layer on them.)
+DWD_BUDGET = 5120
+DWD_COMPACT_EXTRA = 2.5  # instructions an output over a full copy
+WALK_BYTES = {1: 1300, 2: 820}  # a shared copy's code by stride
 
 
-def dwd_bytes(plane: tuple, compact: bool) -> int:
-    """The estimated -O2 code of a copy (measured, above)."""
+def walk_extra(plane: tuple) -> float:
+    """The estimated instructions an output of a shared copy over a full one (measured, above):
+    a part per output and one per row (its set-up, the edges) over its outputs."""
+    vow, sx = plane[4], plane[6]
+    return 5.5 + 50 / vow if sx == 1 else 12 + 40 / vow
+
+
+def dwd_extra(plane: tuple, kind: str) -> float:
+    """The estimated instructions an output of a copy of this kind over a full one."""
+    if kind == "walk":
+        return walk_extra(plane)
+    return DWD_COMPACT_EXTRA if kind == "compact" else 0.0
+
+
+def dwd_bytes(plane: tuple, kind: str) -> int:
+    """The estimated -O2 code of a copy of one geometry (measured, above)."""
     voh, vow, sx = plane[3], plane[4], plane[6]
-    small = vow <= 3 and voh <= 3
+    size = 0 if vow <= 3 and voh <= 3 else 1 if vow <= 6 and voh <= 6 else 2  # small, mid, big
     if sx == 1:
-        return (1100 if small else 3000) if not compact else (750 if small else 1500)
-    return (800 if small else 1150) if not compact else (600 if small else 760)
+        return ((1110, 2050, 3350) if kind == "full" else (750, 1180, 1530))[size]
+    return ((820, 1160, 1160) if kind == "full" else (610, 760, 760))[size]
 
 
 def dwd_key(plane: tuple, L: dict, mode: int, tr: int, dly: int) -> tuple:
     return (*plane, int(L["lo"]), int(L["hi"]), mode, tr, dly)
 
 
-_COMPACT: dict = {}
+def dwd_class(key: tuple) -> tuple:
+    """The shared copy a geometry's layers may use: stride, padding, lo, hi, mode, TR, DLY."""
+    return key[5:]
 
 
-def dwd_compact(graph) -> frozenset:
-    """The copies (dwd_key) the model's depthwise budget makes compact: none while the full
-    copies fit DWD_BUDGET, else the copies in order of fewest saved instructions (outputs of
-    their layers x DWD_COMPACT_EXTRA) per byte (full less compact), until they fit or all are
-    compact. Depends on the graph alone (deterministic); cached per graph (and its depthwise
-    layers' shapes: a graph changed since gets its own)."""
+def dwd_total(kinds: dict) -> int:
+    """The estimated code of the copies: own copies, one shared copy per class in use."""
+    walks = {dwd_class(k) for k, v in kinds.items() if v == "walk"}
+    return (sum(dwd_bytes(k[:9], v) for k, v in kinds.items() if v != "walk")
+            + sum(WALK_BYTES.get(w[1], WALK_BYTES[2]) for w in walks))
+
+
+_KINDS: dict = {}
+
+
+def dwd_kinds(graph) -> dict:
+    """Per copy (dwd_key) its kind ("full", "compact", "walk") under the model's depthwise code
+    budget: every one "walk" (the shared copies; "compact" past stride 2 along the plane's
+    rows), then, while one fits DWD_BUDGET, the upgrade
+    of one copy (to compact or full) with the most saved instructions (its layers' outputs x
+    dwd_extra's difference) per added byte, ties in key order. Depends on the graph alone
+    (deterministic); cached per graph (and its depthwise layers' shapes: a graph changed since
+    gets its own)."""
     sig = tuple((n.outputs[0], tuple(graph.tensors[n.inputs[0]].shape)) for n in graph.nodes
                 if n.op == "depthwise_conv2d")
-    hit = _COMPACT.get(id(graph))
+    hit = _KINDS.get(id(graph))
     if hit is not None and hit[0] is graph and hit[1] == sig:
         return hit[2]
     from .scalar import dw3_layer
@@ -421,15 +469,24 @@ def dwd_compact(graph) -> frozenset:
             int(geo[4] < geo[3]), 0, None)
         key = dwd_key(dwd_plane(geo, tr), L, rv_mode(L["signfix"], L["rq"]), tr, dly)
         outs[key] = outs.get(key, 0) + int(L["n"]) * geo[2] * geo[3] * geo[4]
-    total = sum(dwd_bytes(k[:9], False) for k in outs)
-    compact = set()
-    order = sorted(outs, key=lambda k: (outs[k] * DWD_COMPACT_EXTRA / max(
-        1, dwd_bytes(k[:9], False) - dwd_bytes(k[:9], True)), k))
-    for k in order:
-        if total <= DWD_BUDGET:
+    # (the walk takes strides 1 and 2 along the plane's rows: the others start compact)
+    kinds = {k: "walk" if k[6] <= 2 else "compact" for k in outs}
+    while True:
+        now, best = dwd_total(kinds), None
+        for k in sorted(outs):
+            for up in ("compact", "full"):
+                gain = dwd_extra(k[:9], kinds[k]) - dwd_extra(k[:9], up)
+                if gain <= 0:
+                    continue
+                trial = {**kinds, k: up}
+                total = dwd_total(trial)
+                if total > DWD_BUDGET:
+                    continue
+                score = outs[k] * gain / max(1, total - now)
+                if best is None or score > best[0]:
+                    best = (score, k, up)
+        if best is None:
             break
-        compact.add(k)
-        total -= dwd_bytes(k[:9], False) - dwd_bytes(k[:9], True)
-    res = frozenset(compact)
-    _COMPACT[id(graph)] = (graph, sig, res)
-    return res
+        kinds[best[1]] = best[2]
+    _KINDS[id(graph)] = (graph, sig, kinds)
+    return kinds
