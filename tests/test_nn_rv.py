@@ -521,22 +521,10 @@ def _sched_cases():
 
 @pytest.mark.parametrize("name,op,kw", _sched_cases(), ids=[c[0] for c in _sched_cases()])
 def test_scheduled_equals_reference(name, op, kw):
-    from mcuforge.codegen_c.evaluate import run_kernel
-    from mcuforge.codegen_c.kernels import lower_node
-    from mcuforge.codegen_c.lower import reference_kernel
-    from mcuforge.frontend.tflite import load_tflite
     from mcuforge.ir.target import Target
-    from test_sched_layers import layer_model
-    model, x = layer_model(sum(map(ord, name)), op, **kw)
-    g = load_tflite(model)
-    node = g.nodes[0]
-    ref = reference_kernel(node, g, "k")
-    y0 = np.zeros(g.tensors[g.outputs[0]].size, np.int8)
-    run_kernel(ref, {"x": x[0].reshape(-1).copy(), "y": y0})
-    k = lower_node(node, g, "k", Target("riscv32-virt", "rv32imac"))
+    from test_sched_layers import scheduled_and_reference
+    k, y, ref, y0 = scheduled_and_reference(name, op, Target("riscv32-virt", "rv32imac"), **kw)
     assert k is not ref
-    y = np.zeros_like(y0)
-    run_kernel(k, {"x": x[0].reshape(-1).copy(), "y": y})
     assert y.tolist() == y0.tolist(), k.schedule
 
 

@@ -301,21 +301,11 @@ M3 = None
 
 @pytest.mark.parametrize("name,op,kw", _sched_cases(), ids=[c[0] for c in _sched_cases()])
 def test_scheduled_equals_reference(name, op, kw):
-    from mcuforge.codegen_c.evaluate import run_kernel
-    from mcuforge.codegen_c.kernels import lower_node
-    from mcuforge.codegen_c.lower import reference_kernel
-    from mcuforge.frontend.tflite import load_tflite
     from mcuforge.ir.target import Target
-    from test_sched_layers import layer_model
-    model, x = layer_model(sum(map(ord, name)), op, **kw)
-    g = load_tflite(model)
-    node = g.nodes[0]
-    ref = reference_kernel(node, g, "k")
-    y0 = np.zeros(g.tensors[g.outputs[0]].size, np.int8)
-    run_kernel(ref, {"x": x[0].reshape(-1).copy(), "y": y0})
+    from test_sched_layers import scheduled_and_reference
     for target, fmt in ((Target("mps2-an385", "cortex-m3"), "l64"),
                         (Target("riscv32-virt", "rv32imac"), "m8")):
-        k = lower_node(node, g, "k", target)
+        k, y, ref, y0 = scheduled_and_reference(name, op, target, **kw)
         # which kernel: l64 on the M3 (declined where no lane chunk passes), m8 declines one- and
         # two-row GEMMs (a 3-row block would compute them 1.5-3x), mf_sc_dw3 (RV32: mf_rv_dwd, or
         # mf_rv_dw3 past 1 of padding) takes every 3x3 depthwise layer of depth multiplier 1;
@@ -328,8 +318,6 @@ def test_scheduled_equals_reference(name, op, kw):
             assert k.schedule.endswith(("l64", "m8")), k.schedule
         elif fmt == "m8" and k.schedule.startswith("mf_sc_"):
             assert k.schedule.endswith("m8"), k.schedule
-        y = np.zeros_like(y0)
-        run_kernel(k, {"x": x[0].reshape(-1).copy(), "y": y})
         assert y.tolist() == y0.tolist(), target.name
 
 

@@ -172,23 +172,12 @@ def _dw_sched_cases():
 def test_shared_copy_mirror_equals_reference(name, op, kw, monkeypatch):
     """With no budget the depthwise layers mf_rv_dwd takes go on a shared copy; its evaluator
     mirror (sizes as the last arguments) gives the reference loops' bytes."""
-    from mcuforge.codegen_c.evaluate import run_kernel
-    from mcuforge.codegen_c.kernels import lower_node, rv
-    from mcuforge.codegen_c.lower import reference_kernel
-    from mcuforge.frontend.tflite import load_tflite
+    from mcuforge.codegen_c.kernels import rv
     from mcuforge.ir.target import Target
-    from test_sched_layers import layer_model
+    from test_sched_layers import scheduled_and_reference
     monkeypatch.setattr(rv, "DWD_BUDGET", 0)
     rv._KINDS.clear()
-    model, x = layer_model(sum(map(ord, name)), op, **kw)
-    g = load_tflite(model)
-    node = g.nodes[0]
-    ref = reference_kernel(node, g, "k")
-    y0 = np.zeros(g.tensors[g.outputs[0]].size, np.int8)
-    run_kernel(ref, {"x": x[0].reshape(-1).copy(), "y": y0})
-    k = lower_node(node, g, "k", Target("riscv32-virt", "rv32imac"))
-    y = np.zeros_like(y0)
-    run_kernel(k, {"x": x[0].reshape(-1).copy(), "y": y})
+    k, y, _, y0 = scheduled_and_reference(name, op, Target("riscv32-virt", "rv32imac"), **kw)
     rv._KINDS.clear()
     assert y.tolist() == y0.tolist(), k.schedule
     if k.schedule == "mf_rv_dwd":

@@ -182,6 +182,21 @@ def cases():
 CASES = cases()
 
 
+def scheduled_and_reference(name: str, op: str, target: Target, **kw) -> tuple:
+    """(the kernel the schedule stage gives case `name`'s layer on `target`, its output, the
+    reference kernel, its output): both run by the loop-IR evaluator on the case's first
+    input."""
+    model, x = layer_model(sum(map(ord, name)), op, **kw)
+    g = load_tflite(model)
+    node = g.nodes[0]
+    out = []
+    for k in (lower_node(node, g, "k", target), reference_kernel(node, g, "k")):
+        y = np.zeros(g.tensors[g.outputs[0]].size, np.int8)
+        run_kernel(k, {"x": x[0].reshape(-1).copy(), "y": y})
+        out += [k, y]
+    return tuple(out)
+
+
 @pytest.mark.parametrize("name,op,kw", CASES, ids=[c[0] for c in CASES])
 def test_scheduled_kernel_equals_reference(name, op, kw):
     model, x = layer_model(sum(map(ord, name)), op, **kw)
