@@ -7,7 +7,7 @@ import re
 import shutil
 import sys
 import tempfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 import numpy as np
@@ -151,18 +151,65 @@ def patch_first_stage(graph: Graph, target, max_macs: float, keep_input: bool = 
     """(graph, optimizer.patch.Choice): the optimized graph with its first stage in the bands
     that give the smallest arena for `target` within `max_macs` percent more MACs, or the
     graph itself when nothing beats its own plan; the arenas planned as generate will
-    (`keep_input`: no layer writes over the input)."""
+    (`keep_input`: no layer writes over the input). The choice takes minutes on large models:
+    the last few are kept for this process, so a second compile, report or run of the same
+    graph, target and bound reuses it."""
     from mcuforge.codegen_c.model import arena_and_macs
     from mcuforge.optimizer.patch import choose
     if max_macs < 0:
         raise McuforgeError(f"--memory-priority-max-macs {max_macs}: give a percentage >= 0")
+    key = (graph_digest(graph), repr(target), float(max_macs), bool(keep_input))
+    if key in _CHOICES:
+        choice = _CHOICES[key]
+        return choice.graph, choice
     cache = {}
     choice = choose(graph, lambda g: arena_and_macs(g, target, cache, keep_input=keep_input),
                     max_macs, quick=lambda g: arena_and_macs(g, target, cache, quick=True,
                                                              keep_input=keep_input),
                     progress=lambda line: print(f"memory priority: {line}", file=sys.stderr,
                                                 flush=True))
+    while len(_CHOICES) >= 4:
+        _CHOICES.pop(next(iter(_CHOICES)))
+    _CHOICES[key] = choice
     return choice.graph, choice
+
+
+_CHOICES: dict = {}  # patch_first_stage's: (graph digest, target, bound, keep_input) -> Choice
+
+
+def graph_digest(graph: Graph) -> str:
+    """sha256 of everything a graph is: its nodes (op, operands, attributes, subgraphs), its
+    tensors (shape, dtype, quantization, constant bytes), inputs, outputs and state."""
+    h = hashlib.sha256()
+
+    def put(v) -> None:
+        if isinstance(v, Graph):
+            h.update(b"G" + graph_digest(v).encode())
+        elif isinstance(v, np.ndarray):
+            h.update(f"A{v.dtype}{v.shape}".encode() + np.ascontiguousarray(v).tobytes())
+        elif isinstance(v, dict):
+            h.update(b"{")
+            for k in sorted(v, key=repr):
+                put(k)
+                put(v[k])
+            h.update(b"}")
+        elif isinstance(v, (list, tuple)):
+            h.update(b"[")
+            for x in v:
+                put(x)
+            h.update(b"]")
+        else:
+            h.update(f"{type(v).__name__}:{v!r};".encode())
+    for n in graph.nodes:
+        put((n.op, n.inputs, n.outputs, n.name, n.attrs))
+    for name in sorted(graph.tensors):
+        t = graph.tensors[name]
+        q = t.quant
+        put((name, tuple(t.shape), t.dtype,
+             None if q is None else tuple(getattr(q, f.name) for f in fields(q))))
+        put(t.data if t.data is None else np.asarray(t.data))
+    put((graph.inputs, graph.outputs, graph.name, graph.state, graph.state_init))
+    return h.hexdigest()
 
 
 def memory_priority_line(choice) -> str:

@@ -19,7 +19,7 @@ from conftest import mlperf_model, require_tflm, require_tools
 from tfl_build import Model, litert
 from mcuforge.api import generate_project, load, write_files
 from mcuforge.build import build, run_executable
-from mcuforge.ir.graph import is_alias
+from mcuforge.ir.graph import Tensor, is_alias
 from mcuforge.optimizer import patch
 from mcuforge.optimizer.memory_plan import plan_graph
 from mcuforge.optimizer.pipeline import optimize
@@ -942,3 +942,33 @@ def test_resnet8_memory_priority_at_any_mac_cost():
     x = _random_input(path, 3, seed=17)
     y = runner.run(path, x, board="host", memory_priority=1000.0)
     assert np.array_equal(y, tflm.run(path.read_bytes(), [x])[0])
+
+
+def test_a_choice_is_reused_for_the_same_graph_target_and_bound(monkeypatch):
+    """patch_first_stage keeps its last choices for the process: the same model loaded twice
+    (equal graphs, other objects) is chosen once; another bound or a changed weight chooses
+    again."""
+    from mcuforge import api
+    from mcuforge.board import load_board
+    calls = []
+    choose = patch.choose
+    monkeypatch.setattr(patch, "choose", lambda *a, **k: calls.append(1) or choose(*a, **k))
+    monkeypatch.setattr(api, "_CHOICES", {})
+    model = chain_model(np.random.default_rng(12), "int8")
+    m4, m3 = (load_board(b).target(None) for b in ("mps2-an386", "mps2-an385"))
+    g = optimize(load(model))
+    first = api.patch_first_stage(g, m4, 10.0)[1]
+    again = api.patch_first_stage(optimize(load(model)), m4, 10.0)[1]
+    assert again is first and len(calls) == 1
+    api.patch_first_stage(g, m4, 20.0)
+    assert len(calls) == 2
+    # (another target or keep_input: other keys, not chosen here to save the time)
+    keys = list(api._CHOICES)
+    assert len({k[1] for k in keys}) == 1 and repr(m3) != keys[0][1]
+    w = next(t for t in g.tensors.values() if t.data is not None and t.data.size > 1)
+    data = np.array(w.data).copy()
+    data.flat[0] = data.flat[0] + 1 if data.flat[0] < 100 else data.flat[0] - 1
+    changed = g.replace(tensors={**g.tensors, w.name: Tensor(w.name, w.shape, w.dtype, data,
+                                                             w.quant)})
+    api.patch_first_stage(changed, m4, 10.0)
+    assert len(calls) == 3
